@@ -1,0 +1,113 @@
+/* The device boundary: one table of functions per device. Internal to
+ * libtensor. Front-ends (ops_*.c) validate arguments, allocate outputs and
+ * broadcast inputs (stride-0 views), then call a slot; a NULL slot means the
+ * device does not support the primitive (TENSOR_ERR_UNSUPPORTED).
+ *
+ * Compute slots receive tensors on the backend's device, already validated:
+ * `out`/`dst` tensors are freshly allocated and contiguous unless stated, and
+ * inputs have out's shape unless stated (they may have any strides, including
+ * 0 for broadcast dims). Slots return TENSOR_OK or a negative status after
+ * calling tensor_error().
+ */
+#ifndef CFORMER_BACKEND_H
+#define CFORMER_BACKEND_H
+
+#include "tensor.h"
+
+enum tensor_reduce_op { TENSOR_RED_SUM, TENSOR_RED_MAX, TENSOR_RED_MIN, TENSOR_RED_ARGMAX };
+enum tensor_random_kind { TENSOR_RAND_UNIFORM, TENSOR_RAND_NORMAL };
+
+struct tensor_backend {
+	const char *name;
+	/* memory */
+	void *(*alloc)(size_t nbytes);              /* NULL on failure */
+	void (*free)(void *ptr);
+	int (*memset_zero)(void *ptr, size_t nbytes);
+	int (*copy_from_host)(void *dst, const void *src, size_t nbytes);
+	int (*copy_to_host)(void *dst, const void *src, size_t nbytes);
+	int (*synchronize)(void);
+
+	/* dst = src elementwise with dtype conversion; dst any strides. */
+	int (*copy)(struct tensor *dst, const struct tensor *src);
+	/* dst (any strides) = value / arange / random numbers. Random element i
+	 * (row-major index) is philox(seed, i), see random.h. */
+	int (*fill)(struct tensor *dst, double value);
+	int (*arange)(struct tensor *dst, double start, double step);
+	int (*random)(struct tensor *dst, enum tensor_random_kind kind, uint64_t seed,
+		      double a, double b);
+
+	int (*unary)(enum tensor_unary_op op, struct tensor *out, const struct tensor *x,
+		     double alpha);
+	int (*binary)(enum tensor_binary_op op, struct tensor *out, const struct tensor *a,
+		      const struct tensor *b);
+	int (*where)(struct tensor *out, const struct tensor *cond, const struct tensor *a,
+		     const struct tensor *b);
+	/* out has x's shape with size 1 at dim (argmax: out is i64). */
+	int (*reduce)(enum tensor_reduce_op op, struct tensor *out, const struct tensor *x,
+		      int dim);
+	/* c [batch, m, n] = alpha a [batch, m, k] · b [batch, k, n] + beta c.
+	 * Batch strides may be 0; every matrix has a unit stride in one dim. */
+	int (*gemm)(struct tensor *c, const struct tensor *a, const struct tensor *b,
+		    double alpha, double beta);
+	/* Along the last dim; x any strides. */
+	int (*softmax)(struct tensor *out, const struct tensor *x, bool log);
+	/* Over the last dim C; w, b [C] or NULL; mean, rstd [rows] or NULL. */
+	int (*layer_norm)(struct tensor *y, struct tensor *mean, struct tensor *rstd,
+			  const struct tensor *x, const struct tensor *w,
+			  const struct tensor *b, double eps);
+	int (*rms_norm)(struct tensor *y, struct tensor *rstd, const struct tensor *x,
+			const struct tensor *w, double eps);
+	/* Shapes as tensor_index_select / tensor_index_add_ / tensor_gather /
+	 * tensor_scatter_add_ describe; indices already range-checked. dst of the
+	 * in-place slots may have any strides. */
+	int (*index_select)(struct tensor *out, const struct tensor *src, int dim,
+			    const struct tensor *idx);
+	int (*index_add)(struct tensor *dst, int dim, const struct tensor *idx,
+			 const struct tensor *src);
+	int (*gather)(struct tensor *out, const struct tensor *src, int dim,
+		      const struct tensor *idx);
+	int (*scatter_add)(struct tensor *dst, int dim, const struct tensor *idx,
+			   const struct tensor *src);
+};
+
+/* The table of a device, or NULL (with an error set) if not compiled in. */
+const struct tensor_backend *tensor_backend_get(enum tensor_device dev);
+
+extern const struct tensor_backend tensor_cpu_backend;
+/* One-time CPU backend setup (BLIS kernel set, default threads); idempotent. */
+void cpu_init(void);
+#ifdef CFORMER_HAVE_CUDA
+extern const struct tensor_backend tensor_cuda_backend;
+bool tensor_cuda_present(void);
+#endif
+
+/* ---- helpers for front-ends (tensor.c, arena.c) ---------------------------- */
+
+/* Allocate an uninitialised contiguous tensor like tensor_empty, without the
+ * argument checks (shape already validated). */
+struct tensor *tensor_new(enum tensor_dtype dt, enum tensor_device dev, int ndim,
+			  const int64_t *shape);
+/* A view header sharing t's storage with the given geometry. */
+struct tensor *tensor_new_view(const struct tensor *t, int ndim, const int64_t *shape,
+			       const int64_t *strides, size_t offset);
+/* Broadcast shapes of a and b into out (returns ndim) or -1 with an error
+ * naming op. */
+int tensor_broadcast_shape(const char *op, const struct tensor *a, const struct tensor *b,
+			   int64_t *out);
+/* Check non-NULL, same device, same dtype; sets an error naming op. */
+int tensor_check_pair(const char *op, const struct tensor *a, const struct tensor *b);
+/* Check t is non-NULL and of a float dtype. */
+int tensor_check_float(const char *op, const struct tensor *t);
+/* TENSOR_OK if the slot exists, else an "unsupported" error naming opname. */
+#define TENSOR_SLOT(be, slot, opname)                                                   \
+	((be)->slot ? TENSOR_OK                                                              \
+		    : tensor_error(TENSOR_ERR_UNSUPPORTED, "%s: not supported on %s", opname, \
+				   (be)->name))
+
+/* Arena / heap allocation of device memory for a storage (arena.c). */
+struct tensor_storage *tensor_storage_alloc(enum tensor_device dev, size_t nbytes);
+void tensor_storage_release(struct tensor_storage *s);
+/* Allocate a tensor header (arena or heap). */
+struct tensor *tensor_header_alloc(void);
+
+#endif

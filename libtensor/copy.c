@@ -1,0 +1,172 @@
+/* Copies between layouts and devices, element access and printing. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+int tensor_copy_(struct tensor *dst, const struct tensor *src)
+{
+	if (!dst || !src)
+		return tensor_error(TENSOR_ERR_ARG, "copy_: input is NULL");
+	if (dst->storage->device != src->storage->device)
+		return tensor_error(TENSOR_ERR_DEVICE, "copy_: dst on %s, src on %s (use "
+				    "tensor_to_device)",
+				    tensor_device_name(dst->storage->device),
+				    tensor_device_name(src->storage->device));
+	const struct tensor *s = src;
+	if (!tensor_same_shape(dst, src)) {
+		s = tensor_expand(src, dst->ndim, dst->shape);
+		if (!s) {
+			tensor_clear_error();
+			char bd[128], bs[128];
+			return tensor_error(TENSOR_ERR_SHAPE, "copy_: cannot copy %s into %s",
+					    tensor_shape_str(src, bs, sizeof bs),
+					    tensor_shape_str(dst, bd, sizeof bd));
+		}
+	}
+	const struct tensor_backend *be = tensor_backend_get(dst->storage->device);
+	int rc = TENSOR_SLOT(be, copy, "copy_");
+	if (rc == TENSOR_OK)
+		rc = be->copy(dst, s);
+	if (s != src)
+		tensor_free((struct tensor *)s);
+	return rc;
+}
+
+static struct tensor *copy_as(const struct tensor *t, enum tensor_dtype dt)
+{
+	struct tensor *out = tensor_new(dt, t->storage->device, t->ndim, t->shape);
+	if (out && tensor_copy_(out, t) < 0) {
+		tensor_free(out);
+		return NULL;
+	}
+	return out;
+}
+
+struct tensor *tensor_contiguous(const struct tensor *t)
+{
+	if (!t)
+		return NULL;
+	if (tensor_is_contiguous(t))
+		return tensor_new_view(t, t->ndim, t->shape, t->strides, t->offset);
+	return copy_as(t, t->dtype);
+}
+
+struct tensor *tensor_clone(const struct tensor *t)
+{
+	return t ? copy_as(t, t->dtype) : NULL;
+}
+
+struct tensor *tensor_cast(const struct tensor *x, enum tensor_dtype dt)
+{
+	if (!x)
+		return NULL;
+	if ((unsigned)dt >= TENSOR_NDTYPES) {
+		tensor_error(TENSOR_ERR_DTYPE, "cast: invalid dtype %d", (int)dt);
+		return NULL;
+	}
+	return copy_as(x, dt);
+}
+
+int tensor_to_host(const struct tensor *t, void *dst, size_t nbytes)
+{
+	if (!t || !dst)
+		return tensor_error(TENSOR_ERR_ARG, "to_host: input is NULL");
+	if (nbytes != tensor_nbytes(t))
+		return tensor_error(TENSOR_ERR_ARG, "to_host: buffer has %zu bytes, tensor %zu",
+				    nbytes, tensor_nbytes(t));
+	struct tensor *c = tensor_contiguous(t);
+	if (!c)
+		return tensor_last_status();
+	const struct tensor_backend *be = tensor_backend_get(c->storage->device);
+	int rc = be->copy_to_host(dst, (char *)c->storage->data +
+					       c->offset * tensor_dtype_size(c->dtype),
+				  nbytes);
+	tensor_free(c);
+	return rc;
+}
+
+struct tensor *tensor_to_device(const struct tensor *t, enum tensor_device dev)
+{
+	if (!t)
+		return NULL;
+	if (t->storage->device == dev)
+		return tensor_clone(t);
+	const struct tensor_backend *be = tensor_backend_get(dev);
+	if (!be)
+		return NULL;
+	struct tensor *c = tensor_contiguous(t);
+	struct tensor *out = c ? tensor_new(t->dtype, dev, t->ndim, t->shape) : NULL;
+	if (out) {
+		size_t n = tensor_nbytes(c);
+		void *host = malloc(n ? n : 1);
+		int rc = host ? tensor_to_host(c, host, n)
+			      : tensor_error(TENSOR_ERR_NOMEM, "to_device: no host staging buffer");
+		if (rc == TENSOR_OK)
+			rc = be->copy_from_host(out->storage->data, host, n);
+		free(host);
+		if (rc < 0) {
+			tensor_free(out);
+			out = NULL;
+		}
+	}
+	tensor_free(c);
+	return out;
+}
+
+static double load(const void *p, enum tensor_dtype dt)
+{
+	switch (dt) {
+	case TENSOR_F32: return *(const float *)p;
+	case TENSOR_F64: return *(const double *)p;
+	case TENSOR_I32: return *(const int32_t *)p;
+	default: return (double)*(const int64_t *)p;
+	}
+}
+
+double tensor_get(const struct tensor *t, const int64_t *index)
+{
+	if (!t || (t->ndim > 0 && !index)) {
+		tensor_error(TENSOR_ERR_ARG, "get: input is NULL");
+		return 0;
+	}
+	int64_t off = (int64_t)t->offset;
+	for (int i = 0; i < t->ndim; i++) {
+		if (index[i] < 0 || index[i] >= t->shape[i]) {
+			char b[128];
+			tensor_error(TENSOR_ERR_SHAPE, "get: index %lld out of range at dim %d of %s",
+				     (long long)index[i], i, tensor_shape_str(t, b, sizeof b));
+			return 0;
+		}
+		off += index[i] * t->strides[i];
+	}
+	size_t es = tensor_dtype_size(t->dtype);
+	char buf[8];
+	const struct tensor_backend *be = tensor_backend_get(t->storage->device);
+	if (!be || be->copy_to_host(buf, (char *)t->storage->data + (size_t)off * es, es) < 0)
+		return 0;
+	return load(buf, t->dtype);
+}
+
+void tensor_print(const struct tensor *t, const char *name, FILE *f)
+{
+	char b[128];
+	if (!t) {
+		fprintf(f, "%s: (null)\n", name ? name : "tensor");
+		return;
+	}
+	fprintf(f, "%s: %s %s %s%s\n", name ? name : "tensor", tensor_shape_str(t, b, sizeof b),
+		tensor_dtype_name(t->dtype), tensor_device_name(t->storage->device),
+		tensor_is_contiguous(t) ? "" : " (strided)");
+	int64_t n = tensor_numel(t), show = n < 16 ? n : 16, idx[TENSOR_MAX_DIMS];
+	fprintf(f, "  [");
+	for (int64_t k = 0; k < show; k++) {
+		int64_t r = k;
+		for (int i = t->ndim - 1; i >= 0; i--) {
+			idx[i] = r % t->shape[i];
+			r /= t->shape[i];
+		}
+		fprintf(f, "%s%.6g", k ? ", " : "", tensor_get(t, idx));
+	}
+	fprintf(f, "%s]\n", show < n ? ", ..." : "");
+}

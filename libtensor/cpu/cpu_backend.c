@@ -1,0 +1,168 @@
+/* The CPU backend: its table, host memory, threads and BLIS kernel choice. */
+#include <blis.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cpu_iter.h"
+#include "cpu_kernels.h"
+
+static atomic_int num_threads;
+
+static int default_threads(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (int)n : 1;
+}
+
+/* Debian's BLIS 0.9 does not recognise every AVX-512 CPU (it falls back to
+ * slower kernels, even `generic`), so pick `skx` when the CPU has the
+ * AVX-512 subsets those kernels use. BLIS reads BLIS_ARCH_TYPE once, at its
+ * initialisation; a value the user set is left alone. */
+static void select_blis_arch(void)
+{
+	if (getenv("BLIS_ARCH_TYPE"))
+		return;
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+	    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+		setenv("BLIS_ARCH_TYPE", "skx", 0);
+}
+
+static void init_once(void)
+{
+	select_blis_arch();
+	bli_init();
+	int n = default_threads();
+	atomic_store(&num_threads, n);
+	bli_thread_set_num_threads(n);
+}
+
+void cpu_init(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, init_once);
+}
+
+void tensor_set_num_threads(int n)
+{
+	cpu_init();
+	if (n <= 0)
+		n = default_threads();
+	atomic_store(&num_threads, n);
+	bli_thread_set_num_threads(n);
+	omp_set_num_threads(n);
+}
+
+int cpu_num_threads(void) { return atomic_load(&num_threads); }
+
+int tensor_get_num_threads(void)
+{
+	cpu_init();
+	return atomic_load(&num_threads);
+}
+
+const char *tensor_blas_arch(void)
+{
+	cpu_init();
+	return bli_arch_string(bli_arch_query_id());
+}
+
+void cpu_loop_init(struct cpu_loop *l, int nops, const struct tensor *const *ts)
+{
+	const struct tensor *t0 = ts[0];
+	l->nops = nops;
+	for (int k = 0; k < nops; k++) {
+		l->base[k] = cpu_ptr(ts[k]);
+		l->esize[k] = tensor_dtype_size(ts[k]->dtype);
+	}
+	/* Drop size-1 dims, then merge dim d into d+1 when every operand steps
+	 * through them as one. */
+	int nd = 0;
+	for (int d = 0; d < t0->ndim; d++) {
+		if (t0->shape[d] == 1)
+			continue;
+		if (nd > 0) {
+			bool merge = true;
+			for (int k = 0; k < nops; k++)
+				merge = merge &&
+					l->strides[k][nd - 1] == ts[k]->strides[d] * t0->shape[d];
+			if (merge) {
+				l->shape[nd - 1] *= t0->shape[d];
+				for (int k = 0; k < nops; k++)
+					l->strides[k][nd - 1] = ts[k]->strides[d];
+				continue;
+			}
+		}
+		l->shape[nd] = t0->shape[d];
+		for (int k = 0; k < nops; k++)
+			l->strides[k][nd] = ts[k]->strides[d];
+		nd++;
+	}
+	if (nd == 0) {
+		l->shape[0] = tensor_numel(t0); /* 1, or 0 for an empty tensor */
+		for (int k = 0; k < nops; k++)
+			l->strides[k][0] = 1;
+		nd = 1;
+	}
+	l->ndim = nd;
+	l->n = l->shape[nd - 1];
+	l->rows = 1;
+	for (int d = 0; d < nd - 1; d++)
+		l->rows *= l->shape[d];
+	if (l->n == 0)
+		l->rows = 0;
+}
+
+/* ---- memory --------------------------------------------------------------- */
+
+static void *cpu_alloc(size_t nbytes)
+{
+	return aligned_alloc(64, (nbytes + 63) & ~(size_t)63);
+}
+
+static void cpu_free(void *p) { free(p); }
+
+static int cpu_memset_zero(void *p, size_t n)
+{
+	memset(p, 0, n);
+	return TENSOR_OK;
+}
+
+static int cpu_memcpy(void *dst, const void *src, size_t n)
+{
+	if (n)
+		memcpy(dst, src, n);
+	return TENSOR_OK;
+}
+
+static int cpu_synchronize(void) { return TENSOR_OK; }
+
+const struct tensor_backend tensor_cpu_backend = {
+	.name = "cpu",
+	.alloc = cpu_alloc,
+	.free = cpu_free,
+	.memset_zero = cpu_memset_zero,
+	.copy_from_host = cpu_memcpy,
+	.copy_to_host = cpu_memcpy,
+	.synchronize = cpu_synchronize,
+	.copy = cpu_copy,
+	.fill = cpu_fill,
+	.arange = cpu_arange,
+	.random = cpu_random,
+	.unary = cpu_unary,
+	.binary = cpu_binary,
+	.where = cpu_where,
+	.reduce = cpu_reduce,
+	.gemm = cpu_gemm,
+	.softmax = cpu_softmax,
+	.layer_norm = cpu_layer_norm,
+	.rms_norm = cpu_rms_norm,
+	.index_select = cpu_index_select,
+	.index_add = cpu_index_add,
+	.gather = cpu_gather,
+	.scatter_add = cpu_scatter_add,
+};

@@ -1,0 +1,85 @@
+/* Strided iteration for CPU kernels. Internal to the CPU backend.
+ *
+ * A cpu_loop walks up to CPU_MAX_OPS tensors of one shape: dims that are
+ * contiguous for every operand are merged, then the work is a set of "rows"
+ * (all dims but the last) each handed to a typed inner loop with the last
+ * dim's length and per-operand strides. Rows are independent, so kernels run
+ * them under `#pragma omp parallel for`. */
+#ifndef CFORMER_CPU_ITER_H
+#define CFORMER_CPU_ITER_H
+
+#include "../backend.h"
+
+#define CPU_MAX_OPS 4
+
+struct cpu_loop {
+	int ndim; /* >= 1 after merging */
+	int nops;
+	int64_t shape[TENSOR_MAX_DIMS];
+	int64_t strides[CPU_MAX_OPS][TENSOR_MAX_DIMS];
+	char *base[CPU_MAX_OPS]; /* address of element 0 of each operand */
+	size_t esize[CPU_MAX_OPS];
+	int64_t rows, n; /* rows = product of all dims but the last; n = last dim */
+};
+
+/* Set up a loop over ts[0]'s shape; every ts[i] must have that shape. */
+void cpu_loop_init(struct cpu_loop *l, int nops, const struct tensor *const *ts);
+
+/* Pointers of row r of each operand into p[]. */
+static inline void cpu_loop_row(const struct cpu_loop *l, int64_t r, char **p)
+{
+	int64_t off[CPU_MAX_OPS] = {0};
+	for (int d = l->ndim - 2; d >= 0; d--) {
+		int64_t i = r % l->shape[d];
+		r /= l->shape[d];
+		for (int k = 0; k < l->nops; k++)
+			off[k] += i * l->strides[k][d];
+	}
+	for (int k = 0; k < l->nops; k++)
+		p[k] = l->base[k] + off[k] * (int64_t)l->esize[k];
+}
+
+/* Inner-dim stride of operand k. */
+static inline int64_t cpu_loop_stride(const struct cpu_loop *l, int k)
+{
+	return l->strides[k][l->ndim - 1];
+}
+
+/* Element loads and stores through double, for the generic (any dtype)
+ * paths; exact for f32, f64 and integers below 2^53. */
+static inline double cpu_load(const char *p, enum tensor_dtype dt)
+{
+	switch (dt) {
+	case TENSOR_F32: return *(const float *)p;
+	case TENSOR_F64: return *(const double *)p;
+	case TENSOR_I32: return *(const int32_t *)p;
+	default: return (double)*(const int64_t *)p;
+	}
+}
+
+static inline void cpu_store(char *p, enum tensor_dtype dt, double v)
+{
+	switch (dt) {
+	case TENSOR_F32: *(float *)p = (float)v; break;
+	case TENSOR_F64: *(double *)p = v; break;
+	case TENSOR_I32: *(int32_t *)p = (int32_t)v; break;
+	default: *(int64_t *)p = (int64_t)v; break;
+	}
+}
+
+/* Index value i of an i32/i64 index tensor at address p. */
+static inline int64_t cpu_load_index(const char *p, enum tensor_dtype dt)
+{
+	return dt == TENSOR_I32 ? *(const int32_t *)p : *(const int64_t *)p;
+}
+
+/* Address of element 0 of t. */
+static inline char *cpu_ptr(const struct tensor *t)
+{
+	return (char *)t->storage->data + t->offset * tensor_dtype_size(t->dtype);
+}
+
+/* Whether a loop of `work` elements is worth parallelising. */
+#define CPU_PAR_MIN 32768
+
+#endif

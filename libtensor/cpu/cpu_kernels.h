@@ -1,0 +1,44 @@
+/* The CPU backend's compute slots, one family a file. Internal. */
+#ifndef CFORMER_CPU_KERNELS_H
+#define CFORMER_CPU_KERNELS_H
+
+#include "../backend.h"
+
+/* cpu_backend.c: the thread count set by tensor_set_num_threads(), for
+ * `#pragma omp parallel for num_threads(cpu_num_threads())`. */
+int cpu_num_threads(void);
+
+/* cpu_fill.c */
+int cpu_copy(struct tensor *dst, const struct tensor *src);
+int cpu_fill(struct tensor *dst, double value);
+int cpu_arange(struct tensor *dst, double start, double step);
+int cpu_random(struct tensor *dst, enum tensor_random_kind kind, uint64_t seed, double a,
+	       double b);
+/* cpu_elementwise.c */
+int cpu_unary(enum tensor_unary_op op, struct tensor *out, const struct tensor *x, double alpha);
+int cpu_binary(enum tensor_binary_op op, struct tensor *out, const struct tensor *a,
+	       const struct tensor *b);
+int cpu_where(struct tensor *out, const struct tensor *cond, const struct tensor *a,
+	      const struct tensor *b);
+/* cpu_reduce.c */
+int cpu_reduce(enum tensor_reduce_op op, struct tensor *out, const struct tensor *x, int dim);
+/* cpu_matmul.c */
+int cpu_gemm(struct tensor *c, const struct tensor *a, const struct tensor *b, double alpha,
+	     double beta);
+/* cpu_nn.c */
+int cpu_softmax(struct tensor *out, const struct tensor *x, bool log);
+int cpu_layer_norm(struct tensor *y, struct tensor *mean, struct tensor *rstd,
+		   const struct tensor *x, const struct tensor *w, const struct tensor *b,
+		   double eps);
+int cpu_rms_norm(struct tensor *y, struct tensor *rstd, const struct tensor *x,
+		 const struct tensor *w, double eps);
+/* cpu_index.c */
+int cpu_index_select(struct tensor *out, const struct tensor *src, int dim,
+		     const struct tensor *idx);
+int cpu_index_add(struct tensor *dst, int dim, const struct tensor *idx,
+		  const struct tensor *src);
+int cpu_gather(struct tensor *out, const struct tensor *src, int dim, const struct tensor *idx);
+int cpu_scatter_add(struct tensor *dst, int dim, const struct tensor *idx,
+		    const struct tensor *src);
+
+#endif

@@ -1,0 +1,229 @@
+/* cformer libtensor: strided tensor views over refcounted device storage.
+ *
+ * A tensor is a view: storage (bytes on one device) + dtype + shape + strides
+ * (in elements) + offset. Views never copy. Every op front-end validates its
+ * inputs, sets a thread-local error message on failure (tensor_last_error())
+ * and returns NULL or a negative status; an op given a NULL input returns NULL
+ * and keeps the first error, so a whole computation can be checked once.
+ *
+ * Memory: inside a scope (tensor_scope_begin/end) every tensor an op returns is
+ * bump-allocated from the scope's arena and released together when the scope
+ * ends; tensor_free() on it is a no-op. Outside any scope, results are
+ * persistent heap tensors owned by the caller (tensor_free()).
+ */
+#ifndef CFORMER_TENSOR_H
+#define CFORMER_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TENSOR_MAX_DIMS 8
+
+/* ---- status --------------------------------------------------------------- */
+
+enum tensor_status {
+	TENSOR_OK = 0,
+	TENSOR_ERR_SHAPE = -1,       /* incompatible or invalid shapes, dims */
+	TENSOR_ERR_DTYPE = -2,       /* unsupported or mismatched dtype */
+	TENSOR_ERR_DEVICE = -3,      /* operands on different devices */
+	TENSOR_ERR_NOMEM = -4,       /* allocation failed or size overflow */
+	TENSOR_ERR_UNSUPPORTED = -5, /* backend lacks the primitive */
+	TENSOR_ERR_IO = -6,          /* file or stream error */
+	TENSOR_ERR_ARG = -7,         /* bad argument (NULL, range) */
+	TENSOR_ERR_CUDA = -8,        /* CUDA runtime or cuBLAS failure */
+	TENSOR_ERR_STATE = -9,       /* misuse: scope mismatch, in-place on saved */
+};
+
+/* The message of the first error since the last tensor_clear_error() in this
+ * thread ("matmul: inner dims differ: [8,64] x [32,16]"), or "" if none. */
+const char *tensor_last_error(void);
+/* The status of that first error, TENSOR_OK if none. */
+int tensor_last_status(void);
+/* Forget the recorded error of this thread. */
+void tensor_clear_error(void);
+/* Record an error (printf-style message) unless one is already recorded;
+ * returns status so callers can `return tensor_error(...)`. For op authors. */
+int tensor_error(int status, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Human-readable name of a status code. */
+const char *tensor_status_string(int status);
+
+/* ---- dtypes and devices --------------------------------------------------- */
+
+enum tensor_dtype { TENSOR_F32, TENSOR_F64, TENSOR_I32, TENSOR_I64, TENSOR_NDTYPES };
+enum tensor_device { TENSOR_CPU, TENSOR_CUDA, TENSOR_NDEVICES };
+
+size_t tensor_dtype_size(enum tensor_dtype dt);
+const char *tensor_dtype_name(enum tensor_dtype dt);
+const char *tensor_device_name(enum tensor_device dev);
+/* true if the device's backend was compiled in and a device is present. */
+bool tensor_device_available(enum tensor_device dev);
+
+/* ---- the tensor ----------------------------------------------------------- */
+
+struct tensor_storage {
+	void *data;               /* device pointer */
+	size_t nbytes;
+	enum tensor_device device;
+	int refcount;             /* heap storage only; arena storage ignores it */
+	bool in_arena;
+};
+
+struct ag_node;
+
+struct tensor {
+	struct tensor_storage *storage;
+	size_t offset;                     /* in elements */
+	int64_t shape[TENSOR_MAX_DIMS];
+	int64_t strides[TENSOR_MAX_DIMS];  /* in elements; 0 = broadcast */
+	int ndim;
+	enum tensor_dtype dtype;
+	bool in_arena;                     /* header lives in a scope arena */
+	/* autograd (autograd/ owns these; libtensor only carries them) */
+	bool requires_grad;
+	struct tensor *grad;
+	struct ag_node *node;
+};
+
+int64_t tensor_numel(const struct tensor *t);
+size_t tensor_nbytes(const struct tensor *t); /* numel * dtype size */
+bool tensor_is_contiguous(const struct tensor *t); /* row-major, no gaps */
+/* Host address of element 0 (CPU tensors; NULL for other devices). */
+void *tensor_data(const struct tensor *t);
+/* Canonical dim: -1 is the last; returns -1 and sets an error naming op if
+ * out of range. */
+int tensor_dim_wrap(const char *op, int dim, int ndim);
+/* Format a shape as "[2,3,4]" into buf (at least 128 bytes); returns buf. */
+const char *tensor_shape_str(const struct tensor *t, char *buf, size_t len);
+/* true if a and b have identical ndim and shape. */
+bool tensor_same_shape(const struct tensor *a, const struct tensor *b);
+
+/* ---- creation (NULL + error on failure) ----------------------------------- */
+/* shape has ndim entries, each >= 0 (0 gives an empty tensor); ndim <= 8.   */
+
+struct tensor *tensor_empty(enum tensor_dtype dt, enum tensor_device dev,
+			    int ndim, const int64_t *shape);
+struct tensor *tensor_zeros(enum tensor_dtype dt, enum tensor_device dev,
+			    int ndim, const int64_t *shape);
+struct tensor *tensor_ones(enum tensor_dtype dt, enum tensor_device dev,
+			   int ndim, const int64_t *shape);
+struct tensor *tensor_full(enum tensor_dtype dt, enum tensor_device dev,
+			   int ndim, const int64_t *shape, double value);
+/* 1-d [start, start+step, ...) with ceil((end-start)/step) elements; step != 0. */
+struct tensor *tensor_arange(enum tensor_dtype dt, enum tensor_device dev,
+			     double start, double end, double step);
+/* Copy numel elements of dtype dt from host memory `data`. */
+struct tensor *tensor_from_data(enum tensor_dtype dt, enum tensor_device dev,
+				int ndim, const int64_t *shape, const void *data);
+/* Uniform in [lo, hi) and normal(mean, std) from a counter-based generator:
+ * element i of the result is a pure function of (seed, i), so the same seed
+ * and shape give the same numbers on every backend and thread count. Float
+ * dtypes only. */
+struct tensor *tensor_rand_uniform(enum tensor_dtype dt, enum tensor_device dev,
+				   int ndim, const int64_t *shape,
+				   uint64_t seed, double lo, double hi);
+struct tensor *tensor_rand_normal(enum tensor_dtype dt, enum tensor_device dev,
+				  int ndim, const int64_t *shape,
+				  uint64_t seed, double mean, double std);
+/* Fill t (any strides) in place; float dtypes for the random fills. */
+int tensor_fill_(struct tensor *t, double value);
+int tensor_uniform_(struct tensor *t, uint64_t seed, double lo, double hi);
+int tensor_normal_(struct tensor *t, uint64_t seed, double mean, double std);
+
+/* Release a heap tensor (drops its storage reference); no-op on NULL and on
+ * scope-allocated tensors. Does not free t->grad (autograd owns it). */
+void tensor_free(struct tensor *t);
+
+/* ---- views (share storage, never copy) ------------------------------------ */
+
+/* Reshape/view: t must be contiguous, numel must match; one entry may be -1. */
+struct tensor *tensor_view(const struct tensor *t, int ndim, const int64_t *shape);
+/* Like view, but copies (tensor_contiguous) when t is not contiguous. */
+struct tensor *tensor_reshape(const struct tensor *t, int ndim, const int64_t *shape);
+/* perm is a permutation of 0..ndim-1. */
+struct tensor *tensor_permute(const struct tensor *t, const int *perm);
+struct tensor *tensor_transpose(const struct tensor *t, int d0, int d1);
+/* Elements [start, start+len) along dim. */
+struct tensor *tensor_narrow(const struct tensor *t, int dim, int64_t start, int64_t len);
+/* Python-like slice [start:end:step] along dim (negative start/end count from
+ * the end, clamped; step >= 1). */
+struct tensor *tensor_slice(const struct tensor *t, int dim, int64_t start, int64_t end,
+			    int64_t step);
+/* Remove index `index` of dim (drops the dim). */
+struct tensor *tensor_select(const struct tensor *t, int dim, int64_t index);
+/* Broadcast to shape (stride 0 on expanded dims; sizes must be 1 or equal;
+ * new leading dims allowed). */
+struct tensor *tensor_expand(const struct tensor *t, int ndim, const int64_t *shape);
+struct tensor *tensor_squeeze(const struct tensor *t, int dim);   /* dim of size 1 */
+struct tensor *tensor_unsqueeze(const struct tensor *t, int dim); /* 0..ndim */
+/* Sliding windows of `size` every `step` along dim, appended as a new last
+ * dim of length size (overlapping when step < size). */
+struct tensor *tensor_unfold(const struct tensor *t, int dim, int64_t size, int64_t step);
+
+/* ---- copies --------------------------------------------------------------- */
+
+/* t's values, contiguous: a new view of t's storage if t already is, else a
+ * copy. Always a new tensor (free it outside scopes). */
+struct tensor *tensor_contiguous(const struct tensor *t);
+struct tensor *tensor_clone(const struct tensor *t);
+struct tensor *tensor_to_device(const struct tensor *t, enum tensor_device dev);
+/* Copy src into dst (same shape; src may broadcast; dtypes converted). */
+int tensor_copy_(struct tensor *dst, const struct tensor *src);
+/* Copy the (contiguous) contents to host memory of nbytes. */
+int tensor_to_host(const struct tensor *t, void *dst, size_t nbytes);
+/* Element at a multi-index, as double (debugging and tests; any device). */
+double tensor_get(const struct tensor *t, const int64_t *index);
+/* Print shape, dtype, device and (up to a few) values, for debugging. */
+void tensor_print(const struct tensor *t, const char *name, FILE *f);
+
+/* ---- memory: scopes, arenas, accounting ----------------------------------- */
+
+/* Open a scope: tensors created until the matching end live in its arena.
+ * Scopes nest (per thread). */
+void tensor_scope_begin(void);
+/* Release every tensor of the innermost scope. Returns TENSOR_ERR_STATE if no
+ * scope is open. */
+int tensor_scope_end(void);
+/* Copy t (a tensor of the innermost scope) into the enclosing scope (or onto
+ * the heap if the innermost scope is the outermost) and return the copy, which
+ * survives tensor_scope_end(). Call before ending the scope. */
+struct tensor *tensor_scope_keep(const struct tensor *t);
+/* Depth of open scopes in this thread (0 = none). */
+int tensor_scope_depth(void);
+
+struct tensor_mem_stats {
+	size_t live_bytes;     /* heap storage + arena bytes in use */
+	size_t peak_bytes;     /* max of live_bytes since the last reset */
+	size_t reserved_bytes; /* arena blocks held (in use or cached) */
+	size_t n_device_allocs;/* calls to the device allocator so far */
+};
+/* Counters of a device (tensor data only, not headers). */
+struct tensor_mem_stats tensor_mem_stats(enum tensor_device dev);
+/* Set peak_bytes to the current live_bytes. */
+void tensor_mem_reset_peak(enum tensor_device dev);
+/* Return cached arena blocks of this thread to the device (when no scope). */
+void tensor_mem_trim(void);
+
+/* ---- threads and CPU backend info ----------------------------------------- */
+
+/* Threads for BLIS and OpenMP kernels; n <= 0 restores the default (online
+ * CPUs). */
+void tensor_set_num_threads(int n);
+int tensor_get_num_threads(void);
+/* The BLIS kernel set in use ("skx", "haswell", ...). The library selects the
+ * fastest set the CPU supports at first use unless BLIS_ARCH_TYPE is set. */
+const char *tensor_blas_arch(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#include "tensor_ops.h"
+
+#endif

@@ -1,0 +1,172 @@
+/* cformer libtensor ops. Included by tensor.h.
+ *
+ * Conventions for every op below:
+ * - Inputs must be on one device (else TENSOR_ERR_DEVICE) and, for binary
+ *   ops, share a dtype (else TENSOR_ERR_DTYPE): there are no silent copies or
+ *   promotions. Float ops take f32/f64; index arguments are i32/i64.
+ * - Binary ops broadcast NumPy-style (trailing dims equal or 1).
+ * - dim arguments accept negative values (-1 = last); out of range is
+ *   TENSOR_ERR_SHAPE.
+ * - A NULL input returns NULL and keeps the first recorded error; any failure
+ *   returns NULL with a message naming the op, the shapes and what was
+ *   expected (tensor_last_error()).
+ * - Results are new contiguous tensors (scoped inside a scope, else heap).
+ */
+#ifndef CFORMER_TENSOR_OPS_H
+#define CFORMER_TENSOR_OPS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- elementwise ---------------------------------------------------------- */
+
+enum tensor_unary_op {
+	TENSOR_NEG, TENSOR_EXP, TENSOR_LOG, TENSOR_SQRT, TENSOR_RSQRT, TENSOR_TANH,
+	TENSOR_ERF, TENSOR_ABS, TENSOR_RELU, TENSOR_GELU, TENSOR_GELU_TANH,
+	TENSOR_SILU, TENSOR_SIGMOID, TENSOR_SQUARE, TENSOR_RECIPROCAL,
+	TENSOR_ADD_SCALAR, /* x + alpha */
+	TENSOR_MUL_SCALAR, /* x * alpha */
+	TENSOR_POW_SCALAR, /* x ^ alpha */
+	TENSOR_NUNARY
+};
+
+enum tensor_binary_op {
+	TENSOR_ADD, TENSOR_SUB, TENSOR_MUL, TENSOR_DIV, TENSOR_POW,
+	TENSOR_MAXIMUM, TENSOR_MINIMUM,
+	/* comparisons: 1 where true, 0 where false, in the inputs' dtype */
+	TENSOR_EQ, TENSOR_NE, TENSOR_LT, TENSOR_LE, TENSOR_GT, TENSOR_GE,
+	TENSOR_NBINARY
+};
+
+/* Generic forms. alpha is used by the *_SCALAR ops. Float dtypes, except
+ * NEG, ABS, RELU, SQUARE and the scalar add/mul, which also take ints. */
+struct tensor *tensor_unary(enum tensor_unary_op op, const struct tensor *x, double alpha);
+/* Broadcasting binary op; a and b share dtype and device. */
+struct tensor *tensor_binary(enum tensor_binary_op op, const struct tensor *a,
+			     const struct tensor *b);
+
+struct tensor *tensor_add(const struct tensor *a, const struct tensor *b);
+struct tensor *tensor_sub(const struct tensor *a, const struct tensor *b);
+struct tensor *tensor_mul(const struct tensor *a, const struct tensor *b);
+struct tensor *tensor_div(const struct tensor *a, const struct tensor *b);
+struct tensor *tensor_pow(const struct tensor *a, const struct tensor *b);
+struct tensor *tensor_maximum(const struct tensor *a, const struct tensor *b);
+struct tensor *tensor_minimum(const struct tensor *a, const struct tensor *b);
+struct tensor *tensor_eq(const struct tensor *a, const struct tensor *b);
+struct tensor *tensor_ne(const struct tensor *a, const struct tensor *b);
+struct tensor *tensor_lt(const struct tensor *a, const struct tensor *b);
+struct tensor *tensor_le(const struct tensor *a, const struct tensor *b);
+struct tensor *tensor_gt(const struct tensor *a, const struct tensor *b);
+struct tensor *tensor_ge(const struct tensor *a, const struct tensor *b);
+
+struct tensor *tensor_add_scalar(const struct tensor *x, double s);
+struct tensor *tensor_mul_scalar(const struct tensor *x, double s);
+struct tensor *tensor_pow_scalar(const struct tensor *x, double p);
+struct tensor *tensor_neg(const struct tensor *x);
+struct tensor *tensor_exp(const struct tensor *x);
+struct tensor *tensor_log(const struct tensor *x);
+struct tensor *tensor_sqrt(const struct tensor *x);
+struct tensor *tensor_rsqrt(const struct tensor *x);
+struct tensor *tensor_tanh(const struct tensor *x);
+struct tensor *tensor_erf(const struct tensor *x);
+struct tensor *tensor_abs(const struct tensor *x);
+struct tensor *tensor_relu(const struct tensor *x);
+/* gelu(x) = x * Phi(x) exactly (erf form); tensor_gelu_tanh uses the tanh
+ * approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+struct tensor *tensor_gelu(const struct tensor *x);
+struct tensor *tensor_gelu_tanh(const struct tensor *x);
+struct tensor *tensor_silu(const struct tensor *x);
+struct tensor *tensor_sigmoid(const struct tensor *x);
+
+/* out = cond != 0 ? a : b, all three broadcast together; a and b share dtype. */
+struct tensor *tensor_where(const struct tensor *cond, const struct tensor *a,
+			    const struct tensor *b);
+/* x with value where mask != 0 (mask broadcasts to x's shape). */
+struct tensor *tensor_masked_fill(const struct tensor *x, const struct tensor *mask,
+				  double value);
+/* Convert to dtype (float to int truncates toward zero). */
+struct tensor *tensor_cast(const struct tensor *x, enum tensor_dtype dt);
+
+/* ---- matmul --------------------------------------------------------------- */
+
+/* C = A·B. A [..., m, k], B [..., k, n] -> [..., m, n] with the batch dims
+ * broadcast; a 1-d A is a row [k], a 1-d B a column [k] (that dim is dropped
+ * from the result). Float dtypes. Operands are passed to BLIS by their
+ * strides, so transposed or sliced views are not copied (a view whose matrix
+ * has no unit stride is copied first). Errors: inner dims differ, batch dims
+ * not broadcastable. */
+struct tensor *tensor_matmul(const struct tensor *a, const struct tensor *b);
+
+/* ---- reductions ----------------------------------------------------------- */
+
+/* Reduce over the ndims dims listed (ndims == 0: all dims). keepdim keeps
+ * them with size 1. Reducing an empty dim: sum 0, mean NaN, max/min error. */
+struct tensor *tensor_sum(const struct tensor *x, int ndims, const int *dims, bool keepdim);
+struct tensor *tensor_mean(const struct tensor *x, int ndims, const int *dims, bool keepdim);
+struct tensor *tensor_max(const struct tensor *x, int ndims, const int *dims, bool keepdim);
+struct tensor *tensor_min(const struct tensor *x, int ndims, const int *dims, bool keepdim);
+/* Variance with the given correction (0 = population, 1 = unbiased). */
+struct tensor *tensor_var(const struct tensor *x, int ndims, const int *dims,
+			  int correction, bool keepdim);
+/* Index (i64) of the first maximum along dim. */
+struct tensor *tensor_argmax(const struct tensor *x, int dim, bool keepdim);
+
+/* ---- softmax and norms ---------------------------------------------------- */
+
+/* softmax / log_softmax along dim, computed stably (max subtracted) with f32
+ * or f64 accumulation. */
+struct tensor *tensor_softmax(const struct tensor *x, int dim);
+struct tensor *tensor_log_softmax(const struct tensor *x, int dim);
+
+/* Layer norm over the last dim C: y = (x - mean) * rstd * w + b, with
+ * rstd = 1/sqrt(var + eps) (population variance). w, b: [C] or NULL. If mean /
+ * rstd are not NULL they receive [..., 1] tensors (what backward needs). */
+struct tensor *tensor_layer_norm(const struct tensor *x, const struct tensor *w,
+				 const struct tensor *b, double eps,
+				 struct tensor **mean, struct tensor **rstd);
+/* RMS norm over the last dim: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps). */
+struct tensor *tensor_rms_norm(const struct tensor *x, const struct tensor *w, double eps,
+			       struct tensor **rstd);
+
+/* ---- indexing, joining ---------------------------------------------------- */
+
+/* out = src indexed along dim by idx (i32/i64, any shape): out's shape is
+ * src.shape[:dim] + idx.shape + src.shape[dim+1:] (embedding lookup with
+ * dim 0). Index out of range is TENSOR_ERR_ARG naming the index. */
+struct tensor *tensor_index_select(const struct tensor *src, int dim, const struct tensor *idx);
+/* Backward of index_select: dst[.., idx[j], ..] += src[.., j, ..] in place,
+ * duplicates accumulate. src's shape is dst.shape[:dim] + idx.shape +
+ * dst.shape[dim+1:]. */
+int tensor_index_add_(struct tensor *dst, int dim, const struct tensor *idx,
+		      const struct tensor *src);
+/* out[i][j][k] = src[i][idx[i][j][k]][k] (dim = 1), as torch.gather: idx has
+ * src's ndim and, off dim, sizes <= src's. */
+struct tensor *tensor_gather(const struct tensor *src, int dim, const struct tensor *idx);
+/* Backward of gather: dst[i][idx[i][j][k]][k] += src[i][j][k] (dim = 1). */
+int tensor_scatter_add_(struct tensor *dst, int dim, const struct tensor *idx,
+			const struct tensor *src);
+
+/* Join n tensors along an existing dim (other dims equal). */
+struct tensor *tensor_concat(int n, struct tensor *const *ts, int dim);
+/* Join n equal-shaped tensors along a new dim. */
+struct tensor *tensor_stack(int n, struct tensor *const *ts, int dim);
+/* Split along dim into n views of the given sizes (summing to the dim's
+ * size), written to out[0..n-1]. Returns a status. */
+int tensor_split(const struct tensor *t, int dim, int n, const int64_t *sizes,
+		 struct tensor **out);
+
+/* ---- convolution ---------------------------------------------------------- */
+
+/* 1-d convolution over the last axis as in PyTorch (cross-correlation):
+ * x [B, C_in, L], w [C_out, C_in, K], bias [C_out] or NULL, stride >= 1,
+ * zero padding >= 0 each side -> [B, C_out, (L + 2 pad - K) / stride + 1].
+ * kernel == stride with no padding is a reshape and one GEMM. */
+struct tensor *tensor_conv1d(const struct tensor *x, const struct tensor *w,
+			     const struct tensor *bias, int64_t stride, int64_t padding);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

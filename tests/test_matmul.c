@@ -1,0 +1,3 @@
+/* placeholder: being written */
+#include "testutil.h"
+int main(void) { return 77; }
