@@ -15,14 +15,20 @@ int tensor_copy_(struct tensor *dst, const struct tensor *src)
 				    tensor_device_name(src->storage->device));
 	const struct tensor *s = src;
 	if (!tensor_same_shape(dst, src)) {
-		s = tensor_expand(src, dst->ndim, dst->shape);
-		if (!s) {
-			tensor_clear_error();
-			char bd[128], bs[128];
-			return tensor_error(TENSOR_ERR_SHAPE, "copy_: cannot copy %s into %s",
+		bool ok = src->ndim <= dst->ndim;
+		for (int i = 0; ok && i < src->ndim; i++) {
+			int64_t n = src->shape[i], want = dst->shape[dst->ndim - src->ndim + i];
+			ok = n == want || n == 1;
+		}
+		char bd[128], bs[128];
+		if (!ok)
+			return tensor_error(TENSOR_ERR_SHAPE,
+					    "copy_: cannot broadcast %s into %s",
 					    tensor_shape_str(src, bs, sizeof bs),
 					    tensor_shape_str(dst, bd, sizeof bd));
-		}
+		s = tensor_expand(src, dst->ndim, dst->shape);
+		if (!s)
+			return tensor_last_status();
 	}
 	const struct tensor_backend *be = tensor_backend_get(dst->storage->device);
 	int rc = TENSOR_SLOT(be, copy, "copy_");

@@ -241,7 +241,7 @@ struct tensor *tensor_unsqueeze(const struct tensor *t, int dim)
 		tensor_error(TENSOR_ERR_SHAPE, "unsqueeze: already %d dims", TENSOR_MAX_DIMS);
 		return NULL;
 	}
-	int d = tensor_dim_wrap("unsqueeze", dim < 0 ? dim + 1 : dim, t->ndim + 1);
+	int d = tensor_dim_wrap("unsqueeze", dim, t->ndim + 1);
 	if (d < 0)
 		return NULL;
 	int64_t sh[TENSOR_MAX_DIMS], st[TENSOR_MAX_DIMS];
