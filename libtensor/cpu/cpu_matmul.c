@@ -1,2 +1,105 @@
+/* CPU GEMM: batches of strided matrix products through BLIS's typed API. */
+#include <blis.h>
+
+#include "cpu_iter.h"
 #include "cpu_kernels.h"
-int cpu_gemm(struct tensor *c, const struct tensor *a, const struct tensor *b, double alpha, double beta) { (void)c;(void)a;(void)b;(void)alpha;(void)beta; return tensor_error(TENSOR_ERR_UNSUPPORTED, "stub"); }
+
+/* A batch of products each at most this many multiply-adds (m n k) runs one
+ * single-threaded BLIS call per OpenMP thread instead of threading each call:
+ * small products do not feed BLIS's threads (see bench/bench_ops). */
+#define CPU_GEMM_SMALL ((int64_t)192 * 192 * 192)
+
+/* One operand: element 0, batch stride, row and column strides (elements). */
+struct gemm_mat {
+	char *p;
+	int64_t sb, rs, cs;
+};
+
+/* Strides BLIS accepts for an r x c matrix: a size-1 dim's stride is free
+ * (the front-end makes every matrix unit-stride in one dim, see backend.h). */
+static bool gemm_mat_fix(struct gemm_mat *x, int64_t r, int64_t c)
+{
+	if (r == 1 && c == 1)
+		x->rs = x->cs = 1;
+	else if (r == 1)
+		x->rs = x->cs == 1 ? c : 1;
+	else if (c == 1)
+		x->cs = x->rs == 1 ? r : 1;
+	return (x->cs == 1 && x->rs >= c) || (x->rs == 1 && x->cs >= r);
+}
+
+static struct gemm_mat gemm_mat_of(const struct tensor *t)
+{
+	return (struct gemm_mat){cpu_ptr(t), t->strides[0], t->strides[1], t->strides[2]};
+}
+
+/* C_i = alpha A_i B_i + beta C_i for batch entry i; rntm NULL uses BLIS's
+ * global thread count. */
+static void gemm_one(enum tensor_dtype dt, int64_t i, int64_t m, int64_t n, int64_t k,
+		     double alpha, double beta, const struct gemm_mat *a,
+		     const struct gemm_mat *b, const struct gemm_mat *c, rntm_t *rntm)
+{
+	size_t es = tensor_dtype_size(dt);
+	char *pa = a->p + i * a->sb * (int64_t)es, *pb = b->p + i * b->sb * (int64_t)es;
+	char *pc = c->p + i * c->sb * (int64_t)es;
+	if (dt == TENSOR_F32) {
+		float fa = (float)alpha, fb = (float)beta;
+		bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &fa, (float *)pa, a->rs,
+			     a->cs, (float *)pb, b->rs, b->cs, &fb, (float *)pc, c->rs, c->cs, NULL,
+			     rntm);
+	} else {
+		bli_dgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &alpha, (double *)pa,
+			     a->rs, a->cs, (double *)pb, b->rs, b->cs, &beta, (double *)pc, c->rs,
+			     c->cs, NULL, rntm);
+	}
+}
+
+/* k == 0: C = beta C (zeros when beta == 0, as BLAS does, even over NaN). */
+static void gemm_scale(struct tensor *c, double beta)
+{
+	enum tensor_dtype dt = c->dtype;
+	size_t es = tensor_dtype_size(dt);
+	char *base = cpu_ptr(c);
+	for (int64_t i = 0; i < c->shape[0]; i++)
+		for (int64_t r = 0; r < c->shape[1]; r++)
+			for (int64_t j = 0; j < c->shape[2]; j++) {
+				char *p = base + (i * c->strides[0] + r * c->strides[1] +
+						  j * c->strides[2]) * (int64_t)es;
+				cpu_store(p, dt, beta == 0 ? 0 : beta * cpu_load(p, dt));
+			}
+}
+
+int cpu_gemm(struct tensor *c, const struct tensor *a, const struct tensor *b, double alpha,
+	     double beta)
+{
+	int64_t batch = c->shape[0], m = c->shape[1], n = c->shape[2], k = a->shape[2];
+	if (c->dtype != TENSOR_F32 && c->dtype != TENSOR_F64)
+		return tensor_error(TENSOR_ERR_DTYPE, "gemm: expected f32 or f64, got %s",
+				    tensor_dtype_name(c->dtype));
+	if (batch == 0 || m == 0 || n == 0)
+		return TENSOR_OK;
+	if (k == 0) {
+		gemm_scale(c, beta);
+		return TENSOR_OK;
+	}
+	struct gemm_mat ma = gemm_mat_of(a), mb = gemm_mat_of(b), mc = gemm_mat_of(c);
+	if (!gemm_mat_fix(&ma, m, k) || !gemm_mat_fix(&mb, k, n) || !gemm_mat_fix(&mc, m, n))
+		return tensor_error(TENSOR_ERR_ARG,
+				    "gemm: a matrix of [%lld,%lld] x [%lld,%lld] has no unit stride",
+				    (long long)m, (long long)k, (long long)k, (long long)n);
+	int nt = cpu_num_threads();
+	if (nt > 1 && batch > 1 && (mc.sb != 0) && m * n * k <= CPU_GEMM_SMALL) {
+#pragma omp parallel num_threads(nt)
+		{
+			rntm_t rntm = BLIS_RNTM_INITIALIZER;
+			bli_rntm_set_num_threads(1, &rntm);
+#pragma omp for schedule(static)
+			for (int64_t i = 0; i < batch; i++)
+				gemm_one(c->dtype, i, m, n, k, alpha, beta, &ma, &mb, &mc, &rntm);
+		}
+	} else {
+		for (int64_t i = 0; i < batch; i++)
+			gemm_one(c->dtype, i, m, n, k, alpha, beta, &ma, &mb, &mc, NULL);
+	}
+	return TENSOR_OK;
+}
