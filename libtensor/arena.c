@@ -29,6 +29,8 @@ struct scope {
 static _Thread_local struct scope scopes[MAX_SCOPES];
 static _Thread_local int depth;
 static _Thread_local struct block *cache[TENSOR_NDEVICES + 1];
+static _Thread_local int heap_mode;
+static void (*_Atomic end_hook)(int depth);
 
 struct counters {
 	atomic_size_t live, peak, reserved, allocs;
@@ -140,6 +142,9 @@ int tensor_scope_end(void)
 {
 	if (depth == 0)
 		return tensor_error(TENSOR_ERR_STATE, "tensor_scope_end: no scope is open");
+	void (*hook)(int) = atomic_load(&end_hook);
+	if (hook)
+		hook(depth);
 	depth--;
 	if (depth < MAX_SCOPES)
 		scope_release(&scopes[depth]);
@@ -148,9 +153,19 @@ int tensor_scope_end(void)
 
 int tensor_scope_depth(void) { return depth; }
 
+void tensor_scope_set_end_hook(void (*hook)(int depth)) { atomic_store(&end_hook, hook); }
+
+void tensor_heap_begin(void) { heap_mode++; }
+
+void tensor_heap_end(void)
+{
+	if (heap_mode > 0)
+		heap_mode--;
+}
+
 static struct scope *current(void)
 {
-	if (depth == 0)
+	if (depth == 0 || heap_mode)
 		return NULL;
 	return &scopes[(depth <= MAX_SCOPES ? depth : MAX_SCOPES) - 1];
 }
@@ -200,6 +215,7 @@ struct tensor_storage *tensor_storage_alloc(enum tensor_device dev, size_t nbyte
 	st->device = dev;
 	st->refcount = 1;
 	st->in_arena = s != NULL;
+	st->tape_refs = 0;
 	return st;
 }
 

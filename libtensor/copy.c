@@ -13,6 +13,8 @@ int tensor_copy_(struct tensor *dst, const struct tensor *src)
 				    "tensor_to_device)",
 				    tensor_device_name(dst->storage->device),
 				    tensor_device_name(src->storage->device));
+	if (tensor_check_writable("copy_", dst) < 0)
+		return TENSOR_ERR_STATE;
 	const struct tensor *s = src;
 	if (!tensor_same_shape(dst, src)) {
 		bool ok = src->ndim <= dst->ndim;

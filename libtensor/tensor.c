@@ -288,6 +288,8 @@ static int fill_random(const char *op, struct tensor *t, enum tensor_random_kind
 		return tensor_last_status() ? tensor_last_status() : TENSOR_ERR_ARG;
 	if (tensor_check_float(op, t) < 0)
 		return TENSOR_ERR_DTYPE;
+	if (tensor_check_writable(op, t) < 0)
+		return TENSOR_ERR_STATE;
 	const struct tensor_backend *be = tensor_backend_get(t->storage->device);
 	int rc = TENSOR_SLOT(be, random, op);
 	return rc < 0 ? rc : be->random(t, kind, seed, a, b);
@@ -335,10 +337,22 @@ struct tensor *tensor_rand_normal(enum tensor_dtype dt, enum tensor_device dev, 
 	return rand_new(dt, dev, ndim, shape, tensor_normal_, seed, mean, std);
 }
 
+int tensor_check_writable(const char *op, const struct tensor *t)
+{
+	if (t && t->storage->tape_refs > 0)
+		return tensor_error(TENSOR_ERR_STATE,
+				    "%s: the tensor is saved by the autograd tape for backward; "
+				    "in-place modification refused (clone it, or run backward first)",
+				    op);
+	return TENSOR_OK;
+}
+
 int tensor_fill_(struct tensor *t, double value)
 {
 	if (!t)
 		return tensor_error(TENSOR_ERR_ARG, "tensor_fill_: tensor is NULL");
+	if (tensor_check_writable("tensor_fill_", t) < 0)
+		return TENSOR_ERR_STATE;
 	const struct tensor_backend *be = tensor_backend_get(t->storage->device);
 	int rc = TENSOR_SLOT(be, fill, "tensor_fill_");
 	return rc < 0 ? rc : be->fill(t, value);

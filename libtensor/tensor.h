@@ -73,6 +73,7 @@ struct tensor_storage {
 	enum tensor_device device;
 	int refcount;             /* heap storage only; arena storage ignores it */
 	bool in_arena;
+	int tape_refs;            /* autograd nodes that saved a view of it */
 };
 
 struct ag_node;
@@ -136,6 +137,11 @@ int tensor_fill_(struct tensor *t, double value);
 int tensor_uniform_(struct tensor *t, uint64_t seed, double lo, double hi);
 int tensor_normal_(struct tensor *t, uint64_t seed, double mean, double std);
 
+/* TENSOR_OK if t may be modified in place, else TENSOR_ERR_STATE naming op:
+ * the autograd tape saved t's storage for a backward that has not run yet.
+ * Every in-place op (tensor_*_) checks this. */
+int tensor_check_writable(const char *op, const struct tensor *t);
+
 /* Release a heap tensor (drops its storage reference); no-op on NULL and on
  * scope-allocated tensors. Does not free t->grad (autograd owns it). */
 void tensor_free(struct tensor *t);
@@ -185,7 +191,9 @@ void tensor_print(const struct tensor *t, const char *name, FILE *f);
 /* ---- memory: scopes, arenas, accounting ----------------------------------- */
 
 /* Open a scope: tensors created until the matching end live in its arena.
- * Scopes nest (per thread). */
+ * Scopes nest (per thread). A view made inside a scope does not hold a
+ * reference on a heap tensor's storage: keep the base alive until the scope
+ * ends. */
 void tensor_scope_begin(void);
 /* Release every tensor of the innermost scope. Returns TENSOR_ERR_STATE if no
  * scope is open. */
@@ -196,6 +204,14 @@ int tensor_scope_end(void);
 struct tensor *tensor_scope_keep(const struct tensor *t);
 /* Depth of open scopes in this thread (0 = none). */
 int tensor_scope_depth(void);
+/* Between these calls, tensors are created on the heap even inside a scope
+ * (for state that outlives the step, e.g. gradients of parameters). Nest. */
+void tensor_heap_begin(void);
+void tensor_heap_end(void);
+/* Register a function called with the depth of each scope about to end,
+ * before its memory is released (autograd drops the nodes recorded in it).
+ * One hook per process; NULL removes it. */
+void tensor_scope_set_end_hook(void (*hook)(int depth));
 
 struct tensor_mem_stats {
 	size_t live_bytes;     /* heap storage + arena bytes in use */

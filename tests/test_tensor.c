@@ -393,6 +393,40 @@ START_TEST(test_peak_bytes)
 }
 END_TEST
 
+static int hook_depths[4], hook_calls;
+static void record_depth(int depth) { hook_depths[hook_calls++ & 3] = depth; }
+
+START_TEST(test_heap_mode_hook_writable)
+{
+	const int64_t s[] = {8};
+	tensor_heap_begin();
+	struct tensor *h = tensor_zeros(TENSOR_F32, TENSOR_CPU, 1, s);
+	tensor_heap_end();
+	ck_assert(!h->in_arena && !h->storage->in_arena);
+	struct tensor *a = tensor_zeros(TENSOR_F32, TENSOR_CPU, 1, s);
+	ck_assert(a->in_arena);
+	tensor_free(h);
+
+	int d0 = tensor_scope_depth();
+	tensor_scope_set_end_hook(record_depth);
+	tensor_scope_begin();
+	tensor_scope_begin();
+	tensor_scope_end();
+	tensor_scope_end();
+	tensor_scope_set_end_hook(NULL);
+	ck_assert_int_eq(hook_calls, 2);
+	ck_assert_int_eq(hook_depths[0], d0 + 2);
+	ck_assert_int_eq(hook_depths[1], d0 + 1);
+
+	a->storage->tape_refs = 1; /* as if autograd saved it */
+	tu_assert_error(tensor_fill_(a, 1) < 0, TENSOR_ERR_STATE, "tensor_fill_", "autograd tape");
+	tu_assert_error(tensor_copy_(a, a) < 0, TENSOR_ERR_STATE, "copy_", "in-place");
+	tu_assert_error(tensor_uniform_(a, 1, 0, 1) < 0, TENSOR_ERR_STATE, "tensor_uniform_", NULL);
+	a->storage->tape_refs = 0;
+	ck_assert_int_eq(tensor_fill_(a, 1), TENSOR_OK);
+}
+END_TEST
+
 /* ---- random --------------------------------------------------------------- */
 
 START_TEST(test_random_reproducible)
@@ -521,6 +555,7 @@ int main(void)
 	tcase_add_test(tc, test_heap_and_keep_to_heap);
 	tcase_add_test(tc, test_steady_state_no_malloc);
 	tcase_add_test(tc, test_peak_bytes);
+	tcase_add_test(tc, test_heap_mode_hook_writable);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("random");
 	tcase_add_test(tc, test_random_reproducible);
