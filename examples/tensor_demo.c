@@ -20,9 +20,12 @@ int main(void)
 
 	const int64_t T = 6, D = 4;
 	tensor_scope_begin(); /* everything below is released at scope end */
-	struct tensor *q = tensor_rand_normal(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){T, D}, 1, 0, 1);
-	struct tensor *k = tensor_rand_normal(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){T, D}, 2, 0, 1);
-	struct tensor *v = tensor_rand_normal(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){T, D}, 3, 0, 1);
+	struct tensor *q =
+	    tensor_rand_normal(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){ T, D }, 1, 0, 1);
+	struct tensor *k =
+	    tensor_rand_normal(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){ T, D }, 2, 0, 1);
+	struct tensor *v =
+	    tensor_rand_normal(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){ T, D }, 3, 0, 1);
 
 	/* K^T is a view: BLIS reads it through its strides, no copy. */
 	struct tensor *scores = tensor_matmul(q, tensor_transpose(k, 0, 1));
@@ -32,7 +35,7 @@ int main(void)
 		die("attention");
 	tensor_print(p, "attention probabilities", stdout);
 	tensor_print(out, "output", stdout);
-	struct tensor *rows = tensor_sum(p, 1, (int[]){-1}, false);
+	struct tensor *rows = tensor_sum(p, 1, (int[]){ -1 }, false);
 	tensor_print(rows, "row sums", stdout);
 
 	/* Errors are values, not aborts. */

@@ -47,7 +47,10 @@ static void count_live(enum tensor_device dev, size_t add, size_t sub)
 		;
 }
 
-static size_t round_up(size_t n) { return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
+static size_t round_up(size_t n)
+{
+	return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+}
 
 static void *raw_alloc(int chain, size_t nbytes)
 {
@@ -151,11 +154,20 @@ int tensor_scope_end(void)
 	return TENSOR_OK;
 }
 
-int tensor_scope_depth(void) { return depth; }
+int tensor_scope_depth(void)
+{
+	return depth;
+}
 
-void tensor_scope_set_end_hook(void (*hook)(int depth)) { atomic_store(&end_hook, hook); }
+void tensor_scope_set_end_hook(void (*hook)(int depth))
+{
+	atomic_store(&end_hook, hook);
+}
 
-void tensor_heap_begin(void) { heap_mode++; }
+void tensor_heap_begin(void)
+{
+	heap_mode++;
+}
 
 void tensor_heap_end(void)
 {
@@ -246,7 +258,7 @@ struct tensor *tensor_scope_keep(const struct tensor *t)
 
 struct tensor_mem_stats tensor_mem_stats(enum tensor_device dev)
 {
-	struct tensor_mem_stats m = {0};
+	struct tensor_mem_stats m = { 0 };
 	if ((unsigned)dev < TENSOR_NDEVICES) {
 		m.live_bytes = atomic_load(&stats[dev].live);
 		m.peak_bytes = atomic_load(&stats[dev].peak);

@@ -20,7 +20,7 @@ enum tensor_random_kind { TENSOR_RAND_UNIFORM, TENSOR_RAND_NORMAL };
 struct tensor_backend {
 	const char *name;
 	/* memory */
-	void *(*alloc)(size_t nbytes);              /* NULL on failure */
+	void *(*alloc)(size_t nbytes); /* NULL on failure */
 	void (*free)(void *ptr);
 	int (*memset_zero)(void *ptr, size_t nbytes);
 	int (*copy_from_host)(void *dst, const void *src, size_t nbytes);
@@ -33,8 +33,8 @@ struct tensor_backend {
 	 * (row-major index) is philox(seed, i), see random.h. */
 	int (*fill)(struct tensor *dst, double value);
 	int (*arange)(struct tensor *dst, double start, double step);
-	int (*random)(struct tensor *dst, enum tensor_random_kind kind, uint64_t seed,
-		      double a, double b);
+	int (*random)(struct tensor *dst, enum tensor_random_kind kind, uint64_t seed, double a,
+		      double b);
 
 	int (*unary)(enum tensor_unary_op op, struct tensor *out, const struct tensor *x,
 		     double alpha);
@@ -46,15 +46,17 @@ struct tensor_backend {
 	int (*reduce)(enum tensor_reduce_op op, struct tensor *out, const struct tensor *x,
 		      int dim);
 	/* c [batch, m, n] = alpha a [batch, m, k] · b [batch, k, n] + beta c.
-	 * Batch strides may be 0; every matrix has a unit stride in one dim. */
-	int (*gemm)(struct tensor *c, const struct tensor *a, const struct tensor *b,
-		    double alpha, double beta);
+	 * Batch strides may be 0; every matrix has a unit stride in one dim,
+	 * rows and columns that do not overlap, and valid strides on size-1
+	 * dims (the front-end copies or rewrites operands to ensure this). */
+	int (*gemm)(struct tensor *c, const struct tensor *a, const struct tensor *b, double alpha,
+		    double beta);
 	/* Along the last dim; x any strides. */
 	int (*softmax)(struct tensor *out, const struct tensor *x, bool log);
 	/* Over the last dim C; w, b [C] or NULL; mean, rstd [rows] or NULL. */
 	int (*layer_norm)(struct tensor *y, struct tensor *mean, struct tensor *rstd,
-			  const struct tensor *x, const struct tensor *w,
-			  const struct tensor *b, double eps);
+			  const struct tensor *x, const struct tensor *w, const struct tensor *b,
+			  double eps);
 	int (*rms_norm)(struct tensor *y, struct tensor *rstd, const struct tensor *x,
 			const struct tensor *w, double eps);
 	/* Shapes as tensor_index_select / tensor_index_add_ / tensor_gather /
@@ -94,13 +96,9 @@ struct tensor *tensor_new_view(const struct tensor *t, int ndim, const int64_t *
  * naming op. */
 int tensor_broadcast_shape(const char *op, const struct tensor *a, const struct tensor *b,
 			   int64_t *out);
-/* Check non-NULL, same device, same dtype; sets an error naming op. */
-int tensor_check_pair(const char *op, const struct tensor *a, const struct tensor *b);
-/* Check t is non-NULL and of a float dtype. */
-int tensor_check_float(const char *op, const struct tensor *t);
 /* TENSOR_OK if the slot exists, else an "unsupported" error naming opname. */
-#define TENSOR_SLOT(be, slot, opname)                                                   \
-	((be)->slot ? TENSOR_OK                                                              \
+#define TENSOR_SLOT(be, slot, opname)                                                         \
+	((be)->slot ? TENSOR_OK                                                               \
 		    : tensor_error(TENSOR_ERR_UNSUPPORTED, "%s: not supported on %s", opname, \
 				   (be)->name))
 

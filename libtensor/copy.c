@@ -9,7 +9,8 @@ int tensor_copy_(struct tensor *dst, const struct tensor *src)
 	if (!dst || !src)
 		return tensor_error(TENSOR_ERR_ARG, "copy_: input is NULL");
 	if (dst->storage->device != src->storage->device)
-		return tensor_error(TENSOR_ERR_DEVICE, "copy_: dst on %s, src on %s (use "
+		return tensor_error(TENSOR_ERR_DEVICE,
+				    "copy_: dst on %s, src on %s (use "
 				    "tensor_to_device)",
 				    tensor_device_name(dst->storage->device),
 				    tensor_device_name(src->storage->device));
@@ -24,8 +25,7 @@ int tensor_copy_(struct tensor *dst, const struct tensor *src)
 		}
 		char bd[128], bs[128];
 		if (!ok)
-			return tensor_error(TENSOR_ERR_SHAPE,
-					    "copy_: cannot broadcast %s into %s",
+			return tensor_error(TENSOR_ERR_SHAPE, "copy_: cannot broadcast %s into %s",
 					    tensor_shape_str(src, bs, sizeof bs),
 					    tensor_shape_str(dst, bd, sizeof bd));
 		s = tensor_expand(src, dst->ndim, dst->shape);
@@ -87,9 +87,8 @@ int tensor_to_host(const struct tensor *t, void *dst, size_t nbytes)
 	if (!c)
 		return tensor_last_status();
 	const struct tensor_backend *be = tensor_backend_get(c->storage->device);
-	int rc = be->copy_to_host(dst, (char *)c->storage->data +
-					       c->offset * tensor_dtype_size(c->dtype),
-				  nbytes);
+	int rc = be->copy_to_host(
+	    dst, (char *)c->storage->data + c->offset * tensor_dtype_size(c->dtype), nbytes);
 	tensor_free(c);
 	return rc;
 }
@@ -142,7 +141,8 @@ double tensor_get(const struct tensor *t, const int64_t *index)
 	for (int i = 0; i < t->ndim; i++) {
 		if (index[i] < 0 || index[i] >= t->shape[i]) {
 			char b[128];
-			tensor_error(TENSOR_ERR_SHAPE, "get: index %lld out of range at dim %d of %s",
+			tensor_error(TENSOR_ERR_SHAPE,
+				     "get: index %lld out of range at dim %d of %s",
 				     (long long)index[i], i, tensor_shape_str(t, b, sizeof b));
 			return 0;
 		}

@@ -1,2 +1,262 @@
-/* TODO: being written */
+/* tensor_matmul: broadcasting batched C = A·B over strided views, one gemm slot call per
+ * run of batch dims that steps with one stride. */
+#include <string.h>
+
 #include "backend.h"
+
+#define OP "matmul"
+
+/* Whether BLAS can take the matrix (last two dims) of t by its strides: a unit stride in
+ * one dim and rows / columns that do not overlap. A size-1 dim's stride does not matter. */
+static bool matrix_ok(const struct tensor *t)
+{
+	int nd = t->ndim;
+	int64_t r = t->shape[nd - 2], c = t->shape[nd - 1];
+	int64_t rs = t->strides[nd - 2], cs = t->strides[nd - 1];
+	if (r <= 1 || c <= 1)
+		return (r <= 1 || rs > 0) && (c <= 1 || cs > 0);
+	return (cs == 1 && rs >= c) || (rs == 1 && cs >= r);
+}
+
+/* Give the size-1 dims of an r x c matrix strides that every BLAS accepts. */
+static void matrix_fix_strides(int64_t r, int64_t c, int64_t *rs, int64_t *cs)
+{
+	if (r == 1 && c == 1)
+		*rs = *cs = 1;
+	else if (r == 1)
+		*rs = *cs == 1 ? c : 1;
+	else if (c == 1)
+		*cs = *rs == 1 ? r : 1;
+}
+
+/* Whether dims [s, e) of t step as one dim; its stride goes to *stride (0 when they
+ * are all broadcast or of size 1). */
+static bool batch_collapse(const struct tensor *t, int s, int e, int64_t *stride)
+{
+	int64_t expect = -1;
+	*stride = 0;
+	for (int d = e - 1; d >= s; d--) {
+		if (t->shape[d] == 1)
+			continue;
+		if (expect < 0)
+			*stride = t->strides[d];
+		else if (t->strides[d] != expect)
+			return false;
+		expect = t->strides[d] * t->shape[d];
+	}
+	return true;
+}
+
+/* One gemm call's geometry: `nb` products of [m,k] x [k,n], each operand at element
+ * offset off[] with batch stride sb[], row stride rs[] and column stride cs[]
+ * (operands 0 = A, 1 = B, 2 = C). */
+struct mm_call {
+	int64_t nb, m, k, n;
+	size_t off[3];
+	int64_t sb[3], rs[3], cs[3];
+};
+
+/* A batch whose B is shared (batch stride 0) and whose A and C rows step evenly across
+ * the batch is one product of [nb*m, k] x [k, n]: the Linear-layer case, which BLIS runs
+ * far better as one call. */
+static void call_fold(struct mm_call *g)
+{
+	if (g->nb <= 1 || g->sb[1] != 0)
+		return;
+	int64_t ra = g->m == 1 ? g->sb[0] : g->rs[0], rc = g->m == 1 ? g->sb[2] : g->rs[2];
+	int64_t rows = g->nb * g->m;
+	if (g->sb[0] != g->m * ra || g->sb[2] != g->m * rc || rc != g->n)
+		return;
+	struct tensor ta = { .ndim = 2, .shape = { rows, g->k }, .strides = { ra, g->cs[0] } };
+	if (!matrix_ok(&ta))
+		return;
+	g->m = rows;
+	g->nb = 1;
+	g->rs[0] = ra;
+	g->rs[2] = rc;
+	g->sb[0] = g->sb[2] = 0;
+}
+
+static int call_gemm(const struct tensor_backend *be, const struct tensor *const ops[3],
+		     struct mm_call *g)
+{
+	call_fold(g);
+	int64_t rows[3] = { g->m, g->k, g->m }, cols[3] = { g->k, g->n, g->n };
+	struct tensor *v[3] = { NULL, NULL, NULL };
+	int rc = TENSOR_OK;
+	for (int i = 0; i < 3 && rc == TENSOR_OK; i++) {
+		matrix_fix_strides(rows[i], cols[i], &g->rs[i], &g->cs[i]);
+		int64_t sh[3] = { g->nb, rows[i], cols[i] },
+			st[3] = { g->sb[i], g->rs[i], g->cs[i] };
+		v[i] = tensor_new_view(ops[i], 3, sh, st, g->off[i]);
+		if (!v[i])
+			rc = tensor_last_status();
+	}
+	if (rc == TENSOR_OK)
+		rc = be->gemm(v[2], v[0], v[1], 1.0, 0.0);
+	for (int i = 0; i < 3; i++)
+		tensor_free(v[i]);
+	return rc;
+}
+
+/* C = A·B for Ae [batch..., m, k], Be [batch..., k, n] (broadcast views), C contiguous
+ * [batch..., m, n]: the innermost batch dims that step with one stride in A and B go to one
+ * gemm call, the outer ones are looped over. */
+static int matmul_batched(const struct tensor_backend *be, const struct tensor *ae,
+			  const struct tensor *bmat, const struct tensor *c)
+{
+	int nbat = c->ndim - 2;
+	const struct tensor *ops[3] = { ae, bmat, c };
+	int s = 0;
+	struct mm_call g = { .m = c->shape[nbat],
+			     .k = ae->shape[nbat + 1],
+			     .n = c->shape[nbat + 1] };
+	while (!(batch_collapse(ae, s, nbat, &g.sb[0]) && batch_collapse(bmat, s, nbat, &g.sb[1])))
+		s++;
+	batch_collapse(c, s, nbat, &g.sb[2]);
+	int64_t outer = 1, idx[TENSOR_MAX_DIMS];
+	g.nb = 1;
+	for (int d = 0; d < nbat; d++)
+		*(d < s ? &outer : &g.nb) *= c->shape[d];
+	for (int64_t o = 0; o < outer; o++) {
+		struct mm_call call = g;
+		int64_t r = o;
+		for (int d = s - 1; d >= 0; d--) {
+			idx[d] = r % c->shape[d];
+			r /= c->shape[d];
+		}
+		for (int i = 0; i < 3; i++) {
+			int64_t off = (int64_t)ops[i]->offset;
+			for (int d = 0; d < s; d++)
+				off += idx[d] * ops[i]->strides[d];
+			call.off[i] = (size_t)off;
+			call.rs[i] = ops[i]->strides[nbat];
+			call.cs[i] = ops[i]->strides[nbat + 1];
+		}
+		int rc = call_gemm(be, ops, &call);
+		if (rc < 0)
+			return rc;
+	}
+	return TENSOR_OK;
+}
+
+/* t as a matrix stack: a 1-d row [k] becomes [1,k], a 1-d column [k] becomes [k,1]; made
+ * contiguous when BLAS cannot take its strides. */
+static struct tensor *as_matrix(const struct tensor *t, bool column)
+{
+	struct tensor *v;
+	if (t->ndim == 1) {
+		int64_t sh[2] = { column ? t->shape[0] : 1, column ? 1 : t->shape[0] };
+		int64_t st[2] = { column ? t->strides[0] : t->shape[0] * t->strides[0],
+				  column ? 1 : t->strides[0] };
+		v = tensor_new_view(t, 2, sh, st, t->offset);
+	} else {
+		v = tensor_alias(t);
+	}
+	if (v && !matrix_ok(v)) {
+		struct tensor *c = tensor_contiguous(v);
+		tensor_free(v);
+		v = c;
+	}
+	return v;
+}
+
+/* Batch shape of A [..., m, k] x B [..., k, n] into out; returns its ndim or -1. */
+static int batch_shape(const struct tensor *a, const struct tensor *b, const struct tensor *a0,
+		       const struct tensor *b0, int64_t *out)
+{
+	int na = a->ndim - 2, nb = b->ndim - 2, n = na > nb ? na : nb;
+	for (int i = 0; i < n; i++) {
+		int ia = i - (n - na), ib = i - (n - nb);
+		int64_t sa = ia >= 0 ? a->shape[ia] : 1, sb = ib >= 0 ? b->shape[ib] : 1;
+		if (sa != sb && sa != 1 && sb != 1) {
+			char ba[128], bb[128];
+			tensor_error(TENSOR_ERR_SHAPE,
+				     "matmul: batch dims do not broadcast: %s x %s, expected "
+				     "equal batch sizes or 1",
+				     tensor_shape_str(a0, ba, sizeof ba),
+				     tensor_shape_str(b0, bb, sizeof bb));
+			return -1;
+		}
+		out[i] = sa == 1 ? sb : sa;
+	}
+	return n;
+}
+
+static int matmul_check(const struct tensor *a, const struct tensor *b)
+{
+	int rc = tensor_check_pair(OP, a, b);
+	if (rc == TENSOR_OK)
+		rc = tensor_check_float(OP, a);
+	if (rc < 0)
+		return rc;
+	char ba[128], bb[128];
+	tensor_shape_str(a, ba, sizeof ba);
+	tensor_shape_str(b, bb, sizeof bb);
+	if (a->ndim == 0 || b->ndim == 0)
+		return tensor_error(TENSOR_ERR_SHAPE,
+				    "matmul: 0-d operand: %s x %s, expected at least 1-d", ba, bb);
+	int64_t k = a->shape[a->ndim - 1], kb = b->shape[b->ndim == 1 ? 0 : b->ndim - 2];
+	if (k != kb)
+		return tensor_error(TENSOR_ERR_SHAPE,
+				    "matmul: inner dims differ: %s x %s, expected A [..., m, k] x "
+				    "B [..., k, n] (k = %lld vs %lld)",
+				    ba, bb, (long long)k, (long long)kb);
+	return TENSOR_OK;
+}
+
+struct tensor *tensor_matmul(const struct tensor *a, const struct tensor *b)
+{
+	if (!a || !b)
+		return NULL;
+	if (matmul_check(a, b) < 0)
+		return NULL;
+	const struct tensor_backend *be = tensor_backend_get(a->storage->device);
+	if (!be || TENSOR_SLOT(be, gemm, OP) < 0)
+		return NULL;
+
+	struct tensor *am = as_matrix(a, false), *bm = as_matrix(b, true);
+	struct tensor *ae = NULL, *bme = NULL, *c = NULL, *out = NULL;
+	int64_t bshape[TENSOR_MAX_DIMS], sh[TENSOR_MAX_DIMS], st[TENSOR_MAX_DIMS];
+	int nbat = am && bm ? batch_shape(am, bm, a, b, bshape) : -1;
+	if (nbat < 0)
+		goto done;
+	int64_t m = am->shape[am->ndim - 2], k = am->shape[am->ndim - 1];
+	int64_t n = bm->shape[bm->ndim - 1];
+
+	/* result shape: batch, then m unless A is 1-d, then n unless B is 1-d */
+	int ond = nbat;
+	memcpy(sh, bshape, sizeof(int64_t) * (size_t)nbat);
+	if (a->ndim > 1)
+		sh[ond++] = m;
+	if (b->ndim > 1)
+		sh[ond++] = n;
+	out = tensor_new(a->dtype, a->storage->device, ond, sh);
+	if (!out)
+		goto done;
+
+	sh[nbat] = m;
+	sh[nbat + 1] = k;
+	ae = tensor_expand(am, nbat + 2, sh);
+	sh[nbat] = k;
+	sh[nbat + 1] = n;
+	bme = tensor_expand(bm, nbat + 2, sh);
+	sh[nbat] = m;
+	int64_t stride = 1;
+	for (int d = nbat + 1; d >= 0; d--) {
+		st[d] = stride;
+		stride *= sh[d];
+	}
+	c = tensor_new_view(out, nbat + 2, sh, st, out->offset);
+	if (!ae || !bme || !c || (tensor_numel(c) > 0 && matmul_batched(be, ae, bme, c) < 0)) {
+		tensor_free(out);
+		out = NULL;
+	}
+done:
+	tensor_free(c);
+	tensor_free(bme);
+	tensor_free(ae);
+	tensor_free(bm);
+	tensor_free(am);
+	return out;
+}

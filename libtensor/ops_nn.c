@@ -1,2 +1,190 @@
-/* TODO: being written */
+/* Softmax, log-softmax, layer norm and RMS norm front-ends. */
+#include <math.h>
+
 #include "backend.h"
+
+static int check_float_x(const char *op, const struct tensor *x)
+{
+	char bx[128];
+	if (x->dtype != TENSOR_F32 && x->dtype != TENSOR_F64)
+		return tensor_error(TENSOR_ERR_DTYPE, "%s: x %s is %s, expected f32 or f64", op,
+				    tensor_shape_str(x, bx, sizeof bx),
+				    tensor_dtype_name(x->dtype));
+	return TENSOR_OK;
+}
+
+/* ---- softmax -------------------------------------------------------------- */
+
+/* Softmax over the last dim of x (ndim >= 1) into a new tensor. */
+static struct tensor *softmax_last(const struct tensor_backend *be, const struct tensor *x,
+				   bool log)
+{
+	struct tensor *out = tensor_new(x->dtype, x->storage->device, x->ndim, x->shape);
+	if (out && be->softmax(out, x, log) < 0) {
+		tensor_free(out);
+		return NULL;
+	}
+	return out;
+}
+
+static struct tensor *softmax_op(const char *op, const struct tensor *x, int dim, bool log)
+{
+	char bx[128];
+	if (!x || check_float_x(op, x) < 0)
+		return NULL;
+	int nd = x->ndim, lim = nd > 0 ? nd : 1;
+	int d = dim < 0 ? dim + lim : dim;
+	if (d < 0 || d >= lim) {
+		tensor_error(TENSOR_ERR_SHAPE, "%s: dim %d out of range for x %s, expected %d..%d",
+			     op, dim, tensor_shape_str(x, bx, sizeof bx), -lim, lim - 1);
+		return NULL;
+	}
+	const struct tensor_backend *be = tensor_backend_get(x->storage->device);
+	if (!be || TENSOR_SLOT(be, softmax, op) < 0)
+		return NULL;
+	if (nd == 0) { /* a scalar is one row of one element */
+		const int64_t one = 1;
+		struct tensor *v = tensor_new_view(x, 1, &one, &one, x->offset);
+		struct tensor *o = v ? softmax_last(be, v, log) : NULL;
+		struct tensor *out = tensor_view(o, 0, NULL);
+		tensor_free(o);
+		tensor_free(v);
+		return out;
+	}
+	if (d == nd - 1)
+		return softmax_last(be, x, log);
+	/* Bring dim last (a view), then write the result back in x's layout. */
+	struct tensor *xt = tensor_transpose(x, d, nd - 1);
+	struct tensor *ot = xt ? softmax_last(be, xt, log) : NULL;
+	struct tensor *back = tensor_transpose(ot, d, nd - 1);
+	struct tensor *out = back ? tensor_new(x->dtype, x->storage->device, nd, x->shape) : NULL;
+	if (out && tensor_copy_(out, back) < 0) {
+		tensor_free(out);
+		out = NULL;
+	}
+	tensor_free(back);
+	tensor_free(ot);
+	tensor_free(xt);
+	return out;
+}
+
+struct tensor *tensor_softmax(const struct tensor *x, int dim)
+{
+	return softmax_op("softmax", x, dim, false);
+}
+
+struct tensor *tensor_log_softmax(const struct tensor *x, int dim)
+{
+	return softmax_op("log_softmax", x, dim, true);
+}
+
+/* ---- layer norm and RMS norm ---------------------------------------------- */
+
+static int check_norm_x(const char *op, const struct tensor *x, double eps)
+{
+	char bx[128];
+	if (check_float_x(op, x) < 0)
+		return TENSOR_ERR_DTYPE;
+	if (x->ndim == 0)
+		return tensor_error(TENSOR_ERR_SHAPE, "%s: x %s is 0-d, expected at least 1 dim",
+				    op, tensor_shape_str(x, bx, sizeof bx));
+	if (!(eps >= 0) || !isfinite(eps))
+		return tensor_error(TENSOR_ERR_ARG, "%s: eps %g for x %s, expected finite eps >= 0",
+				    op, eps, tensor_shape_str(x, bx, sizeof bx));
+	return TENSOR_OK;
+}
+
+/* w or b (optional) must be [C] of x's dtype and device. */
+static int check_param(const char *op, const char *name, const struct tensor *p,
+		       const struct tensor *x)
+{
+	char bp[128], bx[128];
+	int64_t c = x->shape[x->ndim - 1];
+	if (!p)
+		return TENSOR_OK;
+	if (p->storage->device != x->storage->device)
+		return tensor_error(TENSOR_ERR_DEVICE, "%s: %s on %s, x %s on %s", op, name,
+				    tensor_device_name(p->storage->device),
+				    tensor_shape_str(x, bx, sizeof bx),
+				    tensor_device_name(x->storage->device));
+	if (p->dtype != x->dtype)
+		return tensor_error(TENSOR_ERR_DTYPE, "%s: %s %s is %s, x %s is %s", op, name,
+				    tensor_shape_str(p, bp, sizeof bp), tensor_dtype_name(p->dtype),
+				    tensor_shape_str(x, bx, sizeof bx),
+				    tensor_dtype_name(x->dtype));
+	if (p->ndim != 1 || p->shape[0] != c)
+		return tensor_error(TENSOR_ERR_SHAPE,
+				    "%s: %s %s does not fit x %s, expected [%lld]", op, name,
+				    tensor_shape_str(p, bp, sizeof bp),
+				    tensor_shape_str(x, bx, sizeof bx), (long long)c);
+	return TENSOR_OK;
+}
+
+/* A [..., 1] statistics tensor for x (when wanted) and its [rows] view for the slot. */
+static int stat_new(const struct tensor *x, bool want, struct tensor **stat, struct tensor **flat)
+{
+	*stat = *flat = NULL;
+	if (!want)
+		return TENSOR_OK;
+	int64_t sh[TENSOR_MAX_DIMS], rows = 1, one = 1;
+	for (int d = 0; d < x->ndim; d++)
+		sh[d] = x->shape[d];
+	sh[x->ndim - 1] = 1;
+	for (int d = 0; d < x->ndim - 1; d++)
+		rows *= x->shape[d];
+	*stat = tensor_new(x->dtype, x->storage->device, x->ndim, sh);
+	*flat = *stat ? tensor_new_view(*stat, 1, &rows, &one, (*stat)->offset) : NULL;
+	return *flat ? TENSOR_OK : TENSOR_ERR_NOMEM;
+}
+
+/* Both norms; RMS norm passes b and mean as NULL. */
+static struct tensor *norm_op(const char *op, bool rms, const struct tensor *x,
+			      const struct tensor *w, const struct tensor *b, double eps,
+			      struct tensor **mean, struct tensor **rstd)
+{
+	if (mean)
+		*mean = NULL;
+	if (rstd)
+		*rstd = NULL;
+	if (!x || check_norm_x(op, x, eps) < 0 || check_param(op, "w", w, x) < 0 ||
+	    check_param(op, "b", b, x) < 0)
+		return NULL;
+	const struct tensor_backend *be = tensor_backend_get(x->storage->device);
+	if (!be || (rms ? TENSOR_SLOT(be, rms_norm, op) : TENSOR_SLOT(be, layer_norm, op)) < 0)
+		return NULL;
+	struct tensor *m = NULL, *mf = NULL, *r = NULL, *rf = NULL;
+	struct tensor *y = tensor_new(x->dtype, x->storage->device, x->ndim, x->shape);
+	int rc = y ? TENSOR_OK : TENSOR_ERR_NOMEM;
+	if (rc == TENSOR_OK)
+		rc = stat_new(x, mean != NULL, &m, &mf);
+	if (rc == TENSOR_OK)
+		rc = stat_new(x, rstd != NULL, &r, &rf);
+	if (rc == TENSOR_OK)
+		rc = rms ? be->rms_norm(y, rf, x, w, eps) : be->layer_norm(y, mf, rf, x, w, b, eps);
+	tensor_free(mf);
+	tensor_free(rf);
+	if (rc < 0) {
+		tensor_free(y);
+		tensor_free(m);
+		tensor_free(r);
+		return NULL;
+	}
+	if (mean)
+		*mean = m;
+	if (rstd)
+		*rstd = r;
+	return y;
+}
+
+struct tensor *tensor_layer_norm(const struct tensor *x, const struct tensor *w,
+				 const struct tensor *b, double eps, struct tensor **mean,
+				 struct tensor **rstd)
+{
+	return norm_op("layer_norm", false, x, w, b, eps, mean, rstd);
+}
+
+struct tensor *tensor_rms_norm(const struct tensor *x, const struct tensor *w, double eps,
+			       struct tensor **rstd)
+{
+	return norm_op("rms_norm", true, x, w, NULL, eps, NULL, rstd);
+}

@@ -42,7 +42,7 @@ RANDOM_FN struct philox4 philox4x32(uint64_t seed, uint64_t index)
 		k0 += 0x9E3779B9u;
 		k1 += 0xBB67AE85u;
 	}
-	struct philox4 out = {{c0, c1, c2, c3}};
+	struct philox4 out = { { c0, c1, c2, c3 } };
 	return out;
 }
 

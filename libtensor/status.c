@@ -7,9 +7,15 @@
 static _Thread_local char err_msg[512];
 static _Thread_local int err_status;
 
-const char *tensor_last_error(void) { return err_msg; }
+const char *tensor_last_error(void)
+{
+	return err_msg;
+}
 
-int tensor_last_status(void) { return err_status; }
+int tensor_last_status(void)
+{
+	return err_status;
+}
 
 void tensor_clear_error(void)
 {

@@ -5,8 +5,8 @@
 
 #include "backend.h"
 
-static const size_t dtype_sizes[TENSOR_NDTYPES] = {4, 8, 4, 8};
-static const char *const dtype_names[TENSOR_NDTYPES] = {"f32", "f64", "i32", "i64"};
+static const size_t dtype_sizes[TENSOR_NDTYPES] = { 4, 8, 4, 8 };
+static const char *const dtype_names[TENSOR_NDTYPES] = { "f32", "f64", "i32", "i64" };
 
 size_t tensor_dtype_size(enum tensor_dtype dt)
 {
@@ -103,8 +103,8 @@ static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t l
 {
 	size_t n = (size_t)snprintf(buf, len, "[");
 	for (int i = 0; i < ndim && n < len; i++)
-		n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? "," : "",
-				      (long long)shape[i]);
+		n +=
+		    (size_t)snprintf(buf + n, len - n, "%s%lld", i ? "," : "", (long long)shape[i]);
 	if (n < len)
 		snprintf(buf + n, len - n, "]");
 	return buf;
@@ -148,8 +148,9 @@ static int64_t check_shape(const char *op, enum tensor_dtype dt, int ndim, const
 					    shape_str(ndim, shape, buf, sizeof buf)),
 			       -1;
 		if (shape[i] > 0 && bytes > INT64_MAX / 2 / shape[i])
-			return tensor_error(TENSOR_ERR_NOMEM, "%s: shape %s overflows the byte size",
-					    op, shape_str(ndim, shape, buf, sizeof buf)),
+			return tensor_error(TENSOR_ERR_NOMEM,
+					    "%s: shape %s overflows the byte size", op,
+					    shape_str(ndim, shape, buf, sizeof buf)),
 			       -1;
 		bytes *= shape[i];
 	}
@@ -241,13 +242,14 @@ struct tensor *tensor_ones(enum tensor_dtype dt, enum tensor_device dev, int ndi
 	return tensor_full(dt, dev, ndim, shape, 1.0);
 }
 
-struct tensor *tensor_arange(enum tensor_dtype dt, enum tensor_device dev, double start,
-			     double end, double step)
+struct tensor *tensor_arange(enum tensor_dtype dt, enum tensor_device dev, double start, double end,
+			     double step)
 {
 	if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step)) {
-		tensor_error(TENSOR_ERR_ARG,
-			     "tensor_arange: need finite start, end and a nonzero step, got %g, %g, %g",
-			     start, end, step);
+		tensor_error(
+		    TENSOR_ERR_ARG,
+		    "tensor_arange: need finite start, end and a nonzero step, got %g, %g, %g",
+		    start, end, step);
 		return NULL;
 	}
 	double count = ceil((end - start) / step);
@@ -313,9 +315,9 @@ int tensor_normal_(struct tensor *t, uint64_t seed, double mean, double std)
 }
 
 static struct tensor *rand_new(enum tensor_dtype dt, enum tensor_device dev, int ndim,
-			       const int64_t *shape, int rc_of(struct tensor *, uint64_t, double,
-							       double),
-			       uint64_t seed, double a, double b)
+			       const int64_t *shape,
+			       int rc_of(struct tensor *, uint64_t, double, double), uint64_t seed,
+			       double a, double b)
 {
 	struct tensor *t = tensor_empty(dt, dev, ndim, shape);
 	if (t && rc_of(t, seed, a, b) < 0) {
@@ -340,10 +342,11 @@ struct tensor *tensor_rand_normal(enum tensor_dtype dt, enum tensor_device dev, 
 int tensor_check_writable(const char *op, const struct tensor *t)
 {
 	if (t && t->storage->tape_refs > 0)
-		return tensor_error(TENSOR_ERR_STATE,
-				    "%s: the tensor is saved by the autograd tape for backward; "
-				    "in-place modification refused (clone it, or run backward first)",
-				    op);
+		return tensor_error(
+		    TENSOR_ERR_STATE,
+		    "%s: the tensor is saved by the autograd tape for backward; "
+		    "in-place modification refused (clone it, or run backward first)",
+		    op);
 	return TENSOR_OK;
 }
 
@@ -364,13 +367,17 @@ int tensor_check_pair(const char *op, const struct tensor *a, const struct tenso
 {
 	if (!a || !b)
 		return tensor_error(TENSOR_ERR_ARG, "%s: input is NULL", op);
+	char ba[128], bb[128];
 	if (a->storage->device != b->storage->device)
-		return tensor_error(TENSOR_ERR_DEVICE, "%s: inputs on different devices (%s, %s)",
-				    op, tensor_device_name(a->storage->device),
-				    tensor_device_name(b->storage->device));
+		return tensor_error(
+		    TENSOR_ERR_DEVICE, "%s: inputs on different devices: %s on %s and %s on %s", op,
+		    tensor_shape_str(a, ba, sizeof ba), tensor_device_name(a->storage->device),
+		    tensor_shape_str(b, bb, sizeof bb), tensor_device_name(b->storage->device));
 	if (a->dtype != b->dtype)
-		return tensor_error(TENSOR_ERR_DTYPE, "%s: dtypes differ (%s, %s)", op,
-				    tensor_dtype_name(a->dtype), tensor_dtype_name(b->dtype));
+		return tensor_error(TENSOR_ERR_DTYPE, "%s: dtypes differ: %s %s and %s %s", op,
+				    tensor_shape_str(a, ba, sizeof ba), tensor_dtype_name(a->dtype),
+				    tensor_shape_str(b, bb, sizeof bb),
+				    tensor_dtype_name(b->dtype));
 	return TENSOR_OK;
 }
 
@@ -378,9 +385,10 @@ int tensor_check_float(const char *op, const struct tensor *t)
 {
 	if (!t)
 		return tensor_error(TENSOR_ERR_ARG, "%s: input is NULL", op);
+	char b[128];
 	if (t->dtype != TENSOR_F32 && t->dtype != TENSOR_F64)
-		return tensor_error(TENSOR_ERR_DTYPE, "%s: expected f32 or f64, got %s", op,
-				    tensor_dtype_name(t->dtype));
+		return tensor_error(TENSOR_ERR_DTYPE, "%s: expected f32 or f64, got %s %s", op,
+				    tensor_shape_str(t, b, sizeof b), tensor_dtype_name(t->dtype));
 	return TENSOR_OK;
 }
 

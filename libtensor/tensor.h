@@ -29,15 +29,15 @@ extern "C" {
 
 enum tensor_status {
 	TENSOR_OK = 0,
-	TENSOR_ERR_SHAPE = -1,       /* incompatible or invalid shapes, dims */
-	TENSOR_ERR_DTYPE = -2,       /* unsupported or mismatched dtype */
-	TENSOR_ERR_DEVICE = -3,      /* operands on different devices */
-	TENSOR_ERR_NOMEM = -4,       /* allocation failed or size overflow */
+	TENSOR_ERR_SHAPE = -1,	     /* incompatible or invalid shapes, dims */
+	TENSOR_ERR_DTYPE = -2,	     /* unsupported or mismatched dtype */
+	TENSOR_ERR_DEVICE = -3,	     /* operands on different devices */
+	TENSOR_ERR_NOMEM = -4,	     /* allocation failed or size overflow */
 	TENSOR_ERR_UNSUPPORTED = -5, /* backend lacks the primitive */
-	TENSOR_ERR_IO = -6,          /* file or stream error */
-	TENSOR_ERR_ARG = -7,         /* bad argument (NULL, range) */
-	TENSOR_ERR_CUDA = -8,        /* CUDA runtime or cuBLAS failure */
-	TENSOR_ERR_STATE = -9,       /* misuse: scope mismatch, in-place on saved */
+	TENSOR_ERR_IO = -6,	     /* file or stream error */
+	TENSOR_ERR_ARG = -7,	     /* bad argument (NULL, range) */
+	TENSOR_ERR_CUDA = -8,	     /* CUDA runtime or cuBLAS failure */
+	TENSOR_ERR_STATE = -9,	     /* misuse: scope mismatch, in-place on saved */
 };
 
 /* The message of the first error since the last tensor_clear_error() in this
@@ -49,8 +49,7 @@ int tensor_last_status(void);
 void tensor_clear_error(void);
 /* Record an error (printf-style message) unless one is already recorded;
  * returns status so callers can `return tensor_error(...)`. For op authors. */
-int tensor_error(int status, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+int tensor_error(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Human-readable name of a status code. */
 const char *tensor_status_string(int status);
 
@@ -68,24 +67,24 @@ bool tensor_device_available(enum tensor_device dev);
 /* ---- the tensor ----------------------------------------------------------- */
 
 struct tensor_storage {
-	void *data;               /* device pointer */
+	void *data; /* device pointer */
 	size_t nbytes;
 	enum tensor_device device;
-	int refcount;             /* heap storage only; arena storage ignores it */
+	int refcount; /* heap storage only; arena storage ignores it */
 	bool in_arena;
-	int tape_refs;            /* autograd nodes that saved a view of it */
+	int tape_refs; /* autograd nodes that saved a view of it */
 };
 
 struct ag_node;
 
 struct tensor {
 	struct tensor_storage *storage;
-	size_t offset;                     /* in elements */
+	size_t offset; /* in elements */
 	int64_t shape[TENSOR_MAX_DIMS];
-	int64_t strides[TENSOR_MAX_DIMS];  /* in elements; 0 = broadcast */
+	int64_t strides[TENSOR_MAX_DIMS]; /* in elements; 0 = broadcast */
 	int ndim;
 	enum tensor_dtype dtype;
-	bool in_arena;                     /* header lives in a scope arena */
+	bool in_arena; /* header lives in a scope arena */
 	/* autograd (autograd/ owns these; libtensor only carries them) */
 	bool requires_grad;
 	struct tensor *grad;
@@ -93,7 +92,7 @@ struct tensor {
 };
 
 int64_t tensor_numel(const struct tensor *t);
-size_t tensor_nbytes(const struct tensor *t); /* numel * dtype size */
+size_t tensor_nbytes(const struct tensor *t);	   /* numel * dtype size */
 bool tensor_is_contiguous(const struct tensor *t); /* row-major, no gaps */
 /* Host address of element 0 (CPU tensors; NULL for other devices). */
 void *tensor_data(const struct tensor *t);
@@ -104,34 +103,37 @@ int tensor_dim_wrap(const char *op, int dim, int ndim);
 const char *tensor_shape_str(const struct tensor *t, char *buf, size_t len);
 /* true if a and b have identical ndim and shape. */
 bool tensor_same_shape(const struct tensor *a, const struct tensor *b);
+/* Argument checks for op authors; each sets an error naming op and returns
+ * its status. Non-NULL, same device, same dtype: */
+int tensor_check_pair(const char *op, const struct tensor *a, const struct tensor *b);
+/* Non-NULL and f32 or f64: */
+int tensor_check_float(const char *op, const struct tensor *t);
 
 /* ---- creation (NULL + error on failure) ----------------------------------- */
 /* shape has ndim entries, each >= 0 (0 gives an empty tensor); ndim <= 8.   */
 
-struct tensor *tensor_empty(enum tensor_dtype dt, enum tensor_device dev,
-			    int ndim, const int64_t *shape);
-struct tensor *tensor_zeros(enum tensor_dtype dt, enum tensor_device dev,
-			    int ndim, const int64_t *shape);
-struct tensor *tensor_ones(enum tensor_dtype dt, enum tensor_device dev,
-			   int ndim, const int64_t *shape);
-struct tensor *tensor_full(enum tensor_dtype dt, enum tensor_device dev,
-			   int ndim, const int64_t *shape, double value);
+struct tensor *tensor_empty(enum tensor_dtype dt, enum tensor_device dev, int ndim,
+			    const int64_t *shape);
+struct tensor *tensor_zeros(enum tensor_dtype dt, enum tensor_device dev, int ndim,
+			    const int64_t *shape);
+struct tensor *tensor_ones(enum tensor_dtype dt, enum tensor_device dev, int ndim,
+			   const int64_t *shape);
+struct tensor *tensor_full(enum tensor_dtype dt, enum tensor_device dev, int ndim,
+			   const int64_t *shape, double value);
 /* 1-d [start, start+step, ...) with ceil((end-start)/step) elements; step != 0. */
-struct tensor *tensor_arange(enum tensor_dtype dt, enum tensor_device dev,
-			     double start, double end, double step);
+struct tensor *tensor_arange(enum tensor_dtype dt, enum tensor_device dev, double start, double end,
+			     double step);
 /* Copy numel elements of dtype dt from host memory `data`. */
-struct tensor *tensor_from_data(enum tensor_dtype dt, enum tensor_device dev,
-				int ndim, const int64_t *shape, const void *data);
+struct tensor *tensor_from_data(enum tensor_dtype dt, enum tensor_device dev, int ndim,
+				const int64_t *shape, const void *data);
 /* Uniform in [lo, hi) and normal(mean, std) from a counter-based generator:
  * element i of the result is a pure function of (seed, i), so the same seed
  * and shape give the same numbers on every backend and thread count. Float
  * dtypes only. */
-struct tensor *tensor_rand_uniform(enum tensor_dtype dt, enum tensor_device dev,
-				   int ndim, const int64_t *shape,
-				   uint64_t seed, double lo, double hi);
-struct tensor *tensor_rand_normal(enum tensor_dtype dt, enum tensor_device dev,
-				  int ndim, const int64_t *shape,
-				  uint64_t seed, double mean, double std);
+struct tensor *tensor_rand_uniform(enum tensor_dtype dt, enum tensor_device dev, int ndim,
+				   const int64_t *shape, uint64_t seed, double lo, double hi);
+struct tensor *tensor_rand_normal(enum tensor_dtype dt, enum tensor_device dev, int ndim,
+				  const int64_t *shape, uint64_t seed, double mean, double std);
 /* Fill t (any strides) in place; float dtypes for the random fills. */
 int tensor_fill_(struct tensor *t, double value);
 int tensor_uniform_(struct tensor *t, uint64_t seed, double lo, double hi);
@@ -148,6 +150,8 @@ void tensor_free(struct tensor *t);
 
 /* ---- views (share storage, never copy) ------------------------------------ */
 
+/* A new header with t's geometry over the same storage. */
+struct tensor *tensor_alias(const struct tensor *t);
 /* Reshape/view: t must be contiguous, numel must match; one entry may be -1. */
 struct tensor *tensor_view(const struct tensor *t, int ndim, const int64_t *shape);
 /* Like view, but copies (tensor_contiguous) when t is not contiguous. */
@@ -166,7 +170,7 @@ struct tensor *tensor_select(const struct tensor *t, int dim, int64_t index);
 /* Broadcast to shape (stride 0 on expanded dims; sizes must be 1 or equal;
  * new leading dims allowed). */
 struct tensor *tensor_expand(const struct tensor *t, int ndim, const int64_t *shape);
-struct tensor *tensor_squeeze(const struct tensor *t, int dim);   /* dim of size 1 */
+struct tensor *tensor_squeeze(const struct tensor *t, int dim);	  /* dim of size 1 */
 struct tensor *tensor_unsqueeze(const struct tensor *t, int dim); /* 0..ndim */
 /* Sliding windows of `size` every `step` along dim, appended as a new last
  * dim of length size (overlapping when step < size). */
@@ -214,10 +218,10 @@ void tensor_heap_end(void);
 void tensor_scope_set_end_hook(void (*hook)(int depth));
 
 struct tensor_mem_stats {
-	size_t live_bytes;     /* heap storage + arena bytes in use */
-	size_t peak_bytes;     /* max of live_bytes since the last reset */
-	size_t reserved_bytes; /* arena blocks held (in use or cached) */
-	size_t n_device_allocs;/* calls to the device allocator so far */
+	size_t live_bytes;	/* heap storage + arena bytes in use */
+	size_t peak_bytes;	/* max of live_bytes since the last reset */
+	size_t reserved_bytes;	/* arena blocks held (in use or cached) */
+	size_t n_device_allocs; /* calls to the device allocator so far */
 };
 /* Counters of a device (tensor data only, not headers). */
 struct tensor_mem_stats tensor_mem_stats(enum tensor_device dev);

@@ -22,9 +22,21 @@ extern "C" {
 /* ---- elementwise ---------------------------------------------------------- */
 
 enum tensor_unary_op {
-	TENSOR_NEG, TENSOR_EXP, TENSOR_LOG, TENSOR_SQRT, TENSOR_RSQRT, TENSOR_TANH,
-	TENSOR_ERF, TENSOR_ABS, TENSOR_RELU, TENSOR_GELU, TENSOR_GELU_TANH,
-	TENSOR_SILU, TENSOR_SIGMOID, TENSOR_SQUARE, TENSOR_RECIPROCAL,
+	TENSOR_NEG,
+	TENSOR_EXP,
+	TENSOR_LOG,
+	TENSOR_SQRT,
+	TENSOR_RSQRT,
+	TENSOR_TANH,
+	TENSOR_ERF,
+	TENSOR_ABS,
+	TENSOR_RELU,
+	TENSOR_GELU,
+	TENSOR_GELU_TANH,
+	TENSOR_SILU,
+	TENSOR_SIGMOID,
+	TENSOR_SQUARE,
+	TENSOR_RECIPROCAL,
 	TENSOR_ADD_SCALAR, /* x + alpha */
 	TENSOR_MUL_SCALAR, /* x * alpha */
 	TENSOR_POW_SCALAR, /* x ^ alpha */
@@ -32,15 +44,28 @@ enum tensor_unary_op {
 };
 
 enum tensor_binary_op {
-	TENSOR_ADD, TENSOR_SUB, TENSOR_MUL, TENSOR_DIV, TENSOR_POW,
-	TENSOR_MAXIMUM, TENSOR_MINIMUM,
+	TENSOR_ADD,
+	TENSOR_SUB,
+	TENSOR_MUL,
+	TENSOR_DIV,
+	TENSOR_POW,
+	TENSOR_MAXIMUM,
+	TENSOR_MINIMUM,
 	/* comparisons: 1 where true, 0 where false, in the inputs' dtype */
-	TENSOR_EQ, TENSOR_NE, TENSOR_LT, TENSOR_LE, TENSOR_GT, TENSOR_GE,
+	TENSOR_EQ,
+	TENSOR_NE,
+	TENSOR_LT,
+	TENSOR_LE,
+	TENSOR_GT,
+	TENSOR_GE,
 	TENSOR_NBINARY
 };
 
 /* Generic forms. alpha is used by the *_SCALAR ops. Float dtypes, except
- * NEG, ABS, RELU, SQUARE and the scalar add/mul, which also take ints. */
+ * NEG, ABS, RELU, SQUARE and the scalar add/mul, which also take ints (alpha
+ * must then be an integer in the dtype's range, else TENSOR_ERR_ARG).
+ * Integer arithmetic wraps around on overflow; integer DIV and POW are
+ * refused (TENSOR_ERR_DTYPE). f32 results are computed in float. */
 struct tensor *tensor_unary(enum tensor_unary_op op, const struct tensor *x, double alpha);
 /* Broadcasting binary op; a and b share dtype and device. */
 struct tensor *tensor_binary(enum tensor_binary_op op, const struct tensor *a,
@@ -82,9 +107,9 @@ struct tensor *tensor_sigmoid(const struct tensor *x);
 /* out = cond != 0 ? a : b, all three broadcast together; a and b share dtype. */
 struct tensor *tensor_where(const struct tensor *cond, const struct tensor *a,
 			    const struct tensor *b);
-/* x with value where mask != 0 (mask broadcasts to x's shape). */
-struct tensor *tensor_masked_fill(const struct tensor *x, const struct tensor *mask,
-				  double value);
+/* x with value where mask != 0 (mask, of any dtype, broadcasts to x's shape;
+ * for integer x, value must fit the dtype). */
+struct tensor *tensor_masked_fill(const struct tensor *x, const struct tensor *mask, double value);
 /* Convert to dtype (float to int truncates toward zero). */
 struct tensor *tensor_cast(const struct tensor *x, enum tensor_dtype dt);
 
@@ -100,22 +125,25 @@ struct tensor *tensor_matmul(const struct tensor *a, const struct tensor *b);
 
 /* ---- reductions ----------------------------------------------------------- */
 
-/* Reduce over the ndims dims listed (ndims == 0: all dims). keepdim keeps
- * them with size 1. Reducing an empty dim: sum 0, mean NaN, max/min error. */
+/* Reduce over the ndims dims listed (ndims == 0: all dims; a repeated dim is
+ * an error). keepdim keeps them with size 1. Reducing an empty dim: sum 0,
+ * mean NaN, max/min/argmax error. NaN propagates through max/min. sum, max,
+ * min and argmax also take i32/i64 (sum keeps the dtype and wraps). */
 struct tensor *tensor_sum(const struct tensor *x, int ndims, const int *dims, bool keepdim);
 struct tensor *tensor_mean(const struct tensor *x, int ndims, const int *dims, bool keepdim);
 struct tensor *tensor_max(const struct tensor *x, int ndims, const int *dims, bool keepdim);
 struct tensor *tensor_min(const struct tensor *x, int ndims, const int *dims, bool keepdim);
-/* Variance with the given correction (0 = population, 1 = unbiased). */
-struct tensor *tensor_var(const struct tensor *x, int ndims, const int *dims,
-			  int correction, bool keepdim);
+/* Variance with the given correction (0 = population, 1 = unbiased), divided
+ * by max(N - correction, 0) as PyTorch (inf or NaN when that is 0). */
+struct tensor *tensor_var(const struct tensor *x, int ndims, const int *dims, int correction,
+			  bool keepdim);
 /* Index (i64) of the first maximum along dim. */
 struct tensor *tensor_argmax(const struct tensor *x, int dim, bool keepdim);
 
 /* ---- softmax and norms ---------------------------------------------------- */
 
-/* softmax / log_softmax along dim, computed stably (max subtracted) with f32
- * or f64 accumulation. */
+/* softmax / log_softmax along dim, computed stably (max subtracted), sums in
+ * double. A row that is all -inf, or holds NaN or +inf, gives NaN. */
 struct tensor *tensor_softmax(const struct tensor *x, int dim);
 struct tensor *tensor_log_softmax(const struct tensor *x, int dim);
 
@@ -123,8 +151,8 @@ struct tensor *tensor_log_softmax(const struct tensor *x, int dim);
  * rstd = 1/sqrt(var + eps) (population variance). w, b: [C] or NULL. If mean /
  * rstd are not NULL they receive [..., 1] tensors (what backward needs). */
 struct tensor *tensor_layer_norm(const struct tensor *x, const struct tensor *w,
-				 const struct tensor *b, double eps,
-				 struct tensor **mean, struct tensor **rstd);
+				 const struct tensor *b, double eps, struct tensor **mean,
+				 struct tensor **rstd);
 /* RMS norm over the last dim: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps). */
 struct tensor *tensor_rms_norm(const struct tensor *x, const struct tensor *w, double eps,
 			       struct tensor **rstd);
@@ -153,15 +181,16 @@ struct tensor *tensor_concat(int n, struct tensor *const *ts, int dim);
 struct tensor *tensor_stack(int n, struct tensor *const *ts, int dim);
 /* Split along dim into n views of the given sizes (summing to the dim's
  * size), written to out[0..n-1]. Returns a status. */
-int tensor_split(const struct tensor *t, int dim, int n, const int64_t *sizes,
-		 struct tensor **out);
+int tensor_split(const struct tensor *t, int dim, int n, const int64_t *sizes, struct tensor **out);
 
 /* ---- convolution ---------------------------------------------------------- */
 
 /* 1-d convolution over the last axis as in PyTorch (cross-correlation):
  * x [B, C_in, L], w [C_out, C_in, K], bias [C_out] or NULL, stride >= 1,
  * zero padding >= 0 each side -> [B, C_out, (L + 2 pad - K) / stride + 1].
- * kernel == stride with no padding is a reshape and one GEMM. */
+ * kernel == stride with no padding is a reshape and one GEMM. Errors: channel
+ * or kernel shape mismatch, K > L + 2 pad (TENSOR_ERR_SHAPE); stride < 1 or
+ * padding < 0 (TENSOR_ERR_ARG). */
 struct tensor *tensor_conv1d(const struct tensor *x, const struct tensor *w,
 			     const struct tensor *bias, int64_t stride, int64_t padding);
 

@@ -3,6 +3,11 @@
 
 #include "backend.h"
 
+struct tensor *tensor_alias(const struct tensor *t)
+{
+	return t ? tensor_new_view(t, t->ndim, t->shape, t->strides, t->offset) : NULL;
+}
+
 struct tensor *tensor_view(const struct tensor *t, int ndim, const int64_t *shape)
 {
 	if (!t)
@@ -33,15 +38,16 @@ struct tensor *tensor_view(const struct tensor *t, int ndim, const int64_t *shap
 	}
 	if (infer >= 0) {
 		if (known == 0 || numel % known) {
-			tensor_error(TENSOR_ERR_SHAPE, "view: cannot infer dim %d of %s (%lld elements)",
-				     infer, tensor_shape_str(t, bt, sizeof bt), (long long)numel);
+			tensor_error(TENSOR_ERR_SHAPE,
+				     "view: cannot infer dim %d of %s (%lld elements)", infer,
+				     tensor_shape_str(t, bt, sizeof bt), (long long)numel);
 			return NULL;
 		}
 		sh[infer] = numel / known;
 		known = numel;
 	}
 	if (known != numel) {
-		struct tensor tmp = {.ndim = ndim};
+		struct tensor tmp = { .ndim = ndim };
 		memcpy(tmp.shape, sh, sizeof(int64_t) * (size_t)ndim);
 		char bn[128];
 		tensor_error(TENSOR_ERR_SHAPE, "view: %s has %lld elements, %s has %lld",
@@ -75,7 +81,7 @@ struct tensor *tensor_permute(const struct tensor *t, const int *perm)
 		return NULL;
 	}
 	int64_t sh[TENSOR_MAX_DIMS], st[TENSOR_MAX_DIMS];
-	bool seen[TENSOR_MAX_DIMS] = {false};
+	bool seen[TENSOR_MAX_DIMS] = { false };
 	for (int i = 0; i < t->ndim; i++) {
 		int p = perm[i];
 		if (p < 0 || p >= t->ndim || seen[p]) {
@@ -209,7 +215,7 @@ struct tensor *tensor_expand(const struct tensor *t, int ndim, const int64_t *sh
 	}
 	return tensor_new_view(t, ndim, sh, st, t->offset);
 bad:;
-	struct tensor tmp = {.ndim = ndim};
+	struct tensor tmp = { .ndim = ndim };
 	memcpy(tmp.shape, shape, sizeof(int64_t) * (size_t)ndim);
 	char bs[128];
 	tensor_error(TENSOR_ERR_SHAPE, "expand: cannot expand %s to %s (sizes must be 1 or equal)",

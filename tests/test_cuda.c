@@ -13,16 +13,16 @@ static void assert_same(const struct tensor *gpu, const struct tensor *cpu)
 	double *a = tu_values(back), *b = tu_values(cpu);
 	ck_assert_int_eq(tensor_numel(back), tensor_numel(cpu));
 	for (int64_t i = 0; i < tensor_numel(cpu); i++)
-		ck_assert_msg(a[i] == b[i], "element %lld: cuda %.9g, cpu %.9g", (long long)i,
-			      a[i], b[i]);
+		ck_assert_msg(a[i] == b[i], "element %lld: cuda %.9g, cpu %.9g", (long long)i, a[i],
+			      b[i]);
 	free(a);
 	free(b);
 }
 
 START_TEST(test_random_parity)
 {
-	const int64_t s[] = {37, 129};
-	const enum tensor_dtype dts[] = {TENSOR_F32, TENSOR_F64};
+	const int64_t s[] = { 37, 129 };
+	const enum tensor_dtype dts[] = { TENSOR_F32, TENSOR_F64 };
 	for (int k = 0; k < 2; k++) {
 		assert_same(tensor_rand_uniform(dts[k], TENSOR_CUDA, 2, s, 11, -1, 2),
 			    tensor_rand_uniform(dts[k], TENSOR_CPU, 2, s, 11, -1, 2));
@@ -34,14 +34,14 @@ END_TEST
 
 START_TEST(test_copy_fill_parity)
 {
-	const int64_t s[] = {5, 6, 7};
+	const int64_t s[] = { 5, 6, 7 };
 	struct tensor *cpu = tu_rand(TENSOR_F64, 3, s, 1);
 	struct tensor *gpu = tensor_to_device(cpu, TENSOR_CUDA);
 	ck_assert_msg(gpu != NULL, "%s", tensor_last_error());
 	ck_assert_int_eq(gpu->storage->device, TENSOR_CUDA);
 	assert_same(gpu, cpu);
 	/* strided copy with dtype conversion on the device */
-	const int perm[] = {2, 0, 1};
+	const int perm[] = { 2, 0, 1 };
 	assert_same(tensor_cast(tensor_permute(gpu, perm), TENSOR_F32),
 		    tensor_cast(tensor_permute(cpu, perm), TENSOR_F32));
 	assert_same(tensor_full(TENSOR_I64, TENSOR_CUDA, 3, s, -3),
@@ -53,7 +53,7 @@ END_TEST
 
 START_TEST(test_mixing_devices_is_an_error)
 {
-	const int64_t s[] = {4};
+	const int64_t s[] = { 4 };
 	struct tensor *c = tensor_zeros(TENSOR_F32, TENSOR_CPU, 1, s);
 	struct tensor *g = tensor_zeros(TENSOR_F32, TENSOR_CUDA, 1, s);
 	tu_assert_error(tensor_copy_(g, c) < 0, TENSOR_ERR_DEVICE, "copy_", "cuda");

@@ -1,3 +1,461 @@
-/* placeholder: being written */
+/* Softmax, log-softmax, layer norm and RMS norm against naive loops. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "testutil.h"
-int main(void) { return 77; }
+
+static const enum tensor_dtype FLOATS[] = { TENSOR_F32, TENSOR_F64 };
+static const int64_t S345[] = { 3, 4, 5 };
+
+static double tol_of(enum tensor_dtype dt)
+{
+	return dt == TENSOR_F64 ? 1e-12 : 1e-5;
+}
+
+static struct tensor *from_values(enum tensor_dtype dt, int nd, const int64_t *shape,
+				  const double *v)
+{
+	struct tensor *t = tensor_cast(tensor_from_data(TENSOR_F64, TENSOR_CPU, nd, shape, v), dt);
+	ck_assert_msg(t != NULL, "%s", tensor_last_error());
+	return t;
+}
+
+enum layout { L_CONTIG, L_STRIDED, L_TRANSPOSED, L_SLICED, L_EXPAND, NLAYOUTS };
+
+static struct tensor *rnd(enum tensor_dtype dt, int nd, const int64_t *shape, uint64_t seed,
+			  double lo, double hi)
+{
+	struct tensor *t = tensor_rand_uniform(dt, TENSOR_CPU, nd, shape, seed, lo, hi);
+	ck_assert_msg(t != NULL, "%s", tensor_last_error());
+	return t;
+}
+
+/* A [3,4,5] input in the given layout, values in [-scale, scale). */
+static struct tensor *input345(enum tensor_dtype dt, enum layout lay, uint64_t seed, double scale)
+{
+	struct tensor *t = NULL;
+	switch (lay) {
+	case L_CONTIG: t = rnd(dt, 3, S345, seed, -scale, scale); break;
+	case L_STRIDED: t = tu_strided(rnd(dt, 3, S345, seed, -scale, scale)); break;
+	case L_TRANSPOSED: {
+		const int64_t s[] = { 3, 5, 4 };
+		t = tensor_transpose(rnd(dt, 3, s, seed, -scale, scale), 1, 2);
+		break;
+	}
+	case L_SLICED: {
+		const int64_t s[] = { 6, 4, 11 };
+		t = tensor_slice(tensor_slice(rnd(dt, 3, s, seed, -scale, scale), 0, 0, 6, 2), 2, 1,
+				 11, 2);
+		break;
+	}
+	default: {
+		const int64_t s[] = { 3, 1, 5 };
+		t = tensor_expand(rnd(dt, 3, s, seed, -scale, scale), 3, S345);
+	}
+	}
+	tu_assert_shape(t, 3, S345);
+	ck_assert(lay == L_CONTIG || !tensor_is_contiguous(t));
+	return t;
+}
+
+/* ---- softmax ----------------------------------------------------------------- */
+
+/* Naive (max-shifted) softmax of v (row-major, shape) along dim into y. */
+static void ref_softmax(const double *v, int nd, const int64_t *shape, int dim, bool logsm,
+			double *y)
+{
+	int64_t n = 1, stride = 1, idx[TENSOR_MAX_DIMS];
+	for (int d = 0; d < nd; d++)
+		n *= shape[d];
+	for (int d = nd - 1; d > dim; d--)
+		stride *= shape[d];
+	for (int64_t i = 0; i < n; i++) {
+		tu_unravel(i, nd, shape, idx);
+		if (idx[dim] != 0)
+			continue;
+		double m = -INFINITY, s = 0;
+		for (int64_t k = 0; k < shape[dim]; k++)
+			m = fmax(m, v[i + k * stride]);
+		for (int64_t k = 0; k < shape[dim]; k++)
+			s += exp(v[i + k * stride] - m);
+		for (int64_t k = 0; k < shape[dim]; k++) {
+			double e = v[i + k * stride] - m;
+			y[i + k * stride] = logsm ? e - log(s) : exp(e) / s;
+		}
+	}
+}
+
+static void check_softmax(const struct tensor *x, int dim, bool logsm, double tol)
+{
+	int nd = x->ndim, d = dim < 0 ? dim + nd : dim;
+	struct tensor *got = logsm ? tensor_log_softmax(x, dim) : tensor_softmax(x, dim);
+	tu_assert_shape(got, nd, x->shape);
+	ck_assert(tensor_is_contiguous(got));
+	ck_assert_int_eq(got->dtype, x->dtype);
+	int64_t n = tensor_numel(x);
+	double *v = tu_values(x), *want = malloc(sizeof(double) * (size_t)(n + 1));
+	ck_assert(want != NULL);
+	ref_softmax(v, nd, x->shape, d, logsm, want);
+	tu_assert_close(got, want, n, tol, tol);
+	free(want);
+	free(v);
+}
+
+START_TEST(test_softmax_layouts)
+{
+	enum tensor_dtype dt = FLOATS[_i];
+	const int dims[] = { 0, 1, 2, -1, -2, -3 };
+	for (int lay = 0; lay < NLAYOUTS; lay++) {
+		struct tensor *x = input345(dt, (enum layout)lay, 3 + (uint64_t)lay, 1);
+		struct tensor *xs = input345(dt, (enum layout)lay, 3 + (uint64_t)lay, 8);
+		for (int k = 0; k < 6; k++)
+			for (int lg = 0; lg < 2; lg++) {
+				check_softmax(x, dims[k], lg, tol_of(dt));
+				check_softmax(xs, dims[k], lg, tol_of(dt));
+			}
+	}
+}
+END_TEST
+
+START_TEST(test_softmax_sums_to_one)
+{
+	enum tensor_dtype dt = FLOATS[_i];
+	const int64_t s[] = { 7, 33 };
+	struct tensor *x = tensor_rand_normal(dt, TENSOR_CPU, 2, s, 9, 0, 10);
+	for (int dim = 0; dim < 2; dim++) {
+		double *p = tu_values(tensor_softmax(x, dim));
+		double *lp = tu_values(tensor_log_softmax(x, dim));
+		int64_t rows = s[1 - dim], n = s[dim];
+		for (int64_t r = 0; r < rows; r++) {
+			double sp = 0, slp = 0;
+			for (int64_t k = 0; k < n; k++) {
+				int64_t i = dim == 1 ? r * n + k : k * rows + r;
+				ck_assert(p[i] >= 0 && p[i] <= 1);
+				ck_assert(fabs(exp(lp[i]) - p[i]) <= 1e-5);
+				sp += p[i];
+				slp += exp(lp[i]);
+			}
+			ck_assert_msg(fabs(sp - 1) < 1e-5, "row %lld sums to %.9g", (long long)r,
+				      sp);
+			ck_assert(fabs(slp - 1) < 1e-5);
+		}
+		free(p);
+		free(lp);
+	}
+}
+END_TEST
+
+START_TEST(test_softmax_extremes)
+{
+	enum tensor_dtype dt = FLOATS[_i];
+	const double ln2 = log(2.0);
+	/* huge values stay finite; -inf entries get probability 0 */
+	const double v[] = { 1000, 1000, -1000, 0, /**/ -1000, -1000, -1000, -INFINITY };
+	const int64_t s24[] = { 2, 4 }, s42[] = { 4, 2 };
+	struct tensor *x = from_values(dt, 2, s24, v);
+	const double wp[] = { 0.5, 0.5, 0, 0, 1.0 / 3, 1.0 / 3, 1.0 / 3, 0 };
+	const double wl[] = { -ln2,	 -ln2,	    -2000 - ln2, -1000 - ln2,
+			      -log(3.0), -log(3.0), -log(3.0),	 -INFINITY };
+	tu_assert_close(tensor_softmax(x, 1), wp, 8, 1e-6, 1e-6);
+	tu_assert_close(tensor_log_softmax(x, -1), wl, 8, 1e-4, 1e-6);
+	/* the same along dim 0 of the transpose (a strided column) */
+	struct tensor *xt = tensor_transpose(x, 0, 1);
+	tu_assert_shape(xt, 2, s42);
+	const double wpt[] = { 0.5, 1.0 / 3, 0.5, 1.0 / 3, 0, 1.0 / 3, 0, 0 };
+	tu_assert_close(tensor_softmax(xt, 0), wpt, 8, 1e-6, 1e-6);
+	/* a row of -inf (or with a NaN) is NaN, as PyTorch gives */
+	const double bad[] = { -INFINITY, -INFINITY, 1, NAN };
+	const int64_t s22[] = { 2, 2 };
+	struct tensor *b = from_values(dt, 2, s22, bad);
+	const double wnan[] = { NAN, NAN, NAN, NAN };
+	tu_assert_close(tensor_softmax(b, 1), wnan, 4, 0, 0);
+	tu_assert_close(tensor_log_softmax(b, 1), wnan, 4, 0, 0);
+}
+END_TEST
+
+/* f32 softmax uses its own vectorised exp: it must stay within a few ulp over
+ * the whole range of shifted inputs, down to exp(-87) and below. */
+START_TEST(test_softmax_precision)
+{
+	const int64_t s[] = { 3, 2001 };
+	double *v = malloc(sizeof(double) * 3 * 2001), *want = malloc(sizeof(double) * 3 * 2001);
+	ck_assert(v && want);
+	for (int64_t i = 0; i < 2001; i++) {
+		v[i] = -100.0 + 0.05 * (double)i;	    /* -100 .. 0 */
+		v[2001 + i] = 3.0 - 0.0015 * (double)i;	    /* 3 .. 0 */
+		v[4002 + i] = (double)((i * 37) % 101) / 7; /* repeated values */
+	}
+	struct tensor *x = from_values(TENSOR_F32, 2, s, v);
+	double *xv = tu_values(x);
+	for (int lg = 0; lg < 2; lg++) {
+		ref_softmax(xv, 2, s, 1, lg, want);
+		struct tensor *got = lg ? tensor_log_softmax(x, 1) : tensor_softmax(x, 1);
+		if (lg)
+			tu_assert_close(got, want, 3 * 2001, 2e-6, 1e-6);
+		else
+			tu_assert_close(got, want, 3 * 2001, 1e-40, 1e-6);
+	}
+	free(xv);
+	free(want);
+	free(v);
+}
+END_TEST
+
+START_TEST(test_softmax_shapes)
+{
+	enum tensor_dtype dt = FLOATS[_i];
+	/* a scalar is a row of one */
+	const double v = 3, one = 1, zero = 0;
+	struct tensor *s = from_values(dt, 0, NULL, &v);
+	struct tensor *p = tensor_softmax(s, 0), *lp = tensor_log_softmax(s, -1);
+	tu_assert_shape(p, 0, NULL);
+	tu_assert_close(p, &one, 1, 0, 0);
+	tu_assert_close(lp, &zero, 1, 0, 0);
+	/* empty rows and no rows */
+	const int64_t s05[] = { 0, 5 }, s30[] = { 3, 0 };
+	tu_assert_shape(tensor_softmax(tensor_zeros(dt, TENSOR_CPU, 2, s05), 1), 2, s05);
+	tu_assert_shape(tensor_softmax(tensor_zeros(dt, TENSOR_CPU, 2, s30), 1), 2, s30);
+	tu_assert_shape(tensor_log_softmax(tensor_zeros(dt, TENSOR_CPU, 2, s30), 0), 2, s30);
+	/* large: parallel rows, along the last dim and across rows */
+	const int64_t big[] = { 64, 1024 };
+	struct tensor *x = tu_rand(dt, 2, big, 4);
+	check_softmax(x, 1, false, tol_of(dt));
+	check_softmax(x, 0, true, tol_of(dt));
+	check_softmax(tu_strided(x), 1, false, tol_of(dt));
+}
+END_TEST
+
+START_TEST(test_softmax_errors)
+{
+	const int64_t s34[] = { 3, 4 };
+	struct tensor *x = tu_rand(TENSOR_F32, 2, s34, 1);
+	tu_assert_error(!tensor_softmax(x, 2), TENSOR_ERR_SHAPE, "softmax: dim 2", "[3,4]");
+	tu_assert_error(!tensor_log_softmax(x, -3), TENSOR_ERR_SHAPE, "log_softmax: dim -3",
+			"[3,4]");
+	struct tensor *xi = tensor_zeros(TENSOR_I64, TENSOR_CPU, 2, s34);
+	tu_assert_error(!tensor_softmax(xi, 1), TENSOR_ERR_DTYPE, "softmax", "i64");
+	tu_assert_error(!tensor_log_softmax(xi, 1), TENSOR_ERR_DTYPE, "log_softmax", "[3,4]");
+	tensor_error(TENSOR_ERR_ARG, "first");
+	ck_assert(!tensor_softmax(NULL, 0));
+	ck_assert(!tensor_log_softmax(NULL, 0));
+	ck_assert_str_eq(tensor_last_error(), "first");
+	tensor_clear_error();
+}
+END_TEST
+
+/* ---- layer norm and RMS norm --------------------------------------------------- */
+
+/* Naive norm of v's rows of c elements (w, b NULL or [c]). */
+static void ref_norm(const double *v, int64_t rows, int64_t c, const double *w, const double *b,
+		     double eps, bool rms, double *y, double *mean, double *rstd)
+{
+	for (int64_t r = 0; r < rows; r++) {
+		const double *x = v + r * c;
+		double m = 0, q = 0;
+		for (int64_t i = 0; i < c && !rms; i++)
+			m += x[i] / (double)c;
+		for (int64_t i = 0; i < c; i++)
+			q += (x[i] - m) * (x[i] - m) / (double)c;
+		double rs = 1 / sqrt(q + eps);
+		for (int64_t i = 0; i < c; i++)
+			y[r * c + i] = (x[i] - m) * rs * (w ? w[i] : 1) + (b ? b[i] : 0);
+		mean[r] = m;
+		rstd[r] = rs;
+	}
+}
+
+/* Run layer_norm (or rms_norm) on x with optional w, b; compare y and stats. */
+static void check_norm(const struct tensor *x, const struct tensor *w, const struct tensor *b,
+		       double eps, bool rms, double tol)
+{
+	int nd = x->ndim;
+	int64_t c = x->shape[nd - 1], rows = c ? tensor_numel(x) / c : 0;
+	struct tensor *mean = NULL, *rstd = NULL;
+	struct tensor *y =
+	    rms ? tensor_rms_norm(x, w, eps, &rstd) : tensor_layer_norm(x, w, b, eps, &mean, &rstd);
+	tu_assert_shape(y, nd, x->shape);
+	ck_assert(tensor_is_contiguous(y));
+	int64_t sshape[TENSOR_MAX_DIMS];
+	memcpy(sshape, x->shape, sizeof(int64_t) * (size_t)nd);
+	sshape[nd - 1] = 1;
+	tu_assert_shape(rstd, nd, sshape);
+	if (!rms)
+		tu_assert_shape(mean, nd, sshape);
+	double *v = tu_values(x), *wv = w ? tu_values(w) : NULL, *bv = b ? tu_values(b) : NULL;
+	double *want = malloc(sizeof(double) * (size_t)(rows * c + 1));
+	double *wm = malloc(sizeof(double) * (size_t)(rows + 1));
+	double *wr = malloc(sizeof(double) * (size_t)(rows + 1));
+	ck_assert(want && wm && wr);
+	ref_norm(v, rows, c, wv, rms ? NULL : bv, eps, rms, want, wm, wr);
+	tu_assert_close(y, want, rows * c, tol, tol);
+	tu_assert_close(rstd, wr, rows, tol, tol);
+	if (!rms)
+		tu_assert_close(mean, wm, rows, tol, tol);
+	free(want);
+	free(wm);
+	free(wr);
+	free(v);
+	free(wv);
+	free(bv);
+}
+
+/* [2,3,8] inputs in each layout, with every combination of w and b. */
+static void run_norm_matrix(enum tensor_dtype dt, bool rms)
+{
+	const int64_t s238[] = { 2, 3, 8 }, c = 8, c2 = 16;
+	struct tensor *xs[4];
+	xs[0] = tu_rand(dt, 3, s238, 1);
+	xs[1] = tu_strided(xs[0]);
+	const int64_t s283[] = { 2, 8, 3 }, s2316[] = { 2, 3, 16 };
+	xs[2] = tensor_transpose(tu_rand(dt, 3, s283, 2), 1, 2);
+	xs[3] = tensor_slice(tu_rand(dt, 3, s2316, 3), 2, 1, 16, 2);
+	struct tensor *w = rnd(dt, 1, &c, 4, 0.5, 2.5);
+	struct tensor *b = tu_rand(dt, 1, &c, 5);
+	struct tensor *ws = tensor_slice(tu_rand(dt, 1, &c2, 6), 0, 0, 16, 2); /* strided w */
+	const int64_t one = 1;
+	struct tensor *wb = tensor_expand(tu_rand(dt, 1, &one, 7), 1, &c); /* broadcast w */
+	for (int k = 0; k < 4; k++) {
+		tu_assert_shape(xs[k], 3, s238);
+		check_norm(xs[k], NULL, NULL, 1e-5, rms, tol_of(dt));
+		check_norm(xs[k], w, NULL, 1e-5, rms, tol_of(dt));
+		check_norm(xs[k], NULL, b, 1e-5, rms, tol_of(dt));
+		check_norm(xs[k], w, b, 0.1, rms, tol_of(dt));
+		check_norm(xs[k], ws, b, 1e-5, rms, tol_of(dt));
+		check_norm(xs[k], wb, NULL, 0, rms, tol_of(dt));
+	}
+}
+
+START_TEST(test_layer_norm)
+{
+	run_norm_matrix(FLOATS[_i], false);
+}
+END_TEST
+
+START_TEST(test_rms_norm)
+{
+	run_norm_matrix(FLOATS[_i], true);
+}
+END_TEST
+
+START_TEST(test_norm_shapes)
+{
+	enum tensor_dtype dt = FLOATS[_i];
+	/* a large offset with a small spread: the statistics keep their precision */
+	const int64_t s[] = { 4, 64 };
+	double *v = tu_values(tu_rand(TENSOR_F64, 2, s, 8));
+	for (int i = 0; i < 256; i++)
+		v[i] = 1000 + 1e-2 * v[i];
+	struct tensor *x = from_values(dt, 2, s, v);
+	free(v);
+	check_norm(x, NULL, NULL, 0, false, dt == TENSOR_F64 ? 1e-9 : 1e-4);
+	/* 1-d input, C == 1, and parallel rows */
+	const int64_t c = 7, s31[] = { 3, 1 }, big[] = { 8, 8192 }, cb = 8192;
+	check_norm(tu_rand(dt, 1, &c, 9), NULL, NULL, 1e-5, false, tol_of(dt));
+	check_norm(tu_rand(dt, 1, &c, 9), NULL, NULL, 1e-5, true, tol_of(dt));
+	check_norm(tu_rand(dt, 2, s31, 10), NULL, NULL, 1e-5, false, tol_of(dt));
+	struct tensor *xb = tu_rand(dt, 2, big, 11), *wb = tu_rand(dt, 1, &cb, 12);
+	check_norm(xb, wb, wb, 1e-5, false, tol_of(dt));
+	check_norm(xb, wb, NULL, 1e-5, true, tol_of(dt));
+	/* no rows, and empty rows (statistics NaN) */
+	const int64_t s08[] = { 0, 8 }, s01[] = { 0, 1 }, s30[] = { 3, 0 };
+	struct tensor *mean, *rstd;
+	tu_assert_shape(
+	    tensor_layer_norm(tensor_zeros(dt, TENSOR_CPU, 2, s08), NULL, NULL, 1e-5, &mean, &rstd),
+	    2, s08);
+	tu_assert_shape(mean, 2, s01);
+	struct tensor *y =
+	    tensor_layer_norm(tensor_zeros(dt, TENSOR_CPU, 2, s30), NULL, NULL, 1e-5, &mean, &rstd);
+	tu_assert_shape(y, 2, s30);
+	const double nans[] = { NAN, NAN, NAN };
+	tu_assert_close(mean, nans, 3, 0, 0);
+	tu_assert_close(rstd, nans, 3, 0, 0);
+	/* statistics are optional */
+	struct tensor *x2 = tu_rand(dt, 2, s, 13);
+	mean = rstd = x2;
+	ck_assert(tensor_layer_norm(x2, NULL, NULL, 1e-5, NULL, &rstd) != NULL);
+	ck_assert(rstd != x2 && rstd != NULL);
+	ck_assert(tensor_layer_norm(x2, NULL, NULL, 1e-5, &mean, NULL) != NULL);
+	ck_assert(mean != x2 && mean != NULL);
+	ck_assert(tensor_rms_norm(x2, NULL, 1e-5, NULL) != NULL);
+}
+END_TEST
+
+START_TEST(test_norm_errors)
+{
+	const int64_t s238[] = { 2, 3, 8 }, c8 = 8, c9 = 9, s18[] = { 1, 8 };
+	struct tensor *x = tu_rand(TENSOR_F32, 3, s238, 1);
+	struct tensor *w9 = tu_rand(TENSOR_F32, 1, &c9, 2), *w18 = tu_rand(TENSOR_F32, 2, s18, 3);
+	struct tensor *w64 = tu_rand(TENSOR_F64, 1, &c8, 4);
+	struct tensor *wi = tensor_zeros(TENSOR_I32, TENSOR_CPU, 1, &c8);
+	struct tensor *mean = x, *rstd = x;
+	tu_assert_error(!tensor_layer_norm(x, w9, NULL, 1e-5, &mean, &rstd), TENSOR_ERR_SHAPE,
+			"layer_norm: w [9]", "[2,3,8]");
+	ck_assert(mean == NULL && rstd == NULL);
+	tu_assert_error(!tensor_layer_norm(x, NULL, w18, 1e-5, NULL, NULL), TENSOR_ERR_SHAPE,
+			"layer_norm: b [1,8]", "expected [8]");
+	tu_assert_error(!tensor_layer_norm(x, NULL, w64, 1e-5, NULL, NULL), TENSOR_ERR_DTYPE,
+			"layer_norm: b [8] is f64", "f32");
+	tu_assert_error(!tensor_rms_norm(x, wi, 1e-5, NULL), TENSOR_ERR_DTYPE, "rms_norm: w",
+			"i32");
+	tu_assert_error(!tensor_rms_norm(x, w9, 1e-5, &rstd), TENSOR_ERR_SHAPE, "rms_norm: w [9]",
+			"[2,3,8]");
+	tu_assert_error(!tensor_layer_norm(x, NULL, NULL, -1, NULL, NULL), TENSOR_ERR_ARG,
+			"layer_norm: eps", "[2,3,8]");
+	tu_assert_error(!tensor_rms_norm(x, NULL, NAN, NULL), TENSOR_ERR_ARG, "rms_norm: eps",
+			"[2,3,8]");
+	struct tensor *xi = tensor_zeros(TENSOR_I64, TENSOR_CPU, 3, s238);
+	tu_assert_error(!tensor_layer_norm(xi, NULL, NULL, 1e-5, NULL, NULL), TENSOR_ERR_DTYPE,
+			"layer_norm", "i64");
+	const double v = 1;
+	struct tensor *s = tensor_from_data(TENSOR_F64, TENSOR_CPU, 0, NULL, &v);
+	tu_assert_error(!tensor_rms_norm(s, NULL, 1e-5, NULL), TENSOR_ERR_SHAPE, "rms_norm", "0-d");
+	tu_assert_error(!tensor_layer_norm(s, NULL, NULL, 1e-5, NULL, NULL), TENSOR_ERR_SHAPE,
+			"layer_norm", "[]");
+	tensor_error(TENSOR_ERR_ARG, "first");
+	mean = rstd = x;
+	ck_assert(!tensor_layer_norm(NULL, NULL, NULL, 1e-5, &mean, &rstd));
+	ck_assert(mean == NULL && rstd == NULL);
+	ck_assert(!tensor_rms_norm(NULL, NULL, 1e-5, &rstd));
+	ck_assert_str_eq(tensor_last_error(), "first");
+	tensor_clear_error();
+}
+END_TEST
+
+/* Outside any scope the caller owns y, mean and rstd; nothing else leaks. */
+START_TEST(test_heap_no_leak)
+{
+	ck_assert_int_eq(tensor_scope_end(), TENSOR_OK);
+	struct tensor *x = tu_rand(TENSOR_F32, 3, S345, 3);
+	struct tensor *mean, *rstd, *rstd2;
+	struct tensor *y = tensor_layer_norm(x, NULL, NULL, 1e-5, &mean, &rstd);
+	struct tensor *z = tensor_rms_norm(x, NULL, 1e-5, &rstd2);
+	struct tensor *p = tensor_softmax(x, 0), *q = tensor_log_softmax(x, -1);
+	ck_assert(y && mean && rstd && z && rstd2 && p && q);
+	struct tensor *all[] = { y, mean, rstd, z, rstd2, p, q, x };
+	for (int k = 0; k < 8; k++)
+		tensor_free(all[k]);
+	tensor_scope_begin();
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("norm");
+	TCase *tc = tu_tcase("softmax");
+	tcase_add_loop_test(tc, test_softmax_layouts, 0, 2);
+	tcase_add_loop_test(tc, test_softmax_sums_to_one, 0, 2);
+	tcase_add_loop_test(tc, test_softmax_extremes, 0, 2);
+	tcase_add_test(tc, test_softmax_precision);
+	tcase_add_loop_test(tc, test_softmax_shapes, 0, 2);
+	tcase_add_test(tc, test_softmax_errors);
+	suite_add_tcase(s, tc);
+	tc = tu_tcase("norms");
+	tcase_add_loop_test(tc, test_layer_norm, 0, 2);
+	tcase_add_loop_test(tc, test_rms_norm, 0, 2);
+	tcase_add_loop_test(tc, test_norm_shapes, 0, 2);
+	tcase_add_test(tc, test_norm_errors);
+	tcase_add_test(tc, test_heap_no_leak);
+	suite_add_tcase(s, tc);
+	return tu_run(s);
+}

@@ -111,7 +111,8 @@ void tu_assert_error(bool failed, int status, const char *sub1, const char *sub2
 	const char *msg = tensor_last_error();
 	ck_assert_msg(failed, "expected a failure, got success");
 	ck_assert_msg(tensor_last_status() == status, "status %d (%s), want %d; message: %s",
-		      tensor_last_status(), tensor_status_string(tensor_last_status()), status, msg);
+		      tensor_last_status(), tensor_status_string(tensor_last_status()), status,
+		      msg);
 	if (sub1)
 		ck_assert_msg(strstr(msg, sub1), "message '%s' lacks '%s'", msg, sub1);
 	if (sub2)
@@ -119,4 +120,7 @@ void tu_assert_error(bool failed, int status, const char *sub1, const char *sub2
 	tensor_clear_error();
 }
 
-double tu_tol(enum tensor_dtype dt) { return dt == TENSOR_F64 ? 1e-12 : 2e-6; }
+double tu_tol(enum tensor_dtype dt)
+{
+	return dt == TENSOR_F64 ? 1e-12 : 2e-6;
+}

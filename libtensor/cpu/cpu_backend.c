@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,15 +22,19 @@ static int default_threads(void)
 /* Debian's BLIS 0.9 does not recognise every AVX-512 CPU (it falls back to
  * slower kernels, even `generic`), so pick `skx` when the CPU has the
  * AVX-512 subsets those kernels use. BLIS reads BLIS_ARCH_TYPE once, at its
- * initialisation; a value the user set is left alone. */
+ * initialisation, as the number of an arch_t value; a value the user set is
+ * left alone. */
 static void select_blis_arch(void)
 {
 	if (getenv("BLIS_ARCH_TYPE"))
 		return;
 	__builtin_cpu_init();
 	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-	    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
-		setenv("BLIS_ARCH_TYPE", "skx", 0);
+	    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
+		char id[16];
+		snprintf(id, sizeof id, "%d", (int)BLIS_ARCH_SKX);
+		setenv("BLIS_ARCH_TYPE", id, 0);
+	}
 }
 
 static void init_once(void)
@@ -57,7 +62,10 @@ void tensor_set_num_threads(int n)
 	omp_set_num_threads(n);
 }
 
-int cpu_num_threads(void) { return atomic_load(&num_threads); }
+int cpu_num_threads(void)
+{
+	return atomic_load(&num_threads);
+}
 
 int tensor_get_num_threads(void)
 {
@@ -124,7 +132,10 @@ static void *cpu_alloc(size_t nbytes)
 	return aligned_alloc(64, (nbytes + 63) & ~(size_t)63);
 }
 
-static void cpu_free(void *p) { free(p); }
+static void cpu_free(void *p)
+{
+	free(p);
+}
 
 static int cpu_memset_zero(void *p, size_t n)
 {
@@ -139,7 +150,10 @@ static int cpu_memcpy(void *dst, const void *src, size_t n)
 	return TENSOR_OK;
 }
 
-static int cpu_synchronize(void) { return TENSOR_OK; }
+static int cpu_synchronize(void)
+{
+	return TENSOR_OK;
+}
 
 const struct tensor_backend tensor_cpu_backend = {
 	.name = "cpu",

@@ -8,50 +8,50 @@
 
 int cpu_copy(struct tensor *dst, const struct tensor *src)
 {
-	const struct tensor *ts[2] = {dst, src};
+	const struct tensor *ts[2] = { dst, src };
 	struct cpu_loop l;
 	cpu_loop_init(&l, 2, ts);
-	int64_t s0 = cpu_loop_stride(&l, 0), s1 = cpu_loop_stride(&l, 1);
 	enum tensor_dtype dd = dst->dtype, sd = src->dtype;
-	size_t es = tensor_dtype_size(dd);
+	int64_t items = cpu_loop_items(&l);
 #pragma omp parallel for num_threads(cpu_num_threads()) if (l.rows * l.n > CPU_PAR_MIN)
-	for (int64_t r = 0; r < l.rows; r++) {
+	for (int64_t t = 0; t < items; t++) {
 		char *p[2];
-		cpu_loop_row(&l, r, p);
-		if (dd == sd && s0 == 1 && s1 == 1) {
-			memcpy(p[0], p[1], (size_t)l.n * es);
+		int64_t bs[2], n = cpu_loop_item(&l, t, p, bs, NULL);
+		if (dd == sd && bs[0] == (int64_t)l.esize[0] && bs[1] == bs[0]) {
+			memcpy(p[0], p[1], (size_t)(n * bs[0]));
 		} else if (dd == TENSOR_F32 && sd == TENSOR_F32) {
 			float *o = (float *)p[0];
 			const float *x = (const float *)p[1];
-			for (int64_t i = 0; i < l.n; i++)
+			int64_t s0 = bs[0] / 4, s1 = bs[1] / 4;
+			for (int64_t i = 0; i < n; i++)
 				o[i * s0] = x[i * s1];
 		} else {
-			for (int64_t i = 0; i < l.n; i++)
-				cpu_store(p[0] + i * s0 * (int64_t)es, dd,
-					  cpu_load(p[1] + i * s1 * (int64_t)l.esize[1], sd));
+			for (int64_t i = 0; i < n; i++)
+				cpu_store(p[0] + i * bs[0], dd, cpu_load(p[1] + i * bs[1], sd));
 		}
 	}
 	return TENSOR_OK;
 }
 
-/* Apply f(row-major index) to every element of dst. */
-#define FOR_EACH_INDEX(dst, expr)                                                      \
-	do {                                                                           \
-		const struct tensor *ts_[1] = {dst};                                   \
-		struct cpu_loop l_;                                                    \
-		cpu_loop_init(&l_, 1, ts_);                                            \
-		int64_t s_ = cpu_loop_stride(&l_, 0);                                  \
-		enum tensor_dtype dt_ = (dst)->dtype;                                  \
-		_Pragma("omp parallel for num_threads(cpu_num_threads()) if (l_.rows * l_.n > CPU_PAR_MIN)") \
-		for (int64_t r_ = 0; r_ < l_.rows; r_++) {                             \
-			char *p_;                                                      \
-			cpu_loop_row(&l_, r_, &p_);                                    \
-			for (int64_t j_ = 0; j_ < l_.n; j_++) {                        \
-				uint64_t idx = (uint64_t)(r_ * l_.n + j_);             \
-				(void)idx;                                             \
-				cpu_store(p_ + j_ * s_ * (int64_t)l_.esize[0], dt_, (expr)); \
-			}                                                              \
-		}                                                                      \
+/* Store value_of(row-major index) into every element of dst. */
+#define FOR_EACH_INDEX(dst, value_of)                                                            \
+	do {                                                                                     \
+		const struct tensor *ts_[1] = { dst };                                           \
+		struct cpu_loop l_;                                                              \
+		cpu_loop_init(&l_, 1, ts_);                                                      \
+		enum tensor_dtype dt_ = (dst)->dtype;                                            \
+		int64_t items_ = cpu_loop_items(&l_);                                            \
+		_Pragma("omp parallel for num_threads(cpu_num_threads()) if (items_ > 1)") for ( \
+		    int64_t t_ = 0; t_ < items_; t_++)                                           \
+		{                                                                                \
+			char *p_;                                                                \
+			int64_t bs_, first_, n_ = cpu_loop_item(&l_, t_, &p_, &bs_, &first_);    \
+			for (int64_t j_ = 0; j_ < n_; j_++) {                                    \
+				uint64_t idx = (uint64_t)(first_ + j_);                          \
+				(void)idx;                                                       \
+				cpu_store(p_ + j_ * bs_, dt_, (value_of));                       \
+			}                                                                        \
+		}                                                                                \
 	} while (0)
 
 int cpu_fill(struct tensor *dst, double value)
@@ -67,8 +67,7 @@ int cpu_arange(struct tensor *dst, double start, double step)
 }
 
 /* Float32 results are rounded; keep uniform draws below hi after rounding. */
-static double uniform_value(enum tensor_dtype dt, uint64_t seed, uint64_t i, double lo,
-			    double hi)
+static double uniform_value(enum tensor_dtype dt, uint64_t seed, uint64_t i, double lo, double hi)
 {
 	double v = lo + (hi - lo) * random_uniform(seed, i);
 	if (dt == TENSOR_F32 && (float)v >= (float)hi && hi > lo)
@@ -76,8 +75,7 @@ static double uniform_value(enum tensor_dtype dt, uint64_t seed, uint64_t i, dou
 	return v;
 }
 
-int cpu_random(struct tensor *dst, enum tensor_random_kind kind, uint64_t seed, double a,
-	       double b)
+int cpu_random(struct tensor *dst, enum tensor_random_kind kind, uint64_t seed, double a, double b)
 {
 	enum tensor_dtype dt = dst->dtype;
 	if (kind == TENSOR_RAND_UNIFORM)

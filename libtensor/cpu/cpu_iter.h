@@ -28,7 +28,7 @@ void cpu_loop_init(struct cpu_loop *l, int nops, const struct tensor *const *ts)
 /* Pointers of row r of each operand into p[]. */
 static inline void cpu_loop_row(const struct cpu_loop *l, int64_t r, char **p)
 {
-	int64_t off[CPU_MAX_OPS] = {0};
+	int64_t off[CPU_MAX_OPS] = { 0 };
 	for (int d = l->ndim - 2; d >= 0; d--) {
 		int64_t i = r % l->shape[d];
 		r /= l->shape[d];
@@ -37,6 +37,38 @@ static inline void cpu_loop_row(const struct cpu_loop *l, int64_t r, char **p)
 	}
 	for (int k = 0; k < l->nops; k++)
 		p[k] = l->base[k] + off[k] * (int64_t)l->esize[k];
+}
+
+/* Work items: every row, with long rows cut into pieces of CPU_PIECE
+ * elements, so that contiguous data (one merged row) still spreads over the
+ * threads. Loop `for (t = 0; t < cpu_loop_items(l); t++)` in parallel. */
+#define CPU_PIECE 16384
+
+static inline int64_t cpu_loop_pieces(const struct cpu_loop *l)
+{
+	return l->n > CPU_PIECE ? (l->n + CPU_PIECE - 1) / CPU_PIECE : 1;
+}
+
+static inline int64_t cpu_loop_items(const struct cpu_loop *l)
+{
+	return l->rows * cpu_loop_pieces(l);
+}
+
+/* Operand addresses of work item t in p[], byte strides in bs[], and in
+ * *first the row-major index of its first element; returns its length. */
+static inline int64_t cpu_loop_item(const struct cpu_loop *l, int64_t t, char **p, int64_t *bs,
+				    int64_t *first)
+{
+	int64_t per = cpu_loop_pieces(l), row = t / per, start = (t % per) * CPU_PIECE;
+	int64_t n = l->n - start;
+	cpu_loop_row(l, row, p);
+	for (int k = 0; k < l->nops; k++) {
+		bs[k] = l->strides[k][l->ndim - 1] * (int64_t)l->esize[k];
+		p[k] += start * bs[k];
+	}
+	if (first)
+		*first = row * l->n + start;
+	return n < CPU_PIECE ? n : CPU_PIECE;
 }
 
 /* Inner-dim stride of operand k. */

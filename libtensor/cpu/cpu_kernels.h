@@ -12,8 +12,7 @@ int cpu_num_threads(void);
 int cpu_copy(struct tensor *dst, const struct tensor *src);
 int cpu_fill(struct tensor *dst, double value);
 int cpu_arange(struct tensor *dst, double start, double step);
-int cpu_random(struct tensor *dst, enum tensor_random_kind kind, uint64_t seed, double a,
-	       double b);
+int cpu_random(struct tensor *dst, enum tensor_random_kind kind, uint64_t seed, double a, double b);
 /* cpu_elementwise.c */
 int cpu_unary(enum tensor_unary_op op, struct tensor *out, const struct tensor *x, double alpha);
 int cpu_binary(enum tensor_binary_op op, struct tensor *out, const struct tensor *a,
@@ -35,8 +34,7 @@ int cpu_rms_norm(struct tensor *y, struct tensor *rstd, const struct tensor *x,
 /* cpu_index.c */
 int cpu_index_select(struct tensor *out, const struct tensor *src, int dim,
 		     const struct tensor *idx);
-int cpu_index_add(struct tensor *dst, int dim, const struct tensor *idx,
-		  const struct tensor *src);
+int cpu_index_add(struct tensor *dst, int dim, const struct tensor *idx, const struct tensor *src);
 int cpu_gather(struct tensor *out, const struct tensor *src, int dim, const struct tensor *idx);
 int cpu_scatter_add(struct tensor *dst, int dim, const struct tensor *idx,
 		    const struct tensor *src);

@@ -1,4 +1,335 @@
+/* CPU softmax / log-softmax and layer / RMS norm over the last dim.
+ *
+ * x may have any strides; out / y are contiguous. The norms' mean and rstd
+ * are NULL or contiguous [rows] tensors of x's dtype. Statistics and softmax
+ * sums accumulate in double. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_iter.h"
 #include "cpu_kernels.h"
-int cpu_softmax(struct tensor *out, const struct tensor *x, bool log) { (void)out;(void)x;(void)log; return tensor_error(TENSOR_ERR_UNSUPPORTED, "stub"); }
-int cpu_layer_norm(struct tensor *y, struct tensor *mean, struct tensor *rstd, const struct tensor *x, const struct tensor *w, const struct tensor *b, double eps) { (void)y;(void)mean;(void)rstd;(void)x;(void)w;(void)b;(void)eps; return tensor_error(TENSOR_ERR_UNSUPPORTED, "stub"); }
-int cpu_rms_norm(struct tensor *y, struct tensor *rstd, const struct tensor *x, const struct tensor *w, double eps) { (void)y;(void)rstd;(void)x;(void)w;(void)eps; return tensor_error(TENSOR_ERR_UNSUPPORTED, "stub"); }
+
+/* Rows: every index of the dims but the last. */
+static int64_t row_count(const struct tensor *x)
+{
+	int64_t rows = 1;
+	for (int d = 0; d < x->ndim - 1; d++)
+		rows *= x->shape[d];
+	return rows;
+}
+
+/* Offset (in elements) of the first element of row r of x. */
+static int64_t row_offset(const struct tensor *x, int64_t r)
+{
+	int64_t off = 0;
+	for (int d = x->ndim - 2; d >= 0; d--) {
+		off += (r % x->shape[d]) * x->strides[d];
+		r /= x->shape[d];
+	}
+	return off;
+}
+
+/* Sum of a contiguous f32 run in double (of (x - shift)^2 when square). */
+static double sum_f32(const float *x, int64_t n, double shift, bool square)
+{
+	double s = 0;
+	if (square) {
+#pragma omp simd reduction(+ : s)
+		for (int64_t i = 0; i < n; i++)
+			s += (x[i] - shift) * (x[i] - shift);
+	} else {
+#pragma omp simd reduction(+ : s)
+		for (int64_t i = 0; i < n; i++)
+			s += x[i];
+	}
+	return s;
+}
+
+/* ---- softmax -------------------------------------------------------------- */
+
+static inline int32_t f32_bits(float f)
+{
+	int32_t i;
+	memcpy(&i, &f, sizeof i);
+	return i;
+}
+
+static inline float f32_from_bits(int32_t i)
+{
+	float f;
+	memcpy(&f, &i, sizeof f);
+	return f;
+}
+
+/* c ? a : b through an integer mask: gcc will not if-convert float selects
+ * under the default -ftrapping-math, and then leaves the loop scalar. */
+static inline float f32_select(bool c, float a, float b)
+{
+	int32_t m = -(int32_t)c;
+	return f32_from_bits((f32_bits(a) & m) | (f32_bits(b) & ~m));
+}
+
+/* exp for f32 within about 1 ulp, branch-free so that `omp simd` loops
+ * vectorise it (Cephes' polynomial on x - n ln2; 2^n applied as two
+ * factors so that results near overflow and in the subnormal range are
+ * right). exp(-inf) = 0, exp(inf) = inf, NaN stays NaN. */
+static inline float exp_f32(float x)
+{
+	bool above = x > -104.0f; /* false for NaN */
+	float xc = f32_select(above, x, -104.0f);
+	xc = f32_select(xc < 89.0f, xc, 89.0f);
+	float t = xc * 1.44269504088896341f;
+	float half = f32_from_bits(f32_bits(0.5f) | (f32_bits(t) & INT32_MIN));
+	int32_t n = (int32_t)(t + half); /* rounded half away from zero */
+	float fn = (float)n;
+	float r = xc - fn * 0.693359375f + fn * 2.12194440e-4f;
+	float p = 1.9875691500e-4f;
+	p = p * r + 1.3981999507e-3f;
+	p = p * r + 8.3334519073e-3f;
+	p = p * r + 4.1665795894e-2f;
+	p = p * r + 1.6666665459e-1f;
+	p = p * r + 5.0000001201e-1f;
+	p = p * r * r + r + 1.0f;
+	int32_t n1 = n / 2;
+	float y =
+	    p * f32_from_bits((n1 + 127) * (1 << 23)) * f32_from_bits((n - n1 + 127) * (1 << 23));
+	return f32_select(x != x, x, f32_select(above, y, 0.0f));
+}
+
+/* Rows whose max is +-inf or that hold a NaN come out all NaN (as PyTorch:
+ * a row of -inf has no distribution). */
+static void softmax_row_f32(float *y, const float *x, int64_t n, bool logsm)
+{
+	float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+	for (int64_t i = 0; i < n; i++)
+		m = x[i] > m ? x[i] : m;
+	double s = 0;
+	if (logsm) {
+#pragma omp simd reduction(+ : s)
+		for (int64_t i = 0; i < n; i++)
+			s += exp_f32(x[i] - m);
+		double c = (double)m + log(s);
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			y[i] = (float)((double)x[i] - c);
+	} else {
+#pragma omp simd reduction(+ : s)
+		for (int64_t i = 0; i < n; i++) {
+			float e = exp_f32(x[i] - m);
+			y[i] = e;
+			s += e;
+		}
+		float inv = (float)(1.0 / s);
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			y[i] *= inv;
+	}
+}
+
+static void softmax_row_f64(double *y, const double *x, int64_t n, bool logsm)
+{
+	double m = -INFINITY, s = 0;
+	for (int64_t i = 0; i < n; i++)
+		m = x[i] > m ? x[i] : m;
+	for (int64_t i = 0; i < n; i++) {
+		double e = exp(x[i] - m);
+		if (!logsm)
+			y[i] = e;
+		s += e;
+	}
+	double c = m + log(s), inv = 1.0 / s;
+	for (int64_t i = 0; i < n; i++)
+		y[i] = logsm ? x[i] - c : y[i] * inv;
+}
+
+static void softmax_row(char *y, const char *x, int64_t n, enum tensor_dtype dt, bool logsm)
+{
+	if (dt == TENSOR_F32)
+		softmax_row_f32((float *)y, (const float *)x, n, logsm);
+	else
+		softmax_row_f64((double *)y, (const double *)x, n, logsm);
+}
+
+/* Bytes of strided rows gathered at once into a contiguous buffer. */
+#define GATHER_BYTES (256 * 1024)
+#define GATHER_ROWS 16
+
+/* Copy rows r0..r0+nb of x (last-dim stride sx) into buf, rows of n. Rows
+ * next to each other in memory (a transposed x) are read a line at a time. */
+static void gather_rows(char *buf, const struct tensor *x, int64_t r0, int64_t nb, int64_t n,
+			int64_t sx)
+{
+	int64_t es = (int64_t)tensor_dtype_size(x->dtype), off[GATHER_ROWS];
+	const char *base = cpu_ptr(x);
+	for (int64_t b = 0; b < nb; b++)
+		off[b] = row_offset(x, r0 + b);
+	if (es == 4) {
+		const float *src = (const float *)base;
+		float *dst = (float *)buf;
+		for (int64_t k = 0; k < n; k++)
+			for (int64_t b = 0; b < nb; b++)
+				dst[b * n + k] = src[off[b] + k * sx];
+	} else {
+		const double *src = (const double *)base;
+		double *dst = (double *)buf;
+		for (int64_t k = 0; k < n; k++)
+			for (int64_t b = 0; b < nb; b++)
+				dst[b * n + k] = src[off[b] + k * sx];
+	}
+}
+
+int cpu_softmax(struct tensor *out, const struct tensor *x, bool log)
+{
+	int64_t n = x->shape[x->ndim - 1], rows = row_count(x), sx = x->strides[x->ndim - 1];
+	enum tensor_dtype dt = x->dtype;
+	int64_t es = (int64_t)tensor_dtype_size(dt);
+	bool par = rows * n > CPU_PAR_MIN;
+	if (n == 0)
+		return TENSOR_OK;
+	if (sx == 1 || n == 1) {
+#pragma omp parallel for num_threads(cpu_num_threads()) if (par)
+		for (int64_t r = 0; r < rows; r++)
+			softmax_row(cpu_ptr(out) + r * n * es, cpu_ptr(x) + row_offset(x, r) * es,
+				    n, dt, log);
+		return TENSOR_OK;
+	}
+	/* Strided rows: gather blocks of rows, then run the contiguous kernel. */
+	int64_t nb = GATHER_BYTES / (n * es);
+	nb = nb < 1 ? 1 : nb > GATHER_ROWS ? GATHER_ROWS : nb;
+	int64_t blocks = (rows + nb - 1) / nb;
+	bool failed = false;
+#pragma omp parallel num_threads(cpu_num_threads()) if (par)
+	{
+		char *buf = malloc((size_t)(nb * n * es));
+		if (!buf) {
+#pragma omp atomic write
+			failed = true;
+		}
+#pragma omp for
+		for (int64_t k = 0; k < blocks; k++) {
+			int64_t r0 = k * nb, cnt = rows - r0 < nb ? rows - r0 : nb;
+			if (!buf)
+				continue;
+			gather_rows(buf, x, r0, cnt, n, sx);
+			for (int64_t b = 0; b < cnt; b++)
+				softmax_row(cpu_ptr(out) + (r0 + b) * n * es, buf + b * n * es, n,
+					    dt, log);
+		}
+		free(buf);
+	}
+	if (failed)
+		return tensor_error(TENSOR_ERR_NOMEM, "softmax: no memory for a %lld x %lld buffer",
+				    (long long)nb, (long long)n);
+	return TENSOR_OK;
+}
+
+/* ---- layer norm and RMS norm ---------------------------------------------- */
+
+/* One norm: y = (x - mu) * rs * w + b with mu the row mean (0 for RMS norm)
+ * and rs = 1 / sqrt(mean((x - mu)^2) + eps); w, b may be NULL. */
+struct norm_job {
+	bool rms;
+	double eps;
+	enum tensor_dtype dt;
+	const struct tensor *w, *b;
+};
+
+static void norm_row_f32(const struct norm_job *jb, float *y, const float *x, int64_t n, double *mu,
+			 double *rs)
+{
+	const float *w = jb->w ? (const float *)cpu_ptr(jb->w) : NULL;
+	const float *b = jb->b ? (const float *)cpu_ptr(jb->b) : NULL;
+	double m = jb->rms ? 0 : sum_f32(x, n, 0, false) / (double)n;
+	double r = 1.0 / sqrt(sum_f32(x, n, m, true) / (double)n + jb->eps);
+	if (w && b) {
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			y[i] = (float)((x[i] - m) * r * w[i] + b[i]);
+	} else if (w) {
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			y[i] = (float)((x[i] - m) * r * w[i]);
+	} else if (b) {
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			y[i] = (float)((x[i] - m) * r + b[i]);
+	} else {
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			y[i] = (float)((x[i] - m) * r);
+	}
+	*mu = m;
+	*rs = r;
+}
+
+static void norm_row_any(const struct norm_job *jb, char *y, const char *x, int64_t sx, int64_t n,
+			 double *mu, double *rs)
+{
+	enum tensor_dtype dt = jb->dt;
+	int64_t es = (int64_t)tensor_dtype_size(dt), step = sx * es;
+	const char *w = jb->w ? cpu_ptr(jb->w) : NULL, *b = jb->b ? cpu_ptr(jb->b) : NULL;
+	int64_t ws = jb->w ? jb->w->strides[0] * es : 0, bs = jb->b ? jb->b->strides[0] * es : 0;
+	double m = 0, q = 0;
+	if (!jb->rms) {
+		for (int64_t i = 0; i < n; i++)
+			m += cpu_load(x + i * step, dt);
+		m /= (double)n;
+	}
+	for (int64_t i = 0; i < n; i++) {
+		double d = cpu_load(x + i * step, dt) - m;
+		q += d * d;
+	}
+	double r = 1.0 / sqrt(q / (double)n + jb->eps);
+	for (int64_t i = 0; i < n; i++) {
+		double v = (cpu_load(x + i * step, dt) - m) * r;
+		if (w)
+			v *= cpu_load(w + i * ws, dt);
+		if (b)
+			v += cpu_load(b + i * bs, dt);
+		cpu_store(y + i * es, dt, v);
+	}
+	*mu = m;
+	*rs = r;
+}
+
+static int norm_rows(const struct norm_job *jb, struct tensor *y, struct tensor *mean,
+		     struct tensor *rstd, const struct tensor *x)
+{
+	int64_t n = x->shape[x->ndim - 1], rows = row_count(x), sx = x->strides[x->ndim - 1];
+	int64_t es = (int64_t)tensor_dtype_size(jb->dt);
+	bool fast = jb->dt == TENSOR_F32 && (sx == 1 || n <= 1) &&
+		    (!jb->w || jb->w->strides[0] == 1 || n <= 1) &&
+		    (!jb->b || jb->b->strides[0] == 1 || n <= 1);
+#pragma omp parallel for num_threads(cpu_num_threads()) if (rows * n > CPU_PAR_MIN)
+	for (int64_t r = 0; r < rows; r++) {
+		const char *xr = cpu_ptr(x) + row_offset(x, r) * es;
+		char *yr = cpu_ptr(y) + r * n * es;
+		double mu, rs;
+		if (fast)
+			norm_row_f32(jb, (float *)yr, (const float *)xr, n, &mu, &rs);
+		else
+			norm_row_any(jb, yr, xr, sx, n, &mu, &rs);
+		if (mean)
+			cpu_store(cpu_ptr(mean) + r * mean->strides[0] * es, jb->dt, mu);
+		if (rstd)
+			cpu_store(cpu_ptr(rstd) + r * rstd->strides[0] * es, jb->dt, rs);
+	}
+	return TENSOR_OK;
+}
+
+int cpu_layer_norm(struct tensor *y, struct tensor *mean, struct tensor *rstd,
+		   const struct tensor *x, const struct tensor *w, const struct tensor *b,
+		   double eps)
+{
+	struct norm_job jb = { .rms = false, .eps = eps, .dt = x->dtype, .w = w, .b = b };
+	return norm_rows(&jb, y, mean, rstd, x);
+}
+
+int cpu_rms_norm(struct tensor *y, struct tensor *rstd, const struct tensor *x,
+		 const struct tensor *w, double eps)
+{
+	struct norm_job jb = { .rms = true, .eps = eps, .dt = x->dtype, .w = w, .b = NULL };
+	return norm_rows(&jb, y, NULL, rstd, x);
+}
