@@ -36,9 +36,15 @@ static void *cuda_alloc(size_t n)
 	return cudaMalloc(&p, n) == cudaSuccess ? p : NULL;
 }
 
-static void cuda_free(void *p) { cudaFree(p); }
+static void cuda_free(void *p)
+{
+	cudaFree(p);
+}
 
-static int cuda_memset_zero(void *p, size_t n) { return check(cudaMemset(p, 0, n), "memset"); }
+static int cuda_memset_zero(void *p, size_t n)
+{
+	return check(cudaMemset(p, 0, n), "memset");
+}
 
 static int cuda_from_host(void *dst, const void *src, size_t n)
 {
@@ -50,7 +56,10 @@ static int cuda_to_host(void *dst, const void *src, size_t n)
 	return check(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost), "copy to host");
 }
 
-static int cuda_sync(void) { return check(cudaDeviceSynchronize(), "synchronize"); }
+static int cuda_sync(void)
+{
+	return check(cudaDeviceSynchronize(), "synchronize");
+}
 
 static struct cuda_geom geom(const struct tensor *t)
 {
