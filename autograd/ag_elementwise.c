@@ -1,0 +1,302 @@
+/* Elementwise ops with their backward, side by side. */
+#include <math.h>
+
+#include "autograd.h"
+
+#define SQRT_2_OVER_PI 0.7978845608028654
+#define INV_SQRT_2PI 0.3989422804014327
+
+/* ---- unary ---------------------------------------------------------------- */
+
+/* d out / d x for out = op(x), written with tensor ops. */
+static struct tensor *unary_derivative(const struct ag_node *n)
+{
+	const struct tensor *x = n->saved[0], *y = n->saved[1];
+	double alpha = n->f[0];
+	switch ((enum tensor_unary_op)n->i[0]) {
+	case TENSOR_NEG: return tensor_full(x->dtype, x->storage->device, 0, NULL, -1);
+	case TENSOR_EXP: return tensor_alias(y);
+	case TENSOR_LOG: return tensor_unary(TENSOR_RECIPROCAL, x, 0);
+	case TENSOR_SQRT: return tensor_mul_scalar(tensor_unary(TENSOR_RECIPROCAL, y, 0), 0.5);
+	case TENSOR_RSQRT: return tensor_mul_scalar(tensor_pow_scalar(y, 3), -0.5);
+	case TENSOR_TANH:
+		return tensor_add_scalar(tensor_neg(tensor_unary(TENSOR_SQUARE, y, 0)), 1);
+	case TENSOR_ERF:
+		return tensor_mul_scalar(tensor_exp(tensor_neg(tensor_unary(TENSOR_SQUARE, x, 0))),
+					 2 * INV_SQRT_2PI * sqrt(2.0));
+	case TENSOR_ABS:
+		return tensor_sub(
+		    tensor_gt(x, tensor_zeros(x->dtype, x->storage->device, 0, NULL)),
+		    tensor_lt(x, tensor_zeros(x->dtype, x->storage->device, 0, NULL)));
+	case TENSOR_RELU: return tensor_gt(x, tensor_zeros(x->dtype, x->storage->device, 0, NULL));
+	case TENSOR_GELU: { /* Phi(x) + x phi(x) */
+		struct tensor *cdf = tensor_mul_scalar(
+		    tensor_add_scalar(tensor_erf(tensor_mul_scalar(x, M_SQRT1_2)), 1), 0.5);
+		struct tensor *pdf = tensor_mul_scalar(
+		    tensor_exp(tensor_mul_scalar(tensor_unary(TENSOR_SQUARE, x, 0), -0.5)),
+		    INV_SQRT_2PI);
+		return tensor_add(cdf, tensor_mul(x, pdf));
+	}
+	case TENSOR_GELU_TANH: { /* 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 k x^2) */
+		const double k = 0.044715;
+		struct tensor *x2 = tensor_unary(TENSOR_SQUARE, x, 0);
+		struct tensor *u = tensor_mul_scalar(
+		    tensor_mul(x, tensor_add_scalar(tensor_mul_scalar(x2, k), 1)), SQRT_2_OVER_PI);
+		struct tensor *t = tensor_tanh(u);
+		struct tensor *du = tensor_mul_scalar(
+		    tensor_add_scalar(tensor_mul_scalar(x2, 3 * k), 1), SQRT_2_OVER_PI);
+		struct tensor *sech2 =
+		    tensor_add_scalar(tensor_neg(tensor_unary(TENSOR_SQUARE, t, 0)), 1);
+		return tensor_add(tensor_mul_scalar(tensor_add_scalar(t, 1), 0.5),
+				  tensor_mul_scalar(tensor_mul(tensor_mul(x, sech2), du), 0.5));
+	}
+	case TENSOR_SILU: { /* s (1 + x (1 - s)) */
+		struct tensor *s = tensor_sigmoid(x);
+		return tensor_mul(
+		    s, tensor_add_scalar(tensor_mul(x, tensor_add_scalar(tensor_neg(s), 1)), 1));
+	}
+	case TENSOR_SIGMOID: return tensor_mul(y, tensor_add_scalar(tensor_neg(y), 1));
+	case TENSOR_SQUARE: return tensor_mul_scalar(x, 2);
+	case TENSOR_RECIPROCAL: return tensor_neg(tensor_unary(TENSOR_SQUARE, y, 0));
+	case TENSOR_ADD_SCALAR: return tensor_full(x->dtype, x->storage->device, 0, NULL, 1);
+	case TENSOR_MUL_SCALAR: return tensor_full(x->dtype, x->storage->device, 0, NULL, alpha);
+	case TENSOR_POW_SCALAR: return tensor_mul_scalar(tensor_pow_scalar(x, alpha - 1), alpha);
+	default:
+		tensor_error(TENSOR_ERR_UNSUPPORTED, "backward: unary op %d has no gradient",
+			     (int)n->i[0]);
+		return NULL;
+	}
+}
+
+static int unary_backward(struct ag_node *n, const struct tensor *dout)
+{
+	return ag_accumulate(n->inputs[0], tensor_mul(dout, unary_derivative(n)));
+}
+
+struct tensor *ag_unary(enum tensor_unary_op op, struct tensor *x, double alpha)
+{
+	struct tensor *y = tensor_unary(op, x, alpha);
+	struct ag_node *n = ag_record("unary", y, unary_backward, 1, &x);
+	if (n) {
+		n->i[0] = op;
+		n->f[0] = alpha;
+		ag_save(n, x);
+		ag_save(n, y);
+	}
+	return y;
+}
+
+/* ---- binary --------------------------------------------------------------- */
+
+static int binary_backward(struct ag_node *n, const struct tensor *g)
+{
+	struct tensor *a = n->saved[0], *b = n->saved[1], *y = n->saved[2];
+	struct tensor *ga = NULL, *gb = NULL;
+	switch ((enum tensor_binary_op)n->i[0]) {
+	case TENSOR_ADD: ga = gb = (struct tensor *)g; break;
+	case TENSOR_SUB:
+		ga = (struct tensor *)g;
+		gb = tensor_neg(g);
+		break;
+	case TENSOR_MUL:
+		ga = tensor_mul(g, b);
+		gb = tensor_mul(g, a);
+		break;
+	case TENSOR_DIV: /* d/db a/b = -y/b */
+		ga = tensor_div(g, b);
+		gb = tensor_neg(tensor_div(tensor_mul(g, y), b));
+		break;
+	case TENSOR_POW: /* b a^(b-1), y log a */
+		ga = tensor_mul(g, tensor_mul(b, tensor_pow(a, tensor_add_scalar(b, -1))));
+		gb = n->inputs[1]->requires_grad ? tensor_mul(g, tensor_mul(y, tensor_log(a)))
+						 : NULL;
+		break;
+	case TENSOR_MAXIMUM:
+	case TENSOR_MINIMUM: { /* 1 where a wins, 1/2 on ties */
+		bool max = n->i[0] == TENSOR_MAXIMUM;
+		struct tensor *wa = tensor_add(max ? tensor_gt(a, b) : tensor_lt(a, b),
+					       tensor_mul_scalar(tensor_eq(a, b), 0.5));
+		ga = tensor_mul(g, wa);
+		gb = tensor_sub(g, ga);
+		break;
+	}
+	default:
+		return tensor_error(TENSOR_ERR_UNSUPPORTED,
+				    "backward: binary op %d has no gradient", (int)n->i[0]);
+	}
+	int rc = ag_accumulate(n->inputs[0], ga);
+	return rc < 0 ? rc : ag_accumulate(n->inputs[1], gb);
+}
+
+struct tensor *ag_binary(enum tensor_binary_op op, struct tensor *a, struct tensor *b)
+{
+	struct tensor *y = tensor_binary(op, a, b);
+	if (op >= TENSOR_EQ) /* comparisons are not differentiable */
+		return y;
+	struct tensor *in[2] = { a, b };
+	struct ag_node *n = ag_record("binary", y, binary_backward, 2, in);
+	if (n) {
+		n->i[0] = op;
+		ag_save(n, a);
+		ag_save(n, b);
+		ag_save(n, y);
+	}
+	return y;
+}
+
+struct tensor *ag_add(struct tensor *a, struct tensor *b)
+{
+	return ag_binary(TENSOR_ADD, a, b);
+}
+struct tensor *ag_sub(struct tensor *a, struct tensor *b)
+{
+	return ag_binary(TENSOR_SUB, a, b);
+}
+struct tensor *ag_mul(struct tensor *a, struct tensor *b)
+{
+	return ag_binary(TENSOR_MUL, a, b);
+}
+struct tensor *ag_div(struct tensor *a, struct tensor *b)
+{
+	return ag_binary(TENSOR_DIV, a, b);
+}
+struct tensor *ag_pow(struct tensor *a, struct tensor *b)
+{
+	return ag_binary(TENSOR_POW, a, b);
+}
+struct tensor *ag_maximum(struct tensor *a, struct tensor *b)
+{
+	return ag_binary(TENSOR_MAXIMUM, a, b);
+}
+struct tensor *ag_minimum(struct tensor *a, struct tensor *b)
+{
+	return ag_binary(TENSOR_MINIMUM, a, b);
+}
+
+struct tensor *ag_add_scalar(struct tensor *x, double s)
+{
+	return ag_unary(TENSOR_ADD_SCALAR, x, s);
+}
+struct tensor *ag_mul_scalar(struct tensor *x, double s)
+{
+	return ag_unary(TENSOR_MUL_SCALAR, x, s);
+}
+struct tensor *ag_pow_scalar(struct tensor *x, double p)
+{
+	return ag_unary(TENSOR_POW_SCALAR, x, p);
+}
+struct tensor *ag_neg(struct tensor *x)
+{
+	return ag_unary(TENSOR_NEG, x, 0);
+}
+struct tensor *ag_exp(struct tensor *x)
+{
+	return ag_unary(TENSOR_EXP, x, 0);
+}
+struct tensor *ag_log(struct tensor *x)
+{
+	return ag_unary(TENSOR_LOG, x, 0);
+}
+struct tensor *ag_sqrt(struct tensor *x)
+{
+	return ag_unary(TENSOR_SQRT, x, 0);
+}
+struct tensor *ag_rsqrt(struct tensor *x)
+{
+	return ag_unary(TENSOR_RSQRT, x, 0);
+}
+struct tensor *ag_tanh(struct tensor *x)
+{
+	return ag_unary(TENSOR_TANH, x, 0);
+}
+struct tensor *ag_erf(struct tensor *x)
+{
+	return ag_unary(TENSOR_ERF, x, 0);
+}
+struct tensor *ag_abs(struct tensor *x)
+{
+	return ag_unary(TENSOR_ABS, x, 0);
+}
+struct tensor *ag_relu(struct tensor *x)
+{
+	return ag_unary(TENSOR_RELU, x, 0);
+}
+struct tensor *ag_gelu(struct tensor *x)
+{
+	return ag_unary(TENSOR_GELU, x, 0);
+}
+struct tensor *ag_gelu_tanh(struct tensor *x)
+{
+	return ag_unary(TENSOR_GELU_TANH, x, 0);
+}
+struct tensor *ag_silu(struct tensor *x)
+{
+	return ag_unary(TENSOR_SILU, x, 0);
+}
+struct tensor *ag_sigmoid(struct tensor *x)
+{
+	return ag_unary(TENSOR_SIGMOID, x, 0);
+}
+
+/* ---- where, masked_fill, cast, dropout ------------------------------------ */
+
+static int where_backward(struct ag_node *n, const struct tensor *g)
+{
+	const struct tensor *cond = n->saved[0];
+	struct tensor *zero = tensor_zeros(g->dtype, g->storage->device, 0, NULL);
+	int rc = ag_accumulate(n->inputs[0], tensor_where(cond, g, zero));
+	return rc < 0 ? rc : ag_accumulate(n->inputs[1], tensor_where(cond, zero, g));
+}
+
+struct tensor *ag_where(const struct tensor *cond, struct tensor *a, struct tensor *b)
+{
+	struct tensor *y = tensor_where(cond, a, b);
+	struct tensor *in[2] = { a, b };
+	struct ag_node *n = ag_record("where", y, where_backward, 2, in);
+	if (n)
+		ag_save(n, (struct tensor *)cond);
+	return y;
+}
+
+static int masked_fill_backward(struct ag_node *n, const struct tensor *g)
+{
+	return ag_accumulate(n->inputs[0], tensor_masked_fill(g, n->saved[0], 0.0));
+}
+
+struct tensor *ag_masked_fill(struct tensor *x, const struct tensor *mask, double value)
+{
+	struct tensor *y = tensor_masked_fill(x, mask, value);
+	struct ag_node *n = ag_record("masked_fill", y, masked_fill_backward, 1, &x);
+	if (n)
+		ag_save(n, (struct tensor *)mask);
+	return y;
+}
+
+static int cast_backward(struct ag_node *n, const struct tensor *g)
+{
+	return ag_accumulate(n->inputs[0], tensor_cast(g, n->inputs[0]->dtype));
+}
+
+struct tensor *ag_cast(struct tensor *x, enum tensor_dtype dt)
+{
+	struct tensor *y = tensor_cast(x, dt);
+	if (dt == TENSOR_F32 || dt == TENSOR_F64)
+		ag_record("cast", y, cast_backward, 1, &x);
+	return y;
+}
+
+struct tensor *ag_dropout(struct tensor *x, double p, uint64_t seed, bool training)
+{
+	if (!x)
+		return NULL;
+	if (!(p >= 0 && p < 1)) {
+		tensor_error(TENSOR_ERR_ARG, "dropout: p must be in [0, 1), got %g", p);
+		return NULL;
+	}
+	if (!training || p == 0)
+		return x;
+	struct tensor *u =
+	    tensor_rand_uniform(x->dtype, x->storage->device, x->ndim, x->shape, seed, 0, 1);
+	struct tensor *keep = tensor_ge(u, tensor_full(x->dtype, x->storage->device, 0, NULL, p));
+	return ag_mul(x, tensor_mul_scalar(keep, 1.0 / (1.0 - p)));
+}

@@ -1,0 +1,169 @@
+/* matmul and conv1d with their backward. */
+#include "autograd.h"
+
+/* ---- matmul --------------------------------------------------------------- */
+
+/* Number of matrices in t's batch dims (all dims but the last two). */
+static int64_t batch_numel(const struct tensor *t)
+{
+	int64_t nb = 1;
+	for (int d = 0; d < t->ndim - 2; d++)
+		nb *= t->shape[d];
+	return nb;
+}
+
+/* t [..., r, c] as a [rows, c] matrix, a view when the batch dims merge with r
+ * (sizes spelled out: -1 cannot be inferred for empty tensors). */
+static struct tensor *flat_rows(const struct tensor *t)
+{
+	if (!t)
+		return NULL;
+	int64_t sh[2] = { 1, t->shape[t->ndim - 1] };
+	for (int d = 0; d < t->ndim - 1; d++)
+		sh[0] *= t->shape[d];
+	return tensor_reshape(t, 2, sh);
+}
+
+/* dA = dC · B^T summed to A's shape. a2, b2, g2 are A, B, dC as matrix stacks
+ * [..., m, k], [..., k, n], [..., m, n] (1-d operands unsqueezed). */
+static struct tensor *matmul_grad_a(const struct tensor *a, const struct tensor *a2,
+				    const struct tensor *b2, const struct tensor *g2)
+{
+	int nbat = g2->ndim - 2;
+	if (batch_numel(a2) == 1 && batch_numel(g2) > 1) {
+		/* A is shared by the whole batch: one GEMM of [m, batch*n] x [batch*n, k].
+		 * Then B's batch equals dC's (A's batch dims are all 1). */
+		int perm[TENSOR_MAX_DIMS];
+		perm[0] = nbat;
+		for (int d = 0; d < nbat; d++)
+			perm[1 + d] = d;
+		perm[nbat + 1] = nbat + 1;
+		int64_t gsh[2] = { g2->shape[nbat], batch_numel(g2) * g2->shape[nbat + 1] };
+		struct tensor *gm = tensor_reshape(tensor_permute(g2, perm), 2, gsh);
+		struct tensor *bt = flat_rows(tensor_transpose(b2, -1, -2)); /* [batch*n, k] */
+		return tensor_reshape(tensor_matmul(gm, bt), a->ndim, a->shape);
+	}
+	struct tensor *da = tensor_matmul(g2, tensor_transpose(b2, -1, -2)); /* [..., m, k] */
+	return a->ndim == 1 ? tensor_squeeze(da, -2) : da; /* batch dims: ag_accumulate sums */
+}
+
+/* dB = A^T · dC summed to B's shape. */
+static struct tensor *matmul_grad_b(const struct tensor *b, const struct tensor *a2,
+				    const struct tensor *b2, const struct tensor *g2)
+{
+	if (batch_numel(b2) == 1 && batch_numel(g2) > 1) {
+		/* B is shared (the Linear case): one GEMM of [k, batch*m] x [batch*m, n].
+		 * Then A's batch equals dC's. */
+		struct tensor *at = tensor_transpose(flat_rows(a2), 0, 1);
+		return tensor_reshape(tensor_matmul(at, flat_rows(g2)), b->ndim, b->shape);
+	}
+	struct tensor *db = tensor_matmul(tensor_transpose(a2, -1, -2), g2); /* [..., k, n] */
+	return b->ndim == 1 ? tensor_squeeze(db, -1) : db;
+}
+
+static int matmul_backward(struct ag_node *n, const struct tensor *g)
+{
+	if (n->nsaved < 2)
+		return tensor_last_status() ? tensor_last_status() : TENSOR_ERR_NOMEM;
+	struct tensor *a = n->saved[0], *b = n->saved[1];
+	struct tensor *a2 = a->ndim == 1 ? tensor_unsqueeze(a, 0) : a; /* [1, k] */
+	struct tensor *b2 = b->ndim == 1 ? tensor_unsqueeze(b, 1) : b; /* [k, 1] */
+	struct tensor *g2 = (struct tensor *)g;
+	if (b->ndim == 1)
+		g2 = tensor_unsqueeze(g2, g2->ndim); /* n = 1 */
+	if (g2 && a->ndim == 1)
+		g2 = tensor_unsqueeze(g2, g2->ndim - 1); /* m = 1 */
+	if (!a2 || !b2 || !g2)
+		return tensor_last_status();
+	int rc = TENSOR_OK;
+	if (n->inputs[0]->requires_grad)
+		rc = ag_accumulate(n->inputs[0], matmul_grad_a(a, a2, b2, g2));
+	if (rc == TENSOR_OK && n->inputs[1]->requires_grad)
+		rc = ag_accumulate(n->inputs[1], matmul_grad_b(b, a2, b2, g2));
+	return rc;
+}
+
+struct tensor *ag_matmul(struct tensor *a, struct tensor *b)
+{
+	struct tensor *y = tensor_matmul(a, b);
+	struct tensor *in[2] = { a, b };
+	struct ag_node *n = ag_record("matmul", y, matmul_backward, 2, in);
+	if (n) {
+		ag_save(n, a);
+		ag_save(n, b);
+	}
+	return y;
+}
+
+/* ---- conv1d --------------------------------------------------------------- */
+
+/* The checks of tensor_conv1d, with its messages, before composing it from ag ops. */
+static int conv1d_check(const struct tensor *x, const struct tensor *w, const struct tensor *bias,
+			int64_t stride, int64_t padding)
+{
+	int rc = tensor_check_pair("conv1d", x, w);
+	if (rc == TENSOR_OK && bias)
+		rc = tensor_check_pair("conv1d", x, bias);
+	if (rc == TENSOR_OK)
+		rc = tensor_check_float("conv1d", x);
+	if (rc < 0)
+		return rc;
+	char bx[128], bw[128], bb[128];
+	tensor_shape_str(x, bx, sizeof bx);
+	tensor_shape_str(w, bw, sizeof bw);
+	if (x->ndim != 3 || w->ndim != 3)
+		return tensor_error(TENSOR_ERR_SHAPE,
+				    "conv1d: input %s, weight %s, expected x [B, C_in, L] and w "
+				    "[C_out, C_in, K]",
+				    bx, bw);
+	if (x->shape[1] != w->shape[1])
+		return tensor_error(TENSOR_ERR_SHAPE,
+				    "conv1d: input %s has %lld channels, weight %s expects %lld",
+				    bx, (long long)x->shape[1], bw, (long long)w->shape[1]);
+	if (bias && (bias->ndim != 1 || bias->shape[0] != w->shape[0]))
+		return tensor_error(
+		    TENSOR_ERR_SHAPE, "conv1d: bias %s for weight %s, expected [%lld]",
+		    tensor_shape_str(bias, bb, sizeof bb), bw, (long long)w->shape[0]);
+	if (stride < 1 || padding < 0)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "conv1d: stride %lld, padding %lld for input %s, expected "
+				    "stride >= 1 and padding >= 0",
+				    (long long)stride, (long long)padding, bx);
+	int64_t kw = w->shape[2], len = x->shape[2];
+	if (kw < 1 || padding > (INT64_MAX - len) / 2 || kw > len + 2 * padding)
+		return tensor_error(TENSOR_ERR_SHAPE,
+				    "conv1d: kernel %lld of weight %s does not fit input %s with "
+				    "padding %lld, expected 1 <= K <= L + 2 padding",
+				    (long long)kw, bw, bx, (long long)padding);
+	return TENSOR_OK;
+}
+
+/* Without grad this is tensor_conv1d. With grad it is the same computation (pad,
+ * unfold, one batched GEMM, bias) written with ag ops, so backward comes from theirs:
+ * dW is one GEMM over all windows, dx is scattered back through unfold and the pad. */
+struct tensor *ag_conv1d(struct tensor *x, struct tensor *w, struct tensor *bias, int64_t stride,
+			 int64_t padding)
+{
+	if (!x || !w)
+		return NULL;
+	bool grad = x->requires_grad || w->requires_grad || (bias && bias->requires_grad);
+	if (!grad || !ag_grad_enabled())
+		return tensor_conv1d(x, w, bias, stride, padding);
+	if (conv1d_check(x, w, bias, stride, padding) < 0)
+		return NULL;
+	int64_t nb = x->shape[0], cin = x->shape[1], cout = w->shape[0], kw = w->shape[2];
+	int64_t lout = (x->shape[2] + 2 * padding - kw) / stride + 1;
+	struct tensor *xp = x;
+	if (padding > 0) {
+		int64_t psh[3] = { nb, cin, padding };
+		struct tensor *zero = tensor_zeros(x->dtype, x->storage->device, 3, psh);
+		xp = zero ? ag_concat(3, (struct tensor *[]){ zero, x, zero }, 2) : NULL;
+	}
+	int perm[4] = { 0, 2, 1, 3 };
+	int64_t csh[3] = { nb, lout, cin * kw }, wsh[2] = { cout, cin * kw };
+	/* cols [B, L_out, C_in*K]: window t of batch b, channel-major (the one copy) */
+	struct tensor *cols = ag_reshape(ag_permute(ag_unfold(xp, 2, kw, stride), perm), 3, csh);
+	/* [C_out, C_in*K] x [B, C_in*K, L_out] = [B, C_out, L_out] */
+	struct tensor *y = ag_matmul(ag_reshape(w, 2, wsh), ag_transpose(cols, 1, 2));
+	return bias ? ag_add(y, ag_unsqueeze(bias, 1)) : y;
+}

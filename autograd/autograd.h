@@ -1,0 +1,96 @@
+/* cformer autograd: eager, tape-based reverse mode on top of libtensor.
+ *
+ * Every ag_* op computes its result with the tensor_* op of the same name
+ * and, when grad mode is on and an input requires grad, appends a node
+ * (backward function, inputs, saved tensors) to this thread's tape. The tape
+ * is in execution order, so ag_backward() walks it backwards. Backward
+ * formulas are written with tensor ops, so every backend gets them.
+ *
+ * Memory: nodes and intermediate gradients live in the current scope (a
+ * training step is one scope); leaf gradients (t->grad of tensors marked with
+ * ag_requires_grad) are persistent heap tensors that accumulate (+=) across
+ * backward calls until ag_zero_grad(). Ending a scope drops the nodes it
+ * recorded. Errors follow libtensor: NULL in, NULL out, first error kept.
+ */
+#ifndef CFORMER_AUTOGRAD_H
+#define CFORMER_AUTOGRAD_H
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- tape ----------------------------------------------------------------- */
+
+/* Mark a leaf (a tensor with no node, f32/f64) as collecting gradients.
+ * Errors: NULL, non-float dtype, t is an op result (TENSOR_ERR_ARG). */
+int ag_requires_grad(struct tensor *t, bool on);
+/* Backpropagate from out: dout is the gradient of out (same shape), or NULL
+ * when out has one element (seed 1). Accumulates into every reachable leaf's
+ * grad, then drops the recorded nodes (the tape is empty afterwards).
+ * Errors: out does not require grad, dout shape mismatch, a saved tensor was
+ * modified (TENSOR_ERR_STATE), and any op error during backward. */
+int ag_backward(struct tensor *out, const struct tensor *dout);
+/* Zero t->grad in place (no-op if it has none). */
+int ag_zero_grad(struct tensor *t);
+/* Forget all recorded nodes of this thread without running backward. */
+void ag_tape_reset(void);
+/* Number of nodes on this thread's tape. */
+int ag_tape_size(void);
+
+/* No-grad regions (nest): ops record nothing and results do not require
+ * grad. Use for inference and optimizer updates. */
+void ag_no_grad_begin(void);
+void ag_no_grad_end(void);
+bool ag_grad_enabled(void);
+
+/* A view of t that shares its data but is cut from the graph. */
+struct tensor *ag_detach(const struct tensor *t);
+
+/* ---- writing ops (for ag_<family>.c and for user-defined ops) -------------- */
+
+#define AG_MAX_INPUTS 4
+#define AG_MAX_SAVED 4
+
+struct ag_node;
+/* Given the node and dout (the gradient of node->out), accumulate the
+ * gradients of the inputs with ag_accumulate(). Return a status. */
+typedef int (*ag_backward_fn)(struct ag_node *n, const struct tensor *dout);
+
+struct ag_node {
+	const char *op;
+	ag_backward_fn backward;
+	struct tensor *out;
+	int ninputs, nsaved;
+	struct tensor *inputs[AG_MAX_INPUTS];
+	struct tensor *saved[AG_MAX_SAVED];
+	double f[4];  /* small float parameters (scale, eps, ...) */
+	int64_t i[8]; /* small int parameters (dims, sizes, ...) */
+	int depth;    /* scope depth at recording */
+};
+
+/* Record out = op(inputs...) if grad mode is on and an input requires grad:
+ * out becomes a non-leaf that requires grad, and the new node is returned for
+ * the caller to fill (saved tensors, parameters). Returns NULL when nothing is
+ * recorded (also when out is NULL); more than AG_MAX_INPUTS inputs is an
+ * error (TENSOR_ERR_ARG). */
+struct ag_node *ag_record(const char *op, struct tensor *out, ag_backward_fn backward, int ninputs,
+			  struct tensor *const *inputs);
+/* Save t for backward (in n->saved[n->nsaved++]): in-place ops on its
+ * storage are refused until the node is dropped. Returns t, or NULL with an
+ * error past AG_MAX_SAVED or out of memory. */
+struct tensor *ag_save(struct ag_node *n, struct tensor *t);
+/* Add g into t's gradient if t requires grad. g may have t's shape or a
+ * shape that broadcasts to it (then it is summed over the broadcast dims). */
+int ag_accumulate(struct tensor *t, const struct tensor *g);
+/* g summed down to shape (ndim, shape) over broadcast dims. */
+struct tensor *ag_sum_to(const struct tensor *g, int ndim, const int64_t *shape);
+
+#ifdef __cplusplus
+}
+#endif
+
+#include "ag_ops.h"
+
+#endif

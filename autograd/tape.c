@@ -1,0 +1,264 @@
+/* The tape: node storage, recording, backward, gradient accumulation and
+ * no-grad regions. */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "autograd.h"
+
+#define CHUNK 256
+
+/* Nodes live in fixed chunks so their addresses never move; chunks are kept
+ * for reuse, so a steady-state training step does not allocate nodes. */
+static _Thread_local struct ag_node **chunks;
+static _Thread_local int nchunks, size;
+static _Thread_local int no_grad;
+
+static struct ag_node *node_at(int k)
+{
+	return &chunks[k / CHUNK][k % CHUNK];
+}
+
+/* Drop the newest node: release its saved tensors and detach its output. */
+static void pop(void)
+{
+	struct ag_node *n = node_at(--size);
+	for (int i = 0; i < n->nsaved; i++) {
+		n->saved[i]->storage->tape_refs--;
+		tensor_free(n->saved[i]);
+	}
+	if (n->out && n->out->node == n) {
+		n->out->node = NULL;
+		n->out->grad = NULL;
+		n->out->requires_grad = false;
+	}
+}
+
+void ag_tape_reset(void)
+{
+	while (size > 0)
+		pop();
+}
+
+int ag_tape_size(void)
+{
+	return size;
+}
+
+/* Scope-end hook: nodes recorded in the ending scope go with its memory. */
+static void on_scope_end(int depth)
+{
+	while (size > 0 && node_at(size - 1)->depth >= depth)
+		pop();
+}
+
+static void install_hook(void)
+{
+	tensor_scope_set_end_hook(on_scope_end);
+}
+
+void ag_no_grad_begin(void)
+{
+	no_grad++;
+}
+
+void ag_no_grad_end(void)
+{
+	if (no_grad > 0)
+		no_grad--;
+}
+
+bool ag_grad_enabled(void)
+{
+	return no_grad == 0;
+}
+
+struct ag_node *ag_record(const char *op, struct tensor *out, ag_backward_fn backward, int ninputs,
+			  struct tensor *const *inputs)
+{
+	if (!out || no_grad)
+		return NULL;
+	if (ninputs < 0 || ninputs > AG_MAX_INPUTS) {
+		tensor_error(TENSOR_ERR_ARG, "%s: autograd nodes take 0..%d inputs, got %d", op,
+			     AG_MAX_INPUTS, ninputs);
+		return NULL;
+	}
+	bool any = false;
+	for (int i = 0; i < ninputs; i++)
+		any = any || (inputs[i] && inputs[i]->requires_grad);
+	if (!any)
+		return NULL;
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, install_hook);
+	if (size == nchunks * CHUNK) {
+		struct ag_node **grown = realloc(chunks, sizeof *chunks * (size_t)(nchunks + 1));
+		struct ag_node *chunk = malloc(sizeof *chunk * CHUNK);
+		if (!grown || !chunk) {
+			if (grown)
+				chunks = grown;
+			free(chunk);
+			tensor_error(TENSOR_ERR_NOMEM, "%s: cannot grow the autograd tape", op);
+			return NULL;
+		}
+		chunks = grown;
+		chunks[nchunks++] = chunk;
+	}
+	struct ag_node *n = node_at(size++);
+	*n = (struct ag_node){ .op = op,
+			       .backward = backward,
+			       .out = out,
+			       .ninputs = ninputs,
+			       .depth = tensor_scope_depth() };
+	for (int i = 0; i < ninputs; i++)
+		n->inputs[i] = inputs[i];
+	out->requires_grad = true;
+	out->node = n;
+	out->grad = NULL;
+	return n;
+}
+
+struct tensor *ag_save(struct ag_node *n, struct tensor *t)
+{
+	if (!n || !t)
+		return t;
+	if (n->nsaved == AG_MAX_SAVED) {
+		tensor_error(TENSOR_ERR_ARG, "%s: a node saves at most %d tensors", n->op,
+			     AG_MAX_SAVED);
+		return NULL;
+	}
+	struct tensor *alias = tensor_alias(t); /* keeps heap storage alive */
+	if (!alias)
+		return NULL;
+	alias->storage->tape_refs++;
+	n->saved[n->nsaved++] = alias;
+	return t;
+}
+
+int ag_requires_grad(struct tensor *t, bool on)
+{
+	if (!t)
+		return tensor_error(TENSOR_ERR_ARG, "ag_requires_grad: tensor is NULL");
+	if (t->node)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "ag_requires_grad: the tensor is the result of "
+				    "'%s', not a leaf (use ag_detach)",
+				    t->node->op);
+	if (on && tensor_check_float("ag_requires_grad", t) < 0)
+		return TENSOR_ERR_DTYPE;
+	t->requires_grad = on;
+	return TENSOR_OK;
+}
+
+int ag_zero_grad(struct tensor *t)
+{
+	if (!t)
+		return tensor_error(TENSOR_ERR_ARG, "ag_zero_grad: tensor is NULL");
+	return t->grad ? tensor_fill_(t->grad, 0.0) : TENSOR_OK;
+}
+
+struct tensor *ag_detach(const struct tensor *t)
+{
+	struct tensor *v = tensor_alias(t);
+	if (v) {
+		v->requires_grad = false;
+		v->node = NULL;
+		v->grad = NULL;
+	}
+	return v;
+}
+
+struct tensor *ag_sum_to(const struct tensor *g, int ndim, const int64_t *shape)
+{
+	if (!g)
+		return NULL;
+	int lead = g->ndim - ndim, dims[TENSOR_MAX_DIMS], nd = 0;
+	if (lead < 0) {
+		char b[128];
+		tensor_error(TENSOR_ERR_SHAPE, "ag_sum_to: gradient %s has fewer dims than %d",
+			     tensor_shape_str(g, b, sizeof b), ndim);
+		return NULL;
+	}
+	for (int i = 0; i < g->ndim; i++)
+		if (i < lead || (shape[i - lead] == 1 && g->shape[i] != 1))
+			dims[nd++] = i;
+	if (nd == 0)
+		return tensor_alias(g);
+	return tensor_reshape(tensor_sum(g, nd, dims, true), ndim, shape);
+}
+
+int ag_accumulate(struct tensor *t, const struct tensor *g)
+{
+	if (!t || !t->requires_grad)
+		return TENSOR_OK;
+	if (!g)
+		return tensor_last_status() ? tensor_last_status() : TENSOR_ERR_ARG;
+	struct tensor *gs =
+	    tensor_same_shape(t, g) ? (struct tensor *)g : ag_sum_to(g, t->ndim, t->shape);
+	if (!gs)
+		return tensor_last_status();
+	if (gs->dtype != t->dtype)
+		return tensor_error(TENSOR_ERR_DTYPE, "backward: gradient is %s, tensor is %s",
+				    tensor_dtype_name(gs->dtype), tensor_dtype_name(t->dtype));
+	if (t->node) { /* intermediate: gradients live in the backward scope */
+		t->grad = t->grad ? tensor_add(t->grad, gs) : gs;
+		return t->grad ? TENSOR_OK : tensor_last_status();
+	}
+	if (!t->grad) { /* leaf: a persistent gradient */
+		tensor_heap_begin();
+		t->grad = tensor_zeros(t->dtype, t->storage->device, t->ndim, t->shape);
+		tensor_heap_end();
+		if (!t->grad)
+			return tensor_last_status();
+	}
+	struct tensor *sum = tensor_add(t->grad, gs);
+	return sum ? tensor_copy_(t->grad, sum) : tensor_last_status();
+}
+
+/* Argument errors leave the tape as it is, so the caller can retry. */
+static int check_backward_args(const struct tensor *out, const struct tensor *dout)
+{
+	char bo[128], bd[128];
+	if (!out->requires_grad)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "ag_backward: the output %s does not require grad",
+				    tensor_shape_str(out, bo, sizeof bo));
+	if (dout && (!tensor_same_shape(out, dout) || dout->dtype != out->dtype))
+		return tensor_error(
+		    TENSOR_ERR_SHAPE, "ag_backward: dout %s %s does not match the output %s %s",
+		    tensor_shape_str(dout, bd, sizeof bd), tensor_dtype_name(dout->dtype),
+		    tensor_shape_str(out, bo, sizeof bo), tensor_dtype_name(out->dtype));
+	if (!dout && tensor_numel(out) != 1)
+		return tensor_error(TENSOR_ERR_SHAPE,
+				    "ag_backward: output %s is not a scalar; pass dout",
+				    tensor_shape_str(out, bo, sizeof bo));
+	return TENSOR_OK;
+}
+
+static int run_backward(struct tensor *out, const struct tensor *dout)
+{
+	struct tensor *seed =
+	    dout ? (struct tensor *)dout
+		 : tensor_ones(out->dtype, out->storage->device, out->ndim, out->shape);
+	int rc = ag_accumulate(out, seed);
+	for (int k = size - 1; k >= 0 && rc == TENSOR_OK; k--) {
+		struct ag_node *n = node_at(k);
+		if (n->out->node == n && n->out->grad)
+			rc = n->backward(n, n->out->grad);
+	}
+	return rc;
+}
+
+int ag_backward(struct tensor *out, const struct tensor *dout)
+{
+	if (!out)
+		return tensor_last_status() ? tensor_last_status() : TENSOR_ERR_ARG;
+	int rc = check_backward_args(out, dout);
+	if (rc < 0)
+		return rc;
+	/* Intermediate gradients and temporaries go in a scope of their own;
+	 * leaf gradients are created on the heap (ag_accumulate). */
+	tensor_scope_begin();
+	rc = run_backward(out, dout);
+	ag_tape_reset();
+	tensor_scope_end();
+	return rc;
+}

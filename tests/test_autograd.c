@@ -1,0 +1,289 @@
+/* Autograd tape: recording, backward, accumulation, no-grad, memory, errors
+ * and the gradient checker itself (a planted wrong backward is caught). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gradcheck.h"
+#include "testutil.h"
+
+static const int64_t S34[] = { 3, 4 };
+
+static struct tensor *f_mul_add(struct tensor *const *in, void *ctx)
+{
+	(void)ctx;
+	return ag_add(ag_mul(in[0], in[1]), ag_exp(in[0]));
+}
+
+START_TEST(test_simple_backward)
+{
+	struct tensor *a = gc_input(2, S34, 1, -1, 1, false);
+	struct tensor *b = gc_input(2, S34, 2, -1, 1, true);
+	struct tensor *y = f_mul_add((struct tensor *[]){ a, b }, NULL);
+	ck_assert(y->requires_grad && y->node != NULL);
+	ck_assert_int_eq(ag_tape_size(), 3);
+	struct tensor *loss = ag_sum(y, 0, NULL, false);
+	ck_assert_int_eq(ag_backward(loss, NULL), TENSOR_OK);
+	ck_assert_int_eq(ag_tape_size(), 0);
+	ck_assert(y->node == NULL && !y->requires_grad); /* detached after backward */
+	/* d/da = b + exp(a), d/db = a */
+	double *va = tu_values(a), *vb = tu_values(b), want_a[12];
+	for (int i = 0; i < 12; i++)
+		want_a[i] = vb[i] + exp(va[i]);
+	tu_assert_close(a->grad, want_a, 12, 1e-12, 1e-12);
+	tu_assert_close(b->grad, va, 12, 1e-12, 1e-12);
+	ck_assert(!a->grad->in_arena); /* leaf gradients persist */
+	free(va);
+	free(vb);
+	gc_assert("mul_add", f_mul_add, NULL, 2, (struct tensor *[]){ a, b });
+	tensor_free(a->grad);
+	tensor_free(b->grad);
+}
+END_TEST
+
+START_TEST(test_accumulation_equals_summed_loss)
+{
+	struct tensor *a = gc_input(2, S34, 3, -1, 1, false);
+	struct tensor *b = gc_input(2, S34, 4, -1, 1, false);
+	for (int k = 0; k < 2; k++) { /* two backward calls: loss1 then loss2 */
+		struct tensor *y = k == 0 ? ag_mul(a, b) : ag_unary(TENSOR_SQUARE, a, 0);
+		ck_assert_int_eq(ag_backward(ag_sum(y, 0, NULL, false), NULL), TENSOR_OK);
+	}
+	double *g1a = tu_values(a->grad), *g1b = tu_values(b->grad);
+	ck_assert_int_eq(ag_zero_grad(a), TENSOR_OK);
+	ck_assert_int_eq(ag_zero_grad(b), TENSOR_OK);
+	struct tensor *sum = ag_add(ag_sum(ag_mul(a, b), 0, NULL, false),
+				    ag_sum(ag_unary(TENSOR_SQUARE, a, 0), 0, NULL, false));
+	ck_assert_int_eq(ag_backward(sum, NULL), TENSOR_OK);
+	tu_assert_close(a->grad, g1a, 12, 1e-12, 1e-12);
+	tu_assert_close(b->grad, g1b, 12, 1e-12, 1e-12);
+	free(g1a);
+	free(g1b);
+	tensor_free(a->grad);
+	tensor_free(b->grad);
+}
+END_TEST
+
+START_TEST(test_explicit_dout_and_leaf_output)
+{
+	struct tensor *a = gc_input(2, S34, 5, -1, 1, false);
+	struct tensor *y = ag_mul_scalar(a, 3);
+	struct tensor *d = tu_rand(TENSOR_F64, 2, S34, 6);
+	ck_assert_int_eq(ag_backward(y, d), TENSOR_OK);
+	double *vd = tu_values(d);
+	for (int i = 0; i < 12; i++)
+		vd[i] *= 3;
+	tu_assert_close(a->grad, vd, 12, 1e-12, 0);
+	free(vd);
+	/* backward from a leaf accumulates dout directly */
+	ck_assert_int_eq(ag_backward(a, d), TENSOR_OK);
+	double *g = tu_values(a->grad), *v = tu_values(d);
+	for (int i = 0; i < 12; i++)
+		ck_assert(fabs(g[i] - 4 * v[i]) < 1e-12);
+	free(g);
+	free(v);
+	tensor_free(a->grad);
+}
+END_TEST
+
+START_TEST(test_no_grad_and_detach)
+{
+	struct tensor *a = gc_input(2, S34, 7, -1, 1, false);
+	ag_no_grad_begin();
+	ck_assert(!ag_grad_enabled());
+	struct tensor *y = ag_exp(a);
+	ag_no_grad_end();
+	ck_assert(ag_grad_enabled());
+	ck_assert(!y->requires_grad && y->node == NULL);
+	ck_assert_int_eq(ag_tape_size(), 0);
+	struct tensor *d = ag_detach(ag_exp(a));
+	ck_assert(!d->requires_grad && d->node == NULL);
+	ck_assert_int_eq(ag_tape_size(), 1); /* the exp itself was recorded */
+	struct tensor *z = ag_mul(d, d);     /* nothing requires grad: not recorded */
+	ck_assert(!z->requires_grad);
+	ck_assert_int_eq(ag_tape_size(), 1);
+	tu_assert_error(ag_backward(z, NULL) < 0, TENSOR_ERR_ARG, "ag_backward",
+			"does not require");
+	ag_tape_reset();
+	ck_assert_int_eq(ag_tape_size(), 0);
+}
+END_TEST
+
+START_TEST(test_scope_end_drops_nodes)
+{
+	struct tensor *a = gc_input(2, S34, 8, -1, 1, false);
+	struct tensor *outer = ag_exp(a);
+	tensor_scope_begin();
+	ag_mul(outer, outer);
+	ag_tanh(outer);
+	ck_assert_int_eq(ag_tape_size(), 3);
+	tensor_scope_end();
+	ck_assert_int_eq(ag_tape_size(), 1);
+	ck_assert_int_eq(ag_backward(ag_sum(outer, 0, NULL, false), NULL), TENSOR_OK);
+	double *va = tu_values(a), w[12];
+	for (int i = 0; i < 12; i++)
+		w[i] = exp(va[i]);
+	free(va);
+	tu_assert_close(a->grad, w, 12, 1e-12, 1e-12);
+	tensor_free(a->grad);
+}
+END_TEST
+
+START_TEST(test_errors)
+{
+	struct tensor *a = gc_input(2, S34, 9, -1, 1, false);
+	struct tensor *y = ag_exp(a);
+	tu_assert_error(ag_backward(y, NULL) < 0, TENSOR_ERR_SHAPE, "ag_backward", "not a scalar");
+	struct tensor *bad = tu_rand(TENSOR_F64, 2, (int64_t[]){ 4, 3 }, 1);
+	tu_assert_error(ag_backward(y, bad) < 0, TENSOR_ERR_SHAPE, "dout [4,3]", "[3,4]");
+	tu_assert_error(ag_requires_grad(y, true) < 0, TENSOR_ERR_ARG, "not a leaf", "unary");
+	struct tensor *ints = tensor_zeros(TENSOR_I32, TENSOR_CPU, 2, S34);
+	tu_assert_error(ag_requires_grad(ints, true) < 0, TENSOR_ERR_DTYPE, "ag_requires_grad",
+			"i32");
+	/* a saved tensor may not be modified before backward */
+	tu_assert_error(tensor_fill_(a, 0) < 0, TENSOR_ERR_STATE, "tensor_fill_", "autograd tape");
+	ag_tape_reset();
+	ck_assert_int_eq(tensor_fill_(a, 0), TENSOR_OK);
+	/* a failed forward is reported once, at backward, with the first message */
+	struct tensor *loss = ag_sum(ag_add(a, bad), 0, NULL, false);
+	ck_assert(loss == NULL);
+	tu_assert_error(ag_backward(loss, NULL) < 0, TENSOR_ERR_SHAPE, "add", "[3,4]");
+	ag_tape_reset();
+}
+END_TEST
+
+START_TEST(test_memory_flat_across_steps)
+{
+	ck_assert_int_eq(tensor_scope_end(), TENSOR_OK); /* leave the fixture scope */
+	const int64_t s[] = { 32, 64 };
+	struct tensor *w = tensor_rand_normal(TENSOR_F32, TENSOR_CPU, 2, s, 1, 0, 0.1);
+	ag_requires_grad(w, true);
+	size_t live0 = tensor_mem_stats(TENSOR_CPU).live_bytes - 32 * 64 * sizeof(float), live[4];
+	for (int step = 0; step < 4; step++) {
+		tensor_scope_begin();
+		struct tensor *x = tensor_rand_normal(TENSOR_F32, TENSOR_CPU, 2,
+						      (int64_t[]){ 8, 32 }, (uint64_t)step, 0, 1);
+		struct tensor *h =
+		    ag_tanh(ag_mul(ag_sum(x, 1, (int[]){ 0 }, true), ag_transpose(w, 0, 1)));
+		ck_assert_int_eq(
+		    ag_backward(ag_mean(ag_unary(TENSOR_SQUARE, h, 0), 0, NULL, false), NULL),
+		    TENSOR_OK);
+		tensor_scope_end();
+		live[step] = tensor_mem_stats(TENSOR_CPU).live_bytes;
+	}
+	/* after each step: parameters + gradients only */
+	ck_assert_uint_eq(live[0], live0 + 2 * 32 * 64 * sizeof(float));
+	ck_assert_uint_eq(live[1], live[0]);
+	ck_assert_uint_eq(live[3], live[0]);
+	tensor_free(w->grad);
+	tensor_free(w);
+	tensor_mem_trim();
+	tensor_scope_begin();
+}
+END_TEST
+
+/* A planted bug: y = x^2 with a backward of 3x instead of 2x. */
+static int wrong_square_backward(struct ag_node *n, const struct tensor *g)
+{
+	return ag_accumulate(n->inputs[0], tensor_mul(g, tensor_mul_scalar(n->saved[0], 3)));
+}
+
+static struct tensor *f_wrong_square(struct tensor *const *in, void *ctx)
+{
+	(void)ctx;
+	struct tensor *y = tensor_unary(TENSOR_SQUARE, in[0], 0);
+	struct ag_node *n = ag_record("wrong_square", y, wrong_square_backward, 1, in);
+	ag_save(n, in[0]);
+	return y;
+}
+
+static struct tensor *f_softmax_sum(struct tensor *const *in, void *ctx)
+{
+	(void)ctx; /* a plain sum of a softmax has zero gradient: R catches bugs there */
+	return ag_softmax(in[0], -1);
+}
+
+START_TEST(test_checker_catches_wrong_backward)
+{
+	struct tensor *x = gc_input(2, S34, 10, 0.5, 1.5, false);
+	char worst[256];
+	double e = gc_error(f_wrong_square, NULL, 1, &x, 1e-6, 1e-7, 1e-5, worst, sizeof worst);
+	ck_assert_msg(e > 100, "the planted wrong backward passed the check (%g)", e);
+	ck_assert_msg(strstr(worst, "analytic"), "%s", worst);
+	tensor_free(x->grad);
+	x->grad = NULL;
+	(void)f_softmax_sum;
+}
+END_TEST
+
+/* Composite smoke test: a 2-16-1 tanh MLP fits y = sin(2 x0) x1 on 64 fixed
+ * points with 400 steps of plain gradient descent. */
+static void sgd_step(struct tensor *p, double lr)
+{
+	ag_no_grad_begin();
+	struct tensor *upd = tensor_sub(p, tensor_mul_scalar(p->grad, lr));
+	ck_assert_int_eq(tensor_copy_(p, upd), TENSOR_OK);
+	ck_assert_int_eq(ag_zero_grad(p), TENSOR_OK);
+	ag_no_grad_end();
+}
+
+START_TEST(test_mlp_trains)
+{
+	const int64_t n = 64;
+	struct tensor *x =
+	    tensor_rand_uniform(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){ n, 2 }, 1, -1, 1);
+	double *vx = tu_values(x), ty[64];
+	for (int i = 0; i < n; i++)
+		ty[i] = sin(2 * vx[2 * i]) * vx[2 * i + 1];
+	free(vx);
+	float fy[64];
+	for (int i = 0; i < n; i++)
+		fy[i] = (float)ty[i];
+	struct tensor *y = tensor_from_data(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){ n, 1 }, fy);
+	struct tensor *p[4] = {
+		tensor_rand_normal(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){ 16, 2 }, 2, 0, 0.7),
+		tensor_zeros(TENSOR_F32, TENSOR_CPU, 1, (int64_t[]){ 16 }),
+		tensor_rand_normal(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){ 1, 16 }, 3, 0, 0.25),
+		tensor_zeros(TENSOR_F32, TENSOR_CPU, 1, (int64_t[]){ 1 }),
+	};
+	for (int k = 0; k < 4; k++)
+		ck_assert_int_eq(ag_requires_grad(p[k], true), TENSOR_OK);
+	double first = 0, last = 0;
+	for (int step = 0; step < 400; step++) {
+		tensor_scope_begin();
+		struct tensor *h = ag_tanh(ag_add(ag_matmul(x, ag_transpose(p[0], 0, 1)), p[1]));
+		struct tensor *out = ag_add(ag_matmul(h, ag_transpose(p[2], 0, 1)), p[3]);
+		struct tensor *loss =
+		    ag_mean(ag_unary(TENSOR_SQUARE, ag_sub(out, y), 0), 0, NULL, false);
+		ck_assert_msg(loss != NULL, "%s", tensor_last_error());
+		double l = tensor_get(loss, NULL);
+		if (step == 0)
+			first = l;
+		last = l;
+		ck_assert_int_eq(ag_backward(loss, NULL), TENSOR_OK);
+		for (int k = 0; k < 4; k++)
+			sgd_step(p[k], 0.2);
+		tensor_scope_end();
+	}
+	ck_assert_msg(last < 0.01 && last < first / 10, "loss %g -> %g", first, last);
+	for (int k = 0; k < 4; k++)
+		tensor_free(p[k]->grad);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("autograd");
+	TCase *tc = tu_tcase("tape");
+	tcase_add_test(tc, test_simple_backward);
+	tcase_add_test(tc, test_accumulation_equals_summed_loss);
+	tcase_add_test(tc, test_explicit_dout_and_leaf_output);
+	tcase_add_test(tc, test_no_grad_and_detach);
+	tcase_add_test(tc, test_scope_end_drops_nodes);
+	tcase_add_test(tc, test_errors);
+	tcase_add_test(tc, test_memory_flat_across_steps);
+	tcase_add_test(tc, test_checker_catches_wrong_backward);
+	tcase_add_test(tc, test_mlp_trains);
+	suite_add_tcase(s, tc);
+	return tu_run(s);
+}
