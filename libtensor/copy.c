@@ -76,6 +76,50 @@ struct tensor *tensor_cast(const struct tensor *x, enum tensor_dtype dt)
 	return copy_as(x, dt);
 }
 
+int tensor_rebase_(struct tensor *t, const struct tensor *base, int64_t offset)
+{
+	if (!t || !base)
+		return tensor_error(TENSOR_ERR_ARG, "rebase_: input is NULL");
+	char bt[128], bb[128];
+	if (t->in_arena || base->storage->in_arena)
+		return tensor_error(TENSOR_ERR_ARG, "rebase_: tensors must be heap tensors");
+	if (t->dtype != base->dtype || t->storage->device != base->storage->device ||
+	    !tensor_is_contiguous(base))
+		return tensor_error(TENSOR_ERR_ARG,
+				    "rebase_: %s %s cannot move into %s %s (need same dtype and "
+				    "device, contiguous base)",
+				    tensor_shape_str(t, bt, sizeof bt), tensor_dtype_name(t->dtype),
+				    tensor_shape_str(base, bb, sizeof bb),
+				    tensor_dtype_name(base->dtype));
+	int64_t n = tensor_numel(t);
+	if (offset < 0 || offset > tensor_numel(base) - n)
+		return tensor_error(TENSOR_ERR_SHAPE,
+				    "rebase_: %lld elements at offset %lld do not fit in %s",
+				    (long long)n, (long long)offset,
+				    tensor_shape_str(base, bb, sizeof bb));
+	int64_t shape[TENSOR_MAX_DIMS];
+	memcpy(shape, t->shape, sizeof shape);
+	struct tensor *dst =
+		tensor_new_view(base, t->ndim, shape, t->strides, base->offset + (size_t)offset);
+	if (!dst)
+		return tensor_last_status();
+	int64_t s = 1; /* contiguous strides for the destination */
+	for (int i = t->ndim - 1; i >= 0; i--) {
+		dst->strides[i] = s;
+		s *= shape[i];
+	}
+	int rc = tensor_copy_(dst, t);
+	if (rc == TENSOR_OK) {
+		tensor_storage_release(t->storage);
+		t->storage = dst->storage;
+		t->offset = dst->offset;
+		memcpy(t->strides, dst->strides, sizeof t->strides);
+		dst->storage->refcount++; /* t's reference; dst's goes with tensor_free */
+	}
+	tensor_free(dst);
+	return rc;
+}
+
 int tensor_to_host(const struct tensor *t, void *dst, size_t nbytes)
 {
 	if (!t || !dst)

@@ -185,6 +185,12 @@ struct tensor *tensor_clone(const struct tensor *t);
 struct tensor *tensor_to_device(const struct tensor *t, enum tensor_device dev);
 /* Copy src into dst (same shape; src may broadcast; dtypes converted). */
 int tensor_copy_(struct tensor *dst, const struct tensor *src);
+/* Move heap tensor t into storage of base: t becomes a contiguous view of
+ * base's storage starting at element offset (of base's storage, after
+ * base->offset), keeping its shape, dtype and values; its old storage is
+ * released. For packing parameters into one flat buffer. Errors: dtype or
+ * device mismatch, range outside base, t not a heap tensor. */
+int tensor_rebase_(struct tensor *t, const struct tensor *base, int64_t offset);
 /* Copy the (contiguous) contents to host memory of nbytes. */
 int tensor_to_host(const struct tensor *t, void *dst, size_t nbytes);
 /* Element at a multi-index, as double (debugging and tests; any device). */

@@ -1,0 +1,324 @@
+/* Scaled dot-product attention (the core every attention kind shares) and
+ * multi-head self-attention, heads batched or computed one at a time. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn.h"
+
+/* Score given to masked keys. Finite, so a row whose keys are all masked
+ * softmaxes to a uniform row instead of NaN (that row's output is then set to
+ * zero); far below any real score, so exp(MASKED - max) is exactly 0 in f32
+ * and f64 wherever a row has a real key; and small enough in magnitude that
+ * subtracting a row maximum cannot overflow f32. */
+#define MASKED_SCORE (-1e30)
+
+/* ---- nn_attention ------------------------------------------------------------ */
+
+static int check_qkv(const struct tensor *q, const struct tensor *k, const struct tensor *v,
+		     const struct tensor *key_mask, bool causal, double scale)
+{
+	char bq[128], bk[128], bv[128], bm[128];
+	tensor_shape_str(q, bq, sizeof bq);
+	tensor_shape_str(k, bk, sizeof bk);
+	tensor_shape_str(v, bv, sizeof bv);
+	if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
+		return tensor_error(TENSOR_ERR_SHAPE,
+				    "nn_attention: q %s, k %s, v %s must be 4-d: q [B,H,T,d], "
+				    "k and v [B,H,S,d]",
+				    bq, bk, bv);
+	if (tensor_check_float("nn_attention", q) < 0 ||
+	    tensor_check_pair("nn_attention", q, k) < 0 ||
+	    tensor_check_pair("nn_attention", q, v) < 0)
+		return tensor_last_status();
+	for (int d = 0; d < 2; d++)
+		if (k->shape[d] != q->shape[d] || v->shape[d] != q->shape[d])
+			return tensor_error(TENSOR_ERR_SHAPE,
+					    "nn_attention: batch and head dims differ: q %s, k %s, "
+					    "v %s, expected [B,H,T,d], [B,H,S,d], [B,H,S,d]",
+					    bq, bk, bv);
+	if (k->shape[3] != q->shape[3] || v->shape[2] != k->shape[2])
+		return tensor_error(
+		    TENSOR_ERR_SHAPE,
+		    "nn_attention: q %s, k %s, v %s: expected q [B,H,T,d], k [B,H,S,d], "
+		    "v [B,H,S,dv]",
+		    bq, bk, bv);
+	if (causal && q->shape[2] != k->shape[2])
+		return tensor_error(
+		    TENSOR_ERR_SHAPE,
+		    "nn_attention: causal needs as many keys as queries: q %s, k %s", bq, bk);
+	if (!isfinite(scale))
+		return tensor_error(TENSOR_ERR_ARG, "nn_attention: scale %g is not finite", scale);
+	if (key_mask) {
+		tensor_shape_str(key_mask, bm, sizeof bm);
+		if (key_mask->ndim != 2 || key_mask->shape[0] != q->shape[0] ||
+		    key_mask->shape[1] != k->shape[2])
+			return tensor_error(TENSOR_ERR_SHAPE,
+					    "nn_attention: key_mask %s must be [B,S] = [%lld,%lld] "
+					    "(q %s, k %s)",
+					    bm, (long long)q->shape[0], (long long)k->shape[2], bq,
+					    bk);
+		if (key_mask->storage->device != q->storage->device)
+			return tensor_error(TENSOR_ERR_DEVICE,
+					    "nn_attention: key_mask on %s, q on %s",
+					    tensor_device_name(key_mask->storage->device),
+					    tensor_device_name(q->storage->device));
+	}
+	return TENSOR_OK;
+}
+
+/* 1 where key s may not be seen from query t (s > t), else 0: [T, S] of dtype dt. */
+static struct tensor *causal_mask(enum tensor_dtype dt, enum tensor_device dev, int64_t t,
+				  int64_t s)
+{
+	struct tensor *rows = tensor_arange(dt, dev, 0, (double)t, 1);
+	struct tensor *cols = tensor_arange(dt, dev, 0, (double)s, 1);
+	struct tensor *col = tensor_unsqueeze(rows, 1); /* [T, 1] */
+	struct tensor *m = tensor_gt(cols, col);	/* [T, S] */
+	tensor_free(col);
+	tensor_free(rows);
+	tensor_free(cols);
+	return m;
+}
+
+/* The masks of one attention call, never differentiated: `masked` (1 = key
+ * hidden) broadcasting to the scores [B,H,T,S], and `dead` [B,1,T|1,1] (1 =
+ * every key of that query row hidden), or NULL when no row can be dead. */
+static int build_masks(const struct tensor *q, const struct tensor *key_mask, bool causal,
+		       struct tensor **masked, struct tensor **dead)
+{
+	enum tensor_dtype dt = q->dtype;
+	enum tensor_device dev = q->storage->device;
+	int64_t b = q->shape[0], t = q->shape[2];
+	*masked = *dead = NULL;
+	struct tensor *km = NULL, *cm = NULL;
+	if (key_mask) { /* [B,1,1,S] of 0/1 in dt */
+		struct tensor *c = tensor_cast(key_mask, dt);
+		struct tensor *zero = tensor_zeros(dt, dev, 0, NULL);
+		struct tensor *nz = tensor_ne(c, zero);
+		struct tensor *v =
+		    nz ? tensor_view(nz, 4, (int64_t[]){ b, 1, 1, nz->shape[1] }) : NULL;
+		tensor_free(c);
+		tensor_free(zero);
+		tensor_free(nz);
+		if (!v)
+			return tensor_last_status();
+		km = v;
+	}
+	if (causal) {
+		cm = causal_mask(dt, dev, t, t);
+		if (!cm) {
+			tensor_free(km);
+			return tensor_last_status();
+		}
+	}
+	if (km && cm) {
+		*masked = tensor_maximum(km, cm); /* [B,1,T,S] */
+		tensor_free(km);
+		tensor_free(cm);
+	} else {
+		*masked = km ? km : cm;
+	}
+	if (!*masked)
+		return tensor_last_status();
+	/* With causal alone every row sees its own key: only key padding can kill a
+	 * row. Without keys (S = 0) the output is already zero. */
+	if (key_mask && key_mask->shape[1] > 0) {
+		*dead = tensor_min(*masked, 1, (int[]){ 3 }, true);
+		if (!*dead) {
+			tensor_free(*masked);
+			*masked = NULL;
+			return tensor_last_status();
+		}
+	}
+	return TENSOR_OK;
+}
+
+/*
+ * softmax(q k^T * scale, masked keys at MASKED_SCORE) v, then rows with no
+ * visible key set to zero (their gradient is zero too). k^T is a transposed
+ * view, passed to BLAS by its strides. The scale goes on q or on the scores,
+ * whichever is smaller.
+ */
+struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v,
+			    const struct tensor *key_mask, bool causal, double scale,
+			    const struct nn_dropout *dropout)
+{
+	if (!q || !k || !v)
+		return NULL;
+	if (check_qkv(q, k, v, key_mask, causal, scale) < 0)
+		return NULL;
+	struct tensor *masked = NULL, *dead = NULL;
+	if ((key_mask || causal) && build_masks(q, key_mask, causal, &masked, &dead) < 0)
+		return NULL;
+	bool scale_q = scale != 1 && q->shape[3] <= k->shape[2];
+	struct tensor *qs = scale_q ? ag_mul_scalar(q, scale) : q;
+	struct tensor *kt = ag_transpose(k, 2, 3); /* [B,H,d,S], no copy */
+	struct tensor *s = ag_matmul(qs, kt);	   /* [B,H,T,S] */
+	if (scale != 1 && !scale_q)
+		s = ag_mul_scalar(s, scale);
+	if (masked)
+		s = ag_masked_fill(s, masked, MASKED_SCORE);
+	struct tensor *p = ag_softmax(s, 3);
+	if (dropout)
+		p = nn_dropout_forward(dropout, p);
+	struct tensor *out = ag_matmul(p, v); /* [B,H,T,dv] */
+	if (dead)
+		out = ag_masked_fill(out, dead, 0.0);
+	tensor_free(masked); /* the tape keeps its own references */
+	tensor_free(dead);
+	return out;
+}
+
+/* ---- multi-head self-attention ------------------------------------------------ */
+
+int nn_mha_init(struct nn_mha *m, struct nn_params *ps, const char *name, int64_t dim,
+		int64_t heads, double attn_dropout)
+{
+	if (!m)
+		return tensor_error(TENSOR_ERR_ARG, "nn_mha_init: m is NULL");
+	*m = (struct nn_mha){ 0 };
+	if (!ps || !name)
+		return tensor_error(TENSOR_ERR_ARG, "nn_mha_init: ps and name must not be NULL");
+	if (dim < 1 || heads < 1 || dim % heads != 0)
+		return tensor_error(
+		    TENSOR_ERR_ARG,
+		    "nn_mha_init: '%s': heads %lld must divide dim %lld (both >= 1)", name,
+		    (long long)heads, (long long)dim);
+	if (!(attn_dropout >= 0 && attn_dropout < 1))
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_mha_init: '%s': attn_dropout %g not in [0, 1)", name,
+				    attn_dropout);
+	if (strlen(name) + strlen(".out_proj.weight") >= NN_NAME_MAX)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_mha_init: name '%s' is too long (max %d chars "
+				    "with '.out_proj.weight')",
+				    name, NN_NAME_MAX - 1);
+	static const char *const proj[4] = { "q_proj", "k_proj", "v_proj", "out_proj" };
+	struct nn_linear *lin[4] = { &m->q_proj, &m->k_proj, &m->v_proj, &m->out_proj };
+	char buf[NN_NAME_MAX];
+	int rc = TENSOR_OK;
+	for (int i = 0; i < 4 && rc == TENSOR_OK; i++)
+		rc = nn_name(buf, name, proj[i]) ? nn_linear_init(lin[i], ps, buf, dim, dim, true)
+						 : tensor_last_status();
+	if (rc == TENSOR_OK)
+		rc = nn_dropout_init(&m->dropout, ps, attn_dropout);
+	if (rc < 0) {
+		nn_mha_free(m);
+		return rc;
+	}
+	m->dim = dim;
+	m->heads = heads;
+	return TENSOR_OK;
+}
+
+/* [B,T,dim] -> [B,H,T,d], a view when x is contiguous. */
+static struct tensor *split_heads(struct tensor *x, int64_t heads)
+{
+	if (!x)
+		return NULL;
+	int64_t b = x->shape[0], t = x->shape[1], dim = x->shape[2];
+	struct tensor *v = ag_reshape(x, 4, (int64_t[]){ b, t, heads, dim / heads });
+	return ag_permute(v, (int[]){ 0, 2, 1, 3 });
+}
+
+/* One head's output [B,1,T,d] as [B,T,d] (a view). */
+static struct tensor *head_rows(struct tensor *o)
+{
+	return ag_squeeze(ag_permute(o, (int[]){ 0, 2, 1, 3 }), 2);
+}
+
+/* Heads one at a time, joined along the feature dim into [B,T,dim]. Without
+ * grad, each head runs in an inner scope that keeps only its output, so the
+ * peak holds one head's scores instead of all of them. With grad, the tape
+ * needs every head's intermediates anyway, so no inner scopes. Attention
+ * dropout draws one mask per head here, so in training with dropout the
+ * result is not the batched one (both are valid dropout). */
+static struct tensor *heads_sequential(const struct nn_mha *m, struct tensor *q, struct tensor *k,
+				       struct tensor *v, const struct tensor *key_mask, bool causal,
+				       double scale)
+{
+	int64_t h = m->heads;
+	bool scoped = !ag_grad_enabled();
+	struct tensor **outs = calloc((size_t)h, sizeof *outs);
+	if (!outs) {
+		tensor_error(TENSOR_ERR_NOMEM, "nn_mha_forward: cannot allocate %lld head outputs",
+			     (long long)h);
+		return NULL;
+	}
+	bool ok = true;
+	for (int64_t i = 0; i < h && ok; i++) {
+		if (scoped)
+			tensor_scope_begin();
+		struct tensor *o =
+		    nn_attention(ag_narrow(q, 1, i, 1), ag_narrow(k, 1, i, 1),
+				 ag_narrow(v, 1, i, 1), key_mask, causal, scale, &m->dropout);
+		o = head_rows(o);
+		if (scoped) {
+			o = tensor_scope_keep(o);
+			tensor_scope_end();
+		}
+		outs[i] = o;
+		ok = o != NULL;
+	}
+	struct tensor *y = ok ? ag_concat((int)h, outs, 2) : NULL;
+	if (scoped) /* heap copies when no scope was open outside; no-op otherwise */
+		for (int64_t i = 0; i < h; i++)
+			tensor_free(outs[i]);
+	free(outs);
+	return y;
+}
+
+struct tensor *nn_mha_forward(const struct nn_mha *m, struct tensor *x,
+			      const struct tensor *key_mask, bool causal)
+{
+	if (!x)
+		return NULL;
+	if (!m || m->dim < 1 || m->heads < 1) {
+		tensor_error(TENSOR_ERR_ARG, "nn_mha_forward: module is NULL or not initialised");
+		return NULL;
+	}
+	char bx[128], bm[128];
+	tensor_shape_str(x, bx, sizeof bx);
+	if (x->ndim != 3 || x->shape[2] != m->dim) {
+		tensor_error(TENSOR_ERR_SHAPE, "nn_mha_forward: x %s must be [B,T,%lld]", bx,
+			     (long long)m->dim);
+		return NULL;
+	}
+	if (key_mask && (key_mask->ndim != 2 || key_mask->shape[0] != x->shape[0] ||
+			 key_mask->shape[1] != x->shape[1])) {
+		tensor_error(TENSOR_ERR_SHAPE,
+			     "nn_mha_forward: key_mask %s must be [B,T] = [%lld,%lld]"
+			     " (x %s)",
+			     tensor_shape_str(key_mask, bm, sizeof bm), (long long)x->shape[0],
+			     (long long)x->shape[1], bx);
+		return NULL;
+	}
+	int64_t b = x->shape[0], t = x->shape[1], h = m->heads;
+	double scale = 1 / sqrt((double)(m->dim / h));
+	struct tensor *q = split_heads(nn_linear_forward(&m->q_proj, x), h);
+	struct tensor *k = split_heads(nn_linear_forward(&m->k_proj, x), h);
+	struct tensor *v = split_heads(nn_linear_forward(&m->v_proj, x), h);
+	if (!q || !k || !v)
+		return NULL;
+	struct tensor *y;
+	if (m->sequential_heads) {
+		y = heads_sequential(m, q, k, v, key_mask, causal, scale);
+	} else {
+		struct tensor *o = nn_attention(q, k, v, key_mask, causal, scale, &m->dropout);
+		y = ag_reshape(ag_permute(o, (int[]){ 0, 2, 1, 3 }), 3,
+			       (int64_t[]){ b, t, m->dim });
+	}
+	return nn_linear_forward(&m->out_proj, y);
+}
+
+void nn_mha_free(struct nn_mha *m)
+{
+	if (!m)
+		return;
+	nn_linear_free(&m->q_proj);
+	nn_linear_free(&m->k_proj);
+	nn_linear_free(&m->v_proj);
+	nn_linear_free(&m->out_proj);
+	*m = (struct nn_mha){ 0 };
+}

@@ -1,0 +1,967 @@
+/* Checkpoints as safetensors files: atomic save, load that validates the
+ * whole file before changing anything, and the model config in __metadata__. */
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint_internal.h"
+#include "nn.h"
+
+/* Tensor bytes are written and read as they lie in memory, and safetensors
+ * is little-endian: refuse to build where that would be wrong. */
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "nn/checkpoint.c supports little-endian hosts only (safetensors data is little-endian)"
+#endif
+
+#define META "__metadata__"
+#define OPT_PREFIX "optimizer."
+#define OPT_M "optimizer.m."
+#define OPT_V "optimizer.v."
+#define MAX_EXACT 9007199254740992.0 /* 2^53: larger JSON numbers are not exact in cJSON */
+
+static const char *const st_dtype[TENSOR_NDTYPES] = {
+	[TENSOR_F32] = "F32", [TENSOR_F64] = "F64", [TENSOR_I32] = "I32", [TENSOR_I64] = "I64"
+};
+
+/* Record "op: file: message" (first error wins, as everywhere). */
+static int fail(int status, const char *op, const char *file, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(int status, const char *op, const char *file, const char *fmt, ...)
+{
+	char msg[768];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	return tensor_error(status, "%s: %s: %s", op, file ? file : "(null)", msg);
+}
+
+/* "[2,3]" of a shape into buf[128]. */
+static const char *shape_str(int ndim, const int64_t *shape, char *buf)
+{
+	struct tensor t = { .ndim = ndim };
+	memcpy(t.shape, shape, sizeof(int64_t) * (size_t)ndim);
+	return tensor_shape_str(&t, buf, 128);
+}
+
+/* ---- header parsing and validation ---------------------------------------- */
+
+struct entry {
+	const char *name; /* owned by the cJSON tree */
+	enum tensor_dtype dtype;
+	int ndim;
+	int64_t shape[TENSOR_MAX_DIMS];
+	uint64_t begin, end; /* byte offsets in the data region */
+	bool used;
+};
+
+struct header {
+	cJSON *root;
+	const cJSON *meta; /* __metadata__ or NULL */
+	struct entry *e;   /* sorted by name */
+	int n;
+	const uint8_t *data; /* the data region (NULL when only the header was read) */
+	uint64_t data_len;
+};
+
+static void header_free(struct header *h)
+{
+	cJSON_Delete(h->root);
+	free(h->e);
+	*h = (struct header){ 0 };
+}
+
+static uint64_t le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* Byte offset of the first invalid UTF-8 sequence or NUL in s[0..n), or n. */
+static size_t utf8_check(const uint8_t *s, size_t n)
+{
+	size_t i = 0;
+	while (i < n) {
+		uint8_t c = s[i];
+		int len = c == 0		   ? 0
+			  : c < 0x80		   ? 1
+			  : c >= 0xc2 && c <= 0xdf ? 2
+			  : (c & 0xf0) == 0xe0	   ? 3
+			  : c >= 0xf0 && c <= 0xf4 ? 4
+						   : 0;
+		if (len == 0 || n - i < (size_t)len)
+			return i;
+		for (int k = 1; k < len; k++)
+			if ((s[i + k] & 0xc0) != 0x80)
+				return i;
+		uint8_t c1 = len > 1 ? s[i + 1] : 0;
+		if ((c == 0xe0 && c1 < 0xa0) ||
+		    (c == 0xed && c1 > 0x9f) ||				  /* overlong, surrogate */
+		    (c == 0xf0 && c1 < 0x90) || (c == 0xf4 && c1 > 0x8f)) /* overlong, > U+10FFFF */
+			return i;
+		i += (size_t)len;
+	}
+	return n;
+}
+
+/* Offset of an escaped NUL ("\u0000", which cJSON would cut a C string at)
+ * in s[0..n), or n. Backslashes outside strings are invalid JSON anyway. */
+static size_t escaped_nul(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] != '\\')
+			continue;
+		size_t k = i;
+		while (k < n && s[k] == '\\')
+			k++;
+		if ((k - i) % 2 == 1 && n - k >= 5 && memcmp(s + k, "u0000", 5) == 0)
+			return k - 1;
+		i = k - 1;
+	}
+	return n;
+}
+
+static bool is_ws(char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* An exact non-negative integer JSON number. */
+static bool json_uint(const cJSON *x, uint64_t *out)
+{
+	if (!cJSON_IsNumber(x))
+		return false;
+	double d = x->valuedouble;
+	if (!isfinite(d) || d < 0 || d != floor(d) || d > MAX_EXACT)
+		return false;
+	*out = (uint64_t)d;
+	return true;
+}
+
+static int cmp_entry_name(const void *a, const void *b)
+{
+	return strcmp(((const struct entry *)a)->name, ((const struct entry *)b)->name);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Entries ordered by (begin, end), so zero-size tensors sort first. */
+static int cmp_entry_offset(const void *a, const void *b)
+{
+	const struct entry *x = *(const struct entry *const *)a,
+			   *y = *(const struct entry *const *)b;
+	if (x->begin != y->begin)
+		return x->begin < y->begin ? -1 : 1;
+	return x->end < y->end ? -1 : x->end > y->end;
+}
+
+/* __metadata__: an object of unique string keys with string values. */
+static int parse_meta(const char *op, const char *file, const cJSON *m)
+{
+	if (!cJSON_IsObject(m))
+		return fail(TENSOR_ERR_IO, op, file, "__metadata__ is not a JSON object");
+	int n = cJSON_GetArraySize(m);
+	const char **keys = malloc(sizeof *keys * (size_t)(n ? n : 1));
+	if (!keys)
+		return fail(TENSOR_ERR_NOMEM, op, file, "out of memory");
+	int k = 0, rc = TENSOR_OK;
+	for (const cJSON *c = m->child; c; c = c->next) {
+		keys[k++] = c->string;
+		if (!cJSON_IsString(c)) {
+			rc = fail(
+			    TENSOR_ERR_IO, op, file,
+			    "__metadata__ value of '%.200s' is not a string (metadata must map "
+			    "strings to strings)",
+			    c->string);
+			break;
+		}
+	}
+	qsort(keys, (size_t)k, sizeof *keys, cmp_str);
+	for (int i = 1; rc == TENSOR_OK && i < k; i++)
+		if (strcmp(keys[i - 1], keys[i]) == 0)
+			rc = fail(TENSOR_ERR_IO, op, file,
+				  "__metadata__ key '%.200s' appears twice", keys[i]);
+	free(keys);
+	return rc;
+}
+
+/* One tensor: {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}. */
+static int parse_entry(const char *op, const char *file, const cJSON *c, uint64_t data_len,
+		       struct entry *e)
+{
+	const char *nm = c->string;
+	e->name = nm;
+	if (!cJSON_IsObject(c))
+		return fail(TENSOR_ERR_IO, op, file,
+			    "tensor '%.200s' is not an object with dtype, shape and data_offsets",
+			    nm);
+	const cJSON *dt = NULL, *sh = NULL, *off = NULL;
+	for (const cJSON *k = c->child; k; k = k->next) {
+		const cJSON **slot = strcmp(k->string, "dtype") == 0	      ? &dt
+				     : strcmp(k->string, "shape") == 0	      ? &sh
+				     : strcmp(k->string, "data_offsets") == 0 ? &off
+									      : NULL;
+		if (!slot)
+			return fail(
+			    TENSOR_ERR_IO, op, file,
+			    "tensor '%.200s' has an unexpected key '%.100s' (expected dtype, "
+			    "shape, data_offsets)",
+			    nm, k->string);
+		if (*slot)
+			return fail(TENSOR_ERR_IO, op, file, "tensor '%.200s' has '%s' twice", nm,
+				    k->string);
+		*slot = k;
+	}
+	if (!dt || !sh || !off)
+		return fail(TENSOR_ERR_IO, op, file, "tensor '%.200s' lacks '%s'", nm,
+			    !dt	  ? "dtype"
+			    : !sh ? "shape"
+				  : "data_offsets");
+	if (!cJSON_IsString(dt))
+		return fail(TENSOR_ERR_IO, op, file, "tensor '%.200s': dtype is not a string", nm);
+	int d = 0;
+	while (d < TENSOR_NDTYPES && strcmp(dt->valuestring, st_dtype[d]) != 0)
+		d++;
+	if (d == TENSOR_NDTYPES)
+		return fail(TENSOR_ERR_IO, op, file,
+			    "tensor '%.200s': unsupported dtype '%.20s' (expected F32, F64, I32 or "
+			    "I64)",
+			    nm, dt->valuestring);
+	e->dtype = (enum tensor_dtype)d;
+	if (!cJSON_IsArray(sh))
+		return fail(TENSOR_ERR_IO, op, file, "tensor '%.200s': shape is not an array", nm);
+	int nd = cJSON_GetArraySize(sh);
+	if (nd > TENSOR_MAX_DIMS)
+		return fail(TENSOR_ERR_IO, op, file,
+			    "tensor '%.200s': shape has %d dims, at most %d supported", nm, nd,
+			    TENSOR_MAX_DIMS);
+	e->ndim = nd;
+	bool zero = false, big = false; /* big: more bytes than the data region holds */
+	uint64_t numel = 1, esize = tensor_dtype_size(e->dtype);
+	int i = 0;
+	for (const cJSON *x = sh->child; x; x = x->next, i++) {
+		uint64_t v;
+		if (!json_uint(x, &v))
+			return fail(TENSOR_ERR_IO, op, file,
+				    "tensor '%.200s': shape entry %d is not a non-negative integer "
+				    "(< 2^53)",
+				    nm, i);
+		e->shape[i] = (int64_t)v;
+		if (v == 0)
+			zero = true;
+		else if (!big && numel > data_len / esize / v)
+			big = true;
+		else if (!big)
+			numel *= v;
+	}
+	uint64_t nbytes = zero ? 0 : numel * esize;
+	big = big && !zero;
+	uint64_t o[2];
+	if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 || !json_uint(off->child, &o[0]) ||
+	    !json_uint(off->child->next, &o[1]))
+		return fail(TENSOR_ERR_IO, op, file,
+			    "tensor '%.200s': data_offsets is not [begin, end] of two non-negative "
+			    "integers",
+			    nm);
+	e->begin = o[0];
+	e->end = o[1];
+	if (o[1] < o[0])
+		return fail(TENSOR_ERR_IO, op, file,
+			    "tensor '%.200s': data_offsets [%" PRIu64 ",%" PRIu64
+			    "] end before they "
+			    "begin",
+			    nm, o[0], o[1]);
+	if (o[1] > data_len)
+		return fail(TENSOR_ERR_IO, op, file,
+			    "tensor '%.200s': data_offsets [%" PRIu64 ",%" PRIu64
+			    "] lie beyond the "
+			    "%" PRIu64 " bytes of data (truncated file?)",
+			    nm, o[0], o[1], data_len);
+	char sb[128];
+	if (big || o[1] - o[0] != nbytes)
+		return fail(TENSOR_ERR_IO, op, file,
+			    "tensor '%.200s': shape %s of %s needs %s%" PRIu64 " bytes but "
+			    "data_offsets [%" PRIu64 ",%" PRIu64 "] hold %" PRIu64,
+			    nm, shape_str(e->ndim, e->shape, sb), st_dtype[e->dtype],
+			    big ? "more than " : "", big ? data_len : nbytes, o[0], o[1],
+			    o[1] - o[0]);
+	return TENSOR_OK;
+}
+
+/* The tensors must tile the data region exactly: no overlap, no gap, no tail. */
+static int check_coverage(const char *op, const char *file, struct header *h)
+{
+	const struct entry **by = malloc(sizeof *by * (size_t)(h->n ? h->n : 1));
+	if (!by)
+		return fail(TENSOR_ERR_NOMEM, op, file, "out of memory");
+	for (int i = 0; i < h->n; i++)
+		by[i] = &h->e[i];
+	qsort(by, (size_t)h->n, sizeof *by, cmp_entry_offset);
+	uint64_t pos = 0;
+	int rc = TENSOR_OK;
+	for (int i = 0; rc == TENSOR_OK && i < h->n; i++) {
+		const struct entry *e = by[i];
+		if (e->begin < pos)
+			rc = fail(TENSOR_ERR_IO, op, file,
+				  "tensors '%.200s' [%" PRIu64 ",%" PRIu64
+				  ") and '%.200s' [%" PRIu64 ",%" PRIu64 ") overlap",
+				  by[i - 1]->name, by[i - 1]->begin, by[i - 1]->end, e->name,
+				  e->begin, e->end);
+		else if (e->begin > pos)
+			rc = fail(TENSOR_ERR_IO, op, file,
+				  "no tensor covers data bytes [%" PRIu64 ",%" PRIu64
+				  ") (gap before "
+				  "'%.200s')",
+				  pos, e->begin, e->name);
+		pos = e->end;
+	}
+	free(by);
+	if (rc == TENSOR_OK && pos != h->data_len)
+		rc = fail(TENSOR_ERR_IO, op, file,
+			  "%" PRIu64
+			  " bytes of data follow the last tensor (the header declares %" PRIu64
+			  " of %" PRIu64 ")",
+			  h->data_len - pos, pos, h->data_len);
+	return rc;
+}
+
+/* Parse and validate the header of a file of file_len bytes whose first
+ * avail bytes are at buf (avail == file_len or at least the whole header). */
+static int parse_header(const char *op, const char *file, const uint8_t *buf, size_t avail,
+			uint64_t file_len, struct header *h)
+{
+	*h = (struct header){ 0 };
+	if (file_len < 8)
+		return fail(TENSOR_ERR_IO, op, file,
+			    "%" PRIu64 " bytes are too short for the 8-byte header size (truncated "
+			    "file?)",
+			    file_len);
+	uint64_t n = le64(buf);
+	if (n > NN_CHECKPOINT_HEADER_MAX)
+		return fail(TENSOR_ERR_IO, op, file,
+			    "header size %" PRIu64 " exceeds the limit of %llu bytes", n,
+			    NN_CHECKPOINT_HEADER_MAX);
+	if (n > file_len - 8)
+		return fail(TENSOR_ERR_IO, op, file,
+			    "header size %" PRIu64 " exceeds the %" PRIu64 " bytes after the size "
+			    "field (truncated file?)",
+			    n, file_len - 8);
+	if (avail < 8 + n)
+		return fail(TENSOR_ERR_IO, op, file, "header not read in full");
+	const char *text = (const char *)buf + 8;
+	size_t bad = utf8_check(buf + 8, (size_t)n);
+	if (bad < n)
+		return fail(TENSOR_ERR_IO, op, file, "header byte %zu is %s, expected UTF-8 JSON",
+			    bad, buf[8 + bad] ? "not valid UTF-8" : "a NUL");
+	if ((bad = escaped_nul(text, (size_t)n)) < n)
+		return fail(
+		    TENSOR_ERR_IO, op, file,
+		    "header has an escaped NUL (\\u0000) at byte %zu, which cformer does not "
+		    "accept in names or metadata",
+		    bad);
+	char *s = malloc((size_t)n + 1);
+	if (!s)
+		return fail(TENSOR_ERR_NOMEM, op, file, "no memory for a %" PRIu64 "-byte header",
+			    n);
+	memcpy(s, text, (size_t)n);
+	s[n] = '\0';
+	const char *end = NULL;
+	h->root = cJSON_ParseWithOpts(s, &end, false);
+	size_t at = end ? (size_t)(end - s) : 0;
+	if (h->root)
+		while (at < n && is_ws(s[at]))
+			at++;
+	free(s);
+	if (!h->root)
+		return fail(TENSOR_ERR_IO, op, file,
+			    "header is not valid JSON (error near byte %zu)", at);
+	if (at < n) {
+		header_free(h);
+		return fail(TENSOR_ERR_IO, op, file,
+			    "header has non-whitespace bytes after the JSON object (at byte %zu)",
+			    at);
+	}
+	if (!cJSON_IsObject(h->root) || text[0] != '{') {
+		int rc = fail(TENSOR_ERR_IO, op, file, "%s",
+			      cJSON_IsObject(h->root) ? "header must begin with '{'"
+						      : "header is not a JSON object");
+		header_free(h);
+		return rc;
+	}
+	h->data_len = file_len - 8 - n;
+	h->data = avail == file_len ? buf + 8 + n : NULL;
+	int count = cJSON_GetArraySize(h->root), rc = TENSOR_OK;
+	h->e = calloc((size_t)(count ? count : 1), sizeof *h->e);
+	if (!h->e) {
+		header_free(h);
+		return fail(TENSOR_ERR_NOMEM, op, file, "out of memory");
+	}
+	for (const cJSON *c = h->root->child; rc == TENSOR_OK && c; c = c->next) {
+		if (strcmp(c->string, META) == 0) {
+			if (h->meta)
+				rc = fail(TENSOR_ERR_IO, op, file, "__metadata__ appears twice");
+			else if ((rc = parse_meta(op, file, c)) == TENSOR_OK)
+				h->meta = c;
+		} else {
+			rc = parse_entry(op, file, c, h->data_len, &h->e[h->n++]);
+		}
+	}
+	if (rc == TENSOR_OK) {
+		qsort(h->e, (size_t)h->n, sizeof *h->e, cmp_entry_name);
+		for (int i = 1; rc == TENSOR_OK && i < h->n; i++)
+			if (strcmp(h->e[i - 1].name, h->e[i].name) == 0)
+				rc = fail(TENSOR_ERR_IO, op, file, "tensor '%.200s' appears twice",
+					  h->e[i].name);
+	}
+	if (rc == TENSOR_OK)
+		rc = check_coverage(op, file, h);
+	if (rc < 0)
+		header_free(h);
+	return rc;
+}
+
+static struct entry *find_entry(const struct header *h, const char *name)
+{
+	struct entry key = { .name = name };
+	return bsearch(&key, h->e, (size_t)h->n, sizeof key, cmp_entry_name);
+}
+
+/* A metadata value as a decimal integer in [0, max]; *found false if absent. */
+static int meta_uint(const char *op, const char *file, const struct header *h, const char *key,
+		     uint64_t max, uint64_t *out, bool *found)
+{
+	const cJSON *v = h->meta ? cJSON_GetObjectItemCaseSensitive(h->meta, key) : NULL;
+	*found = v != NULL;
+	if (!v)
+		return TENSOR_OK;
+	const char *s = v->valuestring;
+	uint64_t x = 0;
+	bool ok = *s != '\0';
+	for (; ok && *s; s++) {
+		unsigned dgt = (unsigned)(*s - '0');
+		ok = dgt <= 9 && x <= (max - dgt) / 10;
+		x = x * 10 + dgt;
+	}
+	if (!ok)
+		return fail(
+		    TENSOR_ERR_IO, op, file,
+		    "__metadata__ '%s' is '%.40s', expected a decimal integer in [0, %" PRIu64 "]",
+		    key, v->valuestring, max);
+	*out = x;
+	return TENSOR_OK;
+}
+
+/* ---- load ----------------------------------------------------------------- */
+
+/* Compare a file entry with its destination tensor. */
+static int check_match(const char *op, const char *file, const struct entry *e,
+		       const struct tensor *dst)
+{
+	char fs[128], ms[128];
+	if (e->dtype != dst->dtype)
+		return fail(TENSOR_ERR_DTYPE, op, file,
+			    "tensor '%s' is %s %s in the file, the model expects %s %s", e->name,
+			    st_dtype[e->dtype], shape_str(e->ndim, e->shape, fs),
+			    st_dtype[dst->dtype], tensor_shape_str(dst, ms, sizeof ms));
+	if (e->ndim != dst->ndim ||
+	    memcmp(e->shape, dst->shape, sizeof(int64_t) * (size_t)e->ndim) != 0)
+		return fail(TENSOR_ERR_SHAPE, op, file,
+			    "tensor '%s' has shape %s in the file, the model expects %s", e->name,
+			    shape_str(e->ndim, e->shape, fs), tensor_shape_str(dst, ms, sizeof ms));
+	return TENSOR_OK;
+}
+
+struct copy {
+	const struct entry *src;
+	struct tensor *dst;
+	struct tensor *staged; /* device copy of the bytes, when dst is not host memory */
+};
+
+/* Match the validated header against ps (and opt), then copy. */
+static int load_header(const char *op, const char *file, struct header *h, struct nn_params *ps,
+		       struct nn_adamw *opt, int64_t *step)
+{
+	int np = ps->n, rc = TENSOR_OK, nopt = 0;
+	struct copy *cp = calloc((size_t)(3 * np + 1), sizeof *cp);
+	struct entry **mv = calloc((size_t)(2 * np + 1), sizeof *mv); /* m, v by parameter */
+	if (!cp || !mv) {
+		free(cp);
+		free(mv);
+		return fail(TENSOR_ERR_NOMEM, op, file, "out of memory");
+	}
+	/* State arrays end at a NULL (optim.c), so count before indexing. */
+	int nc = 0, nstate = 0;
+	while (opt && opt->m && opt->v && nstate < np && opt->m[nstate] && opt->v[nstate])
+		nstate++;
+	for (int i = 0; rc == TENSOR_OK && i < np; i++) {
+		struct nn_param *p = &ps->items[i];
+		struct entry *e = find_entry(h, p->name);
+		char ms[128];
+		if (!e)
+			rc = fail(TENSOR_ERR_ARG, op, file,
+				  "missing tensor '%s' (%s %s in the model)", p->name,
+				  st_dtype[p->value->dtype],
+				  tensor_shape_str(p->value, ms, sizeof ms));
+		else if ((rc = check_match(op, file, e, p->value)) == TENSOR_OK)
+			cp[nc++] = (struct copy){ .src = e, .dst = p->value };
+		if (e)
+			e->used = true;
+	}
+	for (int k = 0; rc == TENSOR_OK && k < h->n; k++) {
+		struct entry *e = &h->e[k];
+		if (e->used)
+			continue;
+		bool is_m = strncmp(e->name, OPT_M, strlen(OPT_M)) == 0;
+		if (!is_m && strncmp(e->name, OPT_V, strlen(OPT_V)) != 0) {
+			if (strncmp(e->name, OPT_PREFIX, strlen(OPT_PREFIX)) != 0)
+				rc = fail(
+				    TENSOR_ERR_ARG, op, file,
+				    "unexpected tensor '%.200s' (not a parameter of the model)",
+				    e->name);
+			continue; /* other optimizer state is allowed and ignored */
+		}
+		struct nn_param *p = nn_params_find(ps, e->name + strlen(OPT_M));
+		if (!p) {
+			rc = fail(TENSOR_ERR_ARG, op, file,
+				  "unexpected tensor '%.200s' (optimizer state of a parameter the "
+				  "model does not have)",
+				  e->name);
+			continue;
+		}
+		int i = (int)(p - ps->items);
+		const struct tensor *want = p->value;
+		if (opt && i < nstate)
+			want = is_m ? opt->m[i] : opt->v[i];
+		rc = check_match(op, file, e, want);
+		mv[2 * i + !is_m] = e;
+		nopt++;
+	}
+	uint64_t ostep = 0, mstep = 0, rng = 0, seed = 0;
+	bool has_ostep = false, has_step = false, has_rng = false, has_seed = false;
+	if (rc == TENSOR_OK)
+		rc = meta_uint(op, file, h, "step", INT64_MAX, &mstep, &has_step);
+	if (rc == TENSOR_OK)
+		rc = meta_uint(op, file, h, "rng_counter", UINT64_MAX, &rng, &has_rng);
+	if (rc == TENSOR_OK)
+		rc = meta_uint(op, file, h, "seed", UINT64_MAX, &seed, &has_seed);
+	if (rc == TENSOR_OK)
+		rc = meta_uint(op, file, h, "optimizer_step", INT64_MAX, &ostep, &has_ostep);
+	bool load_opt = rc == TENSOR_OK && opt && nopt > 0;
+	if (load_opt && nstate < np)
+		rc = fail(TENSOR_ERR_STATE, op, file,
+			  "the optimizer has no state for '%s' (parameter added after it was "
+			  "created?)",
+			  ps->items[nstate].name);
+	for (int i = 0; load_opt && rc == TENSOR_OK && i < np; i++) {
+		for (int j = 0; j < 2 && rc == TENSOR_OK; j++)
+			if (!mv[2 * i + j])
+				rc = fail(TENSOR_ERR_ARG, op, file,
+					  "incomplete optimizer state: missing '%s%s'",
+					  j ? OPT_V : OPT_M, ps->items[i].name);
+			else
+				cp[nc++] = (struct copy){ .src = mv[2 * i + j],
+							  .dst = j ? opt->v[i] : opt->m[i] };
+	}
+	if (load_opt && rc == TENSOR_OK && !has_ostep)
+		rc = fail(TENSOR_ERR_IO, op, file,
+			  "the file has optimizer state but no \"optimizer_step\" in __metadata__");
+	/* Nothing has changed yet: check every destination can take its bytes. */
+	for (int k = 0; rc == TENSOR_OK && k < nc; k++) {
+		struct tensor *d = cp[k].dst;
+		char what[NN_NAME_MAX + 512];
+		snprintf(what, sizeof what, "%s: %s: tensor '%s'", op, file, cp[k].src->name);
+		rc = tensor_check_writable(what, d);
+		if (rc == TENSOR_OK &&
+		    (d->storage->device != TENSOR_CPU || !tensor_is_contiguous(d))) {
+			tensor_heap_begin();
+			cp[k].staged = tensor_from_data(d->dtype, d->storage->device, d->ndim,
+							d->shape, h->data + cp[k].src->begin);
+			tensor_heap_end();
+			if (!cp[k].staged)
+				rc = tensor_last_status();
+		}
+	}
+	for (int k = 0; rc == TENSOR_OK && k < nc; k++) { /* commit: host copies cannot fail */
+		if (cp[k].staged)
+			rc = tensor_copy_(cp[k].dst, cp[k].staged);
+		else if (cp[k].src->end > cp[k].src->begin)
+			memcpy(tensor_data(cp[k].dst), h->data + cp[k].src->begin,
+			       (size_t)(cp[k].src->end - cp[k].src->begin));
+	}
+	if (rc == TENSOR_OK) {
+		if (has_rng)
+			ps->rng_counter = rng;
+		if (has_seed)
+			ps->seed = seed;
+		if (load_opt)
+			opt->step = (int64_t)ostep;
+		if (step)
+			*step = has_step ? (int64_t)mstep : 0;
+	}
+	for (int k = 0; k < nc; k++)
+		tensor_free(cp[k].staged);
+	free(cp);
+	free(mv);
+	return rc;
+}
+
+int nn_checkpoint_load_buffer(const void *buf, size_t len, const char *name, struct nn_params *ps,
+			      struct nn_adamw *opt, int64_t *step)
+{
+	const char *op = "nn_checkpoint_load";
+	if (!buf || !ps)
+		return fail(TENSOR_ERR_ARG, op, name, "%s is NULL", !buf ? "buffer" : "ps");
+	if (opt && opt->ps != ps)
+		return fail(TENSOR_ERR_ARG, op, name, "the optimizer belongs to another nn_params");
+	struct header h;
+	int rc = parse_header(op, name, buf, len, len, &h);
+	if (rc < 0)
+		return rc;
+	rc = load_header(op, name, &h, ps, opt, step);
+	header_free(&h);
+	return rc;
+}
+
+/* Read up to max bytes of path (all if max is 0) into a malloc'd buffer. */
+static int read_file(const char *op, const char *path, size_t max, uint8_t **out, size_t *got,
+		     uint64_t *file_len)
+{
+	*out = NULL;
+	if (!path)
+		return fail(TENSOR_ERR_ARG, op, path, "path is NULL");
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return fail(TENSOR_ERR_IO, op, path, "cannot open: %s", strerror(errno));
+	struct stat st;
+	int rc = TENSOR_OK;
+	if (fstat(fileno(f), &st) != 0)
+		rc = fail(TENSOR_ERR_IO, op, path, "cannot stat: %s", strerror(errno));
+	else if (!S_ISREG(st.st_mode))
+		rc = fail(TENSOR_ERR_IO, op, path, "not a regular file");
+	else if ((uint64_t)st.st_size > SIZE_MAX - 1)
+		rc = fail(TENSOR_ERR_NOMEM, op, path, "file too large for memory");
+	if (rc < 0) {
+		fclose(f);
+		return rc;
+	}
+	size_t n = (size_t)st.st_size;
+	if (max && n > max)
+		n = max;
+	uint8_t *b = malloc(n ? n : 1);
+	if (!b) {
+		fclose(f);
+		return fail(TENSOR_ERR_NOMEM, op, path, "no memory for %zu bytes", n);
+	}
+	size_t r = fread(b, 1, n, f);
+	if (r != n)
+		rc = fail(TENSOR_ERR_IO, op, path, "read %zu of %zu bytes: %s", r, n,
+			  ferror(f) ? strerror(errno) : "file shrank");
+	fclose(f);
+	if (rc < 0) {
+		free(b);
+		return rc;
+	}
+	*out = b;
+	*got = n;
+	*file_len = (uint64_t)st.st_size;
+	return TENSOR_OK;
+}
+
+int nn_checkpoint_load(const char *path, struct nn_params *ps, struct nn_adamw *opt, int64_t *step)
+{
+	const char *op = "nn_checkpoint_load";
+	if (!ps)
+		return fail(TENSOR_ERR_ARG, op, path, "ps is NULL");
+	if (opt && opt->ps != ps)
+		return fail(TENSOR_ERR_ARG, op, path, "the optimizer belongs to another nn_params");
+	uint8_t *buf;
+	size_t n;
+	uint64_t len;
+	int rc = read_file(op, path, 0, &buf, &n, &len);
+	if (rc < 0)
+		return rc;
+	rc = nn_checkpoint_load_buffer(buf, n, path, ps, opt, step);
+	free(buf);
+	return rc;
+}
+
+/* ---- config --------------------------------------------------------------- */
+
+char *nn_checkpoint_config_buffer(const void *buf, size_t avail, size_t file_len, const char *name)
+{
+	const char *op = "nn_checkpoint_config";
+	if (!buf) {
+		fail(TENSOR_ERR_ARG, op, name, "buffer is NULL");
+		return NULL;
+	}
+	struct header h;
+	if (parse_header(op, name, buf, avail, file_len, &h) < 0)
+		return NULL;
+	const cJSON *c = h.meta ? cJSON_GetObjectItemCaseSensitive(h.meta, "config") : NULL;
+	char *out = NULL;
+	cJSON *check = c ? cJSON_ParseWithOpts(c->valuestring, NULL, true) : NULL;
+	if (!c)
+		fail(TENSOR_ERR_ARG, op, name, "no \"config\" in __metadata__");
+	else if (!check)
+		fail(TENSOR_ERR_IO, op, name, "the \"config\" metadata is not valid JSON");
+	else if (!(out = strdup(c->valuestring)))
+		fail(TENSOR_ERR_NOMEM, op, name, "out of memory");
+	cJSON_Delete(check);
+	header_free(&h);
+	return out;
+}
+
+char *nn_checkpoint_config(const char *path)
+{
+	const char *op = "nn_checkpoint_config";
+	uint8_t *buf;
+	size_t n;
+	uint64_t len;
+	if (read_file(op, path, 8, &buf, &n, &len) < 0)
+		return NULL;
+	uint64_t want = n == 8 ? le64(buf) : 0; /* read the header only, not the data */
+	if (n == 8 && want <= NN_CHECKPOINT_HEADER_MAX && want <= len - 8) {
+		free(buf);
+		if (read_file(op, path, (size_t)(8 + want), &buf, &n, &len) < 0)
+			return NULL;
+	}
+	char *out = nn_checkpoint_config_buffer(buf, n, (size_t)len, path);
+	free(buf);
+	return out;
+}
+
+/* ---- save ----------------------------------------------------------------- */
+
+struct item {
+	char name[NN_NAME_MAX + 16];
+	const struct tensor *t;
+};
+
+static cJSON *json_uints(const int64_t *v, int n)
+{
+	cJSON *a = cJSON_CreateArray();
+	for (int i = 0; a && i < n; i++) {
+		char s[24];
+		snprintf(s, sizeof s, "%" PRId64, v[i]);
+		cJSON *x = cJSON_CreateRaw(s); /* exact integers, never 1e+15 */
+		if (!x || !cJSON_AddItemToArray(a, x)) {
+			cJSON_Delete(x);
+			cJSON_Delete(a);
+			return NULL;
+		}
+	}
+	return a;
+}
+
+static bool meta_add(cJSON *meta, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static bool meta_add(cJSON *meta, const char *key, const char *fmt, ...)
+{
+	char s[64];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(s, sizeof s, fmt, ap);
+	va_end(ap);
+	return cJSON_AddStringToObject(meta, key, s) != NULL;
+}
+
+/* The JSON header for items (data laid out in order), unpadded. */
+static char *build_header(const struct nn_params *ps, const struct nn_adamw *opt,
+			  const char *config, int64_t step, const struct item *it, int n)
+{
+	cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, META);
+	bool ok = meta && cJSON_AddStringToObject(meta, "format", "cformer") &&
+		  meta_add(meta, "step", "%" PRId64, step) &&
+		  meta_add(meta, "rng_counter", "%" PRIu64, ps->rng_counter) &&
+		  meta_add(meta, "seed", "%" PRIu64, ps->seed) &&
+		  (!config || cJSON_AddStringToObject(meta, "config", config));
+	if (ok && opt)
+		ok = cJSON_AddStringToObject(meta, "optimizer", "adamw") &&
+		     meta_add(meta, "optimizer_step", "%" PRId64, opt->step) &&
+		     meta_add(meta, "optimizer_lr", "%.17g", opt->lr) &&
+		     meta_add(meta, "optimizer_beta1", "%.17g", opt->beta1) &&
+		     meta_add(meta, "optimizer_beta2", "%.17g", opt->beta2) &&
+		     meta_add(meta, "optimizer_eps", "%.17g", opt->eps) &&
+		     meta_add(meta, "optimizer_weight_decay", "%.17g", opt->weight_decay) &&
+		     meta_add(meta, "optimizer_decay_all", "%s", opt->decay_all ? "true" : "false");
+	int64_t off[2] = { 0, 0 };
+	for (int i = 0; ok && i < n; i++) {
+		off[0] = off[1];
+		off[1] += (int64_t)tensor_nbytes(it[i].t);
+		cJSON *e = cJSON_AddObjectToObject(root, it[i].name);
+		cJSON *sh = json_uints(it[i].t->shape, it[i].t->ndim), *of = json_uints(off, 2);
+		ok = e && sh && of && cJSON_AddStringToObject(e, "dtype", st_dtype[it[i].t->dtype]);
+		ok = ok && cJSON_AddItemToObject(e, "shape", sh);
+		if (!ok)
+			cJSON_Delete(sh);
+		ok = ok && cJSON_AddItemToObject(e, "data_offsets", of);
+		if (!ok)
+			cJSON_Delete(of);
+	}
+	char *s = ok ? cJSON_PrintUnformatted(root) : NULL;
+	cJSON_Delete(root);
+	return s;
+}
+
+/* Write header and tensor data to f. */
+static int write_all(const char *op, const char *path, const char *tmp, FILE *f, const char *json,
+		     const struct item *it, int n)
+{
+	size_t len = strlen(json), pad = (8 - len % 8) % 8; /* 8 + header: 8-byte aligned */
+	uint64_t hlen = len + pad;
+	uint8_t size[8];
+	for (int i = 0; i < 8; i++)
+		size[i] = (uint8_t)(hlen >> (8 * i));
+	bool ok = fwrite(size, 1, 8, f) == 8 && fwrite(json, 1, len, f) == len &&
+		  fwrite("        ", 1, pad, f) == pad;
+	void *scratch = NULL;
+	size_t scratch_len = 0;
+	int rc = TENSOR_OK;
+	for (int i = 0; ok && rc == TENSOR_OK && i < n; i++) {
+		const struct tensor *t = it[i].t;
+		size_t nb = tensor_nbytes(t);
+		const void *src = tensor_data(t);
+		if (nb == 0)
+			continue;
+		if (t->storage->device != TENSOR_CPU || !tensor_is_contiguous(t)) {
+			if (nb > scratch_len) {
+				void *p = realloc(scratch, nb);
+				if (!p) {
+					rc = fail(TENSOR_ERR_NOMEM, op, path,
+						  "no memory to stage '%s'", it[i].name);
+					break;
+				}
+				scratch = p;
+				scratch_len = nb;
+			}
+			if ((rc = tensor_to_host(t, scratch, nb)) < 0)
+				break;
+			src = scratch;
+		}
+		ok = fwrite(src, 1, nb, f) == nb;
+	}
+	free(scratch);
+	if (rc == TENSOR_OK && (!ok || fflush(f) != 0 || fsync(fileno(f)) != 0))
+		rc = fail(TENSOR_ERR_IO, op, path, "cannot write %s: %s", tmp, strerror(errno));
+	return rc;
+}
+
+/* Make the rename durable: fsync the directory (best effort; the file itself
+ * is complete either way). */
+static void sync_dir(const char *path)
+{
+	char *copy = strdup(path);
+	if (!copy)
+		return;
+	int fd = open(dirname(copy), O_RDONLY);
+	if (fd >= 0) {
+		(void)fsync(fd);
+		close(fd);
+	}
+	free(copy);
+}
+
+int nn_checkpoint_save(const char *path, const struct nn_params *ps, const struct nn_adamw *opt,
+		       const char *config_json, int64_t step)
+{
+	const char *op = "nn_checkpoint_save";
+	if (!path || !*path || !ps)
+		return fail(TENSOR_ERR_ARG, op, path, "%s", !ps ? "ps is NULL" : "no path given");
+	if (step < 0)
+		return fail(TENSOR_ERR_ARG, op, path, "step %" PRId64 " is negative", step);
+	if (opt && (opt->ps != ps || !opt->m || !opt->v || opt->step < 0))
+		return fail(TENSOR_ERR_ARG, op, path, "the optimizer %s",
+			    opt->ps != ps   ? "belongs to another nn_params"
+			    : opt->step < 0 ? "has a negative step"
+					    : "has no state allocated");
+	if (config_json) {
+		const char *end = NULL;
+		cJSON *c = cJSON_ParseWithOpts(config_json, &end, true);
+		cJSON_Delete(c);
+		if (!c)
+			return fail(TENSOR_ERR_ARG, op, path,
+				    "config_json is not valid JSON (error near byte %td)",
+				    end ? end - config_json : (ptrdiff_t)0);
+	}
+	int nstate = 0;
+	while (opt && nstate < ps->n && opt->m[nstate] && opt->v[nstate])
+		nstate++;
+	if (opt && nstate < ps->n)
+		return fail(TENSOR_ERR_ARG, op, path,
+			    "the optimizer has no state for '%s' (parameter added after it was "
+			    "created?)",
+			    ps->items[nstate].name);
+	int per = opt ? 3 : 1, n = 0;
+	struct item *it = calloc((size_t)(per * ps->n + 1), sizeof *it);
+	if (!it)
+		return fail(TENSOR_ERR_NOMEM, op, path, "out of memory");
+	int rc = TENSOR_OK;
+	/* 8-byte dtypes first, so every tensor's data stays aligned to its size. */
+	for (int pass = 0; pass < 2 && rc == TENSOR_OK; pass++) {
+		for (int i = 0; i < ps->n && rc == TENSOR_OK; i++) {
+			const struct nn_param *p = &ps->items[i];
+			const struct tensor *ts[3] = { p->value, opt ? opt->m[i] : NULL,
+						       opt ? opt->v[i] : NULL };
+			static const char *const pre[3] = { "", OPT_M, OPT_V };
+			if (strcmp(p->name, META) == 0 ||
+			    strncmp(p->name, OPT_PREFIX, strlen(OPT_PREFIX)) == 0) {
+				rc =
+				    fail(TENSOR_ERR_ARG, op, path,
+					 "parameter name '%s' is reserved in checkpoints", p->name);
+				break;
+			}
+			for (int j = 0; j < per; j++) {
+				if ((tensor_dtype_size(ts[j]->dtype) == 8) == (pass == 0)) {
+					snprintf(it[n].name, sizeof it[n].name, "%s%s", pre[j],
+						 p->name);
+					it[n++].t = ts[j];
+				}
+			}
+		}
+	}
+	char *json = rc == TENSOR_OK ? build_header(ps, opt, config_json, step, it, n) : NULL;
+	if (rc == TENSOR_OK && !json)
+		rc = fail(TENSOR_ERR_NOMEM, op, path, "cannot build the JSON header");
+	char *tmp = rc == TENSOR_OK ? malloc(strlen(path) + 5) : NULL;
+	if (rc == TENSOR_OK && !tmp)
+		rc = fail(TENSOR_ERR_NOMEM, op, path, "out of memory");
+	if (rc == TENSOR_OK) {
+		sprintf(tmp, "%s.tmp", path);
+		FILE *f = fopen(tmp, "wb");
+		if (!f) {
+			rc = fail(TENSOR_ERR_IO, op, path, "cannot create %s: %s", tmp,
+				  strerror(errno));
+		} else {
+			rc = write_all(op, path, tmp, f, json, it, n);
+			if (fclose(f) != 0 && rc == TENSOR_OK)
+				rc = fail(TENSOR_ERR_IO, op, path, "cannot close %s: %s", tmp,
+					  strerror(errno));
+			if (rc == TENSOR_OK && rename(tmp, path) != 0)
+				rc = fail(TENSOR_ERR_IO, op, path, "cannot rename %s to it: %s",
+					  tmp, strerror(errno));
+			if (rc < 0)
+				unlink(tmp);
+			else
+				sync_dir(path);
+		}
+	}
+	free(tmp);
+	cJSON_free(json);
+	free(it);
+	return rc;
+}

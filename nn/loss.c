@@ -1,0 +1,226 @@
+/* Losses and metrics: cross-entropy from logits (ignore index, label
+ * smoothing), multi-class and binary accuracy. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "nn.h"
+
+/* Free a temporary that no autograd node refers to (a no-op inside scopes). */
+static void drop(struct tensor *t)
+{
+	if (t && !t->requires_grad)
+		tensor_free(t);
+}
+
+/* The n values of a 1-d integer tensor (any device, any strides) as a
+ * malloc'd int64 array, or NULL with an error. */
+static int64_t *host_ids(const char *op, const struct tensor *t)
+{
+	int64_t n = tensor_numel(t);
+	int64_t *v = malloc(sizeof *v * (size_t)(n > 0 ? n : 1));
+	if (!v) {
+		tensor_error(TENSOR_ERR_NOMEM, "%s: cannot allocate %lld targets", op,
+			     (long long)n);
+		return NULL;
+	}
+	struct tensor *c =
+	    t->dtype == TENSOR_I64 ? tensor_contiguous(t) : tensor_cast(t, TENSOR_I64);
+	int rc = c ? tensor_to_host(c, v, sizeof *v * (size_t)n) : tensor_last_status();
+	tensor_free(c);
+	if (rc < 0) {
+		free(v);
+		return NULL;
+	}
+	return v;
+}
+
+/* logits [N, C] float and targets [N] i32/i64 on the same device. */
+static int check_class_args(const char *op, const struct tensor *logits,
+			    const struct tensor *targets)
+{
+	char bl[128], bt[128];
+	if (!logits || !targets)
+		return tensor_error(TENSOR_ERR_ARG, "%s: %s is NULL", op,
+				    logits ? "targets" : "logits");
+	int rc = tensor_check_float(op, logits);
+	if (rc < 0)
+		return rc;
+	if (targets->dtype != TENSOR_I32 && targets->dtype != TENSOR_I64)
+		return tensor_error(TENSOR_ERR_DTYPE, "%s: targets must be i32 or i64, got %s", op,
+				    tensor_dtype_name(targets->dtype));
+	if (logits->ndim != 2 || targets->ndim != 1 || targets->shape[0] != logits->shape[0])
+		return tensor_error(TENSOR_ERR_SHAPE,
+				    "%s: logits %s and targets %s, expected [N, C] and [N]", op,
+				    tensor_shape_str(logits, bl, sizeof bl),
+				    tensor_shape_str(targets, bt, sizeof bt));
+	if (logits->storage->device != targets->storage->device)
+		return tensor_error(TENSOR_ERR_DEVICE, "%s: logits on %s, targets on %s", op,
+				    tensor_device_name(logits->storage->device),
+				    tensor_device_name(targets->storage->device));
+	return TENSOR_OK;
+}
+
+/* Compact the rows whose target is not ignored: rows[k] and tgt[k] for
+ * k < *count (both arrays hold N entries; tgt may alias ids). */
+static int select_rows(const char *op, const int64_t *ids, int64_t n, int64_t classes,
+		       int64_t ignore_index, int64_t *rows, int64_t *tgt, int64_t *count)
+{
+	int64_t k = 0;
+	for (int64_t i = 0; i < n; i++) {
+		int64_t t = ids[i];
+		if (t == ignore_index)
+			continue;
+		if (t < 0 || t >= classes)
+			return tensor_error(TENSOR_ERR_ARG,
+					    "%s: target %lld at row %lld is out of range [0, %lld)",
+					    op, (long long)t, (long long)i, (long long)classes);
+		rows[k] = i;
+		tgt[k++] = t;
+	}
+	*count = k;
+	return TENSOR_OK;
+}
+
+/* loss = (1 - eps) mean_i(-lp[i, t_i]) + eps mean_i mean_c(-lp[i, c]) over
+ * the n kept rows, lp = log_softmax(logits). Ignored rows are dropped before
+ * the softmax, so they cost nothing and cannot leak NaN into the gradient. */
+struct tensor *nn_cross_entropy(struct tensor *logits, const struct tensor *targets,
+				int64_t ignore_index, double label_smoothing)
+{
+	static const char op[] = "nn_cross_entropy";
+	if (check_class_args(op, logits, targets) < 0)
+		return NULL;
+	if (!(label_smoothing >= 0 && label_smoothing < 1)) {
+		tensor_error(TENSOR_ERR_ARG, "%s: label_smoothing %g is not in [0, 1)", op,
+			     label_smoothing);
+		return NULL;
+	}
+	int64_t n_rows = logits->shape[0], classes = logits->shape[1], n = 0;
+	enum tensor_device dev = logits->storage->device;
+	int64_t *ids = host_ids(op, targets);
+	int64_t *rows = ids ? malloc(sizeof *rows * (size_t)(n_rows > 0 ? n_rows : 1)) : NULL;
+	if (ids && !rows)
+		tensor_error(TENSOR_ERR_NOMEM, "%s: cannot allocate %lld row indices", op,
+			     (long long)n_rows);
+	if (!rows || select_rows(op, ids, n_rows, classes, ignore_index, rows, ids, &n) < 0) {
+		free(ids);
+		free(rows);
+		return NULL;
+	}
+	if (n == 0) { /* every target ignored: 0, still connected to the graph */
+		free(ids);
+		free(rows);
+		struct tensor *none = ag_narrow(logits, 0, 0, 0);
+		struct tensor *zero = ag_sum(none, 0, NULL, false);
+		drop(none);
+		return zero;
+	}
+	struct tensor *x = logits, *row_idx = NULL;
+	if (n < n_rows) {
+		row_idx = tensor_from_data(TENSOR_I64, dev, 1, &n, rows);
+		x = ag_index_select(logits, 0, row_idx);
+	}
+	struct tensor *tgt_idx = tensor_from_data(TENSOR_I64, dev, 2, (int64_t[]){ n, 1 }, ids);
+	free(ids);
+	free(rows);
+	struct tensor *lp = ag_log_softmax(x, 1);
+	struct tensor *picked = ag_gather(lp, 1, tgt_idx);
+	struct tensor *nll = ag_sum(picked, 0, NULL, false);
+	struct tensor *loss = ag_mul_scalar(nll, -(1 - label_smoothing) / (double)n);
+	if (label_smoothing > 0) {
+		struct tensor *all = ag_sum(lp, 0, NULL, false);
+		struct tensor *smooth =
+		    ag_mul_scalar(all, -label_smoothing / ((double)n * (double)classes));
+		struct tensor *sum = ag_add(loss, smooth);
+		drop(all);
+		drop(smooth);
+		drop(loss);
+		loss = sum;
+	}
+	drop(nll);
+	drop(picked);
+	drop(lp);
+	if (x != logits)
+		drop(x);
+	tensor_free(row_idx); /* nodes that use the indices hold their own alias */
+	tensor_free(tgt_idx);
+	return loss;
+}
+
+double nn_accuracy(const struct tensor *logits, const struct tensor *targets, int64_t ignore_index)
+{
+	static const char op[] = "nn_accuracy";
+	int rc = check_class_args(op, logits, targets);
+	if (rc < 0)
+		return rc;
+	int64_t n_rows = logits->shape[0], classes = logits->shape[1];
+	if (n_rows > 0 && classes == 0)
+		return tensor_error(TENSOR_ERR_SHAPE, "%s: logits have no classes", op);
+	int64_t *ids = host_ids(op, targets);
+	struct tensor *am = ids ? tensor_argmax(logits, 1, false) : NULL;
+	int64_t *pred = am ? host_ids(op, am) : NULL;
+	tensor_free(am);
+	int64_t hits = 0, count = 0;
+	rc = pred ? TENSOR_OK : tensor_last_status();
+	for (int64_t i = 0; rc == TENSOR_OK && i < n_rows; i++) {
+		if (ids[i] == ignore_index)
+			continue;
+		if (ids[i] < 0 || ids[i] >= classes)
+			rc = tensor_error(TENSOR_ERR_ARG,
+					  "%s: target %lld at row %lld is out of range [0, %lld)",
+					  op, (long long)ids[i], (long long)i, (long long)classes);
+		hits += pred[i] == ids[i];
+		count++;
+	}
+	free(ids);
+	free(pred);
+	if (rc < 0)
+		return rc;
+	return count ? (double)hits / (double)count : NAN;
+}
+
+double nn_binary_accuracy(const struct tensor *logits, const struct tensor *targets)
+{
+	static const char op[] = "nn_binary_accuracy";
+	char bl[128], bt[128];
+	if (!logits || !targets)
+		return tensor_error(TENSOR_ERR_ARG, "%s: %s is NULL", op,
+				    logits ? "targets" : "logits");
+	int rc = tensor_check_float(op, logits);
+	if (rc < 0)
+		return rc;
+	if (logits->ndim != 1 || !tensor_same_shape(logits, targets))
+		return tensor_error(TENSOR_ERR_SHAPE,
+				    "%s: logits %s and targets %s, expected [N] and [N]", op,
+				    tensor_shape_str(logits, bl, sizeof bl),
+				    tensor_shape_str(targets, bt, sizeof bt));
+	if (logits->storage->device != targets->storage->device)
+		return tensor_error(TENSOR_ERR_DEVICE, "%s: logits on %s, targets on %s", op,
+				    tensor_device_name(logits->storage->device),
+				    tensor_device_name(targets->storage->device));
+	int64_t n = logits->shape[0];
+	double *v = malloc(sizeof *v * (size_t)(2 * n + 1));
+	if (!v)
+		return tensor_error(TENSOR_ERR_NOMEM, "%s: cannot allocate %lld values", op,
+				    (long long)n);
+	/* Both as f64 on the host: exact for every f32 logit and integer target. */
+	struct tensor *lc = tensor_cast(logits, TENSOR_F64);
+	struct tensor *tc = lc ? tensor_cast(targets, TENSOR_F64) : NULL;
+	rc = tc ? tensor_to_host(lc, v, sizeof *v * (size_t)n) : tensor_last_status();
+	if (rc == TENSOR_OK)
+		rc = tensor_to_host(tc, v + n, sizeof *v * (size_t)n);
+	tensor_free(lc);
+	tensor_free(tc);
+	int64_t hits = 0;
+	for (int64_t i = 0; rc == TENSOR_OK && i < n; i++) {
+		double t = v[n + i];
+		if (t != 0 && t != 1)
+			rc = tensor_error(TENSOR_ERR_ARG, "%s: target %g at row %lld is not 0 or 1",
+					  op, t, (long long)i);
+		hits += (v[i] > 0) == (t == 1);
+	}
+	free(v);
+	if (rc < 0)
+		return rc;
+	return n ? (double)hits / (double)n : NAN;
+}

@@ -1,0 +1,389 @@
+/* cformer nn: parameters, modules, losses, optimizers, schedules and
+ * checkpoints — what new models are written against.
+ *
+ * A module is a plain struct with init / forward / free. init creates its
+ * parameters in an nn_params list under hierarchical PyTorch-style names
+ * ("layers.3.attn.q_proj.weight"; weights [out, in]), which optimizers and
+ * checkpoints use. The list owns the parameter tensors (heap, requiring grad);
+ * module free functions only forget their pointers. Forward functions take
+ * and return autograd tensors and follow libtensor's error convention: NULL
+ * in, NULL out, first error kept, message naming the module and shapes.
+ */
+#ifndef CFORMER_NN_H
+#define CFORMER_NN_H
+
+#include "autograd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- parameters (params.c) ------------------------------------------------ */
+
+#define NN_NAME_MAX 128
+
+struct nn_param {
+	char name[NN_NAME_MAX];
+	struct tensor *value; /* heap leaf requiring grad; value->grad after backward */
+	bool no_decay;        /* excluded from weight decay (biases, norms, embeddings) */
+};
+
+struct nn_params {
+	struct nn_param *items;
+	int n, cap;
+	enum tensor_dtype dtype;   /* of new parameters */
+	enum tensor_device device;
+	uint64_t seed;             /* initialisation seed; each parameter derives its own */
+	bool training;             /* train (dropout on) or eval mode */
+	uint64_t rng_counter;      /* advances with each dropout draw; saved in checkpoints */
+	struct tensor *flat, *flat_grad; /* after nn_params_pack: one buffer each */
+};
+
+/* An empty list creating parameters of dtype on device, seeded by seed, in
+ * training mode. */
+int nn_params_init(struct nn_params *ps, enum tensor_dtype dtype, enum tensor_device device,
+		   uint64_t seed);
+/* Free every parameter, its gradient and the flat buffers. Resets this
+ * thread's autograd tape first (its nodes may point at the parameters). */
+void nn_params_free(struct nn_params *ps);
+/* Create, register and return a zero parameter [shape] named name (unique,
+ * < NN_NAME_MAX chars). Errors: duplicate or bad name, after packing
+ * (TENSOR_ERR_STATE), allocation. */
+struct tensor *nn_param_new(struct nn_params *ps, const char *name, int ndim,
+			    const int64_t *shape, bool no_decay);
+/* The seed a parameter's initialiser should use: a hash of ps->seed and name. */
+uint64_t nn_param_seed(const struct nn_params *ps, const char *name);
+/* The parameter called name, or NULL. */
+struct nn_param *nn_params_find(const struct nn_params *ps, const char *name);
+/* Total number of scalar parameters. */
+int64_t nn_params_count(const struct nn_params *ps);
+/* Move every parameter into one contiguous buffer (ps->flat) and give each a
+ * gradient that is a view of one flat gradient buffer (ps->flat_grad), so
+ * zeroing and optimizer steps are single passes. Values are preserved;
+ * parameter pointers stay valid. Call once, after all parameters exist. */
+int nn_params_pack(struct nn_params *ps);
+/* Zero every gradient (one memset when packed). */
+int nn_params_zero_grad(struct nn_params *ps);
+/* Train / eval mode (dropout is off in eval mode). */
+void nn_params_train(struct nn_params *ps, bool training);
+/* A fresh seed for one dropout mask: hash of ps->seed and ps->rng_counter++. */
+uint64_t nn_params_next_seed(struct nn_params *ps);
+/* name = prefix + "." + suffix (or suffix alone if prefix is empty) into
+ * buf[NN_NAME_MAX]; returns buf, or NULL with an error if too long. */
+char *nn_name(char *buf, const char *prefix, const char *suffix);
+/* Same with a printf-style suffix, e.g. nn_namef(buf, "", "layers.%d", i). */
+char *nn_namef(char *buf, const char *prefix, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* ---- initialisers (init.c): fill a float tensor in place, seeded ------------ */
+/* fan_in / fan_out of a weight [out, in, ...] are in * receptive and
+ * out * receptive, as in PyTorch. */
+
+int nn_init_normal(struct tensor *t, double mean, double std, uint64_t seed);
+int nn_init_uniform(struct tensor *t, double lo, double hi, uint64_t seed);
+int nn_init_zeros(struct tensor *t);
+int nn_init_ones(struct tensor *t);
+/* U(-a, a), a = gain sqrt(6 / (fan_in + fan_out)); normal std = gain sqrt(2 / (fan_in + fan_out)). */
+int nn_init_xavier_uniform(struct tensor *t, double gain, uint64_t seed);
+int nn_init_xavier_normal(struct tensor *t, double gain, uint64_t seed);
+/* Kaiming (He) for leaky ReLU slope a: gain = sqrt(2 / (1 + a^2)), bound
+ * gain sqrt(3 / fan), std gain / sqrt(fan), fan = fan_in if fan_in_mode else
+ * fan_out. */
+int nn_init_kaiming_uniform(struct tensor *t, double a, bool fan_in_mode, uint64_t seed);
+int nn_init_kaiming_normal(struct tensor *t, double a, bool fan_in_mode, uint64_t seed);
+
+/* ---- activations (activation.c) ------------------------------------------- */
+
+enum nn_activation { NN_RELU, NN_GELU, NN_GELU_TANH, NN_SILU, NN_NACTIVATIONS };
+/* "relu", "gelu", "gelu_tanh", "silu" (alias "swish") -> value, or -1. */
+int nn_activation_parse(const char *name);
+const char *nn_activation_name(enum nn_activation a);
+struct tensor *nn_activation_forward(enum nn_activation a, struct tensor *x);
+
+/* ---- modules (one .c each) -------------------------------------------------- */
+
+/* Linear: y = x W^T + b. weight [out, in] (init U(+-1/sqrt(in)) as PyTorch),
+ * bias [out] or absent. x [..., in] -> [..., out]. */
+struct nn_linear {
+	struct tensor *weight, *bias;
+	int64_t in, out;
+};
+int nn_linear_init(struct nn_linear *m, struct nn_params *ps, const char *name, int64_t in,
+		   int64_t out, bool bias);
+struct tensor *nn_linear_forward(const struct nn_linear *m, struct tensor *x);
+void nn_linear_free(struct nn_linear *m);
+
+/* Embedding: weight [num, dim] ~ N(0, 1) (no decay); ids (i32/i64, any shape)
+ * -> [..., dim]. padding_idx (or -1) gets a zero row and no gradient. Ids out
+ * of range are an error naming the id. */
+struct nn_embedding {
+	struct tensor *weight;
+	int64_t num, dim, padding_idx;
+};
+int nn_embedding_init(struct nn_embedding *m, struct nn_params *ps, const char *name,
+		      int64_t num, int64_t dim, int64_t padding_idx);
+struct tensor *nn_embedding_forward(const struct nn_embedding *m, const struct tensor *ids);
+void nn_embedding_free(struct nn_embedding *m);
+
+/* Position embeddings for sequences of up to max_len: learned (weight
+ * [max_len, dim], N(0, 0.02)) or sinusoidal (fixed, no parameter: sin on even
+ * and cos on odd features, as Vaswani et al.). forward adds them to x
+ * [B, T, dim] (T <= max_len, else an error). */
+struct nn_position {
+	bool learned;
+	struct tensor *weight; /* learned: the parameter; sinusoidal: a fixed heap table */
+	int64_t max_len, dim;
+};
+int nn_position_init(struct nn_position *m, struct nn_params *ps, const char *name,
+		     int64_t max_len, int64_t dim, bool learned);
+struct tensor *nn_position_forward(const struct nn_position *m, struct tensor *x);
+void nn_position_free(struct nn_position *m);
+
+/* LayerNorm over the last dim: weight [dim] = 1, bias [dim] = 0 (no decay). */
+struct nn_layer_norm {
+	struct tensor *weight, *bias;
+	int64_t dim;
+	double eps;
+};
+int nn_layer_norm_init(struct nn_layer_norm *m, struct nn_params *ps, const char *name,
+		       int64_t dim, double eps);
+struct tensor *nn_layer_norm_forward(const struct nn_layer_norm *m, struct tensor *x);
+void nn_layer_norm_free(struct nn_layer_norm *m);
+
+/* RMSNorm over the last dim: weight [dim] = 1 (no decay). */
+struct nn_rms_norm {
+	struct tensor *weight;
+	int64_t dim;
+	double eps;
+};
+int nn_rms_norm_init(struct nn_rms_norm *m, struct nn_params *ps, const char *name,
+		     int64_t dim, double eps);
+struct tensor *nn_rms_norm_forward(const struct nn_rms_norm *m, struct tensor *x);
+void nn_rms_norm_free(struct nn_rms_norm *m);
+
+/* Dropout with probability p in [0, 1): active in training mode only; each
+ * call draws a new mask from ps (nn_params_next_seed). */
+struct nn_dropout {
+	double p;
+	struct nn_params *ps;
+};
+int nn_dropout_init(struct nn_dropout *m, struct nn_params *ps, double p);
+struct tensor *nn_dropout_forward(const struct nn_dropout *m, struct tensor *x);
+
+/* Feed-forward: plain  W2 act(W1 x)  (fc1 [hidden, dim], fc2 [dim, hidden]),
+ * or gated SwiGLU  W2 (silu(W1 x) * (W3 x))  (w1, w3 [hidden, dim], w2
+ * [dim, hidden]); dropout on the hidden activations. x [..., dim]. */
+struct nn_feed_forward {
+	bool gated;
+	enum nn_activation act;
+	struct nn_linear fc1, fc2, fc3; /* fc3 only when gated */
+	struct nn_dropout dropout;
+	int64_t dim, hidden;
+};
+int nn_feed_forward_init(struct nn_feed_forward *m, struct nn_params *ps, const char *name,
+			 int64_t dim, int64_t hidden, enum nn_activation act, bool gated,
+			 double dropout);
+struct tensor *nn_feed_forward_forward(const struct nn_feed_forward *m, struct tensor *x);
+void nn_feed_forward_free(struct nn_feed_forward *m);
+
+/* Scaled dot-product attention, the core shared by every attention kind:
+ * softmax(q k^T * scale + mask) v with q [B, H, T, d], k [B, H, S, d] and
+ * v [B, H, S, dv].
+ * key_mask [B, S] (nonzero = padding, never attended) or NULL; causal masks
+ * s > t (needs S == T). Rows whose keys are all masked give zeros. dropout
+ * applies to the probabilities. Returns [B, H, T, dv]. */
+struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v,
+			    const struct tensor *key_mask, bool causal, double scale,
+			    const struct nn_dropout *dropout);
+
+/* Multi-head self-attention: q_proj, k_proj, v_proj, out_proj ([dim, dim]
+ * each, with bias), heads | dim. x [B, T, dim] -> [B, T, dim]. Set
+ * m->sequential_heads after init to compute heads one at a time: the same
+ * result (up to rounding; dropout masks are drawn per head), and in no-grad
+ * mode a lower peak memory, each head's temporaries being released. */
+struct nn_mha {
+	struct nn_linear q_proj, k_proj, v_proj, out_proj;
+	struct nn_dropout dropout;
+	int64_t dim, heads;
+	bool sequential_heads;
+};
+int nn_mha_init(struct nn_mha *m, struct nn_params *ps, const char *name, int64_t dim,
+		int64_t heads, double attn_dropout);
+struct tensor *nn_mha_forward(const struct nn_mha *m, struct tensor *x,
+			      const struct tensor *key_mask, bool causal);
+void nn_mha_free(struct nn_mha *m);
+
+/* ---- Linformer attention (linformer.c) ----------------------------------- */
+/* Keys and values of length n are projected along the sequence axis to k
+ * positions: softmax(Q (E K)^T / sqrt(d)) (F V), attention n x k instead of
+ * n x n (Wang et al. 2020). */
+
+enum nn_proj_kind {
+	NN_PROJ_LINEAR, /* learned E, F [k, n] */
+	NN_PROJ_CONV,   /* conv1d along the sequence, kernel = stride = n / k */
+	NN_PROJ_MEAN,   /* mean pooling, kernel = stride = n / k, no parameters */
+	NN_PROJ_MAX,    /* max pooling, kernel = stride = n / k, no parameters */
+	NN_PROJ_RANDOM, /* fixed N(0, 1/k) E, F [k, n]: saved, never trained */
+	NN_NPROJ
+};
+enum nn_proj_sharing {
+	NN_SHARE_NONE,     /* per layer and head, E != F */
+	NN_SHARE_HEADWISE, /* per layer, shared by the heads, E != F */
+	NN_SHARE_KV,       /* per layer, shared by heads, E = F */
+	NN_SHARE_LAYERWISE /* one E = F for every layer and head */
+};
+/* "linear", "conv", "mean", "max", "random" / "none", "headwise", "kv",
+ * "layerwise" -> value, or -1. */
+int nn_proj_kind_parse(const char *name);
+const char *nn_proj_kind_name(enum nn_proj_kind k);
+int nn_proj_sharing_parse(const char *name);
+const char *nn_proj_sharing_name(enum nn_proj_sharing s);
+
+/* One sequence projection (E or F): kind, n -> k, and its weight:
+ * LINEAR/RANDOM [k, n] (NN_SHARE_NONE: [H, k, n]); CONV [c, c, n/k] with
+ * c = head dim (shared by the heads) or model dim (conv_dense); pooling none. */
+struct nn_seq_proj {
+	enum nn_proj_kind kind;
+	int64_t n, k, heads, channels;
+	bool per_head, dense;
+	struct tensor *weight, *bias; /* conv bias [c] */
+};
+/* Register "<name>.weight" (and conv "<name>.bias"). heads > 1 with per_head
+ * gives one projection per head (LINEAR/RANDOM only). Errors: k < 1, k > n,
+ * n % k != 0 for CONV/MEAN/MAX (the message says so). */
+int nn_seq_proj_init(struct nn_seq_proj *p, struct nn_params *ps, const char *name,
+		     enum nn_proj_kind kind, int64_t n, int64_t k, int64_t heads, bool per_head,
+		     int64_t channels, bool dense);
+/* x [B, H, S, d] (S <= n, padded rows already zero) -> [B, H, k, d].
+ * For CONV with dense, x is [B, 1, S, H*d] (heads not yet split). */
+struct tensor *nn_seq_proj_forward(const struct nn_seq_proj *p, struct tensor *x);
+void nn_seq_proj_free(struct nn_seq_proj *p);
+
+/* Linformer self-attention: q/k/v/out projections as nn_mha (same names),
+ * plus the sequence projections "<name>.E" and "<name>.F" (F absent when E is
+ * shared for keys and values; both absent with NN_SHARE_LAYERWISE, where the
+ * caller passes the shared one). An input of m <= n tokens with a key mask is
+ * exact: padded keys and values are zeroed before projecting and a learned
+ * projection is sliced to the first m positions; for CONV/MEAN/MAX,
+ * projected slots that cover only padding are masked out of the softmax.
+ * Longer than n is an error. shared_kv_head: one key/value head shared by
+ * all query heads (k_proj, v_proj [dim/heads, dim]). */
+struct nn_linformer {
+	struct nn_linear q_proj, k_proj, v_proj, out_proj;
+	struct nn_seq_proj e, f;
+	const struct nn_seq_proj *e_used, *f_used; /* own, or the layerwise one */
+	struct nn_dropout dropout;
+	int64_t dim, heads, n, k;
+	enum nn_proj_sharing sharing;
+	bool shared_kv_head, sequential_heads;
+};
+/* shared: the layerwise projection (required with NN_SHARE_LAYERWISE, else
+ * NULL). */
+int nn_linformer_init(struct nn_linformer *m, struct nn_params *ps, const char *name,
+		      int64_t dim, int64_t heads, int64_t n, int64_t k, enum nn_proj_kind kind,
+		      enum nn_proj_sharing sharing, bool conv_dense, bool shared_kv_head,
+		      double attn_dropout, const struct nn_seq_proj *shared);
+/* x [B, T, dim], T <= n; key_mask [B, T] (nonzero = padding) or NULL. */
+struct tensor *nn_linformer_forward(const struct nn_linformer *m, struct tensor *x,
+				    const struct tensor *key_mask);
+void nn_linformer_free(struct nn_linformer *m);
+
+/* ---- losses and metrics (loss.c) ------------------------------------------ */
+
+/* Mean cross-entropy of logits [N, C] against targets [N] (i32/i64) over the
+ * targets != ignore_index (use -1 for none), with label smoothing in [0, 1).
+ * Returns a scalar; 0 if every target is ignored. Targets out of [0, C) are
+ * an error naming the value. */
+struct tensor *nn_cross_entropy(struct tensor *logits, const struct tensor *targets,
+				int64_t ignore_index, double label_smoothing);
+/* Fraction of rows whose argmax equals the target (ignored rows skipped);
+ * NaN when none counts; negative status cast to double on error. */
+double nn_accuracy(const struct tensor *logits, const struct tensor *targets,
+		   int64_t ignore_index);
+/* Binary accuracy of logits [N] (positive class when > 0) against 0/1 targets. */
+double nn_binary_accuracy(const struct tensor *logits, const struct tensor *targets);
+
+/* ---- optimizers (optim.c) ------------------------------------------------- */
+
+/* AdamW (Loshchilov & Hutter): m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ * p -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + lr wd p, the decay
+ * skipped for no_decay parameters when decay_all is false. */
+struct nn_adamw {
+	struct nn_params *ps;
+	double lr, beta1, beta2, eps, weight_decay;
+	bool decay_all;
+	int64_t step;
+	struct tensor **m, **v; /* per parameter (views of flat buffers if packed),
+				 * NULL-terminated after ps->n entries */
+	struct tensor *flat_m, *flat_v;
+};
+int nn_adamw_init(struct nn_adamw *o, struct nn_params *ps, double lr, double beta1,
+		  double beta2, double eps, double weight_decay);
+/* One update from the current gradients, with o->lr. */
+int nn_adamw_step(struct nn_adamw *o);
+void nn_adamw_free(struct nn_adamw *o);
+
+/* SGD with momentum (PyTorch's form): b = mu b + g (+ wd p); p -= lr b. */
+struct nn_sgd {
+	struct nn_params *ps;
+	double lr, momentum, weight_decay;
+	int64_t step;
+	struct tensor **buf;     /* momentum per parameter, NULL-terminated */
+	struct tensor *flat_buf; /* their flat buffer when ps is packed */
+};
+int nn_sgd_init(struct nn_sgd *o, struct nn_params *ps, double lr, double momentum,
+		double weight_decay);
+int nn_sgd_step(struct nn_sgd *o);
+void nn_sgd_free(struct nn_sgd *o);
+
+/* Scale all gradients so their global L2 norm is at most max_norm; returns
+ * the norm before clipping, or a negative status. */
+double nn_clip_grad_norm(struct nn_params *ps, double max_norm);
+
+/* ---- learning-rate schedules (schedule.c) --------------------------------- */
+
+enum nn_schedule_kind { NN_SCHEDULE_CONSTANT, NN_SCHEDULE_COSINE, NN_SCHEDULE_LINEAR };
+
+/* Linear warmup from 0 over warmup steps to base_lr, then constant, cosine
+ * annealing or linear decay to min_lr at total steps (and min_lr after). */
+struct nn_schedule {
+	enum nn_schedule_kind kind;
+	double base_lr, min_lr;
+	int64_t warmup, total;
+};
+/* warmup_ratio in [0, 1) of total when warmup < 0. Errors: total < 1,
+ * warmup > total, negative learning rates. */
+int nn_schedule_init(struct nn_schedule *s, enum nn_schedule_kind kind, double base_lr,
+		     double min_lr, int64_t warmup, double warmup_ratio, int64_t total);
+/* The learning rate for step (0-based). */
+double nn_schedule_lr(const struct nn_schedule *s, int64_t step);
+
+/* ---- checkpoints (checkpoint.c): safetensors files -------------------------- */
+
+/* Save every parameter (F32/F64/I32/I64, little-endian, row-major) under its
+ * name, plus, if opt is not NULL, AdamW state as "optimizer.m.<name>" and
+ * "optimizer.v.<name>". __metadata__ holds "format": "cformer", "step",
+ * "rng_counter", "seed", and "config" (config_json, if not NULL, must be
+ * valid JSON). Atomic: written to path.tmp, fsync'd, renamed over path. */
+int nn_checkpoint_save(const char *path, const struct nn_params *ps,
+		       const struct nn_adamw *opt, const char *config_json, int64_t step);
+/* Load into existing parameters (and opt if not NULL and present in the
+ * file; partial optimizer state is an error): every parameter must be present
+ * with its exact shape and dtype; other tensors are refused except
+ * "optimizer.*". Metadata is optional (files from other tools load): step
+ * (0 if absent), seed and rng_counter restore ps's random stream.
+ * The whole file is validated before anything changes, so a truncated,
+ * corrupt, oversized or mismatched file returns an error naming the file and
+ * the problem and leaves ps and opt untouched. step receives the saved step
+ * (may be NULL). */
+int nn_checkpoint_load(const char *path, struct nn_params *ps, struct nn_adamw *opt,
+		       int64_t *step);
+/* The "config" metadata string of a checkpoint (malloc'd; free it), so a
+ * model can be rebuilt from the file alone. NULL with an error if absent. */
+char *nn_checkpoint_config(const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,208 @@
+/* The parameter list: registration under hierarchical names, flat packing,
+ * zero_grad, train/eval mode and the seeds of initialisers and dropout. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn.h"
+
+/* 64-bit FNV-1a of a string, mixed with a seed (splitmix64 finaliser). */
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static uint64_t hash_name(uint64_t seed, const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	return mix(h ^ mix(seed));
+}
+
+int nn_params_init(struct nn_params *ps, enum tensor_dtype dtype, enum tensor_device device,
+		   uint64_t seed)
+{
+	if (!ps)
+		return tensor_error(TENSOR_ERR_ARG, "nn_params_init: ps is NULL");
+	if (dtype != TENSOR_F32 && dtype != TENSOR_F64)
+		return tensor_error(TENSOR_ERR_DTYPE,
+				    "nn_params_init: parameters must be f32 or "
+				    "f64, got %s",
+				    tensor_dtype_name(dtype));
+	*ps =
+	    (struct nn_params){ .dtype = dtype, .device = device, .seed = seed, .training = true };
+	return TENSOR_OK;
+}
+
+void nn_params_free(struct nn_params *ps)
+{
+	if (!ps)
+		return;
+	ag_tape_reset();
+	for (int i = 0; i < ps->n; i++) {
+		tensor_free(ps->items[i].value->grad);
+		tensor_free(ps->items[i].value);
+	}
+	free(ps->items);
+	tensor_free(ps->flat);
+	tensor_free(ps->flat_grad);
+	*ps = (struct nn_params){ 0 };
+}
+
+char *nn_name(char *buf, const char *prefix, const char *suffix)
+{
+	int n = prefix && *prefix ? snprintf(buf, NN_NAME_MAX, "%s.%s", prefix, suffix)
+				  : snprintf(buf, NN_NAME_MAX, "%s", suffix);
+	if (n < 0 || n >= NN_NAME_MAX) {
+		tensor_error(TENSOR_ERR_ARG, "nn: parameter name '%s.%s' is longer than %d chars",
+			     prefix ? prefix : "", suffix, NN_NAME_MAX - 1);
+		return NULL;
+	}
+	return buf;
+}
+
+char *nn_namef(char *buf, const char *prefix, const char *fmt, ...)
+{
+	char suffix[NN_NAME_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(suffix, sizeof suffix, fmt, ap);
+	va_end(ap);
+	if (n < 0 || n >= NN_NAME_MAX) {
+		tensor_error(TENSOR_ERR_ARG, "nn: name suffix longer than %d chars",
+			     NN_NAME_MAX - 1);
+		return NULL;
+	}
+	return nn_name(buf, prefix, suffix);
+}
+
+struct nn_param *nn_params_find(const struct nn_params *ps, const char *name)
+{
+	for (int i = 0; ps && name && i < ps->n; i++)
+		if (strcmp(ps->items[i].name, name) == 0)
+			return &ps->items[i];
+	return NULL;
+}
+
+uint64_t nn_param_seed(const struct nn_params *ps, const char *name)
+{
+	return hash_name(ps ? ps->seed : 0, name ? name : "");
+}
+
+struct tensor *nn_param_new(struct nn_params *ps, const char *name, int ndim, const int64_t *shape,
+			    bool no_decay)
+{
+	if (!ps || !name || !*name || strlen(name) >= NN_NAME_MAX) {
+		tensor_error(TENSOR_ERR_ARG, "nn_param_new: need a name of 1..%d chars",
+			     NN_NAME_MAX - 1);
+		return NULL;
+	}
+	if (ps->flat) {
+		tensor_error(TENSOR_ERR_STATE, "nn_param_new: '%s' added after nn_params_pack",
+			     name);
+		return NULL;
+	}
+	if (nn_params_find(ps, name)) {
+		tensor_error(TENSOR_ERR_ARG, "nn_param_new: parameter '%s' already exists", name);
+		return NULL;
+	}
+	if (ps->n == ps->cap) {
+		int cap = ps->cap ? 2 * ps->cap : 16;
+		struct nn_param *items = realloc(ps->items, sizeof *items * (size_t)cap);
+		if (!items) {
+			tensor_error(TENSOR_ERR_NOMEM, "nn_param_new: cannot grow the list");
+			return NULL;
+		}
+		ps->items = items;
+		ps->cap = cap;
+	}
+	tensor_heap_begin(); /* parameters outlive every scope */
+	struct tensor *t = tensor_zeros(ps->dtype, ps->device, ndim, shape);
+	tensor_heap_end();
+	if (!t)
+		return NULL;
+	ag_requires_grad(t, true);
+	struct nn_param *p = &ps->items[ps->n++];
+	snprintf(p->name, sizeof p->name, "%s", name);
+	p->value = t;
+	p->no_decay = no_decay;
+	return t;
+}
+
+int64_t nn_params_count(const struct nn_params *ps)
+{
+	int64_t n = 0;
+	for (int i = 0; ps && i < ps->n; i++)
+		n += tensor_numel(ps->items[i].value);
+	return n;
+}
+
+int nn_params_pack(struct nn_params *ps)
+{
+	if (!ps)
+		return tensor_error(TENSOR_ERR_ARG, "nn_params_pack: ps is NULL");
+	if (ps->flat)
+		return TENSOR_OK;
+	int64_t total = nn_params_count(ps);
+	tensor_heap_begin(); /* the buffers and views outlive every scope */
+	struct tensor *flat = tensor_empty(ps->dtype, ps->device, 1, &total);
+	struct tensor *grad = tensor_zeros(ps->dtype, ps->device, 1, &total);
+	int rc = flat && grad ? TENSOR_OK : tensor_last_status();
+	int64_t off = 0;
+	for (int i = 0; rc == TENSOR_OK && i < ps->n; i++) {
+		struct tensor *t = ps->items[i].value;
+		rc = tensor_rebase_(t, flat, off);
+		struct tensor *slice =
+		    rc == TENSOR_OK ? tensor_narrow(grad, 0, off, tensor_numel(t)) : NULL;
+		struct tensor *g = tensor_view(slice, t->ndim, t->shape);
+		tensor_free(slice);
+		if (g && t->grad)
+			rc = tensor_copy_(g, t->grad);
+		if (g) {
+			tensor_free(t->grad);
+			t->grad = g;
+		} else if (rc == TENSOR_OK) {
+			rc = tensor_last_status();
+		}
+		off += tensor_numel(t);
+	}
+	tensor_heap_end();
+	if (rc < 0) { /* parameters already moved stay valid views of flat */
+		tensor_free(flat);
+		tensor_free(grad);
+		return rc;
+	}
+	ps->flat = flat;
+	ps->flat_grad = grad;
+	return TENSOR_OK;
+}
+
+int nn_params_zero_grad(struct nn_params *ps)
+{
+	if (!ps)
+		return tensor_error(TENSOR_ERR_ARG, "nn_params_zero_grad: ps is NULL");
+	if (ps->flat_grad)
+		return tensor_fill_(ps->flat_grad, 0.0);
+	for (int i = 0; i < ps->n; i++) {
+		int rc = ag_zero_grad(ps->items[i].value);
+		if (rc < 0)
+			return rc;
+	}
+	return TENSOR_OK;
+}
+
+void nn_params_train(struct nn_params *ps, bool training)
+{
+	if (ps)
+		ps->training = training;
+}
+
+uint64_t nn_params_next_seed(struct nn_params *ps)
+{
+	return mix(mix(ps->seed) ^ ps->rng_counter++);
+}

@@ -1,0 +1,109 @@
+/* Position embeddings added to x [..., T, dim]: learned (a parameter) or
+ * sinusoidal (a fixed table, Vaswani et al.). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "nn.h"
+
+/* PE[pos, 2i] = sin(pos / 10000^(2i/dim)), PE[pos, 2i+1] = cos(same), a heap
+ * tensor of dtype (f32 or f64, as nn_params) on device. */
+static struct tensor *sinusoid_table(enum tensor_dtype dt, enum tensor_device dev, int64_t max_len,
+				     int64_t dim)
+{
+	size_t n = (size_t)max_len * (size_t)dim, size = tensor_dtype_size(dt);
+	void *pe =
+	    n / (size_t)dim == (size_t)max_len && n <= SIZE_MAX / size ? malloc(n * size) : NULL;
+	if (!pe) {
+		tensor_error(TENSOR_ERR_NOMEM,
+			     "nn_position_init: no memory for a [%lld,%lld] table",
+			     (long long)max_len, (long long)dim);
+		return NULL;
+	}
+	for (int64_t j = 0; j < dim; j++) {
+		double inv_freq = pow(10000.0, -(double)(j - j % 2) / (double)dim);
+		for (int64_t pos = 0; pos < max_len; pos++) {
+			double a = (double)pos * inv_freq, v = j % 2 ? cos(a) : sin(a);
+			if (dt == TENSOR_F64)
+				((double *)pe)[pos * dim + j] = v;
+			else
+				((float *)pe)[pos * dim + j] = (float)v;
+		}
+	}
+	tensor_heap_begin(); /* outlives every scope; freed by nn_position_free */
+	struct tensor *t = tensor_from_data(dt, dev, 2, (int64_t[]){ max_len, dim }, pe);
+	tensor_heap_end();
+	free(pe);
+	return t;
+}
+
+int nn_position_init(struct nn_position *m, struct nn_params *ps, const char *name, int64_t max_len,
+		     int64_t dim, bool learned)
+{
+	if (!m || !ps)
+		return tensor_error(TENSOR_ERR_ARG, "nn_position_init: module or params is NULL");
+	*m = (struct nn_position){ 0 };
+	if (max_len < 1 || dim < 1)
+		return tensor_error(
+		    TENSOR_ERR_ARG,
+		    "nn_position_init: '%s': max_len %lld and dim %lld must be >= 1",
+		    name ? name : "", (long long)max_len, (long long)dim);
+	struct tensor *w;
+	if (learned) {
+		char full[NN_NAME_MAX];
+		w = nn_name(full, name, "weight")
+			? nn_param_new(ps, full, 2, (int64_t[]){ max_len, dim }, true)
+			: NULL;
+		if (w && nn_init_normal(w, 0, 0.02, nn_param_seed(ps, full)) < 0)
+			return tensor_last_status();
+	} else {
+		w = sinusoid_table(ps->dtype, ps->device, max_len, dim);
+	}
+	if (!w)
+		return tensor_last_status();
+	*m =
+	    (struct nn_position){ .learned = learned, .weight = w, .max_len = max_len, .dim = dim };
+	return TENSOR_OK;
+}
+
+struct tensor *nn_position_forward(const struct nn_position *m, struct tensor *x)
+{
+	if (!x)
+		return NULL;
+	if (!m || !m->weight) {
+		tensor_error(TENSOR_ERR_ARG,
+			     "nn_position_forward: module is NULL or not initialised");
+		return NULL;
+	}
+	char bx[128];
+	if (x->ndim < 2 || x->shape[x->ndim - 1] != m->dim) {
+		tensor_error(TENSOR_ERR_SHAPE,
+			     "nn_position_forward: x %s must be [B, T, %lld] (or [..., T, %lld])",
+			     tensor_shape_str(x, bx, sizeof bx), (long long)m->dim,
+			     (long long)m->dim);
+		return NULL;
+	}
+	if (x->dtype != m->weight->dtype) {
+		tensor_error(TENSOR_ERR_DTYPE, "nn_position_forward: x %s is %s, table is %s",
+			     tensor_shape_str(x, bx, sizeof bx), tensor_dtype_name(x->dtype),
+			     tensor_dtype_name(m->weight->dtype));
+		return NULL;
+	}
+	int64_t T = x->shape[x->ndim - 2];
+	if (T > m->max_len) {
+		tensor_error(
+		    TENSOR_ERR_SHAPE, "nn_position_forward: x %s has T %lld > max_len %lld",
+		    tensor_shape_str(x, bx, sizeof bx), (long long)T, (long long)m->max_len);
+		return NULL;
+	}
+	return ag_add(x, ag_narrow(m->weight, 0, 0, T));
+}
+
+void nn_position_free(struct nn_position *m)
+{
+	if (!m)
+		return;
+	if (!m->learned)
+		tensor_free(m->weight);
+	*m = (struct nn_position){ 0 };
+}
