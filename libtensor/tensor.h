@@ -238,8 +238,8 @@ void tensor_mem_trim(void);
 
 /* ---- threads and CPU backend info ----------------------------------------- */
 
-/* Threads for BLIS and OpenMP kernels; n <= 0 restores the default (online
- * CPUs). */
+/* Threads for BLIS and OpenMP kernels; n <= 0 restores the default: the
+ * environment variable CFORMER_NUM_THREADS if set, else the online CPUs. */
 void tensor_set_num_threads(int n);
 int tensor_get_num_threads(void);
 /* The BLIS kernel set in use ("skx", "haswell", ...). The library selects the

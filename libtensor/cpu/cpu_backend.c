@@ -13,9 +13,13 @@
 
 static atomic_int num_threads;
 
+/* CFORMER_NUM_THREADS if set to a positive number, else the online CPUs. */
 static int default_threads(void)
 {
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	const char *env = getenv("CFORMER_NUM_THREADS");
+	long n = env ? strtol(env, NULL, 10) : 0;
+	if (n <= 0)
+		n = sysconf(_SC_NPROCESSORS_ONLN);
 	return n > 0 ? (int)n : 1;
 }
 

@@ -1,0 +1,363 @@
+/* The aclImdb reader (train|test/neg|pos/<id>_<rating>.txt), text_dataset_free
+ * and the seeded validation split. */
+#define _POSIX_C_SOURCE 200809L
+#include "text.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "random.h"
+
+struct imdb_file {
+	int64_t id;
+	int32_t rating;
+	char *name;
+};
+
+/* "a/b/c" from up to three parts (NULL parts skipped); NULL on no memory. */
+static char *path_join(const char *a, const char *b, const char *c)
+{
+	size_t n = strlen(a) + (b ? strlen(b) + 1 : 0) + (c ? strlen(c) + 1 : 0) + 1;
+	char *p = malloc(n);
+	if (!p)
+		return NULL;
+	snprintf(p, n, "%s%s%s%s%s", a, b ? "/" : "", b ? b : "", c ? "/" : "", c ? c : "");
+	return p;
+}
+
+/* Parse "<id>_<rating>.txt": decimal numbers without sign or leading zeros,
+ * id < 10^18, rating 1-10. */
+static bool parse_name(const char *name, int64_t *id, int32_t *rating)
+{
+	const char *s = name;
+	int64_t v = 0;
+	int nd = 0;
+	for (; *s >= '0' && *s <= '9'; s++, nd++) {
+		if (nd == 18)
+			return false;
+		v = v * 10 + (*s - '0');
+	}
+	if (nd == 0 || (nd > 1 && name[0] == '0') || *s != '_')
+		return false;
+	const char *r = ++s;
+	int32_t rv = 0;
+	for (nd = 0; *s >= '0' && *s <= '9'; s++, nd++) {
+		if (nd == 2)
+			return false;
+		rv = rv * 10 + (*s - '0');
+	}
+	if (nd == 0 || (nd > 1 && r[0] == '0') || strcmp(s, ".txt") != 0)
+		return false;
+	*id = v;
+	*rating = rv;
+	return true;
+}
+
+static int file_cmp(const void *a, const void *b)
+{
+	const struct imdb_file *x = a, *y = b;
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+static void files_free(struct imdb_file *f, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(f[i].name);
+	free(f);
+}
+
+/* The review files of one label folder, validated and sorted by id. */
+static int list_label_dir(const char *path, int label, struct imdb_file **out, size_t *nout)
+{
+	DIR *d = opendir(path);
+	if (!d)
+		return tensor_error(TENSOR_ERR_IO, "text_imdb_load: cannot open directory '%s': %s",
+				    path, strerror(errno));
+	struct imdb_file *f = NULL;
+	size_t n = 0, cap = 0;
+	int st = TENSOR_OK;
+	struct dirent *e;
+	errno = 0;
+	while ((e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue; /* ".", ".." and hidden files */
+		struct imdb_file x;
+		if (!parse_name(e->d_name, &x.id, &x.rating)) {
+			st = tensor_error(TENSOR_ERR_IO,
+					  "text_imdb_load: malformed file name '%s/%s', expected "
+					  "<id>_<rating>.txt with a rating of 1-10",
+					  path, e->d_name);
+			break;
+		}
+		int lo = label ? 7 : 1, hi = label ? 10 : 4;
+		if (x.rating < lo || x.rating > hi) {
+			st = tensor_error(TENSOR_ERR_IO,
+					  "text_imdb_load: '%s/%s': rating %d in the %s folder, "
+					  "expected %d-%d",
+					  path, e->d_name, (int)x.rating, label ? "pos" : "neg", lo,
+					  hi);
+			break;
+		}
+		if (n == cap) {
+			size_t nc = cap ? 2 * cap : 256;
+			struct imdb_file *g = realloc(f, nc * sizeof(*f));
+			if (!g) {
+				st =
+				    tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+				break;
+			}
+			f = g;
+			cap = nc;
+		}
+		x.name = path_join(path, e->d_name, NULL);
+		if (!x.name) {
+			st = tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+			break;
+		}
+		f[n++] = x;
+		errno = 0;
+	}
+	if (st == TENSOR_OK && errno != 0)
+		st = tensor_error(TENSOR_ERR_IO, "text_imdb_load: cannot read directory '%s': %s",
+				  path, strerror(errno));
+	closedir(d);
+	if (st == TENSOR_OK && n > 1) {
+		qsort(f, n, sizeof(*f), file_cmp);
+		for (size_t i = 1; i < n; i++)
+			if (f[i].id == f[i - 1].id) {
+				st = tensor_error(
+				    TENSOR_ERR_IO,
+				    "text_imdb_load: duplicate review id %lld: '%s' and '%s'",
+				    (long long)f[i].id, f[i - 1].name, f[i].name);
+				break;
+			}
+	}
+	if (st != TENSOR_OK) {
+		files_free(f, n);
+		return st;
+	}
+	*out = f;
+	*nout = n;
+	return TENSOR_OK;
+}
+
+/* Length of an HTML line break ("<br />", "<br/>", "<br>", any case, spaces
+ * before the slash) starting at s, 0 if none. */
+static size_t br_len(const char *s, const char *end)
+{
+	if (end - s < 4 || s[0] != '<' || (s[1] | 32) != 'b' || (s[2] | 32) != 'r')
+		return 0;
+	const char *p = s + 3;
+	while (p < end && *p == ' ')
+		p++;
+	if (p < end && *p == '/')
+		p++;
+	if (p < end && *p == '>')
+		return (size_t)(p + 1 - s);
+	return 0;
+}
+
+/* The bytes of a review with line breaks replaced by spaces, NUL-terminated. */
+static int read_review(const char *path, char **out)
+{
+	FILE *fp = fopen(path, "rb");
+	if (!fp)
+		return tensor_error(TENSOR_ERR_IO, "text_imdb_load: cannot open '%s': %s", path,
+				    strerror(errno));
+	char *buf = NULL;
+	size_t n = 0, cap = 0;
+	int st = TENSOR_OK;
+	struct stat sb;
+	size_t hint = fstat(fileno(fp), &sb) == 0 && sb.st_size > 0 ? (size_t)sb.st_size : 0;
+	for (;;) {
+		if (cap - n < 2) {
+			size_t nc = cap ? 2 * cap : hint + 2;
+			char *g = realloc(buf, nc);
+			if (!g) {
+				st =
+				    tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+				break;
+			}
+			buf = g;
+			cap = nc;
+		}
+		size_t k = fread(buf + n, 1, cap - n - 1, fp);
+		n += k;
+		if (k == 0)
+			break;
+	}
+	if (st == TENSOR_OK && ferror(fp))
+		st = tensor_error(TENSOR_ERR_IO, "text_imdb_load: cannot read '%s': %s", path,
+				  strerror(errno));
+	fclose(fp);
+	if (st == TENSOR_OK && memchr(buf, 0, n))
+		st =
+		    tensor_error(TENSOR_ERR_IO,
+				 "text_imdb_load: '%s' contains a NUL byte at offset %zu, expected "
+				 "text",
+				 path, (size_t)((char *)memchr(buf, 0, n) - buf));
+	if (st != TENSOR_OK) {
+		free(buf);
+		return st;
+	}
+	size_t w = 0;
+	for (size_t r = 0; r < n;) {
+		size_t k = buf[r] == '<' ? br_len(buf + r, buf + n) : 0;
+		if (k) {
+			buf[w++] = ' ';
+			r += k;
+		} else {
+			buf[w++] = buf[r++];
+		}
+	}
+	buf[w] = '\0';
+	char *fit = realloc(buf, w + 1);
+	*out = fit ? fit : buf;
+	return TENSOR_OK;
+}
+
+int text_imdb_load(const char *dir, const char *split, struct text_dataset *out)
+{
+	if (!dir || !split || !out)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "text_imdb_load: NULL argument (dir %p, split %p, out %p)",
+				    (const void *)dir, (const void *)split, (void *)out);
+	if (strcmp(split, "train") != 0 && strcmp(split, "test") != 0)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "text_imdb_load: split '%s', expected \"train\" or \"test\"",
+				    split);
+	char *split_dir = path_join(dir, split, NULL);
+	if (!split_dir)
+		return tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+	DIR *d = opendir(split_dir);
+	if (!d) {
+		int st =
+		    tensor_error(TENSOR_ERR_IO, "text_imdb_load: cannot open directory '%s': %s",
+				 split_dir, strerror(errno));
+		free(split_dir);
+		return st;
+	}
+	closedir(d);
+
+	static const char *labels[2] = { "neg", "pos" };
+	struct imdb_file *files[2] = { NULL, NULL };
+	size_t nfiles[2] = { 0, 0 };
+	int st = TENSOR_OK;
+	for (int l = 0; l < 2 && st == TENSOR_OK; l++) {
+		char *p = path_join(split_dir, labels[l], NULL);
+		st = p ? list_label_dir(p, l, &files[l], &nfiles[l])
+		       : tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+		free(p);
+	}
+	free(split_dir);
+
+	struct text_dataset ds = { NULL, 0 };
+	size_t total = nfiles[0] + nfiles[1];
+	if (st == TENSOR_OK && total) {
+		ds.items = calloc(total, sizeof(*ds.items));
+		if (!ds.items)
+			st = tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+	}
+	for (int l = 0; l < 2 && st == TENSOR_OK; l++)
+		for (size_t i = 0; i < nfiles[l] && st == TENSOR_OK; i++) {
+			struct text_example *ex = &ds.items[ds.n];
+			st = read_review(files[l][i].name, &ex->text);
+			if (st == TENSOR_OK) {
+				ex->label = l;
+				ex->rating = files[l][i].rating;
+				ds.n++;
+			}
+		}
+	for (int l = 0; l < 2; l++)
+		files_free(files[l], nfiles[l]);
+	if (st != TENSOR_OK) {
+		text_dataset_free(&ds);
+		return st;
+	}
+	*out = ds;
+	return TENSOR_OK;
+}
+
+void text_dataset_free(struct text_dataset *ds)
+{
+	if (!ds)
+		return;
+	for (int64_t i = 0; i < ds->n; i++)
+		free(ds->items[i].text);
+	free(ds->items);
+	ds->items = NULL;
+	ds->n = 0;
+}
+
+/* Copy the examples whose flag equals want, in order. */
+static int copy_flagged(const struct text_dataset *ds, const unsigned char *flag, int want,
+			int64_t n, struct text_dataset *out)
+{
+	out->items = n ? calloc((size_t)n, sizeof(*out->items)) : NULL;
+	out->n = 0;
+	if (n && !out->items)
+		return tensor_error(TENSOR_ERR_NOMEM, "text_dataset_split: out of memory");
+	for (int64_t i = 0; i < ds->n; i++) {
+		if (flag[i] != want)
+			continue;
+		struct text_example *ex = &out->items[out->n];
+		*ex = ds->items[i];
+		ex->text = strdup(ds->items[i].text ? ds->items[i].text : "");
+		if (!ex->text)
+			return tensor_error(TENSOR_ERR_NOMEM, "text_dataset_split: out of memory");
+		out->n++;
+	}
+	return TENSOR_OK;
+}
+
+int text_dataset_split(const struct text_dataset *ds, double fraction, uint64_t seed,
+		       struct text_dataset *train, struct text_dataset *val)
+{
+	if (!ds || !train || !val)
+		return tensor_error(TENSOR_ERR_ARG, "text_dataset_split: NULL argument");
+	if (!(fraction >= 0.0 && fraction < 1.0))
+		return tensor_error(TENSOR_ERR_ARG,
+				    "text_dataset_split: fraction %g, expected [0, 1)", fraction);
+	if (ds->n < 0 || (ds->n > 0 && !ds->items))
+		return tensor_error(TENSOR_ERR_ARG, "text_dataset_split: invalid dataset (n %lld)",
+				    (long long)ds->n);
+	int64_t n = ds->n, k = (int64_t)(fraction * (double)n + 0.5);
+	if (k > n)
+		k = n;
+	int64_t *perm = malloc(sizeof(*perm) * (size_t)(n ? n : 1));
+	unsigned char *flag = calloc((size_t)(n ? n : 1), 1);
+	if (!perm || !flag) {
+		free(perm);
+		free(flag);
+		return tensor_error(TENSOR_ERR_NOMEM, "text_dataset_split: out of memory");
+	}
+	/* Fisher-Yates from the counter-based generator: draw i is (seed, i). */
+	for (int64_t i = 0; i < n; i++)
+		perm[i] = i;
+	for (int64_t i = n - 1; i > 0; i--) {
+		int64_t j = (int64_t)(random_uniform(seed, (uint64_t)i) * (double)(i + 1));
+		int64_t t = perm[i];
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	for (int64_t i = 0; i < k; i++)
+		flag[perm[i]] = 1;
+	free(perm);
+	struct text_dataset tr = { NULL, 0 }, va = { NULL, 0 };
+	int st = copy_flagged(ds, flag, 0, n - k, &tr);
+	if (st == TENSOR_OK)
+		st = copy_flagged(ds, flag, 1, k, &va);
+	free(flag);
+	if (st != TENSOR_OK) {
+		text_dataset_free(&tr);
+		text_dataset_free(&va);
+		return st;
+	}
+	*train = tr;
+	*val = va;
+	return TENSOR_OK;
+}

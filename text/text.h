@@ -1,0 +1,153 @@
+/* cformer text: tokenizers, dataset readers and batching for the models.
+ * Built on libtensor only. Functions return a status (TENSOR_OK or negative,
+ * with tensor_last_error() naming the file, line or input and what was
+ * expected) or NULL; bad files change nothing. */
+#ifndef CFORMER_TEXT_H
+#define CFORMER_TEXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- tokenizers (wordpiece.c, byte_tokenizer.c) ---------------------------- */
+
+enum text_tokenizer_kind { TEXT_WORDPIECE, TEXT_BYTE };
+
+struct text_vocab; /* token string <-> id (wordpiece.c) */
+
+struct text_tokenizer {
+	enum text_tokenizer_kind kind;
+	int32_t vocab_size;
+	int32_t pad_id, unk_id, cls_id, sep_id, mask_id;
+	struct text_vocab *vocab; /* WordPiece only */
+};
+
+/* BERT uncased WordPiece from a vocab.txt (one token per line, id = line
+ * number - 1; needs [PAD] [UNK] [CLS] [SEP] [MASK]). Normalisation as the
+ * reference BERT uncased tokenizer: drop control characters and U+FFFD,
+ * whitespace to spaces, spaces around CJK ideographs, lowercase, NFD and
+ * strip combining marks, split on punctuation (Unicode P* and the ASCII
+ * symbol ranges), then greedy longest-match-first WordPiece with "##"
+ * continuations; words over 100 chars and words with no match become
+ * [UNK]. Invalid UTF-8 bytes are replaced by U+FFFD, which is then dropped
+ * like the reference does. Errors: missing/unreadable file, empty vocab,
+ * duplicate token (naming the line), missing special token. */
+int text_wordpiece_load(struct text_tokenizer *tok, const char *vocab_path);
+/* Notes on matching the reference: special-token strings in the input are
+ * plain text ("[MASK]" -> "[", "mask", "]"); lowercasing is per character
+ * (a final capital sigma gives σ, as the HF tokenizers); characters are kept
+ * or dropped by utf8proc's Unicode version. text_tokenize and text_encode are
+ * thread-safe on a loaded tokenizer. *tok is overwritten only on success. */
+/* Byte-level tokenizer (Long Range Arena text setting): [PAD]=0, [UNK]=1,
+ * [CLS]=2, [SEP]=3, [MASK]=4, byte b -> 5 + b; vocab_size 261. */
+int text_byte_init(struct text_tokenizer *tok);
+void text_tokenizer_free(struct text_tokenizer *tok);
+
+/* Token ids of text (len bytes, any bytes), no specials, appended to *ids
+ * (a growable array: *ids NULL or from an earlier call, *n its length; free
+ * with free()). */
+int text_tokenize(const struct text_tokenizer *tok, const char *text, size_t len,
+		  int32_t **ids, size_t *n);
+/* Model input of length n: [CLS] tokens [SEP], tokens truncated to n - 2,
+ * then [PAD] up to n; mask[i] = 1 for real tokens, 0 for padding. Writes n
+ * ids and n mask values; *length (may be NULL) receives the real length.
+ * n >= 2. */
+int text_encode(const struct text_tokenizer *tok, const char *text, size_t len, int64_t n,
+		int32_t *ids, int32_t *mask, int64_t *length);
+/* The string of token id, or NULL with an error if out of range: WordPiece
+ * returns the vocabulary's string (owned by tok; buf unused); the byte
+ * tokenizer writes "[PAD]"-style names or "<0xHH>" into buf (len >= 7). */
+const char *text_token_string(const struct text_tokenizer *tok, int32_t id, char *buf,
+			      size_t len);
+
+/* ---- datasets (imdb.c, lines.c) -------------------------------------------- */
+
+struct text_example {
+	char *text;  /* UTF-8, owned */
+	int32_t label; /* class (IMDB: 0 neg, 1 pos); -1 if unlabelled */
+	int32_t rating; /* IMDB star rating 1-10; 0 if none */
+};
+
+struct text_dataset {
+	struct text_example *items;
+	int64_t n;
+};
+
+/* The aclImdb layout: dir/<split>/{neg,pos}/<id>_<rating>.txt, split "train"
+ * or "test". Labels neg 0 / pos 1; <id> and <rating> decimal without leading
+ * zeros, rating 1-4 in neg and 7-10 in pos; "<br />", "<br/>", "<br>" (any
+ * case) become one space; other bytes are kept (no UTF-8 check); dot-files
+ * are skipped; order: neg then pos, each by numeric id. Errors (IO) name the
+ * missing directory or the file: malformed name, rating outside its folder's
+ * range, duplicate id, NUL byte, unreadable; a split other than train/test is
+ * TENSOR_ERR_ARG. *out is written only on success. */
+int text_imdb_load(const char *dir, const char *split, struct text_dataset *out);
+/* Plain text. A file: one document per non-blank line (a trailing \r is
+ * dropped). A directory: one document per *.txt file in it (not recursive,
+ * hidden and blank files skipped, sorted by name bytewise, whole content); a
+ * directory without *.txt files is an error. Label -1, rating 0. */
+int text_lines_load(const char *path, struct text_dataset *out);
+void text_dataset_free(struct text_dataset *ds);
+/* A seeded split: val receives round(fraction * n) examples chosen by a
+ * permutation of seed, train the rest, both keeping the original order;
+ * copies the texts. fraction in [0, 1). */
+int text_dataset_split(const struct text_dataset *ds, double fraction, uint64_t seed,
+		       struct text_dataset *train, struct text_dataset *val);
+
+/* ---- batching (batch.c) ---------------------------------------------------- */
+
+/* A batch of B sequences of length n: ids [B, n] i64, mask [B, n] i64 (1 =
+ * real token), labels [B] i64; tensors in the current scope. */
+struct text_batch {
+	struct tensor *ids, *mask, *labels;
+	int64_t size;
+};
+
+/* Tokenises every example once (cached; tok is used only during init), then
+ * serves batches in an order reshuffled each epoch from (seed, epoch) when
+ * shuffle is set; with bucket, batches hold examples of similar length
+ * (sorted within windows of 50 batches, then the full batches shuffled). The
+ * last batch may be smaller and stays last. Labels are the examples' labels
+ * (-1 unlabelled). text_batcher_get's tensors are heap tensors outside any
+ * scope. */
+struct text_batcher {
+	const struct text_tokenizer *tok;
+	int64_t n, seq_len, batch_size, epoch;
+	uint64_t seed;
+	bool shuffle, bucket;
+	int32_t *ids, *mask;  /* [n, seq_len] cached encodings */
+	int32_t *labels, *lengths;
+	int64_t *order;       /* this epoch's example order */
+};
+int text_batcher_init(struct text_batcher *b, const struct text_dataset *ds,
+		      const struct text_tokenizer *tok, int64_t seq_len, int64_t batch_size,
+		      uint64_t seed, bool shuffle, bool bucket);
+int64_t text_batcher_num_batches(const struct text_batcher *b);
+/* Batch i (0-based) of the current epoch. */
+int text_batcher_get(const struct text_batcher *b, int64_t i, struct text_batch *out);
+/* Advance to the next epoch (new order). */
+void text_batcher_next_epoch(struct text_batcher *b);
+void text_batcher_free(struct text_batcher *b);
+
+/* MLM dynamic masking (BERT): each selectable token — a real token other
+ * than [PAD], [CLS], [SEP], [MASK] ([UNK] can be selected, as in BERT's
+ * create_pretraining_data.py and HF run_mlm.py) — is selected with
+ * probability prob; of those 80% become [MASK], 10% a random token (uniform
+ * over ids other than the five specials and reserved "[...]" entries such as
+ * [unusedN]), 10% unchanged. inputs receives the masked ids, labels the
+ * original id at selected positions and -100 elsewhere (both [B, n] i64,
+ * current scope). Draws depend only on (seed, position): pass a different
+ * seed each step (e.g. seed + step) for dynamic masking. */
+int text_mlm_mask(const struct text_tokenizer *tok, const struct text_batch *batch, double prob,
+		  uint64_t seed, struct tensor **inputs, struct tensor **labels);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
