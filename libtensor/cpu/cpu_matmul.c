@@ -11,6 +11,8 @@
  * BLIS's own threads win from 512^3. */
 #define CPU_GEMM_SMALL ((int64_t)256 * 256 * 256)
 #define CPU_GEMM_TINY ((int64_t)128 * 128 * 128)
+/* Products this small run on one thread even alone (no thread wake-up). */
+#define CPU_GEMM_MINI ((int64_t)32 * 32 * 32)
 
 /* One operand: element 0, batch stride, row and column strides (elements). */
 struct gemm_mat {
@@ -106,8 +108,12 @@ int cpu_gemm(struct tensor *c, const struct tensor *a, const struct tensor *b, d
 				gemm_one(c->dtype, i, m, n, k, alpha, beta, &ma, &mb, &mc, &rntm);
 		}
 	} else {
+		/* A lone tiny product costs less than waking BLIS's threads. */
+		rntm_t one = BLIS_RNTM_INITIALIZER;
+		bli_rntm_set_num_threads(1, &one);
+		rntm_t *rntm = work <= CPU_GEMM_MINI ? &one : NULL;
 		for (int64_t i = 0; i < batch; i++)
-			gemm_one(c->dtype, i, m, n, k, alpha, beta, &ma, &mb, &mc, NULL);
+			gemm_one(c->dtype, i, m, n, k, alpha, beta, &ma, &mb, &mc, rntm);
 	}
 	return TENSOR_OK;
 }
