@@ -278,7 +278,9 @@ struct nn_linformer {
 	bool shared_kv_head, sequential_heads;
 };
 /* shared: the layerwise projection (required with NN_SHARE_LAYERWISE, else
- * NULL). */
+ * NULL; built with per_head false). An initialised struct points into itself
+ * (e_used/f_used): do not copy or move it. With CONV/MEAN/MAX, sharing
+ * "none" behaves as headwise. */
 int nn_linformer_init(struct nn_linformer *m, struct nn_params *ps, const char *name,
 		      int64_t dim, int64_t heads, int64_t n, int64_t k, enum nn_proj_kind kind,
 		      enum nn_proj_sharing sharing, bool conv_dense, bool shared_kv_head,

@@ -1,0 +1,281 @@
+/* The configurable encoder: token embedding, positions, a stack of
+ * {norm, attention, residual, norm, feed-forward, residual} layers whose
+ * attention kind is chosen per layer, and the final norm. In no-grad mode each
+ * layer runs in its own scope and only its output survives it, so the peak
+ * memory is one layer's working set plus two layer outputs. */
+#include <stdlib.h>
+
+#include "models.h"
+
+#define NORM_EPS 1e-5
+
+static enum nn_proj_kind proj_kind(enum model_attention a)
+{
+	switch (a) {
+	case MODEL_ATTN_CONV: return NN_PROJ_CONV;
+	case MODEL_ATTN_MEAN: return NN_PROJ_MEAN;
+	case MODEL_ATTN_MAX: return NN_PROJ_MAX;
+	case MODEL_ATTN_RANDOM: return NN_PROJ_RANDOM;
+	default: return NN_PROJ_LINEAR;
+	}
+}
+
+/* LayerNorm or RMSNorm "<prefix>.<suffix>" into the layer's slot. */
+static int norm_init(const struct model_config *c, struct nn_layer_norm *ln,
+		     struct nn_rms_norm *rms, struct nn_params *ps, const char *prefix,
+		     const char *suffix)
+{
+	char name[NN_NAME_MAX];
+	if (!nn_name(name, prefix, suffix))
+		return tensor_last_status();
+	return c->rms_norm ? nn_rms_norm_init(rms, ps, name, c->dim, NORM_EPS)
+			   : nn_layer_norm_init(ln, ps, name, c->dim, NORM_EPS);
+}
+
+static struct tensor *norm_forward(const struct model_config *c, const struct nn_layer_norm *ln,
+				   const struct nn_rms_norm *rms, struct tensor *x)
+{
+	return c->rms_norm ? nn_rms_norm_forward(rms, x) : nn_layer_norm_forward(ln, x);
+}
+
+static int layer_init(struct model_layer *l, struct nn_params *ps, const struct model_config *c,
+		      int64_t i, const struct nn_seq_proj *shared)
+{
+	char prefix[NN_NAME_MAX], name[NN_NAME_MAX];
+	if (!nn_namef(prefix, "", "layers.%lld", (long long)i) || !nn_name(name, prefix, "attn"))
+		return tensor_last_status();
+	l->kind = c->attention[i];
+	int rc = norm_init(c, &l->ln1, &l->rms1, ps, prefix, "norm1");
+	if (rc == TENSOR_OK && l->kind == MODEL_ATTN_STANDARD) {
+		rc = nn_mha_init(&l->mha, ps, name, c->dim, c->heads, c->attn_dropout);
+		l->mha.sequential_heads = c->sequential_heads;
+	} else if (rc == TENSOR_OK) {
+		bool layerwise = c->sharing == NN_SHARE_LAYERWISE;
+		rc = nn_linformer_init(&l->lin, ps, name, c->dim, c->heads, c->max_len, c->k[i],
+				       proj_kind(l->kind), c->sharing, c->conv_dense,
+				       c->shared_kv_head, c->attn_dropout,
+				       layerwise ? shared : NULL);
+		l->lin.sequential_heads = c->sequential_heads;
+	}
+	if (rc == TENSOR_OK)
+		rc = norm_init(c, &l->ln2, &l->rms2, ps, prefix, "norm2");
+	if (rc == TENSOR_OK)
+		rc = nn_name(name, prefix, "ff")
+			 ? nn_feed_forward_init(&l->ff, ps, name, c->dim, c->ff_hidden,
+						c->swiglu ? NN_SILU : c->activation, c->swiglu,
+						c->dropout)
+			 : tensor_last_status();
+	if (rc == TENSOR_OK)
+		rc = nn_dropout_init(&l->drop, ps, c->dropout);
+	return rc;
+}
+
+static void layer_free(struct model_layer *l)
+{
+	nn_mha_free(&l->mha);
+	nn_linformer_free(&l->lin);
+	nn_layer_norm_free(&l->ln1);
+	nn_layer_norm_free(&l->ln2);
+	nn_rms_norm_free(&l->rms1);
+	nn_rms_norm_free(&l->rms2);
+	nn_feed_forward_free(&l->ff);
+	*l = (struct model_layer){ 0 };
+}
+
+/* The layerwise projection "proj" of the (single) projected kind, if any. */
+static int shared_init(struct model_encoder *m, struct nn_params *ps)
+{
+	const struct model_config *c = &m->cfg;
+	if (c->sharing != NN_SHARE_LAYERWISE)
+		return TENSOR_OK;
+	for (int64_t i = 0; i < c->layers; i++) {
+		enum model_attention a = c->attention[i];
+		if (a == MODEL_ATTN_STANDARD)
+			continue;
+		/* conv channels: the head dim, or every key/value channel when dense
+		 * (the head dim again with a single shared key/value head) */
+		int64_t dh = c->dim / c->heads;
+		bool dense = c->conv_dense && a == MODEL_ATTN_CONV;
+		int64_t ch = dense && !c->shared_kv_head ? c->dim : dh;
+		return nn_seq_proj_init(&m->shared_proj, ps, "proj", proj_kind(a), c->max_len,
+					c->k[i], c->heads, false, a == MODEL_ATTN_CONV ? ch : 0,
+					dense);
+	}
+	return TENSOR_OK;
+}
+
+int model_encoder_init(struct model_encoder *m, struct nn_params *ps,
+		       const struct model_config *cfg)
+{
+	if (!m)
+		return tensor_error(TENSOR_ERR_ARG, "model_encoder_init: encoder is NULL");
+	*m = (struct model_encoder){ 0 };
+	if (!ps || !cfg)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "model_encoder_init: params and config must not be NULL");
+	struct model_config c = *cfg;
+	int rc = model_config_resolve(&c);
+	if (rc < 0)
+		return rc;
+	m->cfg = c;
+	m->layers = calloc((size_t)c.layers, sizeof *m->layers);
+	if (!m->layers)
+		return tensor_error(TENSOR_ERR_NOMEM,
+				    "model_encoder_init: cannot allocate %lld layers",
+				    (long long)c.layers);
+	rc = nn_embedding_init(&m->embed, ps, "embed", c.vocab_size, c.dim, c.pad_id);
+	if (rc == TENSOR_OK)
+		rc = nn_position_init(&m->pos, ps, "pos", c.max_len, c.dim, c.learned_positions);
+	if (rc == TENSOR_OK)
+		rc = nn_dropout_init(&m->drop, ps, c.dropout);
+	if (rc == TENSOR_OK)
+		rc = shared_init(m, ps);
+	for (int64_t i = 0; rc == TENSOR_OK && i < c.layers; i++)
+		rc = layer_init(&m->layers[i], ps, &c, i, &m->shared_proj);
+	if (rc == TENSOR_OK && c.pre_norm && c.final_norm)
+		rc = norm_init(&c, &m->final_ln, &m->final_rms, ps, "", "norm");
+	if (rc < 0) /* parameters already registered stay owned by ps */
+		model_encoder_free(m);
+	return rc;
+}
+
+static struct tensor *attention_forward(const struct model_layer *l, struct tensor *x,
+					const struct tensor *key_mask)
+{
+	if (l->kind == MODEL_ATTN_STANDARD)
+		return nn_mha_forward(&l->mha, x, key_mask, false);
+	return nn_linformer_forward(&l->lin, x, key_mask);
+}
+
+/* pre-norm: x + attn(norm1(x)), then x + ff(norm2(x));
+ * post-norm: norm1(x + attn(x)), then norm2(x + ff(x)). */
+static struct tensor *layer_forward(const struct model_config *c, const struct model_layer *l,
+				    struct tensor *x, const struct tensor *key_mask)
+{
+	if (c->pre_norm) {
+		struct tensor *a =
+		    attention_forward(l, norm_forward(c, &l->ln1, &l->rms1, x), key_mask);
+		x = ag_add(x, nn_dropout_forward(&l->drop, a));
+		struct tensor *f =
+		    nn_feed_forward_forward(&l->ff, norm_forward(c, &l->ln2, &l->rms2, x));
+		return ag_add(x, nn_dropout_forward(&l->drop, f));
+	}
+	struct tensor *a = attention_forward(l, x, key_mask);
+	x = norm_forward(c, &l->ln1, &l->rms1, ag_add(x, nn_dropout_forward(&l->drop, a)));
+	struct tensor *f = nn_feed_forward_forward(&l->ff, x);
+	return norm_forward(c, &l->ln2, &l->rms2, ag_add(x, nn_dropout_forward(&l->drop, f)));
+}
+
+static bool check_inputs(const struct model_encoder *m, const struct tensor *ids,
+			 const struct tensor *mask)
+{
+	char bi[128], bm[128];
+	if (!m || !m->layers || !m->embed.weight) {
+		tensor_error(TENSOR_ERR_ARG, "model_encoder_forward: encoder is NULL or not "
+					     "initialised");
+		return false;
+	}
+	tensor_shape_str(ids, bi, sizeof bi);
+	if (ids->dtype != TENSOR_I32 && ids->dtype != TENSOR_I64) {
+		tensor_error(TENSOR_ERR_DTYPE,
+			     "model_encoder_forward: ids %s must be i32 or i64, "
+			     "got %s",
+			     bi, tensor_dtype_name(ids->dtype));
+		return false;
+	}
+	if (ids->ndim != 2 || ids->shape[1] < 1) {
+		tensor_error(TENSOR_ERR_SHAPE,
+			     "model_encoder_forward: ids %s must be [B, T] with "
+			     "T >= 1",
+			     bi);
+		return false;
+	}
+	if (ids->shape[1] > m->cfg.max_len) {
+		tensor_error(TENSOR_ERR_SHAPE,
+			     "model_encoder_forward: ids %s: T %lld is longer than max_len %lld",
+			     bi, (long long)ids->shape[1], (long long)m->cfg.max_len);
+		return false;
+	}
+	if (mask && (mask->ndim != 2 || mask->shape[0] != ids->shape[0] ||
+		     mask->shape[1] != ids->shape[1])) {
+		tensor_error(TENSOR_ERR_SHAPE,
+			     "model_encoder_forward: mask %s must have the shape of ids %s",
+			     tensor_shape_str(mask, bm, sizeof bm), bi);
+		return false;
+	}
+	return true;
+}
+
+/* 1 where mask == 0 (padding), in the parameters' dtype. */
+static struct tensor *padding_of(const struct model_encoder *m, const struct tensor *mask)
+{
+	enum tensor_dtype dt = m->embed.weight->dtype;
+	struct tensor *c = tensor_cast(mask, dt);
+	struct tensor *zero = c ? tensor_zeros(dt, c->storage->device, 0, NULL) : NULL;
+	struct tensor *pad = tensor_eq(c, zero);
+	tensor_free(c);
+	tensor_free(zero);
+	return pad;
+}
+
+/* One layer in a scope of its own whose only survivor is the output, copied
+ * to the heap (so the previous layer's output can be freed at once). */
+static struct tensor *layer_scoped(const struct model_config *c, const struct model_layer *l,
+				   struct tensor *x, const struct tensor *key_mask)
+{
+	tensor_scope_begin();
+	struct tensor *y = layer_forward(c, l, x, key_mask);
+	tensor_heap_begin();
+	struct tensor *out = y ? tensor_clone(y) : NULL;
+	tensor_heap_end();
+	tensor_scope_end();
+	return out;
+}
+
+struct tensor *model_encoder_forward(const struct model_encoder *m, const struct tensor *ids,
+				     const struct tensor *mask)
+{
+	if (!ids || !check_inputs(m, ids, mask))
+		return NULL;
+	const struct model_config *c = &m->cfg;
+	bool scoped = !ag_grad_enabled();
+	if (scoped) /* every temporary dies here; only the output is kept */
+		tensor_scope_begin();
+	struct tensor *key_mask = mask ? padding_of(m, mask) : NULL;
+	struct tensor *x = mask && !key_mask ? NULL : nn_embedding_forward(&m->embed, ids);
+	x = nn_dropout_forward(&m->drop, nn_position_forward(&m->pos, x));
+	struct tensor *carry = NULL; /* no grad: the heap copy of the last layer output */
+	for (int64_t i = 0; x && i < c->layers; i++) {
+		if (!scoped) {
+			x = layer_forward(c, &m->layers[i], x, key_mask);
+			continue;
+		}
+		x = layer_scoped(c, &m->layers[i], x, key_mask);
+		tensor_free(carry);
+		carry = x;
+	}
+	if (c->pre_norm && c->final_norm)
+		x = norm_forward(c, &m->final_ln, &m->final_rms, x);
+	if (scoped) {
+		struct tensor *y = x ? tensor_scope_keep(x) : NULL;
+		tensor_scope_end();
+		tensor_free(carry);
+		x = y;
+	}
+	return x;
+}
+
+void model_encoder_free(struct model_encoder *m)
+{
+	if (!m)
+		return;
+	for (int64_t i = 0; m->layers && i < m->cfg.layers; i++)
+		layer_free(&m->layers[i]);
+	free(m->layers);
+	nn_embedding_free(&m->embed);
+	nn_position_free(&m->pos);
+	nn_seq_proj_free(&m->shared_proj);
+	nn_layer_norm_free(&m->final_ln);
+	nn_rms_norm_free(&m->final_rms);
+	*m = (struct model_encoder){ 0 };
+}

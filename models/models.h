@@ -1,0 +1,149 @@
+/* cformer models: one configurable encoder covering the Transformer, the
+ * Linformer and the Conv-Linformer, and the sequence-classification and
+ * masked-language-model heads. Built on nn.h; parameter names follow the
+ * usual PyTorch layout ("embed.weight", "layers.3.attn.q_proj.weight", ...).
+ */
+#ifndef CFORMER_MODELS_H
+#define CFORMER_MODELS_H
+
+#include <stdio.h>
+
+#include "nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MODEL_MAX_LAYERS 64
+
+/* Attention kind of one layer. */
+enum model_attention {
+	MODEL_ATTN_STANDARD, /* softmax attention, n x n */
+	MODEL_ATTN_LINEAR,   /* Linformer, learned E/F */
+	MODEL_ATTN_CONV,     /* convolutional projection, kernel = stride = n/k */
+	MODEL_ATTN_MEAN,     /* mean pooling projection */
+	MODEL_ATTN_MAX,      /* max pooling projection */
+	MODEL_ATTN_RANDOM,   /* fixed random projection */
+	MODEL_NATTN
+};
+
+enum model_k_schedule { MODEL_K_CONSTANT, MODEL_K_LINEAR, MODEL_K_LIST };
+enum model_pooling { MODEL_POOL_MEAN, MODEL_POOL_CLS };
+
+struct model_config {
+	int64_t vocab_size, max_len; /* max_len = n: the longest input */
+	int64_t dim, heads, layers, ff_hidden;
+	enum nn_activation activation; /* of the feed-forward (gated: SwiGLU) */
+	bool swiglu, pre_norm, rms_norm, learned_positions, final_norm;
+	double dropout, attn_dropout; /* embeddings, residuals, ff hidden / probabilities */
+	int64_t pad_id;
+	/* attention per layer */
+	enum model_attention attention[MODEL_MAX_LAYERS];
+	enum model_k_schedule k_schedule;
+	int64_t k_first, k_last;        /* constant: k_first; linear: first -> last */
+	int64_t k[MODEL_MAX_LAYERS];    /* resolved per layer (model_config_resolve) */
+	enum nn_proj_sharing sharing;
+	bool conv_dense, shared_kv_head, sequential_heads;
+	/* heads */
+	int64_t num_classes, head_hidden; /* classifier: dim -> head_hidden -> classes */
+	enum model_pooling pooling;
+	bool tie_embeddings;             /* MLM decoder tied to the token embedding */
+	uint64_t seed;
+};
+
+/* Defaults (dim 256, 4 heads, 4 layers, ff 1024, gelu, pre-norm LayerNorm,
+ * learned positions, dropout 0.1, k 128, headwise sharing, mean pooling) for a
+ * preset: "transformer" (all standard), "linformer" (all learned
+ * projections), "conv-linformer" (first half learned, the rest conv, after
+ * Malard), or a per-layer pattern of letters S/L/C/M/X/R (standard, linear,
+ * conv, mean, max, random), e.g. "LLCC", which also sets layers; a preset may
+ * carry its depth as "name:layers" (e.g. "conv-linformer:6"). */
+int model_config_preset(struct model_config *c, const char *preset, int64_t vocab_size,
+			int64_t max_len);
+/* Validate and fill c->k[] from the k schedule (entries past c->layers are
+ * cleared, so equal configs compare equal). Errors: sizes, heads not
+ * dividing dim, k > n, n % k for conv/pooling, layerwise sharing with a k that
+ * differs between layers, or mixing layerwise sharing with more than one
+ * projection kind (the message names the layer and the rule). */
+int model_config_resolve(struct model_config *c);
+/* JSON of every field (malloc'd) and back; unknown keys are errors. */
+char *model_config_to_json(const struct model_config *c);
+int model_config_from_json(struct model_config *c, const char *json);
+const char *model_attention_name(enum model_attention a);
+int model_attention_parse(const char *name);
+
+/* One encoder layer: norm, attention, residual, norm, feed-forward, residual. */
+struct model_layer {
+	enum model_attention kind;
+	struct nn_mha mha;         /* MODEL_ATTN_STANDARD */
+	struct nn_linformer lin;   /* the projected kinds */
+	struct nn_layer_norm ln1, ln2;
+	struct nn_rms_norm rms1, rms2;
+	struct nn_feed_forward ff;
+	struct nn_dropout drop;
+};
+
+struct model_encoder {
+	struct model_config cfg;
+	struct nn_embedding embed;
+	struct nn_position pos;
+	struct nn_dropout drop;
+	struct model_layer *layers;
+	struct nn_seq_proj shared_proj; /* layerwise sharing */
+	struct nn_layer_norm final_ln;
+	struct nn_rms_norm final_rms;
+};
+
+/* Parameters under "embed.", "pos.", "layers.<i>.{attn,norm1,norm2,ff}.",
+ * "norm.", "proj." (layerwise); cfg must be resolved (model_config_resolve). */
+int model_encoder_init(struct model_encoder *m, struct nn_params *ps,
+		       const struct model_config *cfg);
+/* ids [B, T] (i32/i64, T <= max_len), mask [B, T] (1 = real token, 0 =
+ * padding) or NULL -> hidden states [B, T, dim]. In no-grad mode each layer
+ * runs in an inner scope and only its output is kept, so the peak memory is
+ * one layer's working set. */
+struct tensor *model_encoder_forward(const struct model_encoder *m, const struct tensor *ids,
+				     const struct tensor *mask);
+void model_encoder_free(struct model_encoder *m);
+
+/* Sequence classifier: encoder, pooling (masked mean or the first token),
+ * "head.fc1" dim -> head_hidden, activation, dropout, "head.fc2" -> classes. */
+struct model_classifier {
+	struct model_encoder enc;
+	struct nn_linear fc1, fc2;
+	struct nn_dropout drop;
+};
+int model_classifier_init(struct model_classifier *m, struct nn_params *ps,
+			  const struct model_config *cfg);
+/* -> logits [B, num_classes]. */
+struct tensor *model_classifier_forward(const struct model_classifier *m,
+					const struct tensor *ids, const struct tensor *mask);
+void model_classifier_free(struct model_classifier *m);
+
+/* Masked-language-model head: "mlm.dense" dim -> dim, activation, "mlm.norm",
+ * decoder to the vocabulary (tied to "embed.weight" by default, else
+ * "mlm.decoder.weight") plus "mlm.decoder.bias". */
+struct model_mlm {
+	struct model_encoder enc;
+	struct nn_linear dense, decoder;
+	struct nn_layer_norm norm;
+	struct tensor *decoder_bias;
+};
+int model_mlm_init(struct model_mlm *m, struct nn_params *ps, const struct model_config *cfg);
+/* -> logits [B, T, vocab_size]. */
+struct tensor *model_mlm_forward(const struct model_mlm *m, const struct tensor *ids,
+				 const struct tensor *mask);
+void model_mlm_free(struct model_mlm *m);
+
+/* The parameter count predicted by the formulas of docs/models.md (encoder,
+ * plus the classifier head if with_classifier, plus the MLM head if with_mlm),
+ * to compare with nn_params_count. */
+int64_t model_param_count(const struct model_config *c, bool with_classifier, bool with_mlm);
+/* One line: preset/pattern, sizes, k per layer, sharing, parameter count. */
+void model_summary(const struct model_config *c, int64_t params, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

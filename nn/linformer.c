@@ -1,0 +1,603 @@
+/* Linformer self-attention: keys and values projected along the sequence
+ * axis (learned, random, convolutional or pooling projections) to k slots. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn.h"
+
+/* ---- names -------------------------------------------------------------------- */
+
+static const char *const kind_names[NN_NPROJ] = {
+	[NN_PROJ_LINEAR] = "linear", [NN_PROJ_CONV] = "conv",	  [NN_PROJ_MEAN] = "mean",
+	[NN_PROJ_MAX] = "max",	     [NN_PROJ_RANDOM] = "random",
+};
+
+#define NN_NSHARING 4
+static const char *const sharing_names[NN_NSHARING] = {
+	[NN_SHARE_NONE] = "none",
+	[NN_SHARE_HEADWISE] = "headwise",
+	[NN_SHARE_KV] = "kv",
+	[NN_SHARE_LAYERWISE] = "layerwise",
+};
+
+int nn_proj_kind_parse(const char *name)
+{
+	for (int i = 0; name && i < NN_NPROJ; i++)
+		if (strcmp(name, kind_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+/* "unknown" outside the enum, so it is always printable. */
+const char *nn_proj_kind_name(enum nn_proj_kind k)
+{
+	return (unsigned)k < NN_NPROJ ? kind_names[k] : "unknown";
+}
+
+/* Also accepts "key-value" (the spelling) for "kv". */
+int nn_proj_sharing_parse(const char *name)
+{
+	if (name && strcmp(name, "key-value") == 0)
+		return NN_SHARE_KV;
+	for (int i = 0; name && i < NN_NSHARING; i++)
+		if (strcmp(name, sharing_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+const char *nn_proj_sharing_name(enum nn_proj_sharing s)
+{
+	return (unsigned)s < NN_NSHARING ? sharing_names[s] : "unknown";
+}
+
+/* ---- one sequence projection ---------------------------------------------------- */
+
+static bool windowed(enum nn_proj_kind kind)
+{
+	return kind == NN_PROJ_CONV || kind == NN_PROJ_MEAN || kind == NN_PROJ_MAX;
+}
+
+/*
+ * Initialisation. LINEAR: N(0, 2 / (n + k)), the xavier-normal of a [k, n]
+ * weight (what tatp22/linformer-pytorch does to its E, F), per head alike.
+ * RANDOM: N(0, 1/k), i.e. std 1/sqrt(k) (the Johnson-Lindenstrauss scaling
+ * of the paper, which keeps E x's expected squared norm; tatp22 uses std 1/k),
+ * drawn once, registered so checkpoints keep it, and marked as not requiring
+ * grad so optimizers skip it. CONV: PyTorch's Conv1d default,
+ * U(+-1/sqrt(c * n/k)) for weight and bias.
+ */
+static int seq_proj_params(struct nn_seq_proj *p, struct nn_params *ps, const char *name)
+{
+	char full[NN_NAME_MAX];
+	int64_t kern = p->n / p->k, c = p->channels;
+	if (p->kind == NN_PROJ_LINEAR || p->kind == NN_PROJ_RANDOM) {
+		int64_t shape[3] = { p->heads, p->k, p->n };
+		int nd = p->per_head ? 3 : 2;
+		struct tensor *w = nn_name(full, name, "weight")
+				       ? nn_param_new(ps, full, nd, shape + 3 - nd, false)
+				       : NULL;
+		if (!w)
+			return tensor_last_status();
+		double std = p->kind == NN_PROJ_LINEAR ? sqrt(2.0 / (double)(p->n + p->k))
+						       : 1 / sqrt((double)p->k);
+		int rc = nn_init_normal(w, 0.0, std, nn_param_seed(ps, full));
+		if (rc == TENSOR_OK && p->kind == NN_PROJ_RANDOM)
+			rc = ag_requires_grad(w, false);
+		p->weight = w;
+		return rc;
+	}
+	if (p->kind != NN_PROJ_CONV)
+		return TENSOR_OK;
+	double bound = 1 / sqrt((double)(c * kern));
+	struct tensor *w = nn_name(full, name, "weight")
+			       ? nn_param_new(ps, full, 3, (int64_t[]){ c, c, kern }, false)
+			       : NULL;
+	int rc =
+	    w ? nn_init_uniform(w, -bound, bound, nn_param_seed(ps, full)) : tensor_last_status();
+	struct tensor *b = NULL;
+	if (rc == TENSOR_OK) {
+		b = nn_name(full, name, "bias") ? nn_param_new(ps, full, 1, &c, true) : NULL;
+		rc = b ? nn_init_uniform(b, -bound, bound, nn_param_seed(ps, full))
+		       : tensor_last_status();
+	}
+	p->weight = w;
+	p->bias = b;
+	return rc;
+}
+
+int nn_seq_proj_init(struct nn_seq_proj *p, struct nn_params *ps, const char *name,
+		     enum nn_proj_kind kind, int64_t n, int64_t k, int64_t heads, bool per_head,
+		     int64_t channels, bool dense)
+{
+	if (!p)
+		return tensor_error(TENSOR_ERR_ARG, "nn_seq_proj_init: p is NULL");
+	*p = (struct nn_seq_proj){ 0 };
+	if (!ps || !name)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_seq_proj_init: ps and name must not be NULL");
+	if ((unsigned)kind >= NN_NPROJ)
+		return tensor_error(TENSOR_ERR_ARG, "nn_seq_proj_init: '%s': unknown kind %d", name,
+				    (int)kind);
+	const char *kn = kind_names[kind];
+	if (n < 1 || k < 1 || k > n)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_seq_proj_init: '%s': %s projection n %lld -> k %lld, "
+				    "expected 1 <= k <= n",
+				    name, kn, (long long)n, (long long)k);
+	if (windowed(kind) && n % k != 0)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_seq_proj_init: '%s': n %lld is not divisible by k %lld: a "
+				    "%s projection needs kernel = stride = n/k to be an integer",
+				    name, (long long)n, (long long)k, kn);
+	if (heads < 1)
+		return tensor_error(TENSOR_ERR_ARG, "nn_seq_proj_init: '%s': heads %lld < 1", name,
+				    (long long)heads);
+	if (per_head && kind != NN_PROJ_LINEAR && kind != NN_PROJ_RANDOM)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_seq_proj_init: '%s': per-head projections are linear or "
+				    "random only, not %s",
+				    name, kn);
+	if (kind == NN_PROJ_CONV && channels < 1)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_seq_proj_init: '%s': conv needs channels >= 1, got %lld",
+				    name, (long long)channels);
+	*p = (struct nn_seq_proj){ .kind = kind,
+				   .n = n,
+				   .k = k,
+				   .heads = heads,
+				   .channels = channels,
+				   .per_head = per_head,
+				   .dense = dense && kind == NN_PROJ_CONV };
+	int rc = seq_proj_params(p, ps, name);
+	if (rc < 0) /* parameters already registered stay owned by ps */
+		*p = (struct nn_seq_proj){ 0 };
+	return rc;
+}
+
+/* x [B,Hx,S,c] padded with zero rows to [B,Hx,n,c] (x itself when S == n). */
+static struct tensor *pad_to(struct tensor *x, int64_t n)
+{
+	int64_t s = x->shape[2];
+	if (s == n)
+		return x;
+	int64_t shape[4] = { x->shape[0], x->shape[1], n - s, x->shape[3] };
+	struct tensor *z = tensor_zeros(x->dtype, x->storage->device, 4, shape);
+	struct tensor *y = ag_concat(2, (struct tensor *[]){ x, z }, 2);
+	tensor_free(z);
+	return y;
+}
+
+/* Conv1d with kernel = stride = kern as one GEMM over windows (what
+ * tensor_conv1d computes, without moving channels in front of the sequence):
+ * y[.., j, o] = sum_{r,c} w[o, c, r] x[.., j kern + r, c] + bias[o]. x
+ * [B,Hx,n,c] viewed as [B,Hx,k,kern c] (a copy only if x is not contiguous);
+ * the weight [c_out, c_in, kern] rearranged to [kern c_in, c_out] (small). */
+static struct tensor *conv_windows(const struct nn_seq_proj *p, struct tensor *x)
+{
+	if (!x)
+		return NULL;
+	int64_t kern = p->n / p->k, c = p->channels;
+	int64_t flat[4] = { x->shape[0], x->shape[1], p->k, kern * c };
+	struct tensor *xw = ag_reshape(x, 4, flat);
+	struct tensor *w =
+	    ag_reshape(ag_permute(p->weight, (int[]){ 2, 1, 0 }), 2, (int64_t[]){ kern * c, c });
+	return ag_add(ag_matmul(xw, w), p->bias);
+}
+
+struct tensor *nn_seq_proj_forward(const struct nn_seq_proj *p, struct tensor *x)
+{
+	if (!x)
+		return NULL;
+	if (!p || p->k < 1 || (unsigned)p->kind >= NN_NPROJ) {
+		tensor_error(TENSOR_ERR_ARG, "nn_seq_proj_forward: projection is NULL or not "
+					     "initialised");
+		return NULL;
+	}
+	char bx[128];
+	tensor_shape_str(x, bx, sizeof bx);
+	const char *kn = kind_names[p->kind];
+	if (tensor_check_float("nn_seq_proj_forward", x) < 0)
+		return NULL;
+	if (x->ndim != 4 || x->shape[2] > p->n) {
+		tensor_error(TENSOR_ERR_SHAPE,
+			     "nn_seq_proj_forward: x %s, expected [B,H,S,d] with S <= n = %lld "
+			     "(%s projection to k %lld)",
+			     bx, (long long)p->n, kn, (long long)p->k);
+		return NULL;
+	}
+	if (p->per_head && x->shape[1] != p->heads && x->shape[1] != 1) {
+		tensor_error(TENSOR_ERR_SHAPE,
+			     "nn_seq_proj_forward: x %s has %lld heads, the per-head %s "
+			     "projection %lld (or 1, broadcast)",
+			     bx, (long long)x->shape[1], kn, (long long)p->heads);
+		return NULL;
+	}
+	if (p->kind == NN_PROJ_CONV && x->shape[3] != p->channels) {
+		tensor_error(TENSOR_ERR_SHAPE,
+			     "nn_seq_proj_forward: x %s has %lld channels, the conv projection "
+			     "expects [B,H,S,%lld]",
+			     bx, (long long)x->shape[3], (long long)p->channels);
+		return NULL;
+	}
+	if (p->weight && tensor_check_pair("nn_seq_proj_forward", x, p->weight) < 0)
+		return NULL;
+	int64_t s = x->shape[2], kern = p->n / p->k;
+	switch (p->kind) {
+	case NN_PROJ_LINEAR:
+	case NN_PROJ_RANDOM: {
+		/* E sliced to the first S positions: [k,S] x [B,H,S,d]; per head
+		 * [1,H,k,S] x [B,H|1,S,d], batch dims broadcast. */
+		struct tensor *e = ag_narrow(p->weight, p->weight->ndim - 1, 0, s);
+		if (p->per_head)
+			e = ag_unsqueeze(e, 0);
+		return ag_matmul(e, x);
+	}
+	case NN_PROJ_CONV: return conv_windows(p, pad_to(x, p->n));
+	/* pooling over windows [B,H,k,d,kern] (unfold: a view); the zero rows
+	 * beyond S take part, as they do in the conv */
+	case NN_PROJ_MEAN:
+		return ag_mean(ag_unfold(pad_to(x, p->n), 2, kern, kern), 1, (int[]){ 4 }, false);
+	case NN_PROJ_MAX:
+		return ag_max(ag_unfold(pad_to(x, p->n), 2, kern, kern), 1, (int[]){ 4 }, false);
+	default: break;
+	}
+	return NULL;
+}
+
+void nn_seq_proj_free(struct nn_seq_proj *p)
+{
+	if (p)
+		*p = (struct nn_seq_proj){ 0 };
+}
+
+/* ---- Linformer self-attention ---------------------------------------------------- */
+
+/* "conv n 8 -> k 4 (4 channels, dense)" into buf[128]. */
+static const char *proj_str(char *buf, enum nn_proj_kind kind, int64_t n, int64_t k,
+			    int64_t channels, bool dense, bool per_head)
+{
+	int len = snprintf(buf, 128, "%s n %lld -> k %lld", nn_proj_kind_name(kind), (long long)n,
+			   (long long)k);
+	if (kind == NN_PROJ_CONV)
+		snprintf(buf + len, 128 - (size_t)len, " (%lld channels%s)", (long long)channels,
+			 dense ? ", dense" : "");
+	else if (per_head)
+		snprintf(buf + len, 128 - (size_t)len, " (per head)");
+	return buf;
+}
+
+/* The projection this layer needs must match the layerwise one it is given. */
+static int check_shared(const char *name, const struct nn_seq_proj *sh, enum nn_proj_kind kind,
+			int64_t n, int64_t k, int64_t heads, int64_t channels, bool dense)
+{
+	bool ok = sh->kind == kind && sh->n == n && sh->k == k &&
+		  (!sh->per_head || sh->heads == heads) &&
+		  (kind != NN_PROJ_CONV || (sh->channels == channels && sh->dense == dense));
+	if (ok)
+		return TENSOR_OK;
+	char have[128], want[128];
+	return tensor_error(
+	    TENSOR_ERR_ARG,
+	    "nn_linformer_init: '%s': the layerwise projection is %s, this layer "
+	    "needs %s",
+	    name, proj_str(have, sh->kind, sh->n, sh->k, sh->channels, sh->dense, sh->per_head),
+	    proj_str(want, kind, n, k, channels, dense, false));
+}
+
+static int check_config(const char *name, int64_t dim, int64_t heads, int64_t n, int64_t k,
+			enum nn_proj_kind kind, enum nn_proj_sharing sharing, double attn_dropout,
+			const struct nn_seq_proj *shared)
+{
+	if (dim < 1 || heads < 1 || dim % heads != 0)
+		return tensor_error(
+		    TENSOR_ERR_ARG,
+		    "nn_linformer_init: '%s': heads %lld must divide dim %lld (both >= 1)", name,
+		    (long long)heads, (long long)dim);
+	if ((unsigned)kind >= NN_NPROJ || (unsigned)sharing >= NN_NSHARING)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_linformer_init: '%s': unknown projection kind %d or "
+				    "sharing %d",
+				    name, (int)kind, (int)sharing);
+	if (n < 1 || k < 1 || k > n)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_linformer_init: '%s': n %lld -> k %lld, expected "
+				    "1 <= k <= n",
+				    name, (long long)n, (long long)k);
+	if (windowed(kind) && n % k != 0)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_linformer_init: '%s': n %lld is not divisible by k %lld: "
+				    "a %s projection needs kernel = stride = n/k to be an integer",
+				    name, (long long)n, (long long)k, kind_names[kind]);
+	if (!(attn_dropout >= 0 && attn_dropout < 1))
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_linformer_init: '%s': attn_dropout %g not in [0, 1)", name,
+				    attn_dropout);
+	if (sharing == NN_SHARE_LAYERWISE && !shared)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_linformer_init: '%s': layerwise sharing needs the shared "
+				    "projection, got NULL",
+				    name);
+	if (sharing != NN_SHARE_LAYERWISE && shared)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_linformer_init: '%s': a shared projection was passed with "
+				    "%s sharing (only layerwise takes one)",
+				    name, sharing_names[sharing]);
+	if (strlen(name) + strlen(".out_proj.weight") >= NN_NAME_MAX)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_linformer_init: name '%s' is too long (max %d chars "
+				    "with '.out_proj.weight')",
+				    name, NN_NAME_MAX - 1);
+	return TENSOR_OK;
+}
+
+/*
+ * Sharing: none gives per-head E and F [H, k, n] for linear/random (with
+ * shared_kv_head, each query head then sees its own projection of the one
+ * key/value head); a conv or pooling projection has no per-head form (the
+ * conv's channels are already shared by the heads), so for those none behaves
+ * like headwise. A layerwise projection must be what this layer would build:
+ * same kind, n and k, and for conv channels = head dim, or the key/value
+ * width (dim, or dim/heads with shared_kv_head) when dense.
+ */
+int nn_linformer_init(struct nn_linformer *m, struct nn_params *ps, const char *name, int64_t dim,
+		      int64_t heads, int64_t n, int64_t k, enum nn_proj_kind kind,
+		      enum nn_proj_sharing sharing, bool conv_dense, bool shared_kv_head,
+		      double attn_dropout, const struct nn_seq_proj *shared)
+{
+	if (!m)
+		return tensor_error(TENSOR_ERR_ARG, "nn_linformer_init: m is NULL");
+	*m = (struct nn_linformer){ 0 };
+	if (!ps || !name)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_linformer_init: ps and name must not be NULL");
+	int rc = check_config(name, dim, heads, n, k, kind, sharing, attn_dropout, shared);
+	if (rc < 0)
+		return rc;
+	int64_t dh = dim / heads, kvdim = shared_kv_head ? dh : dim;
+	bool dense = conv_dense && kind == NN_PROJ_CONV;
+	int64_t channels = kind != NN_PROJ_CONV ? 0 : dense ? kvdim : dh;
+	if (sharing == NN_SHARE_LAYERWISE) {
+		rc = check_shared(name, shared, kind, n, k, heads, channels, dense);
+		if (rc < 0)
+			return rc;
+	}
+	static const char *const lname[4] = { "q_proj", "k_proj", "v_proj", "out_proj" };
+	struct nn_linear *lin[4] = { &m->q_proj, &m->k_proj, &m->v_proj, &m->out_proj };
+	int64_t out[4] = { dim, kvdim, kvdim, dim };
+	char buf[NN_NAME_MAX];
+	for (int i = 0; i < 4 && rc == TENSOR_OK; i++)
+		rc = nn_name(buf, name, lname[i])
+			 ? nn_linear_init(lin[i], ps, buf, dim, out[i], true)
+			 : tensor_last_status();
+	bool per_head =
+	    sharing == NN_SHARE_NONE && (kind == NN_PROJ_LINEAR || kind == NN_PROJ_RANDOM);
+	if (rc == TENSOR_OK && sharing != NN_SHARE_LAYERWISE)
+		rc = nn_name(buf, name, "E") ? nn_seq_proj_init(&m->e, ps, buf, kind, n, k, heads,
+								per_head, channels, dense)
+					     : tensor_last_status();
+	if (rc == TENSOR_OK && (sharing == NN_SHARE_NONE || sharing == NN_SHARE_HEADWISE))
+		rc = nn_name(buf, name, "F") ? nn_seq_proj_init(&m->f, ps, buf, kind, n, k, heads,
+								per_head, channels, dense)
+					     : tensor_last_status();
+	if (rc == TENSOR_OK)
+		rc = nn_dropout_init(&m->dropout, ps, attn_dropout);
+	if (rc < 0) {
+		nn_linformer_free(m);
+		return rc;
+	}
+	m->e_used = sharing == NN_SHARE_LAYERWISE ? shared : &m->e;
+	m->f_used = sharing == NN_SHARE_LAYERWISE ? shared : sharing == NN_SHARE_KV ? &m->e : &m->f;
+	m->dim = dim;
+	m->heads = heads;
+	m->n = n;
+	m->k = k;
+	m->sharing = sharing;
+	m->shared_kv_head = shared_kv_head;
+	return TENSOR_OK;
+}
+
+/* [B,T,h*d] -> [B,h,T,d], a view. */
+static struct tensor *split_heads(struct tensor *x, int64_t h)
+{
+	if (!x)
+		return NULL;
+	int64_t b = x->shape[0], t = x->shape[1], c = x->shape[2];
+	struct tensor *v = ag_reshape(x, 4, (int64_t[]){ b, t, h, c / h });
+	return ag_permute(v, (int[]){ 0, 2, 1, 3 });
+}
+
+/* [B,h,T,d] -> [B,T,h*d]. */
+static struct tensor *merge_heads(struct tensor *o)
+{
+	if (!o)
+		return NULL;
+	int64_t b = o->shape[0], h = o->shape[1], t = o->shape[2], d = o->shape[3];
+	return ag_reshape(ag_permute(o, (int[]){ 0, 2, 1, 3 }), 3, (int64_t[]){ b, t, h * d });
+}
+
+/* Key or value rows x [B,H,T,c] with the padded ones (key_mask != 0) set to 0. */
+static struct tensor *zero_padded(struct tensor *x, const struct tensor *key_mask)
+{
+	if (!x || !key_mask)
+		return x;
+	struct tensor *m1 = tensor_unsqueeze(key_mask, 1);
+	struct tensor *m = tensor_unsqueeze(m1, 3); /* [B,1,T,1] */
+	struct tensor *y = m ? ag_masked_fill(x, m, 0.0) : NULL;
+	tensor_free(m);
+	tensor_free(m1);
+	return y;
+}
+
+/* The key mask [B,k] of the projected slots of a conv/pooling projection: slot
+ * j covers positions [j kern, (j+1) kern) and is masked iff every one of them
+ * is padding (key_mask != 0, or beyond T, where the input was zero-padded up
+ * to n). NULL with *none set when nothing is masked (no key mask and T == n). */
+static struct tensor *slot_mask(const struct nn_linformer *m, const struct tensor *x,
+				const struct tensor *key_mask, bool *none)
+{
+	enum tensor_dtype dt = x->dtype;
+	enum tensor_device dev = x->storage->device;
+	int64_t b = x->shape[0], t = x->shape[1], n = m->n, k = m->k;
+	*none = !key_mask && t == n;
+	if (*none)
+		return NULL;
+	struct tensor *pad = NULL;
+	if (key_mask) {
+		struct tensor *c = tensor_cast(key_mask, dt);
+		struct tensor *zero = tensor_zeros(dt, dev, 0, NULL);
+		pad = tensor_ne(c, zero);
+		tensor_free(c);
+		tensor_free(zero);
+	} else {
+		pad = tensor_zeros(dt, dev, 2, (int64_t[]){ b, t });
+	}
+	if (pad && t < n) {
+		struct tensor *ones = tensor_ones(dt, dev, 2, (int64_t[]){ b, n - t });
+		struct tensor *full = tensor_concat(2, (struct tensor *[]){ pad, ones }, 1);
+		tensor_free(ones);
+		tensor_free(pad);
+		pad = full;
+	}
+	struct tensor *w = pad ? tensor_view(pad, 3, (int64_t[]){ b, k, n / k }) : NULL;
+	struct tensor *sm = w ? tensor_min(w, 1, (int[]){ 2 }, false) : NULL;
+	tensor_free(w);
+	tensor_free(pad);
+	return sm;
+}
+
+/* Keys or values x [B,T,kvdim] (the k_proj/v_proj output) projected to
+ * [B,hk,k,d]: padded rows zeroed, then the sequence projection, per head or,
+ * for a dense conv, over all channels before the head split. */
+static struct tensor *project(const struct nn_linformer *m, const struct nn_seq_proj *p,
+			      struct tensor *x, const struct tensor *key_mask)
+{
+	if (!x)
+		return NULL;
+	int64_t hk = m->shared_kv_head ? 1 : m->heads;
+	if (p->dense) {
+		struct tensor *y =
+		    nn_seq_proj_forward(p, zero_padded(ag_unsqueeze(x, 1), key_mask));
+		return split_heads(y ? ag_squeeze(y, 1) : NULL, hk);
+	}
+	return nn_seq_proj_forward(p, zero_padded(split_heads(x, hk), key_mask));
+}
+
+/* Heads one at a time (as nn_mha): without grad each head runs in an inner
+ * scope keeping only its output [B,T,d]; dropout masks are drawn per head. */
+static struct tensor *heads_sequential(const struct nn_linformer *m, struct tensor *q,
+				       struct tensor *k, struct tensor *v,
+				       const struct tensor *mask, double scale)
+{
+	int64_t h = m->heads;
+	bool scoped = !ag_grad_enabled();
+	struct tensor **outs = calloc((size_t)h, sizeof *outs);
+	if (!outs) {
+		tensor_error(TENSOR_ERR_NOMEM,
+			     "nn_linformer_forward: cannot allocate %lld head outputs",
+			     (long long)h);
+		return NULL;
+	}
+	bool ok = true;
+	for (int64_t i = 0; i < h && ok; i++) {
+		if (scoped)
+			tensor_scope_begin();
+		struct tensor *o =
+		    nn_attention(ag_narrow(q, 1, i, 1), ag_narrow(k, 1, i, 1),
+				 ag_narrow(v, 1, i, 1), mask, false, scale, &m->dropout);
+		o = o ? ag_squeeze(ag_permute(o, (int[]){ 0, 2, 1, 3 }), 2) : NULL;
+		if (scoped) {
+			o = o ? tensor_scope_keep(o) : NULL;
+			tensor_scope_end();
+		}
+		outs[i] = o;
+		ok = o != NULL;
+	}
+	struct tensor *y = ok ? ag_concat((int)h, outs, 2) : NULL;
+	if (scoped)
+		for (int64_t i = 0; i < h; i++)
+			tensor_free(outs[i]);
+	free(outs);
+	return y;
+}
+
+static int check_input(const struct nn_linformer *m, const struct tensor *x,
+		       const struct tensor *key_mask)
+{
+	if (!m || m->dim < 1 || !m->e_used || !m->f_used)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_linformer_forward: module is NULL or not initialised");
+	char bx[128], bm[128];
+	tensor_shape_str(x, bx, sizeof bx);
+	if (x->ndim != 3 || x->shape[2] != m->dim)
+		return tensor_error(TENSOR_ERR_SHAPE,
+				    "nn_linformer_forward: x %s must be [B,T,%lld]", bx,
+				    (long long)m->dim);
+	if (x->shape[1] > m->n)
+		return tensor_error(TENSOR_ERR_SHAPE,
+				    "nn_linformer_forward: x %s: sequence length T %lld is longer "
+				    "than n %lld, the longest input the projections cover",
+				    bx, (long long)x->shape[1], (long long)m->n);
+	if (key_mask && (key_mask->ndim != 2 || key_mask->shape[0] != x->shape[0] ||
+			 key_mask->shape[1] != x->shape[1]))
+		return tensor_error(TENSOR_ERR_SHAPE,
+				    "nn_linformer_forward: key_mask %s must be [B,T] = "
+				    "[%lld,%lld] (x %s)",
+				    tensor_shape_str(key_mask, bm, sizeof bm),
+				    (long long)x->shape[0], (long long)x->shape[1], bx);
+	if (key_mask && key_mask->storage->device != x->storage->device)
+		return tensor_error(TENSOR_ERR_DEVICE,
+				    "nn_linformer_forward: key_mask on %s, x on %s",
+				    tensor_device_name(key_mask->storage->device),
+				    tensor_device_name(x->storage->device));
+	return TENSOR_OK;
+}
+
+struct tensor *nn_linformer_forward(const struct nn_linformer *m, struct tensor *x,
+				    const struct tensor *key_mask)
+{
+	if (!x)
+		return NULL;
+	if (check_input(m, x, key_mask) < 0)
+		return NULL;
+	int64_t b = x->shape[0], h = m->heads, d = m->dim / h;
+	struct tensor *q = split_heads(nn_linear_forward(&m->q_proj, x), h);
+	struct tensor *k = project(m, m->e_used, nn_linear_forward(&m->k_proj, x), key_mask);
+	struct tensor *v = project(m, m->f_used, nn_linear_forward(&m->v_proj, x), key_mask);
+	if (!q || !k || !v)
+		return NULL;
+	int64_t kv_shape[4] = { b, h, m->k, d };
+	if (k->shape[1] != h) /* one shared key/value head */
+		k = ag_expand(k, 4, kv_shape);
+	if (v->shape[1] != h)
+		v = ag_expand(v, 4, kv_shape);
+	struct tensor *mask = NULL;
+	bool none = true;
+	if (windowed(m->e_used->kind)) {
+		mask = slot_mask(m, x, key_mask, &none);
+		if (!mask && !none)
+			return NULL;
+	}
+	double scale = 1 / sqrt((double)d);
+	struct tensor *y;
+	if (m->sequential_heads)
+		y = heads_sequential(m, q, k, v, mask, scale);
+	else
+		y = merge_heads(nn_attention(q, k, v, mask, false, scale, &m->dropout));
+	tensor_free(mask);
+	return nn_linear_forward(&m->out_proj, y);
+}
+
+void nn_linformer_free(struct nn_linformer *m)
+{
+	if (!m)
+		return;
+	nn_linear_free(&m->q_proj);
+	nn_linear_free(&m->k_proj);
+	nn_linear_free(&m->v_proj);
+	nn_linear_free(&m->out_proj);
+	nn_seq_proj_free(&m->e);
+	nn_seq_proj_free(&m->f);
+	*m = (struct nn_linformer){ 0 };
+}

@@ -1,0 +1,1709 @@
+/* models: presets, patterns and the k schedule; config JSON; parameter counts
+ * against hand formulas; output shapes of every preset and sharing mode;
+ * gradient checks of tiny models; overfitting a batch; no-grad inference
+ * (same logits, lower peak); pre/post-norm; padding invariance; pooling and
+ * the tied decoder against references; checkpoints; errors. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gradcheck.h"
+#include "models.h"
+#include "testutil.h"
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static const char *const sharing_label[4] = { "none", "headwise", "kv", "layerwise" };
+
+/* The tiny model of the gradient checks: vocab 11, n 8, dim 8, 2 heads, k 4,
+ * no dropout; preset is a named preset with a depth or a pattern. */
+static struct model_config tiny(const char *preset)
+{
+	struct model_config c;
+	ck_assert_msg(model_config_preset(&c, preset, 11, 8) == TENSOR_OK, "%s: %s", preset,
+		      tensor_last_error());
+	c.dim = 8;
+	c.heads = 2;
+	c.ff_hidden = 16;
+	c.k_first = c.k_last = 4;
+	c.dropout = c.attn_dropout = 0;
+	c.num_classes = 3;
+	c.head_hidden = 8;
+	c.seed = 7;
+	return c;
+}
+
+static struct tensor *ids_tensor(int64_t B, int64_t T, const int64_t *v)
+{
+	struct tensor *t = tensor_from_data(TENSOR_I64, TENSOR_CPU, 2, (int64_t[]){ B, T }, v);
+	ck_assert(t != NULL);
+	return t;
+}
+
+/* Random ids in [1, vocab) (0 is the padding id), seeded. */
+static struct tensor *rand_ids(int64_t B, int64_t T, int64_t vocab, uint64_t seed)
+{
+	int64_t *v = malloc(sizeof *v * (size_t)(B * T));
+	uint64_t s = seed * 2654435761u + 12345;
+	for (int64_t i = 0; i < B * T; i++) {
+		s = s * 6364136223846793005ull + 1442695040888963407ull;
+		v[i] = 1 + (int64_t)((s >> 33) % (uint64_t)(vocab - 1));
+	}
+	struct tensor *t = ids_tensor(B, T, v);
+	free(v);
+	return t;
+}
+
+/* Mask [B,T] (i64) with len[b] real tokens at the start of row b. */
+static struct tensor *prefix_mask(int64_t B, int64_t T, const int64_t *len)
+{
+	int64_t *v = calloc((size_t)(B * T), sizeof *v);
+	for (int64_t b = 0; b < B; b++)
+		for (int64_t t = 0; t < len[b] && t < T; t++)
+			v[b * T + t] = 1;
+	struct tensor *m = ids_tensor(B, T, v);
+	free(v);
+	return m;
+}
+
+static void assert_same(const struct tensor *a, const struct tensor *b, double tol)
+{
+	ck_assert_msg(a != NULL && b != NULL, "%s", tensor_last_error());
+	ck_assert(tensor_same_shape(a, b));
+	double *vb = tu_values(b);
+	tu_assert_close(a, vb, tensor_numel(b), tol, tol);
+	free(vb);
+}
+
+static double max_abs_diff(const struct tensor *a, const struct tensor *b)
+{
+	double *va = tu_values(a), *vb = tu_values(b), d = 0;
+	for (int64_t i = 0; i < tensor_numel(a); i++)
+		d = fmax(d, fabs(va[i] - vb[i]));
+	free(va);
+	free(vb);
+	return d;
+}
+
+static void drop_params(struct nn_params *ps)
+{
+	ag_tape_reset();
+	nn_params_free(ps);
+}
+
+/* Field-by-field equality of two configs (the used part of the arrays). */
+static void assert_config_eq(const struct model_config *a, const struct model_config *b)
+{
+#define EQ(f) ck_assert_msg(a->f == b->f, "field " #f " differs")
+	EQ(vocab_size);
+	EQ(max_len);
+	EQ(dim);
+	EQ(heads);
+	EQ(layers);
+	EQ(ff_hidden);
+	EQ(activation);
+	EQ(swiglu);
+	EQ(pre_norm);
+	EQ(rms_norm);
+	EQ(learned_positions);
+	EQ(final_norm);
+	EQ(dropout);
+	EQ(attn_dropout);
+	EQ(pad_id);
+	EQ(k_schedule);
+	EQ(k_first);
+	EQ(k_last);
+	EQ(sharing);
+	EQ(conv_dense);
+	EQ(shared_kv_head);
+	EQ(sequential_heads);
+	EQ(num_classes);
+	EQ(head_hidden);
+	EQ(pooling);
+	EQ(tie_embeddings);
+	EQ(seed);
+#undef EQ
+	for (int64_t i = 0; i < a->layers; i++) {
+		ck_assert_msg(a->attention[i] == b->attention[i], "attention[%lld] differs",
+			      (long long)i);
+		ck_assert_msg(a->k[i] == b->k[i], "k[%lld] differs", (long long)i);
+	}
+}
+
+/* ---- presets and patterns ------------------------------------------------------- */
+
+START_TEST(test_preset_defaults)
+{
+	struct model_config c;
+	ck_assert_int_eq(model_config_preset(&c, "transformer", 30522, 512), TENSOR_OK);
+	ck_assert_int_eq(c.vocab_size, 30522);
+	ck_assert_int_eq(c.max_len, 512);
+	ck_assert_int_eq(c.dim, 256);
+	ck_assert_int_eq(c.heads, 4);
+	ck_assert_int_eq(c.layers, 4);
+	ck_assert_int_eq(c.ff_hidden, 1024);
+	ck_assert_int_eq(c.activation, NN_GELU);
+	ck_assert(!c.swiglu && c.pre_norm && !c.rms_norm && c.learned_positions && c.final_norm);
+	ck_assert(c.dropout == 0.1 && c.attn_dropout == 0.1);
+	ck_assert_int_eq(c.pad_id, 0);
+	ck_assert_int_eq(c.k_schedule, MODEL_K_CONSTANT);
+	ck_assert_int_eq(c.k_first, 128);
+	ck_assert_int_eq(c.k_last, 128);
+	ck_assert_int_eq(c.sharing, NN_SHARE_HEADWISE);
+	ck_assert(!c.conv_dense && !c.shared_kv_head && !c.sequential_heads);
+	ck_assert_int_eq(c.num_classes, 2);
+	ck_assert_int_eq(c.head_hidden, 256);
+	ck_assert_int_eq(c.pooling, MODEL_POOL_MEAN);
+	ck_assert(c.tie_embeddings);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(c.attention[i], MODEL_ATTN_STANDARD);
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(c.k[i], 0); /* standard layers have no k */
+	/* k is clamped to a short max_len */
+	ck_assert_int_eq(model_config_preset(&c, "linformer", 100, 64), TENSOR_OK);
+	ck_assert_int_eq(c.k_first, 64);
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	ck_assert_int_eq(c.k[3], 64);
+}
+END_TEST
+
+START_TEST(test_preset_patterns)
+{
+	struct model_config c;
+	ck_assert_int_eq(model_config_preset(&c, "linformer", 100, 512), TENSOR_OK);
+	ck_assert_int_eq(c.layers, 4);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(c.attention[i], MODEL_ATTN_LINEAR);
+	/* uniform presets stay valid at any depth set afterwards */
+	c.layers = 7;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	ck_assert_int_eq(c.attention[6], MODEL_ATTN_LINEAR);
+	ck_assert_int_eq(c.k[6], 128);
+
+	ck_assert_int_eq(model_config_preset(&c, "conv-linformer", 100, 512), TENSOR_OK);
+	const enum model_attention cl[4] = { MODEL_ATTN_LINEAR, MODEL_ATTN_LINEAR, MODEL_ATTN_CONV,
+					     MODEL_ATTN_CONV };
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(c.attention[i], cl[i]);
+	c.layers = 6; /* deeper than the preset's pattern: refused, naming the layer */
+	tu_assert_error(model_config_resolve(&c) < 0, TENSOR_ERR_ARG, "model_config_resolve",
+			"layer 4");
+	/* name:depth; an odd depth gives the extra layer to the linear half */
+	ck_assert_int_eq(model_config_preset(&c, "conv-linformer:5", 100, 512), TENSOR_OK);
+	ck_assert_int_eq(c.layers, 5);
+	const enum model_attention cl5[5] = { MODEL_ATTN_LINEAR, MODEL_ATTN_LINEAR,
+					      MODEL_ATTN_LINEAR, MODEL_ATTN_CONV, MODEL_ATTN_CONV };
+	for (int i = 0; i < 5; i++)
+		ck_assert_int_eq(c.attention[i], cl5[i]);
+	ck_assert_int_eq(model_config_preset(&c, "Transformer:12", 100, 512), TENSOR_OK);
+	ck_assert_int_eq(c.layers, 12);
+
+	ck_assert_int_eq(model_config_preset(&c, "SLCMXR", 100, 512), TENSOR_OK);
+	ck_assert_int_eq(c.layers, 6);
+	for (int i = 0; i < 6; i++)
+		ck_assert_int_eq(c.attention[i], i);
+	ck_assert_int_eq(model_config_preset(&c, "llcc", 100, 512), TENSOR_OK);
+	ck_assert_int_eq(c.layers, 4);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(c.attention[i], cl[i]);
+	char longest[MODEL_MAX_LAYERS + 1];
+	memset(longest, 'M', MODEL_MAX_LAYERS);
+	longest[MODEL_MAX_LAYERS] = 0;
+	ck_assert_int_eq(model_config_preset(&c, longest, 100, 512), TENSOR_OK);
+	ck_assert_int_eq(c.layers, MODEL_MAX_LAYERS);
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+}
+END_TEST
+
+START_TEST(test_preset_errors)
+{
+	struct model_config c;
+	tu_assert_error(model_config_preset(NULL, "transformer", 10, 10) < 0, TENSOR_ERR_ARG,
+			"model_config_preset", NULL);
+	tu_assert_error(model_config_preset(&c, NULL, 10, 10) < 0, TENSOR_ERR_ARG,
+			"model_config_preset", NULL);
+	tu_assert_error(model_config_preset(&c, "transformer", 0, 10) < 0, TENSOR_ERR_ARG,
+			"model_config_preset", "vocab_size 0");
+	tu_assert_error(model_config_preset(&c, "transformer", 10, 0) < 0, TENSOR_ERR_ARG,
+			"model_config_preset", "max_len 0");
+	tu_assert_error(model_config_preset(&c, "bert", 10, 10) < 0, TENSOR_ERR_ARG,
+			"unknown preset 'bert'", NULL);
+	tu_assert_error(model_config_preset(&c, "", 10, 10) < 0, TENSOR_ERR_ARG,
+			"unknown preset ''", NULL);
+	tu_assert_error(model_config_preset(&c, "LLZ", 10, 10) < 0, TENSOR_ERR_ARG,
+			"unknown preset 'LLZ'", "'Z'");
+	tu_assert_error(model_config_preset(&c, "LL C", 10, 10) < 0, TENSOR_ERR_ARG, "' '", NULL);
+	char toolong[MODEL_MAX_LAYERS + 2];
+	memset(toolong, 'L', MODEL_MAX_LAYERS + 1);
+	toolong[MODEL_MAX_LAYERS + 1] = 0;
+	tu_assert_error(model_config_preset(&c, toolong, 10, 10) < 0, TENSOR_ERR_ARG,
+			"unknown preset", "1..64 letters");
+	tu_assert_error(model_config_preset(&c, "linformer:0", 10, 10) < 0, TENSOR_ERR_ARG,
+			"'linformer:0'", "layers in [1, 64]");
+	tu_assert_error(model_config_preset(&c, "linformer:65", 10, 10) < 0, TENSOR_ERR_ARG,
+			"'linformer:65'", NULL);
+	tu_assert_error(model_config_preset(&c, "linformer:x", 10, 10) < 0, TENSOR_ERR_ARG,
+			"'linformer:x'", NULL);
+	tu_assert_error(model_config_preset(&c, "LLCC:4", 10, 10) < 0, TENSOR_ERR_ARG,
+			"unknown preset 'LLCC'", "named preset only");
+}
+END_TEST
+
+START_TEST(test_k_schedule)
+{
+	struct model_config c;
+	ck_assert_int_eq(model_config_preset(&c, "linformer", 100, 512), TENSOR_OK);
+	c.k_schedule = MODEL_K_LINEAR;
+	c.k_first = 128;
+	c.k_last = 32;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	const int64_t lin[4] = { 128, 96, 64, 32 };
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(c.k[i], lin[i]);
+	/* rounding half away from zero: 10 -> 3 over 4 layers = 10, 7.67, 5.33, 3;
+	 * 4 -> 1 over 3 layers = 4, 2.5, 1 */
+	c.k_first = 10;
+	c.k_last = 3;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	const int64_t r[4] = { 10, 8, 5, 3 };
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(c.k[i], r[i]);
+	c.layers = 3;
+	c.k_first = 4;
+	c.k_last = 1;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	ck_assert_int_eq(c.k[0], 4);
+	ck_assert_int_eq(c.k[1], 3);
+	ck_assert_int_eq(c.k[2], 1);
+	ck_assert_int_eq(c.k[3], 0); /* past the depth: cleared */
+	c.k_first = 2;		     /* increasing works too: 2, 4, 6 */
+	c.k_last = 6;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	ck_assert_int_eq(c.k[1], 4);
+	c.layers = 1; /* one layer: k_first */
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	ck_assert_int_eq(c.k[0], 2);
+	ck_assert_int_eq(c.attention[1], MODEL_NATTN); /* cleared past the depth */
+	/* resolving fixed the depth: raising it now is refused, not silently standard */
+	c.layers = 4;
+	tu_assert_error(model_config_resolve(&c) < 0, TENSOR_ERR_ARG, "layer 1 has no valid", NULL);
+	/* constant ignores k_last */
+	ck_assert_int_eq(model_config_preset(&c, "linformer", 100, 512), TENSOR_OK);
+	c.k_schedule = MODEL_K_CONSTANT;
+	c.k_first = 64;
+	c.k_last = 999;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(c.k[i], 64);
+	/* explicit list; standard layers get k 0 whatever the list says */
+	ck_assert_int_eq(model_config_preset(&c, "SLLS", 100, 512), TENSOR_OK);
+	c.k_schedule = MODEL_K_LIST;
+	const int64_t list[4] = { 7, 256, 100, 9 };
+	memcpy(c.k, list, sizeof list);
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	ck_assert_int_eq(c.k[0], 0);
+	ck_assert_int_eq(c.k[1], 256);
+	ck_assert_int_eq(c.k[2], 100);
+	ck_assert_int_eq(c.k[3], 0);
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK); /* idempotent */
+	ck_assert_int_eq(c.k[1], 256);
+	/* layerwise with a decaying k is fine when one layer is projected */
+	ck_assert_int_eq(model_config_preset(&c, "SSSL", 100, 512), TENSOR_OK);
+	c.sharing = NN_SHARE_LAYERWISE;
+	c.k_schedule = MODEL_K_LINEAR;
+	c.k_first = 128;
+	c.k_last = 32;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	ck_assert_int_eq(c.k[3], 32);
+	/* and with a constant k over several layers */
+	ck_assert_int_eq(model_config_preset(&c, "CSC", 100, 512), TENSOR_OK);
+	c.sharing = NN_SHARE_LAYERWISE;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+}
+END_TEST
+
+/* A valid base to break one field at a time. */
+static struct model_config base(void)
+{
+	struct model_config c;
+	ck_assert_int_eq(model_config_preset(&c, "linformer", 100, 64), TENSOR_OK);
+	c.k_first = c.k_last = 16;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	return c;
+}
+
+#define RESOLVE_FAILS(stmt, s1, s2)                                                    \
+	do {                                                                           \
+		struct model_config c = base();                                        \
+		stmt;                                                                  \
+		tu_assert_error(model_config_resolve(&c) < 0, TENSOR_ERR_ARG, s1, s2); \
+	} while (0)
+
+START_TEST(test_resolve_errors)
+{
+	tu_assert_error(model_config_resolve(NULL) < 0, TENSOR_ERR_ARG, "model_config_resolve",
+			NULL);
+	RESOLVE_FAILS(c.vocab_size = 0, "model_config_resolve", "vocab_size 0");
+	RESOLVE_FAILS(c.max_len = -1, "max_len -1", NULL);
+	RESOLVE_FAILS(c.dim = 0, "dim 0", NULL);
+	RESOLVE_FAILS(c.heads = 0, "heads 0", NULL);
+	RESOLVE_FAILS(c.ff_hidden = 0, "ff_hidden 0", NULL);
+	RESOLVE_FAILS(c.num_classes = 0, "num_classes 0", NULL);
+	RESOLVE_FAILS(c.head_hidden = 0, "head_hidden 0", NULL);
+	RESOLVE_FAILS(c.layers = 0, "layers 0 not in [1, 64]", NULL);
+	RESOLVE_FAILS(c.layers = 65, "layers 65", NULL);
+	RESOLVE_FAILS(c.heads = 3, "heads 3 must divide dim 256", NULL);
+	RESOLVE_FAILS(c.pad_id = 100, "pad_id 100", NULL);
+	RESOLVE_FAILS(c.pad_id = -2, "pad_id -2", NULL);
+	RESOLVE_FAILS(c.dropout = 1.0, "dropout 1", NULL);
+	RESOLVE_FAILS(c.attn_dropout = -0.5, "attn_dropout -0.5", NULL);
+	RESOLVE_FAILS(c.attn_dropout = NAN, "attn_dropout nan", NULL);
+	RESOLVE_FAILS(c.activation = (enum nn_activation)99, "unknown activation 99", NULL);
+	RESOLVE_FAILS(c.k_schedule = (enum model_k_schedule)7, "unknown k_schedule 7", NULL);
+	RESOLVE_FAILS(c.sharing = (enum nn_proj_sharing)9, "unknown sharing 9", NULL);
+	RESOLVE_FAILS(c.pooling = (enum model_pooling)5, "unknown pooling 5", NULL);
+	RESOLVE_FAILS(c.attention[2] = MODEL_NATTN, "layer 2 has no valid attention kind", NULL);
+	RESOLVE_FAILS(c.k_first = 65, "layer 0 (linear): k 65 not in [1, max_len 64]", NULL);
+	RESOLVE_FAILS(c.k_first = 0, "k 0", NULL);
+	RESOLVE_FAILS((c.k_schedule = MODEL_K_LIST, c.k[0] = c.k[1] = c.k[3] = 8, c.k[2] = -1),
+		      "layer 2 (linear): k -1", NULL);
+	RESOLVE_FAILS((c.k_schedule = MODEL_K_LINEAR, c.k_last = 100), "layer 2", "k 72");
+	/* conv and pooling: n must be a multiple of k (kernel = stride = n/k) */
+	RESOLVE_FAILS((c.attention[1] = MODEL_ATTN_CONV, c.k_first = 24),
+		      "layer 1 (conv): max_len 64 is not divisible by k 24", NULL);
+	RESOLVE_FAILS((c.attention[0] = MODEL_ATTN_MEAN, c.k_first = 48), "layer 0 (mean)",
+		      "not divisible");
+	RESOLVE_FAILS((c.attention[3] = MODEL_ATTN_MAX, c.k_first = 10), "layer 3 (max)",
+		      "not divisible");
+	/* learned and random projections take any k <= n */
+	{
+		struct model_config c = base();
+		c.attention[1] = MODEL_ATTN_RANDOM;
+		c.k_first = 24;
+		ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	}
+	/* layerwise sharing: one projection for every layer, so one k and one kind */
+	RESOLVE_FAILS((c.sharing = NN_SHARE_LAYERWISE, c.k_schedule = MODEL_K_LINEAR,
+		       c.k_first = 16, c.k_last = 4),
+		      "layerwise sharing needs one k for every projected layer",
+		      "layer 1 has k 12, layer 0 has k 16");
+	RESOLVE_FAILS((c.sharing = NN_SHARE_LAYERWISE, c.k_schedule = MODEL_K_LIST, c.k[0] = 16,
+		       c.k[1] = 16, c.k[2] = 16, c.k[3] = 8),
+		      "needs one k", "layer 3 has k 8");
+	RESOLVE_FAILS((c.sharing = NN_SHARE_LAYERWISE, c.attention[2] = MODEL_ATTN_CONV),
+		      "layerwise sharing needs one projection kind",
+		      "layer 2 is conv, layer 0 is linear");
+	RESOLVE_FAILS((c.sharing = NN_SHARE_LAYERWISE, c.attention[0] = MODEL_ATTN_STANDARD,
+		       c.attention[3] = MODEL_ATTN_MEAN),
+		      "layer 3 is mean, layer 1 is linear", NULL);
+	/* standard layers do not take part in either rule */
+	{
+		struct model_config c = base();
+		c.sharing = NN_SHARE_LAYERWISE;
+		c.attention[0] = MODEL_ATTN_STANDARD;
+		ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	}
+	/* a failed resolve leaves the config unchanged */
+	struct model_config c = base(), before;
+	c.k_schedule = MODEL_K_LIST;
+	c.k[0] = 3;
+	c.k[1] = 999;
+	before = c;
+	ck_assert(model_config_resolve(&c) < 0);
+	tensor_clear_error();
+	ck_assert(memcmp(&c, &before, sizeof c) == 0);
+}
+END_TEST
+
+START_TEST(test_attention_names)
+{
+	const char *names[MODEL_NATTN] = { "standard", "linear", "conv", "mean", "max", "random" };
+	for (int a = 0; a < MODEL_NATTN; a++) {
+		ck_assert_str_eq(model_attention_name(a), names[a]);
+		ck_assert_int_eq(model_attention_parse(names[a]), a);
+	}
+	ck_assert_str_eq(model_attention_name(MODEL_NATTN), "unknown");
+	ck_assert_str_eq(model_attention_name((enum model_attention) - 1), "unknown");
+	ck_assert_int_eq(model_attention_parse("Linear"), -1);
+	ck_assert_int_eq(model_attention_parse(""), -1);
+	ck_assert_int_eq(model_attention_parse(NULL), -1);
+}
+END_TEST
+
+/* ---- JSON ------------------------------------------------------------------------ */
+
+/* to_json -> from_json gives the same config; for a resolved one, also the
+ * same (canonical) arrays past the depth, so equal models memcmp equal. */
+static void roundtrip(const struct model_config *c, bool resolved)
+{
+	char *json = model_config_to_json(c);
+	ck_assert_msg(json != NULL, "%s", tensor_last_error());
+	struct model_config back;
+	memset(&back, 0xab, sizeof back);
+	ck_assert_msg(model_config_from_json(&back, json) == TENSOR_OK, "%s: %s", json,
+		      tensor_last_error());
+	assert_config_eq(&back, c);
+	if (resolved) {
+		ck_assert(memcmp(back.attention, c->attention, sizeof c->attention) == 0);
+		ck_assert(memcmp(back.k, c->k, sizeof c->k) == 0);
+	}
+	/* and once more: the text is stable */
+	char *again = model_config_to_json(&back);
+	ck_assert_str_eq(again, json);
+	free(again);
+	free(json);
+}
+
+START_TEST(test_json_roundtrip)
+{
+	const char *presets[] = { "transformer", "linformer", "conv-linformer", "SLCMXR" };
+	for (int p = 0; p < 4; p++)
+		for (int s = 0; s < 4; s++) {
+			struct model_config c;
+			ck_assert_int_eq(model_config_preset(&c, presets[p], 1000, 512), TENSOR_OK);
+			c.sharing = (enum nn_proj_sharing)s;
+			roundtrip(&c, false);
+			if (model_config_resolve(&c) == TENSOR_OK)
+				roundtrip(&c, true);
+			tensor_clear_error();
+		}
+	/* every field away from its default */
+	struct model_config c;
+	ck_assert_int_eq(model_config_preset(&c, "LLCCM", 30522, 4096), TENSOR_OK);
+	c.dim = 96;
+	c.heads = 6;
+	c.ff_hidden = 333;
+	c.activation = NN_GELU_TANH;
+	c.swiglu = true;
+	c.pre_norm = false;
+	c.rms_norm = true;
+	c.learned_positions = false;
+	c.final_norm = false;
+	c.dropout = 0.123456789012345678;
+	c.attn_dropout = 1.0 / 3.0;
+	c.pad_id = -1;
+	c.k_schedule = MODEL_K_LIST;
+	const int64_t k[5] = { 1000, 512, 256, 128, 64 };
+	memcpy(c.k, k, sizeof k);
+	c.k_first = 3;
+	c.k_last = 17;
+	c.sharing = NN_SHARE_KV;
+	c.conv_dense = true;
+	c.shared_kv_head = true;
+	c.sequential_heads = true;
+	c.num_classes = 7;
+	c.head_hidden = 5;
+	c.pooling = MODEL_POOL_CLS;
+	c.tie_embeddings = false;
+	c.seed = 0xfedcba9876543210ull; /* beyond 2^53: written as a string */
+	roundtrip(&c, false);
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	roundtrip(&c, true);
+	c.seed = 9007199254740992ull; /* 2^53 exactly: a number */
+	roundtrip(&c, true);
+	char *json = model_config_to_json(&c);
+	ck_assert(strstr(json, "\"seed\":9007199254740992") != NULL);
+	ck_assert(strstr(json, "\"attention\":[\"linear\",\"linear\",\"conv\",\"conv\",\"mean\"]"));
+	ck_assert(strstr(json, "\"sharing\":\"kv\"") && strstr(json, "\"pooling\":\"cls\""));
+	ck_assert(strstr(json, "\"activation\":\"gelu_tanh\""));
+	free(json);
+	for (int a = 0; a < NN_NACTIVATIONS; a++) {
+		c.activation = (enum nn_activation)a;
+		roundtrip(&c, true);
+	}
+	/* the smallest config: vocab_size and max_len; the rest are the defaults */
+	struct model_config d, want;
+	ck_assert_int_eq(model_config_from_json(&d, "{\"max_len\": 64, \"vocab_size\": 50}"),
+			 TENSOR_OK);
+	ck_assert_int_eq(model_config_preset(&want, "transformer", 50, 64), TENSOR_OK);
+	assert_config_eq(&d, &want);
+	/* a hand-written one: layers before or after the arrays, any key order */
+	ck_assert_int_eq(model_config_from_json(&d, "{\"attention\":[\"conv\",\"max\"],"
+						    "\"vocab_size\":5,\"layers\":2,\"max_len\":8,"
+						    "\"seed\":\"42\",\"sharing\":\"key-value\"}"),
+			 TENSOR_OK);
+	ck_assert_int_eq(d.layers, 2);
+	ck_assert_int_eq(d.attention[0], MODEL_ATTN_CONV);
+	ck_assert_int_eq(d.attention[1], MODEL_ATTN_MAX);
+	ck_assert_int_eq(d.seed, 42);
+	ck_assert_int_eq(d.sharing, NN_SHARE_KV);
+	ck_assert_int_eq(d.k_first, 8);
+}
+END_TEST
+
+#define JSON_FAILS(text, s1, s2)                                                                 \
+	do {                                                                                     \
+		struct model_config out = base(), keep = out;                                    \
+		tu_assert_error(model_config_from_json(&out, text) < 0, TENSOR_ERR_ARG, s1, s2); \
+		ck_assert(memcmp(&out, &keep, sizeof out) == 0);                                 \
+	} while (0)
+#define VN "\"vocab_size\":10,\"max_len\":8"
+
+START_TEST(test_json_errors)
+{
+	JSON_FAILS("{", "model_config_from_json", "invalid JSON");
+	JSON_FAILS("{\"vocab_size\":10,} ", "invalid JSON", NULL);
+	JSON_FAILS("{" VN "} trailing", "invalid JSON", NULL);
+	JSON_FAILS("[1,2]", "expected a JSON object", NULL);
+	JSON_FAILS("{" VN ",\"hidden\":4}", "unknown key \"hidden\"", NULL);
+	JSON_FAILS("{" VN ",\"dim\":8,\"dim\":16}", "duplicate key \"dim\"", NULL);
+	JSON_FAILS("{\"vocab_size\":10}", "\"vocab_size\" and \"max_len\" are required", NULL);
+	JSON_FAILS("{\"max_len\":10}", "required", NULL);
+	JSON_FAILS("{\"vocab_size\":0,\"max_len\":8}", "\"vocab_size\" 0", ">= 1");
+	JSON_FAILS("{" VN ",\"dim\":\"8\"}", "\"dim\" must be an integer", NULL);
+	JSON_FAILS("{" VN ",\"dim\":8.5}", "\"dim\" = 8.5", "integer");
+	JSON_FAILS("{" VN ",\"dim\":1e300}", "\"dim\"", "2^53");
+	JSON_FAILS("{" VN ",\"heads\":null}", "\"heads\" must be an integer", NULL);
+	JSON_FAILS("{\"vocab_size\":\"10\",\"max_len\":8}", "\"vocab_size\" must be an integer",
+		   NULL);
+	JSON_FAILS("{" VN ",\"swiglu\":1}", "\"swiglu\" must be true or false", NULL);
+	JSON_FAILS("{" VN ",\"dropout\":\"0.1\"}", "\"dropout\" must be a number", NULL);
+	JSON_FAILS("{" VN ",\"dropout\":true}", "\"dropout\" must be a number", NULL);
+	JSON_FAILS("{" VN ",\"activation\":\"tanh\"}", "\"activation\" must be one of",
+		   "relu, gelu, gelu_tanh, silu");
+	JSON_FAILS("{" VN ",\"activation\":3}", "\"activation\" must be one of", NULL);
+	JSON_FAILS("{" VN ",\"k_schedule\":\"cosine\"}", "\"k_schedule\"",
+		   "constant, linear, list");
+	JSON_FAILS("{" VN ",\"sharing\":\"all\"}", "\"sharing\"", "none, headwise, kv, layerwise");
+	JSON_FAILS("{" VN ",\"pooling\":\"max\"}", "\"pooling\"", "mean, cls");
+	JSON_FAILS("{" VN ",\"layers\":0}", "\"layers\" 0 not in [1, 64]", NULL);
+	JSON_FAILS("{" VN ",\"layers\":65}", "\"layers\" 65", NULL);
+	JSON_FAILS("{" VN ",\"layers\":\"2\"}", "\"layers\" must be an integer", NULL);
+	JSON_FAILS("{" VN ",\"attention\":\"LLCC\"}", "\"attention\" must be an array", NULL);
+	JSON_FAILS("{" VN ",\"attention\":[\"linear\"]}", "\"attention\" has 1 entries",
+		   "layers = 4");
+	JSON_FAILS("{" VN ",\"layers\":2,\"attention\":[\"linear\",\"lstm\"]}",
+		   "\"attention\"[1] must be one of", NULL);
+	JSON_FAILS("{" VN ",\"layers\":2,\"attention\":[\"linear\",2]}", "\"attention\"[1]", NULL);
+	JSON_FAILS("{" VN ",\"layers\":2,\"k\":[4]}", "\"k\" has 1 entries", NULL);
+	JSON_FAILS("{" VN ",\"layers\":2,\"k\":[4,2.5]}", "\"k[1]\" = 2.5", NULL);
+	JSON_FAILS("{" VN ",\"layers\":2,\"k\":{}}", "\"k\" must be an array", NULL);
+	JSON_FAILS("{" VN ",\"seed\":-1}", "\"seed\" must be an integer in [0, 2^53]", NULL);
+	JSON_FAILS("{" VN ",\"seed\":1.5}", "\"seed\"", NULL);
+	JSON_FAILS("{" VN ",\"seed\":\"12a\"}", "\"seed\" string \"12a\"", NULL);
+	JSON_FAILS("{" VN ",\"seed\":\"-3\"}", "\"seed\" string", NULL);
+	JSON_FAILS("{" VN ",\"seed\":\"99999999999999999999\"}", "\"seed\" string", NULL);
+	JSON_FAILS("{" VN ",\"seed\":true}", "\"seed\"", NULL);
+	struct model_config c = base();
+	tu_assert_error(model_config_from_json(NULL, "{}") < 0, TENSOR_ERR_ARG,
+			"model_config_from_json", NULL);
+	tu_assert_error(model_config_from_json(&c, NULL) < 0, TENSOR_ERR_ARG,
+			"model_config_from_json", NULL);
+	/* to_json refuses what from_json could not read back */
+	tu_assert_error(model_config_to_json(NULL) == NULL, TENSOR_ERR_ARG, "model_config_to_json",
+			NULL);
+	c.layers = 0;
+	tu_assert_error(model_config_to_json(&c) == NULL, TENSOR_ERR_ARG, "model_config_to_json",
+			"layers 0");
+	c = base();
+	c.attention[1] = MODEL_NATTN;
+	tu_assert_error(model_config_to_json(&c) == NULL, TENSOR_ERR_ARG, "\"attention\"[1]", NULL);
+	c = base();
+	c.sharing = (enum nn_proj_sharing)8;
+	tu_assert_error(model_config_to_json(&c) == NULL, TENSOR_ERR_ARG, "\"sharing\"", "value 8");
+	c = base();
+	c.dropout = INFINITY;
+	tu_assert_error(model_config_to_json(&c) == NULL, TENSOR_ERR_ARG, "\"dropout\"",
+			"not finite");
+	c = base();
+	c.vocab_size = (int64_t)1 << 60;
+	tu_assert_error(model_config_to_json(&c) == NULL, TENSOR_ERR_ARG, "\"vocab_size\"", "2^53");
+	c = base();
+	c.k[2] = (int64_t)1 << 60;
+	tu_assert_error(model_config_to_json(&c) == NULL, TENSOR_ERR_ARG, "\"k\"[2]", NULL);
+}
+END_TEST
+
+/* ---- parameter counts ---------------------------------------------------------------- */
+
+/* Counts of initialised models (nn_params_count) against model_param_count. */
+static void check_count(const struct model_config *c, const char *what)
+{
+	for (int head = 0; head < 2; head++) {
+		struct nn_params ps;
+		ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 1), TENSOR_OK);
+		struct model_classifier cls;
+		struct model_mlm mlm;
+		int rc = head ? model_mlm_init(&mlm, &ps, c) : model_classifier_init(&cls, &ps, c);
+		ck_assert_msg(rc == TENSOR_OK, "%s: %s", what, tensor_last_error());
+		int64_t want = model_param_count(c, !head, head);
+		ck_assert_msg(nn_params_count(&ps) == want, "%s %s: %lld parameters, formula %lld",
+			      what, head ? "mlm" : "classifier", (long long)nn_params_count(&ps),
+			      (long long)want);
+		if (head)
+			model_mlm_free(&mlm);
+		else
+			model_classifier_free(&cls);
+		nn_params_free(&ps);
+	}
+}
+
+START_TEST(test_param_count_hand)
+{
+	/* V 11, n 8, d 8, h 2, L 2, ff 16, LayerNorm, learned positions, k 4,
+	 * classifier 8 -> 8 -> 3:
+	 * embed 11*8 = 88, positions 8*8 = 64;
+	 * per layer: norms 2*16 = 32, attention 4*(64+8) = 288, ff 2*8*16+16+8 = 280;
+	 * final norm 16; classifier 8*8+8 + 8*3+3 = 99;
+	 * MLM: dense 72, norm 16, tied bias 11 (untied + 88 weight). */
+	struct model_config c = tiny("transformer:2");
+	int64_t enc = 88 + 64 + 2 * (32 + 288 + 280) + 16;
+	ck_assert_int_eq(model_param_count(&c, false, false), enc);
+	ck_assert_int_eq(model_param_count(&c, true, false), enc + 99);
+	ck_assert_int_eq(model_param_count(&c, false, true), enc + 99);
+	ck_assert_int_eq(model_param_count(&c, true, true), enc + 198);
+	c.tie_embeddings = false;
+	ck_assert_int_eq(model_param_count(&c, false, true), enc + 99 + 88);
+	check_count(&c, "transformer untied");
+	/* Linformer, headwise: + E, F [4, 8] per layer */
+	c = tiny("linformer:2");
+	ck_assert_int_eq(model_param_count(&c, false, false), enc + 2 * 64);
+	c.sharing = NN_SHARE_NONE; /* per head: [2, 4, 8] each */
+	ck_assert_int_eq(model_param_count(&c, false, false), enc + 2 * 128);
+	c.sharing = NN_SHARE_KV; /* E = F */
+	ck_assert_int_eq(model_param_count(&c, false, false), enc + 2 * 32);
+	c.sharing = NN_SHARE_LAYERWISE; /* one for the model */
+	ck_assert_int_eq(model_param_count(&c, false, false), enc + 32);
+	c.shared_kv_head = true; /* k, v: 8 -> 4 (+4 bias) instead of 72 each */
+	ck_assert_int_eq(model_param_count(&c, false, false), enc + 32 - 2 * 2 * (72 - 36));
+	check_count(&c, "linformer layerwise shared kv head");
+	/* Conv-Linformer "LC": layer 1 conv kernel 2 over the head dim 4: E, F
+	 * each 4*4*2 + 4 = 36; dense: 8*8*2 + 8 = 136 each */
+	c = tiny("conv-linformer:2");
+	ck_assert_int_eq(model_param_count(&c, false, false), enc + 64 + 72);
+	c.conv_dense = true;
+	ck_assert_int_eq(model_param_count(&c, false, false), enc + 64 + 272);
+	check_count(&c, "conv-linformer dense");
+	/* pooling has no parameters; SwiGLU 3*8*16 per layer; RMSNorm d per norm;
+	 * sinusoidal positions none */
+	c = tiny("MX");
+	ck_assert_int_eq(model_param_count(&c, false, false), enc);
+	c.swiglu = true;
+	c.rms_norm = true;
+	c.learned_positions = false;
+	ck_assert_int_eq(model_param_count(&c, false, false), 88 + 2 * (16 + 288 + 384) + 8);
+	c.pre_norm = false; /* post-norm: no final norm */
+	ck_assert_int_eq(model_param_count(&c, false, false), 88 + 2 * (16 + 288 + 384));
+	check_count(&c, "pooling swiglu rms post-norm");
+	/* errors: the config is resolved first */
+	tu_assert_error(model_param_count(NULL, true, true) < 0, TENSOR_ERR_ARG,
+			"model_param_count", NULL);
+	c.heads = 3;
+	tu_assert_error(model_param_count(&c, true, true) < 0, TENSOR_ERR_ARG,
+			"model_config_resolve", "heads 3");
+	c = tiny("LL");
+	c.vocab_size = (int64_t)1 << 40;
+	c.dim = (int64_t)1 << 20;
+	tu_assert_error(model_param_count(&c, false, false) < 0, TENSOR_ERR_ARG,
+			"model_param_count", "beyond 2^53");
+}
+END_TEST
+
+START_TEST(test_param_count_all_modes)
+{
+	/* every pattern x sharing x option combination (layerwise with mixed kinds
+	 * is refused by resolve and skipped) */
+	const char *patterns[] = { "SS", "LL", "LC", "CC", "MX", "RR", "SLCMXR" };
+	int models = 0;
+	for (int p = 0; p < 7; p++)
+		for (int s = 0; s < 4; s++)
+			for (int opt = 0; opt < 128; opt++) {
+				struct model_config c = tiny(patterns[p]);
+				c.sharing = (enum nn_proj_sharing)s;
+				c.shared_kv_head = opt & 1;
+				c.conv_dense = opt & 2;
+				c.swiglu = opt & 4;
+				c.rms_norm = opt & 8;
+				c.tie_embeddings = opt & 16;
+				c.learned_positions = opt & 32;
+				c.pre_norm = opt & 64;
+				c.final_norm = (opt & 3) != 1;
+				if (model_config_resolve(&c) < 0) {
+					ck_assert(s == NN_SHARE_LAYERWISE && p >= 2 && p != 3 &&
+						  p != 5);
+					tensor_clear_error();
+					continue;
+				}
+				char what[96];
+				snprintf(what, sizeof what, "%s %s opt %d", patterns[p],
+					 sharing_label[s], opt);
+				check_count(&c, what);
+				models++;
+			}
+	ck_assert_int_eq(models, 7 * 4 * 128 - 3 * 128);
+}
+END_TEST
+
+/* ---- shapes, names, summary ------------------------------------------------------------ */
+
+START_TEST(test_output_shapes)
+{
+	const char *presets[] = {
+		"transformer:2", "linformer:2", "conv-linformer:2", "MX", "RR", "CC"
+	};
+	const int64_t B = 3, len[3] = { 8, 5, 1 };
+	for (int p = 0; p < 6; p++)
+		for (int s = 0; s < 4; s++)
+			for (int seq = 0; seq < 2; seq++) {
+				struct model_config c = tiny(presets[p]);
+				c.sharing = (enum nn_proj_sharing)s;
+				c.sequential_heads = seq;
+				if ((p == 2 || p == 3) && s == NN_SHARE_LAYERWISE)
+					continue; /* mixed kinds: refused (test_resolve_errors) */
+				struct nn_params ps;
+				ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 3),
+						 TENSOR_OK);
+				struct model_classifier cls;
+				struct model_mlm mlm;
+				ck_assert_msg(model_classifier_init(&cls, &ps, &c) == TENSOR_OK,
+					      "%s", tensor_last_error());
+				struct nn_params ps2;
+				ck_assert_int_eq(nn_params_init(&ps2, TENSOR_F32, TENSOR_CPU, 3),
+						 TENSOR_OK);
+				ck_assert_int_eq(model_mlm_init(&mlm, &ps2, &c), TENSOR_OK);
+				for (int64_t T = 4; T <= 8; T += 4) {
+					struct tensor *ids = rand_ids(B, T, 11, T);
+					struct tensor *mask = prefix_mask(B, T, len);
+					for (int mk = 0; mk < 2; mk++) {
+						const struct tensor *m = mk ? mask : NULL;
+						tu_assert_shape(
+						    model_encoder_forward(&cls.enc, ids, m), 3,
+						    (int64_t[]){ B, T, 8 });
+						tu_assert_shape(
+						    model_classifier_forward(&cls, ids, m), 2,
+						    (int64_t[]){ B, 3 });
+						tu_assert_shape(model_mlm_forward(&mlm, ids, m), 3,
+								(int64_t[]){ B, T, 11 });
+					}
+				}
+				model_classifier_free(&cls);
+				model_mlm_free(&mlm);
+				drop_params(&ps);
+				drop_params(&ps2);
+			}
+}
+END_TEST
+
+START_TEST(test_parameter_names)
+{
+	struct model_config c = tiny("LC");
+	c.sharing = NN_SHARE_KV;
+	struct nn_params ps;
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 1), TENSOR_OK);
+	struct model_classifier cls;
+	ck_assert_int_eq(model_classifier_init(&cls, &ps, &c), TENSOR_OK);
+	const char *present[] = { "embed.weight",
+				  "pos.weight",
+				  "layers.0.norm1.weight",
+				  "layers.0.norm1.bias",
+				  "layers.0.attn.q_proj.weight",
+				  "layers.0.attn.out_proj.bias",
+				  "layers.0.attn.E.weight",
+				  "layers.0.norm2.weight",
+				  "layers.0.ff.fc1.weight",
+				  "layers.0.ff.fc2.bias",
+				  "layers.1.attn.E.weight",
+				  "layers.1.attn.E.bias",
+				  "norm.weight",
+				  "norm.bias",
+				  "head.fc1.weight",
+				  "head.fc2.bias" };
+	for (size_t i = 0; i < sizeof present / sizeof *present; i++)
+		ck_assert_msg(nn_params_find(&ps, present[i]) != NULL, "missing %s", present[i]);
+	ck_assert(nn_params_find(&ps, "layers.0.attn.F.weight") == NULL); /* kv: E = F */
+	ck_assert(nn_params_find(&ps, "proj.weight") == NULL);
+	ck_assert_str_eq(ps.items[0].name, "embed.weight"); /* registration order */
+	ck_assert_str_eq(ps.items[ps.n - 1].name, "head.fc2.bias");
+	model_classifier_free(&cls);
+	drop_params(&ps);
+
+	/* layerwise: one "proj.weight"; RMSNorm, sinusoidal, post-norm, SwiGLU,
+	 * untied MLM */
+	c = tiny("LL");
+	c.sharing = NN_SHARE_LAYERWISE;
+	c.rms_norm = true;
+	c.learned_positions = false;
+	c.pre_norm = false;
+	c.swiglu = true;
+	c.tie_embeddings = false;
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 1), TENSOR_OK);
+	struct model_mlm mlm;
+	ck_assert_int_eq(model_mlm_init(&mlm, &ps, &c), TENSOR_OK);
+	const char *present2[] = { "proj.weight",	    "layers.1.norm2.weight",
+				   "layers.0.ff.w1.weight", "layers.0.ff.w3.weight",
+				   "mlm.dense.weight",	    "mlm.norm.bias",
+				   "mlm.decoder.weight",    "mlm.decoder.bias" };
+	for (size_t i = 0; i < sizeof present2 / sizeof *present2; i++)
+		ck_assert_msg(nn_params_find(&ps, present2[i]) != NULL, "missing %s", present2[i]);
+	const char *absent[] = { "pos.weight", "layers.0.norm1.bias", "norm.weight",
+				 "layers.0.attn.E.weight" };
+	for (size_t i = 0; i < sizeof absent / sizeof *absent; i++)
+		ck_assert_msg(nn_params_find(&ps, absent[i]) == NULL, "unexpected %s", absent[i]);
+	ck_assert_int_eq(nn_params_find(&ps, "proj.weight")->value->ndim, 2);
+	ck_assert(mlm.decoder_bias == nn_params_find(&ps, "mlm.decoder.bias")->value);
+	model_mlm_free(&mlm);
+	drop_params(&ps);
+}
+END_TEST
+
+START_TEST(test_summary)
+{
+	struct model_config c;
+	ck_assert_int_eq(model_config_preset(&c, "linformer", 30522, 512), TENSOR_OK);
+	c.k_schedule = MODEL_K_LINEAR;
+	c.k_first = 128;
+	c.k_last = 32;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	model_summary(&c, 1234567, f);
+	fclose(f);
+	ck_assert_msg(strstr(buf, "linformer [LLLL]") && strstr(buf, "k 128,96,64,32") &&
+			  strstr(buf, "sharing headwise") && strstr(buf, "1234567 parameters") &&
+			  strstr(buf, "dim 256") && strstr(buf, "pre-norm LayerNorm") &&
+			  strstr(buf, "gelu"),
+		      "%s", buf);
+	ck_assert(strchr(buf, '\n') == buf + len - 1); /* one line */
+	free(buf);
+	ck_assert_int_eq(model_config_preset(&c, "SL", 100, 64), TENSOR_OK);
+	c.swiglu = true;
+	c.rms_norm = true;
+	c.pre_norm = false;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	f = open_memstream(&buf, &len);
+	model_summary(&c, -1, f);
+	fclose(f);
+	ck_assert_msg(strstr(buf, "pattern [SL]") && strstr(buf, "k -,64") &&
+			  strstr(buf, "swiglu") && strstr(buf, "post-norm RMSNorm") &&
+			  !strstr(buf, "parameters"),
+		      "%s", buf);
+	free(buf);
+	ck_assert_int_eq(model_config_preset(&c, "conv-linformer:6", 100, 64), TENSOR_OK);
+	c.sharing = NN_SHARE_KV;
+	c.conv_dense = true;
+	c.shared_kv_head = true;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	f = open_memstream(&buf, &len);
+	model_summary(&c, 10, f);
+	fclose(f);
+	ck_assert_msg(strstr(buf, "conv-linformer [LLLCCC]") && strstr(buf, "sharing kv") &&
+			  strstr(buf, "dense conv") && strstr(buf, "shared kv head"),
+		      "%s", buf);
+	free(buf);
+	ck_assert_int_eq(model_config_preset(&c, "transformer", 100, 64), TENSOR_OK);
+	f = open_memstream(&buf, &len);
+	model_summary(&c, 10, f);
+	fclose(f);
+	ck_assert_msg(strstr(buf, "transformer [SSSS]") && !strstr(buf, "sharing"), "%s", buf);
+	free(buf);
+	c.layers = 0;
+	f = open_memstream(&buf, &len);
+	model_summary(&c, 10, f);
+	model_summary(NULL, 10, f); /* nothing */
+	fclose(f);
+	ck_assert_msg(strstr(buf, "invalid config"), "%s", buf);
+	free(buf);
+}
+END_TEST
+
+/* ---- gradients ------------------------------------------------------------------------ */
+
+struct cls_ctx {
+	const struct model_classifier *cls;
+	const struct model_mlm *mlm;
+	const struct tensor *ids, *mask;
+};
+
+static struct tensor *f_model(struct tensor *const *in, void *ctx)
+{
+	(void)in; /* the parameters, read by the model */
+	const struct cls_ctx *c = ctx;
+	return c->cls ? model_classifier_forward(c->cls, c->ids, c->mask)
+		      : model_mlm_forward(c->mlm, c->ids, c->mask);
+}
+
+/* Gradient check of a classifier (or MLM) over every parameter, with a batch
+ * of two sequences, one padded. */
+static void grad_check(const char *name, const struct model_config *cfg, bool mlm)
+{
+	struct model_config cc = *cfg, *c = &cc; /* smaller hidden sizes: fewer evaluations */
+	cc.ff_hidden = cc.ff_hidden < 8 ? cc.ff_hidden : 8;
+	cc.head_hidden = 4;
+	struct nn_params ps;
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 21), TENSOR_OK);
+	struct model_classifier cls;
+	struct model_mlm lm;
+	int rc = mlm ? model_mlm_init(&lm, &ps, c) : model_classifier_init(&cls, &ps, c);
+	ck_assert_msg(rc == TENSOR_OK, "%s: %s", name, tensor_last_error());
+	struct tensor **in = malloc(sizeof *in * (size_t)ps.n);
+	for (int i = 0; i < ps.n; i++)
+		in[i] = ps.items[i].value;
+	/* the classifier sees padding ids (0) under the mask: the padding row gets
+	 * no gradient and must not matter; the MLM predicts at every position, so
+	 * it gets ordinary ids there */
+	const int64_t v[12] = { 3, 1, 4, 1, 5, 9, 2, 6, 5, 0, 0, 0 },
+		      vm[12] = { 3, 1, 4, 1, 5, 9, 2, 6, 5, 7, 8, 7 };
+	struct tensor *ids = ids_tensor(2, 6, mlm ? vm : v);
+	struct tensor *mask = prefix_mask(2, 6, (const int64_t[]){ 6, 3 });
+	struct cls_ctx ctx = { mlm ? NULL : &cls, mlm ? &lm : NULL, ids, mask };
+	gc_assert(name, f_model, &ctx, ps.n, in);
+	int with_grad = 0;
+	for (int i = 0; i < ps.n; i++)
+		with_grad += ps.items[i].value->grad != NULL;
+	int fixed = 0; /* random projections are not trained */
+	for (int i = 0; i < ps.n; i++)
+		fixed += !ps.items[i].value->requires_grad;
+	ck_assert_msg(with_grad == ps.n - fixed, "%s: %d of %d parameters got a gradient", name,
+		      with_grad, ps.n - fixed);
+	free(in);
+	if (mlm)
+		model_mlm_free(&lm);
+	else
+		model_classifier_free(&cls);
+	drop_params(&ps);
+}
+
+START_TEST(test_gradients_presets)
+{
+	const char *presets[] = { "transformer:2", "linformer:2", "conv-linformer:2" };
+	struct model_config c = tiny(presets[_i]);
+	grad_check(presets[_i], &c, false);
+}
+END_TEST
+
+START_TEST(test_gradients_variants)
+{
+	/* post-norm, RMSNorm, SwiGLU, sinusoidal positions, CLS pooling, and the
+	 * projections not covered by the presets: max / mean / random with none,
+	 * kv and layerwise sharing, dense conv, a shared key/value head; an MLM
+	 * with the tied decoder */
+	struct model_config c = tiny("XM");
+	switch (_i) {
+	case 0:
+		c.pre_norm = false;
+		c.rms_norm = true;
+		c.sharing = NN_SHARE_KV;
+		c.pooling = MODEL_POOL_CLS;
+		grad_check("max/mean post-norm rms kv cls", &c, false);
+		break;
+	case 1:
+		c = tiny("RC");
+		c.swiglu = true;
+		c.learned_positions = false;
+		c.conv_dense = true;
+		c.shared_kv_head = true;
+		c.sharing = NN_SHARE_NONE;
+		c.sequential_heads = true;
+		grad_check("random/dense conv swiglu shared-kv none sequential", &c, false);
+		break;
+	default:
+		c = tiny("LL");
+		c.sharing = NN_SHARE_LAYERWISE;
+		c.activation = NN_RELU;
+		c.ff_hidden = 4;
+		grad_check("mlm tied linformer layerwise", &c, true);
+		break;
+	}
+}
+END_TEST
+
+/* ---- training ------------------------------------------------------------------------- */
+
+START_TEST(test_overfit_batch)
+{
+	/* a tiny f32 Linformer classifier learns 16 random sequences with random
+	 * labels (memorisation) to 100% training accuracy */
+	const int64_t B = 16, T = 16;
+	struct model_config c;
+	ck_assert_int_eq(model_config_preset(&c, "linformer:2", 20, T), TENSOR_OK);
+	c.dim = 16;
+	c.heads = 2;
+	c.ff_hidden = 32;
+	c.k_first = c.k_last = 4;
+	c.dropout = c.attn_dropout = 0;
+	c.head_hidden = 16;
+	c.num_classes = 2;
+	struct nn_params ps;
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 5), TENSOR_OK);
+	struct model_classifier m;
+	ck_assert_int_eq(model_classifier_init(&m, &ps, &c), TENSOR_OK);
+	ck_assert_int_eq(nn_params_pack(&ps), TENSOR_OK);
+	struct nn_adamw opt;
+	ck_assert_int_eq(nn_adamw_init(&opt, &ps, 3e-3, 0.9, 0.999, 1e-8, 0.01), TENSOR_OK);
+	struct tensor *ids = rand_ids(B, T, 20, 77);
+	int64_t lab[16], len[16];
+	for (int i = 0; i < 16; i++) {
+		lab[i] = (i * 7 + 3) % 5 < 2; /* 0/1, not a function of position */
+		len[i] = T - (i % 4) * 3;     /* some rows padded */
+	}
+	struct tensor *labels = tensor_from_data(TENSOR_I64, TENSOR_CPU, 1, (int64_t[]){ B }, lab);
+	struct tensor *mask = prefix_mask(B, T, len);
+	double acc = 0;
+	int step;
+	for (step = 0; step < 300 && acc < 1.0; step++) {
+		tensor_scope_begin();
+		ck_assert_int_eq(nn_params_zero_grad(&ps), TENSOR_OK);
+		struct tensor *logits = model_classifier_forward(&m, ids, mask);
+		struct tensor *loss = nn_cross_entropy(logits, labels, -1, 0.0);
+		ck_assert_msg(loss != NULL, "%s", tensor_last_error());
+		acc = nn_accuracy(logits, labels, -1);
+		ck_assert_int_eq(ag_backward(loss, NULL), TENSOR_OK);
+		ck_assert_int_eq(nn_adamw_step(&opt), TENSOR_OK);
+		tensor_scope_end();
+	}
+	ck_assert_msg(acc == 1.0, "accuracy %g after %d steps", acc, step);
+	printf("overfit: 100%% training accuracy on 16 examples after %d AdamW steps\n", step);
+	/* the reached state holds in eval mode too */
+	nn_params_train(&ps, false);
+	ag_no_grad_begin();
+	ck_assert(nn_accuracy(model_classifier_forward(&m, ids, mask), labels, -1) == 1.0);
+	ag_no_grad_end();
+	nn_adamw_free(&opt);
+	model_classifier_free(&m);
+	drop_params(&ps);
+}
+END_TEST
+
+START_TEST(test_random_projection_stays_fixed)
+{
+	/* AdamW steps train everything but the fixed random projections */
+	struct model_config c = tiny("RR");
+	c.sharing = NN_SHARE_NONE;
+	struct nn_params ps;
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 6), TENSOR_OK);
+	struct model_classifier m;
+	ck_assert_int_eq(model_classifier_init(&m, &ps, &c), TENSOR_OK);
+	double **before = malloc(sizeof *before * (size_t)ps.n);
+	for (int i = 0; i < ps.n; i++)
+		before[i] = tu_values(ps.items[i].value);
+	struct nn_adamw opt;
+	ck_assert_int_eq(nn_adamw_init(&opt, &ps, 1e-2, 0.9, 0.999, 1e-8, 0.1), TENSOR_OK);
+	struct tensor *ids = rand_ids(4, 8, 11, 3);
+	struct tensor *labels = tensor_from_data(TENSOR_I64, TENSOR_CPU, 1, (int64_t[]){ 4 },
+						 (int64_t[]){ 0, 1, 2, 1 });
+	for (int step = 0; step < 2; step++) {
+		ck_assert_int_eq(nn_params_zero_grad(&ps), TENSOR_OK);
+		struct tensor *loss =
+		    nn_cross_entropy(model_classifier_forward(&m, ids, NULL), labels, -1, 0);
+		ck_assert_int_eq(ag_backward(loss, NULL), TENSOR_OK);
+		ck_assert_int_eq(nn_adamw_step(&opt), TENSOR_OK);
+	}
+	int fixed = 0;
+	for (int i = 0; i < ps.n; i++) {
+		struct tensor *v = ps.items[i].value;
+		bool random = strstr(ps.items[i].name, ".E.") || strstr(ps.items[i].name, ".F.");
+		double *now = tu_values(v), diff = 0;
+		for (int64_t j = 0; j < tensor_numel(v); j++)
+			diff = fmax(diff, fabs(now[j] - before[i][j]));
+		if (random) {
+			ck_assert_int_eq(v->ndim, 3); /* none: per head [H, k, n] */
+			ck_assert_msg(diff == 0, "%s changed", ps.items[i].name);
+			fixed++;
+		} else {
+			ck_assert_msg(diff > 0, "%s did not change", ps.items[i].name);
+		}
+		free(now);
+		free(before[i]);
+	}
+	ck_assert_int_eq(fixed, 4);
+	free(before);
+	nn_adamw_free(&opt);
+	model_classifier_free(&m);
+	drop_params(&ps);
+}
+END_TEST
+
+/* ---- inference ---------------------------------------------------------------------- */
+
+/* Peak bytes (above the start) of one classifier forward in a scope of its own,
+ * with grad on or off; the logits are kept in the caller's scope. */
+static size_t forward_peak(const struct model_classifier *m, const struct tensor *ids, bool grad,
+			   struct tensor **keep)
+{
+	if (!grad)
+		ag_no_grad_begin();
+	tensor_scope_begin();
+	size_t base = tensor_mem_stats(TENSOR_CPU).live_bytes;
+	tensor_mem_reset_peak(TENSOR_CPU);
+	struct tensor *y = model_classifier_forward(m, ids, NULL);
+	ck_assert_msg(y != NULL, "%s", tensor_last_error());
+	size_t peak = tensor_mem_stats(TENSOR_CPU).peak_bytes - base;
+	*keep = tensor_scope_keep(y);
+	ag_tape_reset();
+	tensor_scope_end();
+	if (!grad)
+		ag_no_grad_end();
+	return peak;
+}
+
+START_TEST(test_no_grad_same_logits_lower_peak)
+{
+	const char *presets[2] = { "transformer:8", "linformer:8" };
+	for (int p = 0; p < 2; p++) {
+		struct model_config c;
+		ck_assert_int_eq(model_config_preset(&c, presets[p], 50, 128), TENSOR_OK);
+		c.dim = 32;
+		c.heads = 4;
+		c.ff_hidden = 64;
+		c.k_first = c.k_last = 16;
+		c.head_hidden = 16;
+		struct nn_params ps;
+		ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 9), TENSOR_OK);
+		nn_params_train(&ps, false);
+		struct model_classifier m;
+		ck_assert_int_eq(model_classifier_init(&m, &ps, &c), TENSOR_OK);
+		struct tensor *ids = rand_ids(2, 128, 50, 4), *yg, *yn;
+		size_t grad = forward_peak(&m, ids, true, &yg);
+		size_t nograd = forward_peak(&m, ids, false, &yn);
+		ck_assert_msg(nograd * 4 < grad, "%s: no-grad peak %zu, grad peak %zu", presets[p],
+			      nograd, grad);
+		assert_same(yn, yg, 0);
+		/* the no-grad peak is one layer's working set: a 2-layer model needs
+		 * as much */
+		c.layers = 2;
+		struct nn_params ps2;
+		ck_assert_int_eq(nn_params_init(&ps2, TENSOR_F32, TENSOR_CPU, 9), TENSOR_OK);
+		nn_params_train(&ps2, false);
+		struct model_classifier m2;
+		ck_assert_int_eq(model_classifier_init(&m2, &ps2, &c), TENSOR_OK);
+		size_t shallow = forward_peak(&m2, ids, false, &yn);
+		ck_assert_msg(nograd <= shallow + shallow / 20, "%s: 8 layers %zu, 2 layers %zu",
+			      presets[p], nograd, shallow);
+		printf("%s n 128 dim 32: forward peak %zu bytes with grad, %zu without (2 "
+		       "layers: %zu)\n",
+		       presets[p], grad, nograd, shallow);
+		model_classifier_free(&m);
+		model_classifier_free(&m2);
+		drop_params(&ps);
+		drop_params(&ps2);
+	}
+}
+END_TEST
+
+/* With no scope open, a no-grad forward returns a heap tensor the caller
+ * frees and leaves nothing else behind (LeakSanitizer checks). Runs without
+ * the fixture's scope. */
+START_TEST(test_no_grad_outside_scopes)
+{
+	tensor_clear_error();
+	ck_assert_int_eq(tensor_scope_depth(), 0);
+	struct model_config c = tiny("LC");
+	struct nn_params ps;
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 2), TENSOR_OK);
+	struct model_classifier m;
+	struct model_mlm lm;
+	ck_assert_int_eq(model_classifier_init(&m, &ps, &c), TENSOR_OK);
+	struct nn_params ps2;
+	ck_assert_int_eq(nn_params_init(&ps2, TENSOR_F32, TENSOR_CPU, 2), TENSOR_OK);
+	ck_assert_int_eq(model_mlm_init(&lm, &ps2, &c), TENSOR_OK);
+	struct tensor *ids = rand_ids(2, 8, 11, 1);
+	struct tensor *mask = prefix_mask(2, 8, (const int64_t[]){ 8, 5 });
+	size_t live = tensor_mem_stats(TENSOR_CPU).live_bytes;
+	ag_no_grad_begin();
+	struct tensor *y = model_classifier_forward(&m, ids, mask);
+	struct tensor *h = model_encoder_forward(&m.enc, ids, mask);
+	struct tensor *z = model_mlm_forward(&lm, ids, mask);
+	ag_no_grad_end();
+	ck_assert(y && h && z && !y->in_arena && !h->in_arena && !z->in_arena);
+	tensor_scope_begin();
+	struct tensor *y2 = model_classifier_forward(&m, ids, mask);
+	assert_same(y, y2, 1e-6);
+	ag_tape_reset();
+	tensor_scope_end();
+	tensor_free(y);
+	tensor_free(h);
+	tensor_free(z);
+	tensor_mem_trim();
+	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes, live);
+	tensor_free(ids);
+	tensor_free(mask);
+	model_classifier_free(&m);
+	model_mlm_free(&lm);
+	nn_params_free(&ps);
+	nn_params_free(&ps2);
+}
+END_TEST
+
+START_TEST(test_pre_post_norm)
+{
+	struct tensor *ids = rand_ids(2, 8, 11, 3);
+	struct tensor *y[2];
+	for (int post = 0; post < 2; post++) {
+		struct model_config c = tiny("LS");
+		c.pre_norm = !post;
+		struct nn_params ps;
+		ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 4), TENSOR_OK);
+		struct model_encoder e;
+		ck_assert_int_eq(model_encoder_init(&e, &ps, &c), TENSOR_OK);
+		y[post] = model_encoder_forward(&e, ids, NULL);
+		ck_assert(y[post] != NULL);
+		if (post) {
+			/* post-norm ends in a LayerNorm (weight 1, bias 0 at init): every
+			 * position has mean 0 and variance 1 */
+			double *v = tu_values(y[post]);
+			for (int r = 0; r < 16; r++) {
+				double m = 0, s = 0;
+				for (int j = 0; j < 8; j++)
+					m += v[r * 8 + j] / 8;
+				for (int j = 0; j < 8; j++)
+					s += (v[r * 8 + j] - m) * (v[r * 8 + j] - m) / 8;
+				ck_assert(fabs(m) < 1e-9 && fabs(s - 1) < 1e-4);
+			}
+			free(v);
+		}
+		model_encoder_free(&e);
+		drop_params(&ps);
+	}
+	ck_assert(max_abs_diff(y[0], y[1]) > 1e-2);
+}
+END_TEST
+
+START_TEST(test_padding_invariance)
+{
+	/* a padded example gives the logits of the same example alone, unpadded,
+	 * for every attention kind (mean pooling and the key mask hide padding) */
+	const char *patterns[] = { "SS", "LL", "CC", "MM", "XX", "RR", "LC" };
+	const int64_t T = 8, len[3] = { 8, 5, 2 };
+	for (int p = 0; p < 7; p++)
+		for (int s = 0; s < 2; s++) {
+			struct model_config c = tiny(patterns[p]);
+			c.sharing = s ? NN_SHARE_NONE : NN_SHARE_HEADWISE;
+			struct nn_params ps;
+			ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 8), TENSOR_OK);
+			struct model_classifier m;
+			ck_assert_int_eq(model_classifier_init(&m, &ps, &c), TENSOR_OK);
+			struct tensor *ids = rand_ids(3, T, 11, 5 + p);
+			struct tensor *mask = prefix_mask(3, T, len);
+			struct tensor *y = model_classifier_forward(&m, ids, mask);
+			ck_assert(y != NULL);
+			double *vy = tu_values(y);
+			for (int b = 0; b < 3; b++) {
+				struct tensor *one =
+				    tensor_narrow(tensor_narrow(ids, 0, b, 1), 1, 0, len[b]);
+				struct tensor *alone = model_classifier_forward(&m, one, NULL);
+				ck_assert_msg(alone != NULL, "%s", tensor_last_error());
+				tu_assert_close(alone, vy + b * 3, 3, 1e-12, 1e-10);
+			}
+			/* the padding ids do not matter either */
+			struct tensor *ids2 = tensor_contiguous(ids);
+			for (int b = 1; b < 3; b++)
+				for (int64_t t = len[b]; t < T; t++)
+					tensor_fill_(
+					    tensor_narrow(tensor_select(ids2, 0, b), 0, t, 1),
+					    (double)(1 + t % 9));
+			assert_same(model_classifier_forward(&m, ids2, mask), y, 1e-12);
+			free(vy);
+			model_classifier_free(&m);
+			drop_params(&ps);
+		}
+}
+END_TEST
+
+/* y [N, out] = act(x [N, in] W^T + b) for the head references. */
+static void ref_linear(const double *x, const struct nn_linear *l, int64_t n, bool gelu, double *y)
+{
+	double *w = tu_values(l->weight), *b = tu_values(l->bias);
+	for (int64_t i = 0; i < n; i++)
+		for (int64_t o = 0; o < l->out; o++) {
+			double acc = b[o];
+			for (int64_t c = 0; c < l->in; c++)
+				acc += x[i * l->in + c] * w[o * l->in + c];
+			y[i * l->out + o] = gelu ? 0.5 * acc * (1 + erf(acc / sqrt(2))) : acc;
+		}
+	free(w);
+	free(b);
+}
+
+START_TEST(test_classifier_head_reference)
+{
+	/* logits = fc2(gelu(fc1(pool(h)))) with masked mean or first-token
+	 * pooling, computed from the encoder output with plain loops */
+	const int64_t B = 3, T = 6, d = 8, len[3] = { 6, 2, 0 };
+	for (int cls = 0; cls < 2; cls++) {
+		struct model_config c = tiny("LS");
+		c.pooling = cls ? MODEL_POOL_CLS : MODEL_POOL_MEAN;
+		struct nn_params ps;
+		ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 12), TENSOR_OK);
+		struct model_classifier m;
+		ck_assert_int_eq(model_classifier_init(&m, &ps, &c), TENSOR_OK);
+		struct tensor *ids = rand_ids(B, T, 11, 13);
+		struct tensor *mask = prefix_mask(B, T, len);
+		double *h = tu_values(model_encoder_forward(&m.enc, ids, mask));
+		double pooled[3 * 8] = { 0 }, hid[3 * 8], want[3 * 3];
+		for (int64_t b = 0; b < B; b++)
+			for (int64_t j = 0; j < d; j++) {
+				if (cls) {
+					pooled[b * d + j] = h[(b * T) * d + j];
+					continue;
+				}
+				for (int64_t t = 0; t < len[b]; t++)
+					pooled[b * d + j] +=
+					    h[(b * T + t) * d + j] / (double)len[b];
+			}
+		ref_linear(pooled, &m.fc1, B, true, hid);
+		ref_linear(hid, &m.fc2, B, false, want);
+		struct tensor *y = model_classifier_forward(&m, ids, mask);
+		tu_assert_close(y, want, B * 3, 1e-12, 1e-10);
+		if (!cls) /* a row without real tokens pools to zero */
+			for (int j = 0; j < d; j++)
+				ck_assert(pooled[2 * d + j] == 0);
+		/* no mask: the plain mean over T */
+		double *h2 = tu_values(model_encoder_forward(&m.enc, ids, NULL));
+		memset(pooled, 0, sizeof pooled);
+		for (int64_t b = 0; b < B; b++)
+			for (int64_t j = 0; j < d; j++)
+				for (int64_t t = 0; t < T; t++)
+					pooled[b * d + j] += cls ? (t == 0) * h2[(b * T) * d + j]
+								 : h2[(b * T + t) * d + j] / T;
+		ref_linear(pooled, &m.fc1, B, true, hid);
+		ref_linear(hid, &m.fc2, B, false, want);
+		tu_assert_close(model_classifier_forward(&m, ids, NULL), want, B * 3, 1e-12, 1e-10);
+		free(h);
+		free(h2);
+		model_classifier_free(&m);
+		drop_params(&ps);
+	}
+}
+END_TEST
+
+START_TEST(test_mlm_tied_decoder)
+{
+	/* tied: logits = layer_norm(gelu(dense(h))) E^T + b, and the embedding's
+	 * gradient reaches rows of tokens absent from the input (through the
+	 * decoder) only when tied */
+	const int64_t B = 2, T = 5, V = 11, d = 8;
+	for (int tied = 0; tied < 2; tied++) {
+		struct model_config c = tiny("LL");
+		c.tie_embeddings = tied;
+		struct nn_params ps;
+		ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 14), TENSOR_OK);
+		struct model_mlm m;
+		ck_assert_int_eq(model_mlm_init(&m, &ps, &c), TENSOR_OK);
+		/* a nonzero decoder bias, so the reference checks it is added */
+		ck_assert_int_eq(tensor_uniform_(m.decoder_bias, 3, -1, 1), TENSOR_OK);
+		const int64_t v[10] = { 1, 2, 3, 1, 2, 3, 3, 2, 1, 1 };
+		struct tensor *ids = ids_tensor(B, T, v);
+		double *h = tu_values(model_encoder_forward(&m.enc, ids, NULL));
+		double a[10 * 8], w[10 * 8];
+		ref_linear(h, &m.dense, B * T, true, a);
+		for (int64_t r = 0; r < B * T; r++) { /* LayerNorm, weight 1, bias 0 */
+			double mu = 0, var = 0;
+			for (int64_t j = 0; j < d; j++)
+				mu += a[r * d + j] / d;
+			for (int64_t j = 0; j < d; j++)
+				var += (a[r * d + j] - mu) * (a[r * d + j] - mu) / d;
+			for (int64_t j = 0; j < d; j++)
+				w[r * d + j] = (a[r * d + j] - mu) / sqrt(var + 1e-5);
+		}
+		struct nn_linear dec = m.decoder;
+		if (tied) {
+			ck_assert(m.decoder.weight == m.enc.embed.weight);
+			ck_assert(nn_params_find(&ps, "mlm.decoder.weight") == NULL);
+		} else {
+			ck_assert(m.decoder.weight != m.enc.embed.weight);
+		}
+		double *want = malloc(sizeof(double) * (size_t)(B * T * V));
+		ref_linear(w, &dec, B * T, false, want);
+		struct tensor *y = model_mlm_forward(&m, ids, NULL);
+		tu_assert_close(y, want, B * T * V, 1e-10, 1e-9);
+		free(want);
+		ck_assert_int_eq(ag_backward(ag_sum(y, 0, NULL, false), NULL), TENSOR_OK);
+		struct tensor *g = m.enc.embed.weight->grad;
+		ck_assert(g != NULL);
+		double *gv = tu_values(g), row7 = 0;
+		for (int64_t j = 0; j < d; j++)
+			row7 += fabs(gv[7 * d + j]);
+		ck_assert_msg(tied ? row7 > 0 : row7 == 0, "tied %d: |grad row 7| = %g", tied,
+			      row7);
+		free(gv);
+		free(h);
+		model_mlm_free(&m);
+		drop_params(&ps);
+	}
+}
+END_TEST
+
+START_TEST(test_dropout_modes)
+{
+	/* training with dropout differs between calls; eval is deterministic and
+	 * equals the same model without dropout */
+	struct model_config c = tiny("LC");
+	c.dropout = 0.3;
+	c.attn_dropout = 0.2;
+	struct nn_params ps, ps0;
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 15), TENSOR_OK);
+	ck_assert_int_eq(nn_params_init(&ps0, TENSOR_F64, TENSOR_CPU, 15), TENSOR_OK);
+	struct model_classifier m, m0;
+	ck_assert_int_eq(model_classifier_init(&m, &ps, &c), TENSOR_OK);
+	c.dropout = c.attn_dropout = 0;
+	ck_assert_int_eq(model_classifier_init(&m0, &ps0, &c), TENSOR_OK);
+	struct tensor *ids = rand_ids(2, 8, 11, 16);
+	struct tensor *a = model_classifier_forward(&m, ids, NULL);
+	struct tensor *b = model_classifier_forward(&m, ids, NULL);
+	ck_assert(max_abs_diff(a, b) > 1e-6);
+	nn_params_train(&ps, false);
+	struct tensor *e = model_classifier_forward(&m, ids, NULL);
+	assert_same(model_classifier_forward(&m, ids, NULL), e, 0);
+	assert_same(e, model_classifier_forward(&m0, ids, NULL), 0);
+	model_classifier_free(&m);
+	model_classifier_free(&m0);
+	drop_params(&ps);
+	drop_params(&ps0);
+}
+END_TEST
+
+/* ---- checkpoints ------------------------------------------------------------------------ */
+
+START_TEST(test_checkpoint_rebuild)
+{
+	/* save with the config, rebuild from the file alone: config -> init ->
+	 * load, identical logits; the fixed random projections come from the
+	 * file (a different seed would draw others) */
+	char path[] = "/tmp/test_models_ckpt_XXXXXX";
+	int fd = mkstemp(path);
+	ck_assert(fd >= 0);
+	close(fd);
+	const char *patterns[] = { "LRCM", "RR" };
+	for (int p = 0; p < 2; p++) {
+		struct model_config c;
+		ck_assert_int_eq(model_config_preset(&c, patterns[p], 40, 16), TENSOR_OK);
+		c.dim = 16;
+		c.heads = 4;
+		c.ff_hidden = 24;
+		c.k_first = c.k_last = 4;
+		c.sharing = p ? NN_SHARE_LAYERWISE : NN_SHARE_NONE;
+		c.pooling = MODEL_POOL_CLS;
+		c.num_classes = 5;
+		c.seed = 1234;
+		struct nn_params ps;
+		ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, c.seed), TENSOR_OK);
+		nn_params_train(&ps, false);
+		struct model_classifier m;
+		ck_assert_int_eq(model_classifier_init(&m, &ps, &c), TENSOR_OK);
+		struct tensor *ids = rand_ids(3, 12, 40, 17);
+		struct tensor *mask = prefix_mask(3, 12, (const int64_t[]){ 12, 7, 3 });
+		struct tensor *y = model_classifier_forward(&m, ids, mask);
+		char *json = model_config_to_json(&m.enc.cfg);
+		ck_assert(json != NULL);
+		ck_assert_msg(nn_checkpoint_save(path, &ps, NULL, json, 5) == TENSOR_OK, "%s",
+			      tensor_last_error());
+		free(json);
+
+		char *cj = nn_checkpoint_config(path);
+		ck_assert_msg(cj != NULL, "%s", tensor_last_error());
+		struct model_config c2;
+		ck_assert_int_eq(model_config_from_json(&c2, cj), TENSOR_OK);
+		free(cj);
+		assert_config_eq(&c2, &m.enc.cfg);
+		ck_assert(memcmp(c2.attention, m.enc.cfg.attention, sizeof c2.attention) == 0);
+		ck_assert(memcmp(c2.k, m.enc.cfg.k, sizeof c2.k) == 0);
+		struct nn_params ps2;
+		ck_assert_int_eq(nn_params_init(&ps2, TENSOR_F32, TENSOR_CPU, c2.seed + 1),
+				 TENSOR_OK);
+		nn_params_train(&ps2, false);
+		struct model_classifier m2;
+		ck_assert_int_eq(model_classifier_init(&m2, &ps2, &c2), TENSOR_OK);
+		/* before loading, the random projections differ */
+		const char *rname = p ? "proj.weight" : "layers.1.attn.E.weight";
+		struct nn_param *r1 = nn_params_find(&ps, rname), *r2 = nn_params_find(&ps2, rname);
+		ck_assert(r1 && r2 && !r1->value->requires_grad);
+		ck_assert(max_abs_diff(r1->value, r2->value) > 1e-3);
+		int64_t step = 0;
+		ck_assert_msg(nn_checkpoint_load(path, &ps2, NULL, &step) == TENSOR_OK, "%s",
+			      tensor_last_error());
+		ck_assert_int_eq(step, 5);
+		ck_assert(max_abs_diff(r1->value, r2->value) == 0);
+		assert_same(model_classifier_forward(&m2, ids, mask), y, 0);
+		model_classifier_free(&m);
+		model_classifier_free(&m2);
+		drop_params(&ps);
+		drop_params(&ps2);
+	}
+	unlink(path);
+}
+END_TEST
+
+/* ---- errors ---------------------------------------------------------------------------- */
+
+START_TEST(test_init_errors)
+{
+	struct model_config c = tiny("LL");
+	struct nn_params ps;
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 1), TENSOR_OK);
+	struct model_encoder e;
+	struct model_classifier cls;
+	struct model_mlm mlm;
+	tu_assert_error(model_encoder_init(NULL, &ps, &c) < 0, TENSOR_ERR_ARG, "model_encoder_init",
+			NULL);
+	tu_assert_error(model_encoder_init(&e, NULL, &c) < 0, TENSOR_ERR_ARG, "model_encoder_init",
+			NULL);
+	tu_assert_error(model_encoder_init(&e, &ps, NULL) < 0, TENSOR_ERR_ARG, "model_encoder_init",
+			NULL);
+	tu_assert_error(model_classifier_init(NULL, &ps, &c) < 0, TENSOR_ERR_ARG,
+			"model_classifier_init", NULL);
+	tu_assert_error(model_mlm_init(NULL, &ps, &c) < 0, TENSOR_ERR_ARG, "model_mlm_init", NULL);
+	/* the config is resolved: its errors come back, nothing is registered */
+	c.heads = 3;
+	tu_assert_error(model_classifier_init(&cls, &ps, &c) < 0, TENSOR_ERR_ARG,
+			"model_config_resolve", "heads 3");
+	c = tiny("LL");
+	c.sharing = NN_SHARE_LAYERWISE;
+	c.k_schedule = MODEL_K_LINEAR;
+	c.k_last = 2;
+	tu_assert_error(model_mlm_init(&mlm, &ps, &c) < 0, TENSOR_ERR_ARG, "layerwise", "one k");
+	ck_assert_int_eq(ps.n, 0);
+	ck_assert(cls.enc.layers == NULL && mlm.enc.layers == NULL);
+	/* a second model in the same list: names collide; the first still works */
+	c = tiny("LL");
+	ck_assert_int_eq(model_classifier_init(&cls, &ps, &c), TENSOR_OK);
+	int n = ps.n;
+	struct model_classifier dup;
+	tu_assert_error(model_classifier_init(&dup, &ps, &c) < 0, TENSOR_ERR_ARG, "embed.weight",
+			"already exists");
+	ck_assert(dup.enc.layers == NULL && dup.fc1.weight == NULL);
+	ck_assert_int_eq(ps.n, n);
+	struct tensor *ids = rand_ids(2, 8, 11, 1);
+	ck_assert(model_classifier_forward(&cls, ids, NULL) != NULL);
+	model_classifier_free(&cls);
+	/* a failure after the encoder: the MLM head's names collide */
+	struct nn_params ps2;
+	ck_assert_int_eq(nn_params_init(&ps2, TENSOR_F32, TENSOR_CPU, 1), TENSOR_OK);
+	ck_assert(nn_param_new(&ps2, "mlm.norm.weight", 1, (int64_t[]){ 8 }, true) != NULL);
+	tu_assert_error(model_mlm_init(&mlm, &ps2, &c) < 0, TENSOR_ERR_ARG, "mlm.norm.weight",
+			"already exists");
+	ck_assert(mlm.enc.layers == NULL);
+	ck_assert(nn_param_new(&ps2, "x", 1, (int64_t[]){ 1 }, true) != NULL);
+	struct nn_params ps3;
+	ck_assert_int_eq(nn_params_init(&ps3, TENSOR_F32, TENSOR_CPU, 1), TENSOR_OK);
+	ck_assert(nn_param_new(&ps3, "head.fc2.weight", 1, (int64_t[]){ 8 }, true) != NULL);
+	c = tiny("transformer:1");
+	c.learned_positions = false; /* the sinusoid table is freed on failure */
+	tu_assert_error(model_classifier_init(&cls, &ps3, &c) < 0, TENSOR_ERR_ARG,
+			"head.fc2.weight", "already exists");
+	model_encoder_free(NULL);
+	model_classifier_free(NULL);
+	model_mlm_free(NULL);
+	drop_params(&ps);
+	drop_params(&ps2);
+	drop_params(&ps3);
+}
+END_TEST
+
+START_TEST(test_forward_errors)
+{
+	struct model_config c = tiny("LS");
+	struct nn_params ps;
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 1), TENSOR_OK);
+	struct model_classifier m;
+	struct model_mlm lm;
+	ck_assert_int_eq(model_classifier_init(&m, &ps, &c), TENSOR_OK);
+	struct nn_params ps2;
+	ck_assert_int_eq(nn_params_init(&ps2, TENSOR_F32, TENSOR_CPU, 1), TENSOR_OK);
+	ck_assert_int_eq(model_mlm_init(&lm, &ps2, &c), TENSOR_OK);
+	const struct model_encoder *e = &m.enc;
+	struct tensor *ids = rand_ids(2, 4, 11, 1);
+	struct tensor *fids = tensor_zeros(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){ 2, 4 });
+	tu_assert_error(!model_encoder_forward(e, fids, NULL), TENSOR_ERR_DTYPE,
+			"model_encoder_forward", "ids [2,4] must be i32 or i64, got f32");
+	struct tensor *ids1 = tensor_zeros(TENSOR_I64, TENSOR_CPU, 1, (int64_t[]){ 4 });
+	tu_assert_error(!model_encoder_forward(e, ids1, NULL), TENSOR_ERR_SHAPE,
+			"model_encoder_forward", "ids [4] must be [B, T]");
+	struct tensor *ids0 = tensor_zeros(TENSOR_I64, TENSOR_CPU, 2, (int64_t[]){ 2, 0 });
+	tu_assert_error(!model_encoder_forward(e, ids0, NULL), TENSOR_ERR_SHAPE, "ids [2,0]",
+			"T >= 1");
+	struct tensor *ids9 = rand_ids(2, 9, 11, 2);
+	tu_assert_error(!model_classifier_forward(&m, ids9, NULL), TENSOR_ERR_SHAPE,
+			"model_encoder_forward", "T 9 is longer than max_len 8");
+	struct tensor *bad = tensor_ones(TENSOR_I64, TENSOR_CPU, 2, (int64_t[]){ 2, 3 });
+	tu_assert_error(!model_mlm_forward(&lm, ids, bad), TENSOR_ERR_SHAPE,
+			"model_encoder_forward", "mask [2,3] must have the shape of ids [2,4]");
+	struct tensor *oob = ids_tensor(1, 2, (const int64_t[]){ 3, 11 });
+	tu_assert_error(!model_encoder_forward(e, oob, NULL), TENSOR_ERR_ARG, "nn_embedding",
+			"index 11");
+	tu_assert_error(!model_encoder_forward(NULL, ids, NULL), TENSOR_ERR_ARG,
+			"model_encoder_forward", "not initialised");
+	struct model_encoder ze = { 0 };
+	tu_assert_error(!model_encoder_forward(&ze, ids, NULL), TENSOR_ERR_ARG,
+			"model_encoder_forward", NULL);
+	struct model_classifier zc = { 0 };
+	tu_assert_error(!model_classifier_forward(&zc, ids, NULL), TENSOR_ERR_ARG,
+			"model_classifier_forward", "not initialised");
+	tu_assert_error(!model_classifier_forward(NULL, ids, NULL), TENSOR_ERR_ARG,
+			"model_classifier_forward", NULL);
+	struct model_mlm zm = { 0 };
+	tu_assert_error(!model_mlm_forward(&zm, ids, NULL), TENSOR_ERR_ARG, "model_mlm_forward",
+			"not initialised");
+	/* NULL in: NULL out, the first error kept */
+	tensor_error(TENSOR_ERR_IO, "earlier failure");
+	ck_assert(model_encoder_forward(e, NULL, NULL) == NULL);
+	ck_assert(model_classifier_forward(&m, NULL, NULL) == NULL);
+	ck_assert(model_mlm_forward(&lm, NULL, NULL) == NULL);
+	tu_assert_error(true, TENSOR_ERR_IO, "earlier failure", NULL);
+	/* errors inside a no-grad forward close its scopes */
+	int depth = tensor_scope_depth();
+	ag_no_grad_begin();
+	tu_assert_error(!model_classifier_forward(&m, oob, NULL), TENSOR_ERR_ARG, NULL, NULL);
+	ag_no_grad_end();
+	ck_assert_int_eq(tensor_scope_depth(), depth);
+	/* masks of any numeric dtype; still works after all that */
+	struct tensor *fm = tensor_ones(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){ 2, 4 });
+	assert_same(model_classifier_forward(&m, ids, fm), model_classifier_forward(&m, ids, NULL),
+		    1e-6);
+	model_classifier_free(&m);
+	model_mlm_free(&lm);
+	drop_params(&ps);
+	drop_params(&ps2);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("models");
+	TCase *tc = tu_tcase("config");
+	tcase_add_test(tc, test_preset_defaults);
+	tcase_add_test(tc, test_preset_patterns);
+	tcase_add_test(tc, test_preset_errors);
+	tcase_add_test(tc, test_k_schedule);
+	tcase_add_test(tc, test_resolve_errors);
+	tcase_add_test(tc, test_attention_names);
+	tcase_add_test(tc, test_json_roundtrip);
+	tcase_add_test(tc, test_json_errors);
+	tcase_add_test(tc, test_summary);
+	suite_add_tcase(s, tc);
+	tc = tu_tcase("counts");
+	tcase_add_test(tc, test_param_count_hand);
+	tcase_add_test(tc, test_param_count_all_modes);
+	suite_add_tcase(s, tc);
+	tc = tu_tcase("models");
+	tcase_add_test(tc, test_output_shapes);
+	tcase_add_test(tc, test_parameter_names);
+	tcase_add_test(tc, test_pre_post_norm);
+	tcase_add_test(tc, test_padding_invariance);
+	tcase_add_test(tc, test_classifier_head_reference);
+	tcase_add_test(tc, test_mlm_tied_decoder);
+	tcase_add_test(tc, test_dropout_modes);
+	tcase_add_test(tc, test_init_errors);
+	tcase_add_test(tc, test_forward_errors);
+	suite_add_tcase(s, tc);
+	tc = tu_tcase("gradients");
+	tcase_add_loop_test(tc, test_gradients_presets, 0, 3);
+	tcase_add_loop_test(tc, test_gradients_variants, 0, 3);
+	suite_add_tcase(s, tc);
+	tc = tu_tcase("training");
+	tcase_add_test(tc, test_overfit_batch);
+	tcase_add_test(tc, test_random_projection_stays_fixed);
+	tcase_add_test(tc, test_checkpoint_rebuild);
+	suite_add_tcase(s, tc);
+	tc = tu_tcase("inference");
+	tcase_add_test(tc, test_no_grad_same_logits_lower_peak);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("no scope"); /* no fixture: runs at scope depth 0 */
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_no_grad_outside_scopes);
+	suite_add_tcase(s, tc);
+	return tu_run(s);
+}
