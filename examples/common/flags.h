@@ -1,0 +1,65 @@
+/* Command-line flags for the example programs: a table of typed flags with
+ * defaults, ranges and help; strict parsing (a bad value, an unknown flag or
+ * a missing value exits 1 with a message naming the flag and the expected
+ * form); --help generated from the table; and a JSON dump of the values, so a
+ * resumed run can check it was given the same settings. Example support code:
+ * it prints and exits on user error. */
+#ifndef CFORMER_FLAGS_H
+#define CFORMER_FLAGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+enum flag_type {
+	FLAG_INT,    /* int64_t *, within [min, max] */
+	FLAG_DOUBLE, /* double *, within min..max (open ends with FLAG_*_OPEN) */
+	FLAG_STRING, /* const char ** (points into argv) */
+	FLAG_CHOICE, /* const char **, one of the '|'-separated choices */
+	FLAG_BOOL,   /* bool *, takes no value: present = true */
+};
+
+enum { FLAG_MIN_OPEN = 1, FLAG_MAX_OPEN = 2 };
+
+struct flag {
+	const char *name; /* "lr" for --lr */
+	enum flag_type type;
+	void *value;	     /* holds the default until parsed */
+	double min, max;     /* numeric range (inclusive unless opened) */
+	int open;	     /* FLAG_MIN_OPEN | FLAG_MAX_OPEN */
+	const char *choices; /* FLAG_CHOICE: "a|b|c" */
+	const char *metavar; /* "N", "RATE", "DIR" */
+	const char *help;    /* one line, "(default: ...)" is added */
+	const char *section; /* starts a new --help section when not NULL */
+	bool set;	     /* given on the command line */
+};
+
+/* Parse argv[1..argc) as "--name VALUE", "--name=VALUE" or "--name" (bool).
+ * "-h"/"--help" prints flags_usage(synopsis, epilog) to stdout and exits 0;
+ * any error prints "<prog>: --name: expected ..., got '...'" and a hint to
+ * stderr and exits 1. */
+void flags_parse(struct flag *flags, int n, int argc, char **argv, const char *prog,
+		 const char *synopsis, const char *epilog);
+/* The help text: synopsis, then each flag with its metavar, help and default. */
+void flags_usage(FILE *f, const struct flag *flags, int n, const char *synopsis,
+		 const char *epilog);
+/* The flag called name (without "--"), or NULL. */
+struct flag *flags_find(struct flag *flags, int n, const char *name);
+/* Whether --name was given. */
+bool flags_given(struct flag *flags, int n, const char *name);
+/* The current value as text ("" for an unset string, "true"/"false"). */
+const char *flags_value_str(const struct flag *f, char *buf, size_t len);
+/* Exit 1 with "<prog>: --name: <message>" (for checks across flags). */
+void flags_fail(const char *prog, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));
+
+/* All values as a JSON object {"name": "value", ...} (malloc'd). */
+char *flags_to_json(const struct flag *flags, int n);
+/* Compare the values with a flags_to_json object, skipping the names in
+ * ignore (NULL-terminated). Returns 0 if equal, else -1 with a message naming
+ * the first flag that differs (or the JSON problem) in err. */
+int flags_compare_json(const struct flag *flags, int n, const char *json, const char *const *ignore,
+		       char *err, size_t errlen);
+
+#endif

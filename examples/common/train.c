@@ -1,0 +1,270 @@
+/* Training-loop helpers for the examples (see train.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+void train_die(const char *prog, const char *what)
+{
+	fprintf(stderr, "%s: %s: %s\n", prog, what, tensor_last_error());
+	exit(1);
+}
+
+double train_clock(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double train_peak_mb(void)
+{
+	return (double)tensor_mem_stats(TENSOR_CPU).peak_bytes / (1024.0 * 1024.0);
+}
+
+int train_mkdirs(const char *path, char *err, size_t errlen)
+{
+	char buf[4096];
+	if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+		snprintf(err, errlen, "path too long: %s", path);
+		return -1;
+	}
+	for (char *p = buf + 1;; p++) {
+		char c = *p;
+		if (c != '/' && c != 0)
+			continue;
+		*p = 0;
+		struct stat st;
+		if (mkdir(buf, 0777) < 0 && errno != EEXIST) {
+			snprintf(err, errlen, "cannot create directory %s: %s", buf,
+				 strerror(errno));
+			return -1;
+		}
+		if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode)) {
+			snprintf(err, errlen, "%s is not a directory", buf);
+			return -1;
+		}
+		*p = c;
+		if (!c)
+			return 0;
+	}
+}
+
+int train_write_file(const char *path, const char *text, char *err, size_t errlen)
+{
+	char tmp[4200];
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	bool ok = f && fputs(text, f) >= 0;
+	ok = f && fclose(f) == 0 && ok;
+	if (!ok || rename(tmp, path) < 0) {
+		snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+		remove(tmp);
+		return -1;
+	}
+	return 0;
+}
+
+char *train_read_file(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	char *s = NULL;
+	size_t n = 0, cap = 0, got;
+	do {
+		if (n + 4096 + 1 > cap) {
+			char *t = realloc(s, cap = 2 * cap + 4096 + 1);
+			if (!t) {
+				free(s);
+				fclose(f);
+				errno = ENOMEM;
+				return NULL;
+			}
+			s = t;
+		}
+		got = fread(s + n, 1, 4096, f);
+		n += got;
+	} while (got == 4096);
+	bool bad = ferror(f);
+	fclose(f);
+	if (bad) {
+		free(s);
+		errno = EIO;
+		return NULL;
+	}
+	s[n] = 0;
+	return s;
+}
+
+/* ---- signals ------------------------------------------------------------------------------ */
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+	if (stop_signal) { /* the second one: stop now */
+		signal(sig, SIG_DFL);
+		raise(sig);
+		return;
+	}
+	stop_signal = sig;
+}
+
+void train_signals_install(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
+int train_stop_signal(void)
+{
+	return stop_signal;
+}
+
+/* ---- optimizer step --------------------------------------------------------------------- */
+
+double train_optimizer_step(struct nn_params *ps, struct nn_adamw *opt,
+			    const struct nn_schedule *sched, int64_t step, double clip)
+{
+	opt->lr = nn_schedule_lr(sched, step);
+	double norm = nn_clip_grad_norm(ps, clip > 0 ? clip : INFINITY);
+	if (norm < 0)
+		return norm;
+	int rc = nn_adamw_step(opt);
+	return rc < 0 ? rc : norm;
+}
+
+int train_init_embedding(struct nn_params *ps, const struct model_encoder *enc, double std)
+{
+	struct tensor *w = enc->embed.weight; /* [vocab, dim] */
+	int rc = nn_init_normal(w, 0, std, nn_param_seed(ps, "embed.weight"));
+	int64_t pad = enc->embed.padding_idx;
+	if (rc == TENSOR_OK && pad >= 0) {
+		struct tensor *row = tensor_narrow(w, 0, pad, 1);
+		rc = row ? nn_init_zeros(row) : tensor_last_status();
+		tensor_free(row);
+	}
+	return rc;
+}
+
+/* ---- checkpoints ------------------------------------------------------------------------ */
+
+int train_checkpoint_model_config(const char *path, struct model_config *cfg)
+{
+	char *json = nn_checkpoint_config(path);
+	if (!json)
+		return tensor_last_status();
+	int rc = model_config_from_json(cfg, json);
+	free(json);
+	if (rc < 0) {
+		char msg[512];
+		snprintf(msg, sizeof msg, "%s", tensor_last_error());
+		return tensor_error(rc, "%s: its config is not a model config: %s", path, msg);
+	}
+	return TENSOR_OK;
+}
+
+static bool is_encoder_name(const char *name)
+{
+	static const char *const prefixes[] = { "embed.", "pos.", "layers.", "norm.", "proj." };
+	for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+		if (!strncmp(name, prefixes[i], strlen(prefixes[i])))
+			return true;
+	return false;
+}
+
+static bool same_shape(const struct tensor *a, const struct tensor *b)
+{
+	if (a->ndim != b->ndim || a->dtype != b->dtype)
+		return false;
+	for (int d = 0; d < a->ndim; d++)
+		if (a->shape[d] != b->shape[d])
+			return false;
+	return true;
+}
+
+/* Load path into a fresh MLM model (or, failing that, a classifier) built
+ * from its config; on success *ps holds its parameters. */
+static int load_pretrained(const char *path, const struct model_config *cfg,
+			   const struct nn_params *like, struct nn_params *ps)
+{
+	char first[1024] = "";
+	for (int kind = 0; kind < 2; kind++) {
+		struct model_mlm mlm;
+		struct model_classifier cls;
+		int rc = nn_params_init(ps, like->dtype, like->device, cfg->seed);
+		if (rc == TENSOR_OK)
+			rc = kind == 0 ? model_mlm_init(&mlm, ps, cfg)
+				       : model_classifier_init(&cls, ps, cfg);
+		if (rc == TENSOR_OK)
+			rc = nn_checkpoint_load(path, ps, NULL, NULL);
+		if (kind == 0)
+			model_mlm_free(&mlm);
+		else
+			model_classifier_free(&cls);
+		if (rc == TENSOR_OK) {
+			tensor_clear_error();
+			return TENSOR_OK;
+		}
+		nn_params_free(ps);
+		if (kind == 0)
+			snprintf(first, sizeof first, "%s", tensor_last_error());
+	}
+	return tensor_error(TENSOR_ERR_IO,
+			    "%s: not an MLM or classifier checkpoint of its own config (as an MLM "
+			    "model: %s)",
+			    path, first);
+}
+
+int train_copy_encoder(const char *path, struct nn_params *dst)
+{
+	struct model_config cfg;
+	struct nn_params src;
+	int rc = train_checkpoint_model_config(path, &cfg);
+	if (rc == TENSOR_OK)
+		rc = model_config_resolve(&cfg);
+	if (rc == TENSOR_OK)
+		rc = load_pretrained(path, &cfg, dst, &src);
+	if (rc < 0)
+		return rc;
+	int copied = 0, wanted = 0;
+	for (int i = 0; i < dst->n; i++)
+		wanted += is_encoder_name(dst->items[i].name);
+	for (int i = 0; rc == TENSOR_OK && i < src.n; i++) {
+		const struct nn_param *s = &src.items[i];
+		if (!is_encoder_name(s->name))
+			continue;
+		struct nn_param *d = nn_params_find(dst, s->name);
+		if (!d || !same_shape(d->value, s->value)) {
+			char a[128] = "absent", b[128];
+			if (d)
+				tensor_shape_str(d->value, a, sizeof a);
+			rc = tensor_error(
+			    TENSOR_ERR_SHAPE,
+			    "%s: encoder tensor %s %s does not fit the model (%s there)", path,
+			    s->name, tensor_shape_str(s->value, b, sizeof b), a);
+			break;
+		}
+		rc = tensor_copy_(d->value, s->value);
+		copied++;
+	}
+	if (rc == TENSOR_OK && copied != wanted)
+		rc =
+		    tensor_error(TENSOR_ERR_SHAPE,
+				 "%s: has %d encoder tensors, the model has %d (different layouts)",
+				 path, copied, wanted);
+	nn_params_free(&src);
+	return rc < 0 ? rc : copied;
+}

@@ -1,0 +1,54 @@
+/* Training-loop helpers shared by the example programs: fatal errors, clock,
+ * peak memory, directories, small files, SIGINT/SIGTERM as a stop request, the
+ * optimizer step (schedule, clipping, AdamW), and moving a pretrained encoder
+ * into a new model. Example support code: train_die prints and exits. */
+#ifndef CFORMER_TRAIN_H
+#define CFORMER_TRAIN_H
+
+#include <stddef.h>
+
+#include "models.h"
+
+/* Print "<prog>: <what>: <tensor_last_error()>" to stderr and exit 1. */
+void train_die(const char *prog, const char *what) __attribute__((noreturn));
+/* Seconds on a monotonic clock. */
+double train_clock(void);
+/* tensor_mem_stats(TENSOR_CPU).peak_bytes in MiB. */
+double train_peak_mb(void);
+/* mkdir -p. Returns 0, or -1 with a message in err. */
+int train_mkdirs(const char *path, char *err, size_t errlen);
+/* Write text to path atomically (path.tmp, then rename). 0 or -1 with err. */
+int train_write_file(const char *path, const char *text, char *err, size_t errlen);
+/* The whole file as a string (malloc'd), or NULL (errno set). */
+char *train_read_file(const char *path);
+
+/* SIGINT and SIGTERM set a flag that train_stop_signal() returns (the signal
+ * number, 0 if none), so the loop can finish its step, save and exit; a second
+ * signal kills the program at once. */
+void train_signals_install(void);
+int train_stop_signal(void);
+
+/* One optimizer update from the accumulated gradients: opt->lr from the
+ * schedule at step, gradients clipped to a global norm of clip (clip <= 0:
+ * no clipping), then AdamW. Returns the gradient norm before clipping, or a
+ * negative status. */
+double train_optimizer_step(struct nn_params *ps, struct nn_adamw *opt,
+			    const struct nn_schedule *sched, int64_t step, double clip);
+
+/* Redraw the token embedding of enc N(0, std) from its parameter seed, the padding row zero
+ * (the library draws N(0, 1), as PyTorch; BERT-style models use 0.02). Returns a status. */
+int train_init_embedding(struct nn_params *ps, const struct model_encoder *enc, double std);
+
+/* The model config stored in checkpoint path (model_config_from_json of
+ * nn_checkpoint_config). Returns a status. */
+int train_checkpoint_model_config(const char *path, struct model_config *cfg);
+/* Copy the encoder weights ("embed.*", "pos.*", "layers.*", "norm.*",
+ * "proj.*") of checkpoint path — an MLM or a classifier checkpoint — into the
+ * parameters of the same names in dst, which must all exist with the same
+ * shapes, and every encoder parameter of dst must receive a value. The file is
+ * loaded into a temporary model rebuilt from its own config, so it is fully
+ * validated. Returns the number of tensors copied, or a negative status with
+ * a message naming the file and the problem. */
+int train_copy_encoder(const char *path, struct nn_params *dst);
+
+#endif

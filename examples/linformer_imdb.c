@@ -1,0 +1,980 @@
+/* linformer_imdb: train and evaluate an IMDB sentiment classifier (Transformer, Linformer or
+ * Conv-Linformer encoder) on the CPU, with progress, CSV and TensorBoard logs, checkpoints,
+ * exact resume, evaluation and prediction. `linformer_imdb --help` lists every flag. */
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/csvlog.h"
+#include "common/flags.h"
+#include "common/progress.h"
+#include "common/tb.h"
+#include "common/train.h"
+#include "models.h"
+#include "text.h"
+
+#ifndef CFORMER_DATA_DIR
+#define CFORMER_DATA_DIR "examples/data"
+#endif
+#ifndef CFORMER_VOCAB
+#define CFORMER_VOCAB "tests/data/tokenizer/bert-base-uncased-vocab.txt"
+#endif
+
+static const char PROG[] = "linformer_imdb";
+static const char *const CSV_COLS[] = { "step", "epoch",	"split",     "loss",   "accuracy",
+					"lr",	"tokens_per_s", "elapsed_s", "peak_mb" };
+enum { NCSV = sizeof CSV_COLS / sizeof CSV_COLS[0] };
+
+struct options {
+	const char *model, *proj, *sharing, *k_schedule, *k_list, *activation, *norm, *positions;
+	const char *pooling, *tokenizer, *vocab, *schedule, *data, *log_dir, *checkpoint_dir;
+	const char *init_from, *checkpoint, *predict, *predict_file;
+	int64_t n, k, k_last, dim, heads, layers, ff, head_hidden;
+	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_train, max_test;
+	int64_t log_every, stop_after;
+	double embed_std, dropout, attn_dropout, lr, beta1, beta2, min_lr, warmup, weight_decay,
+	    clip, val_fraction;
+	bool swiglu, post_norm, conv_dense, shared_kv_head, decay_all, resume, eval_only;
+};
+
+static struct options opt = {
+	.model = "linformer",
+	.sharing = "headwise",
+	.k_schedule = "constant",
+	.activation = "gelu",
+	.norm = "layer",
+	.positions = "learned",
+	.pooling = "mean",
+	.tokenizer = "wordpiece",
+	.vocab = CFORMER_VOCAB,
+	.schedule = "cosine",
+	.data = CFORMER_DATA_DIR "/aclImdb_subset",
+	.n = 256,
+	.dim = 64,
+	.heads = 4,
+	.layers = 2,
+	.ff = 256,
+	.batch = 32,
+	.accum = 1,
+	.epochs = 6,
+	.seed = 1,
+	.split_seed = 1,
+	.log_every = 10,
+	.dropout = 0.1,
+	.attn_dropout = 0.1,
+	.lr = 1e-3,
+	.beta1 = 0.9,
+	.beta2 = 0.999,
+	.warmup = 0.1,
+	.weight_decay = 0.01,
+	.clip = 1.0,
+	.val_fraction = 0.1,
+};
+
+/* clang-format off */
+#define INT(nm, var, lo, hi, mv, h) { nm, FLAG_INT, &opt.var, lo, hi, 0, NULL, mv, h, NULL, false }
+#define DBL(nm, var, lo, hi, op, mv, h) { nm, FLAG_DOUBLE, &opt.var, lo, hi, op, NULL, mv, h, NULL, false }
+#define STR(nm, var, mv, h) { nm, FLAG_STRING, &opt.var, 0, 0, 0, NULL, mv, h, NULL, false }
+#define CHO(nm, var, ch, h) { nm, FLAG_CHOICE, &opt.var, 0, 0, 0, ch, NULL, h, NULL, false }
+#define BOOL(nm, var, h) { nm, FLAG_BOOL, &opt.var, 0, 0, 0, NULL, NULL, h, NULL, false }
+/* clang-format on */
+static struct flag flags[] = {
+	STR("model", model, "NAME",
+	    "transformer | linformer | conv-linformer, or a per-layer "
+	    "pattern of S/L/C/M/X/R (standard, linear, conv, mean, max, random)"),
+	CHO("proj", proj, "linear|conv|mean|max|random", "projection kind of the Linformer layers"),
+	CHO("sharing", sharing, "none|headwise|kv|layerwise", "projection sharing"),
+	INT("n", n, 2, 1 << 20, "N",
+	    "sequence length: tokens per review, [CLS] and [SEP] included"),
+	INT("k", k, 0, 1 << 20, "K", "projected length of the Linformer layers (0: min(128, n/2))"),
+	CHO("k-schedule", k_schedule, "constant|linear|list",
+	    "k per layer: k everywhere, linear from k to --k-last, or --k-list"),
+	INT("k-last", k_last, 0, 1 << 20, "K", "k of the last layer for --k-schedule linear"),
+	STR("k-list", k_list, "K1,K2,..", "k of each layer for --k-schedule list"),
+	INT("dim", dim, 1, 1 << 16, "D", "model width"),
+	INT("heads", heads, 1, 1024, "H", "attention heads (must divide --dim)"),
+	INT("layers", layers, 1, MODEL_MAX_LAYERS, "L", "encoder layers (a pattern sets its own)"),
+	INT("ff", ff, 1, 1 << 20, "F", "feed-forward hidden width"),
+	CHO("activation", activation, "relu|gelu|gelu_tanh|silu", "feed-forward activation"),
+	BOOL("swiglu", swiglu, "gated SwiGLU feed-forward instead of --activation"),
+	CHO("norm", norm, "layer|rms", "LayerNorm or RMSNorm"),
+	BOOL("post-norm", post_norm, "post-norm residual blocks (default: pre-norm)"),
+	CHO("positions", positions, "learned|sinusoidal", "position embeddings"),
+	BOOL("conv-dense", conv_dense, "conv projections mix every channel (not per head)"),
+	BOOL("shared-kv-head", shared_kv_head, "one key/value head shared by all query heads"),
+	CHO("pooling", pooling, "mean|cls", "classifier pooling: masked mean or the [CLS] token"),
+	INT("head-hidden", head_hidden, 0, 1 << 20, "H", "classifier hidden width (0: --dim)"),
+	DBL("embed-std", embed_std, 0, 10, 0, "S",
+	    "token embedding drawn N(0, S) as in BERT; 0: the library's N(0, 1)"),
+	DBL("dropout", dropout, 0, 1, FLAG_MAX_OPEN, "P",
+	    "dropout of embeddings, residuals, feed-forward and head"),
+	DBL("attn-dropout", attn_dropout, 0, 1, FLAG_MAX_OPEN, "P",
+	    "dropout of attention probabilities"),
+	CHO("tokenizer", tokenizer, "wordpiece|byte", "WordPiece with --vocab, or bytes"),
+	STR("vocab", vocab, "FILE", "WordPiece vocabulary (BERT uncased vocab.txt)"),
+	INT("batch", batch, 1, 1 << 16, "B", "reviews per batch"),
+	INT("accum", accum, 1, 1 << 16, "A", "batches accumulated per optimizer step"),
+	INT("epochs", epochs, 1, 1 << 20, "E", "training epochs"),
+	INT("steps", steps, 0, (double)(1LL << 40), "S", "optimizer steps (0: from --epochs)"),
+	DBL("lr", lr, 0, 10, FLAG_MIN_OPEN, "RATE", "peak learning rate (AdamW)"),
+	DBL("min-lr", min_lr, 0, 10, 0, "RATE", "final learning rate"),
+	DBL("beta1", beta1, 0, 1, FLAG_MAX_OPEN, "B", "AdamW first-moment decay"),
+	DBL("beta2", beta2, 0, 1, FLAG_MAX_OPEN, "B", "AdamW second-moment decay"),
+	CHO("schedule", schedule, "cosine|linear|constant", "decay after the warmup"),
+	DBL("warmup", warmup, 0, 1, FLAG_MAX_OPEN, "RATIO", "warmup fraction of the steps"),
+	DBL("weight-decay", weight_decay, 0, 10, 0, "WD",
+	    "AdamW weight decay (not on biases, norms, embeddings)"),
+	BOOL("decay-all", decay_all, "weight decay on every parameter, embeddings included"),
+	DBL("clip", clip, 0, INFINITY, 0, "NORM", "gradient clipping norm (0: none)"),
+	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, dropout and batch order"),
+	INT("threads", threads, 0, 4096, "T", "threads (0: every core)"),
+	STR("data", data, "DIR", "aclImdb directory (train/ and test/ with neg/ and pos/)"),
+	DBL("val-fraction", val_fraction, 0, 0.5, FLAG_MIN_OPEN, "F",
+	    "training reviews held out for validation"),
+	INT("split-seed", split_seed, 0, 9007199254740992.0, "S", "seed of the validation split"),
+	INT("max-train", max_train, 0, 1 << 30, "N",
+	    "use N training reviews, a seeded sample (0: all)"),
+	INT("max-test", max_test, 0, 1 << 30, "N", "use N test reviews, a seeded sample (0: all)"),
+	STR("log-dir", log_dir, "DIR",
+	    "metrics.csv and TensorBoard events (default: runs/<model>-n<N>-<time>)"),
+	STR("checkpoint-dir", checkpoint_dir, "DIR",
+	    "last.safetensors (each epoch), best.safetensors (default: the log dir)"),
+	INT("log-every", log_every, 1, 1 << 30, "S", "steps between log lines and CSV rows"),
+	BOOL("resume", resume, "continue the run in --checkpoint-dir from last.safetensors"),
+	INT("stop-after", stop_after, 0, (double)(1LL << 40), "S",
+	    "stop after step S as on SIGINT: save and exit (to test --resume)"),
+	STR("init-from", init_from, "CKPT", "start from the encoder of a linformer_mlm checkpoint"),
+	BOOL("eval-only", eval_only, "evaluate --checkpoint on the test split"),
+	STR("checkpoint", checkpoint, "CKPT", "the model of --eval-only and --predict"),
+	STR("predict", predict, "TEXT", "print P(neg) P(pos) of TEXT with --checkpoint"),
+	STR("predict-file", predict_file, "FILE", "print P(neg) P(pos) of each line of FILE"),
+};
+enum { NFLAGS = sizeof flags / sizeof flags[0] };
+
+/* Flags that a resumed run may change. */
+static const char *const RESUME_FREE[] = { "threads",	     "log-every",    "log-dir",
+					   "checkpoint-dir", "resume",	     "stop-after",
+					   "init-from",	     "eval-only",    "checkpoint",
+					   "predict",	     "predict-file", NULL };
+
+static const char SYNOPSIS[] =
+    "usage: linformer_imdb [--flag VALUE]...\n"
+    "Trains a sentiment classifier on the IMDB reviews (aclImdb layout), evaluates it on the\n"
+    "test split, and saves checkpoints, a CSV and TensorBoard logs. With no flags it trains a\n"
+    "small Linformer on the bundled 1000 + 1000 review subset in a few minutes.";
+static const char EPILOG[] =
+    "The full dataset (25000 + 25000 reviews, from ai.stanford.edu/~amaas/data/sentiment):\n"
+    "  linformer_imdb --data DIR/aclImdb --n 512 --k 128 --dim 256 --layers 4 --ff 1024 \\\n"
+    "      --epochs 10 --batch 32 --lr 3e-4\n"
+    "Compare --model transformer / linformer / conv-linformer at the same --n; tokens/s counts\n"
+    "padded tokens (batch x n per second). Interrupt with Ctrl-C (or SIGTERM): the step\n"
+    "finishes, last.safetensors is saved and the command to resume is printed; a resumed run\n"
+    "ends exactly as an uninterrupted one (with the same --threads). Logs: tensorboard --logdir\n"
+    "DIR. Then: --eval-only --checkpoint CKPT, or --predict TEXT --checkpoint CKPT.\n";
+
+/* ---- model configuration ------------------------------------------------------------------ */
+
+static bool is_preset(const char *m)
+{
+	return !strcmp(m, "transformer") || !strcmp(m, "linformer") || !strcmp(m, "conv-linformer");
+}
+
+static void parse_k_list(struct model_config *c)
+{
+	const char *p = opt.k_list;
+	if (!p)
+		flags_fail(PROG, "k-schedule", "list needs --k-list K1,K2,.. (one k per layer)");
+	for (int64_t i = 0; i < c->layers; i++) {
+		char *end;
+		errno = 0;
+		long long v = strtoll(p, &end, 10);
+		if (end == p || errno || v < 1 || (*end != ',' && *end) ||
+		    (!*end && i + 1 < c->layers))
+			flags_fail(PROG, "k-list",
+				   "expected %lld positive integers separated by commas, got '%s'",
+				   (long long)c->layers, opt.k_list);
+		c->k[i] = v;
+		p = *end ? end + 1 : end;
+	}
+	if (*p)
+		flags_fail(PROG, "k-list", "more than the %lld layers' values: '%s'",
+			   (long long)c->layers, opt.k_list);
+}
+
+/* The classifier configuration the flags describe, for a vocabulary of vocab ids. */
+static void build_config(struct model_config *c, const struct text_tokenizer *tok)
+{
+	char preset[80];
+	bool named = is_preset(opt.model);
+	if (named)
+		snprintf(preset, sizeof preset, "%s:%lld", opt.model, (long long)opt.layers);
+	else
+		snprintf(preset, sizeof preset, "%s", opt.model);
+	if (model_config_preset(c, preset, tok->vocab_size, opt.n) < 0)
+		flags_fail(PROG, "model", "%s", tensor_last_error());
+	if (!named && flags_given(flags, NFLAGS, "layers") && opt.layers != c->layers)
+		flags_fail(PROG, "layers", "%lld differs from the %lld layers of the pattern '%s'",
+			   (long long)opt.layers, (long long)c->layers, opt.model);
+	if (opt.proj) {
+		bool any = false;
+		enum model_attention a = (enum model_attention)model_attention_parse(opt.proj);
+		for (int64_t i = 0; i < c->layers; i++)
+			if (c->attention[i] == MODEL_ATTN_LINEAR)
+				c->attention[i] = a, any = true;
+		if (!any)
+			flags_fail(PROG, "proj",
+				   "applies to Linformer (L) layers; --model %s has none",
+				   opt.model);
+	}
+	c->sharing = (enum nn_proj_sharing)nn_proj_sharing_parse(opt.sharing);
+	c->k_first = opt.k ? opt.k : opt.n / 2 < 128 ? opt.n / 2 : 128;
+	c->k_last = opt.k_last ? opt.k_last : c->k_first;
+	c->k_schedule = !strcmp(opt.k_schedule, "linear") ? MODEL_K_LINEAR
+			: !strcmp(opt.k_schedule, "list") ? MODEL_K_LIST
+							  : MODEL_K_CONSTANT;
+	if (c->k_schedule == MODEL_K_LIST)
+		parse_k_list(c);
+	c->dim = opt.dim;
+	c->heads = opt.heads;
+	c->ff_hidden = opt.ff;
+	c->activation = (enum nn_activation)nn_activation_parse(opt.activation);
+	c->swiglu = opt.swiglu;
+	c->rms_norm = !strcmp(opt.norm, "rms");
+	c->pre_norm = !opt.post_norm;
+	c->learned_positions = !strcmp(opt.positions, "learned");
+	c->conv_dense = opt.conv_dense;
+	c->shared_kv_head = opt.shared_kv_head;
+	c->dropout = opt.dropout;
+	c->attn_dropout = opt.attn_dropout;
+	c->pooling = !strcmp(opt.pooling, "cls") ? MODEL_POOL_CLS : MODEL_POOL_MEAN;
+	c->head_hidden = opt.head_hidden ? opt.head_hidden : opt.dim;
+	c->num_classes = 2;
+	c->pad_id = tok->pad_id;
+	c->seed = (uint64_t)opt.seed;
+	if (model_config_resolve(c) < 0)
+		flags_fail(PROG, NULL, "invalid model: %s", tensor_last_error());
+}
+
+/* --init-from: the encoder's shape comes from the checkpoint; a flag given explicitly that
+ * disagrees with it is an error. The classifier's own settings stay. */
+static void adopt_encoder(struct model_config *c, const struct model_config *p)
+{
+	bool kinds = c->layers != p->layers, ks = kinds;
+	for (int64_t i = 0; i < c->layers && i < p->layers; i++) {
+		kinds |= c->attention[i] != p->attention[i];
+		ks |= c->k[i] != p->k[i];
+	}
+	const struct {
+		const char *flag;
+		bool differs;
+	} arch[] = {
+		{ "n", c->max_len != p->max_len },
+		{ "dim", c->dim != p->dim },
+		{ "heads", c->heads != p->heads },
+		{ "layers", c->layers != p->layers },
+		{ "ff", c->ff_hidden != p->ff_hidden },
+		{ "model", kinds },
+		{ "proj", kinds },
+		{ "k", ks },
+		{ "k-last", ks },
+		{ "k-list", ks },
+		{ "k-schedule", ks },
+		{ "sharing", c->sharing != p->sharing },
+		{ "activation", c->activation != p->activation },
+		{ "swiglu", c->swiglu != p->swiglu },
+		{ "norm", c->rms_norm != p->rms_norm },
+		{ "post-norm", c->pre_norm != p->pre_norm },
+		{ "positions", c->learned_positions != p->learned_positions },
+		{ "conv-dense", c->conv_dense != p->conv_dense },
+		{ "shared-kv-head", c->shared_kv_head != p->shared_kv_head },
+	};
+	for (size_t i = 0; i < sizeof arch / sizeof arch[0]; i++)
+		if (arch[i].differs && flags_given(flags, NFLAGS, arch[i].flag))
+			flags_fail(PROG, arch[i].flag,
+				   "conflicts with the encoder of --init-from %s (its shape comes "
+				   "from the checkpoint): leave the flag out",
+				   opt.init_from);
+	if (c->vocab_size != p->vocab_size)
+		flags_fail(PROG, "init-from",
+			   "%s has a vocabulary of %lld ids, the tokenizer %lld: "
+			   "pass the --tokenizer/--vocab used for pretraining",
+			   opt.init_from, (long long)p->vocab_size, (long long)c->vocab_size);
+	struct model_config m = *p;
+	m.dropout = c->dropout;
+	m.attn_dropout = c->attn_dropout;
+	m.num_classes = c->num_classes;
+	m.head_hidden = flags_given(flags, NFLAGS, "head-hidden") ? c->head_hidden : p->dim;
+	m.pooling = c->pooling;
+	m.seed = c->seed;
+	*c = m;
+	if (model_config_resolve(c) < 0)
+		flags_fail(PROG, "init-from", "%s: %s", opt.init_from, tensor_last_error());
+}
+
+/* The tokenizer of the flags; for a checkpoint of vocab_size ids (0: none) with no
+ * --tokenizer given, bytes when it has the byte vocabulary's 261 ids. */
+static void load_tokenizer(struct text_tokenizer *tok, int64_t vocab_size)
+{
+	bool bytes = !strcmp(opt.tokenizer, "byte");
+	if (vocab_size && !flags_given(flags, NFLAGS, "tokenizer"))
+		bytes = vocab_size == 261;
+	int rc = bytes ? text_byte_init(tok) : text_wordpiece_load(tok, opt.vocab);
+	if (rc < 0)
+		flags_fail(PROG, bytes ? "tokenizer" : "vocab", "%s", tensor_last_error());
+	if (vocab_size && tok->vocab_size != vocab_size)
+		flags_fail(
+		    PROG, "tokenizer",
+		    "the checkpoint's model has %lld token ids, this tokenizer %lld: pass the "
+		    "--tokenizer/--vocab it was trained with",
+		    (long long)vocab_size, (long long)tok->vocab_size);
+}
+
+/* A model rebuilt from checkpoint path alone (its config and weights). */
+static void load_model(const char *path, struct model_config *c, struct nn_params *ps,
+		       struct model_classifier *m, int64_t *step)
+{
+	char what[1200];
+	snprintf(what, sizeof what, "loading %s", path);
+	if (train_checkpoint_model_config(path, c) < 0 ||
+	    nn_params_init(ps, TENSOR_F32, TENSOR_CPU, c->seed) < 0 ||
+	    model_classifier_init(m, ps, c) < 0 || nn_checkpoint_load(path, ps, NULL, step) < 0)
+		train_die(PROG, what);
+}
+
+/* ---- data -------------------------------------------------------------------------------- */
+
+/* Split "train" or "test" of --data, cut to a seeded sample of max reviews if 0 < max < all. */
+static void load_split(const char *split, int64_t max, struct text_dataset *out)
+{
+	struct text_dataset all, rest;
+	char what[1200];
+	snprintf(what, sizeof what, "reading the %s split of --data %s", split, opt.data);
+	if (text_imdb_load(opt.data, split, &all) < 0)
+		train_die(PROG, what);
+	if (max <= 0 || max >= all.n) {
+		*out = all;
+		return;
+	}
+	if (text_dataset_split(&all, (double)max / (double)all.n, (uint64_t)opt.split_seed + 7,
+			       &rest, out) < 0)
+		train_die(PROG, what);
+	text_dataset_free(&all);
+	text_dataset_free(&rest);
+}
+
+/* ---- evaluation -------------------------------------------------------------------------- */
+
+struct eval_result {
+	double loss, acc;
+	int64_t correct, n;
+};
+
+/* Loss and accuracy over every batch, in eval mode without a tape. */
+static struct eval_result evaluate(const struct model_classifier *m, struct nn_params *ps,
+				   const struct text_batcher *b)
+{
+	struct eval_result r = { 0 };
+	double loss = 0;
+	nn_params_train(ps, false);
+	ag_no_grad_begin();
+	for (int64_t i = 0; i < text_batcher_num_batches(b); i++) {
+		struct text_batch batch;
+		tensor_scope_begin();
+		if (text_batcher_get(b, i, &batch) < 0)
+			train_die(PROG, "evaluation batch");
+		struct tensor *logits = model_classifier_forward(m, batch.ids, batch.mask);
+		struct tensor *l = nn_cross_entropy(logits, batch.labels, -1, 0.0);
+		double acc = l ? nn_accuracy(logits, batch.labels, -1) : -1;
+		if (!l || acc < 0)
+			train_die(PROG, "evaluation");
+		loss += tensor_get(l, NULL) * (double)batch.size;
+		r.correct += llround(acc * (double)batch.size);
+		r.n += batch.size;
+		tensor_scope_end();
+	}
+	ag_no_grad_end();
+	nn_params_train(ps, true);
+	r.loss = r.n ? loss / (double)r.n : NAN;
+	r.acc = r.n ? (double)r.correct / (double)r.n : NAN;
+	return r;
+}
+
+static void print_test(const struct eval_result *r)
+{
+	printf("test: loss %.4f accuracy %.4f (%lld/%lld reviews)\n", r->loss, r->acc,
+	       (long long)r->correct, (long long)r->n);
+}
+
+static int run_eval_only(void)
+{
+	struct model_config c;
+	struct nn_params ps;
+	struct model_classifier m;
+	struct text_tokenizer tok;
+	struct text_dataset test;
+	struct text_batcher b;
+	int64_t step;
+	load_model(opt.checkpoint, &c, &ps, &m, &step);
+	load_tokenizer(&tok, c.vocab_size);
+	model_summary(&c, nn_params_count(&ps), stdout);
+	load_split("test", opt.max_test, &test);
+	if (text_batcher_init(&b, &test, &tok, c.max_len, opt.batch, 0, false, false) < 0)
+		train_die(PROG, "tokenizing the test split");
+	printf("%s (step %lld) on %lld test reviews of %s\n", opt.checkpoint, (long long)step,
+	       (long long)test.n, opt.data);
+	struct eval_result r = evaluate(&m, &ps, &b);
+	print_test(&r);
+	text_batcher_free(&b);
+	text_dataset_free(&test);
+	text_tokenizer_free(&tok);
+	model_classifier_free(&m);
+	nn_params_free(&ps);
+	return 0;
+}
+
+static void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p)
+		flags_fail(PROG, NULL, "out of memory");
+	return p;
+}
+
+static char *xstrdup(const char *s)
+{
+	return strcpy(xmalloc(strlen(s) + 1), s);
+}
+
+/* --predict TEXT or --predict-file FILE: one line "P(neg) P(pos)" per review. */
+static int run_predict(void)
+{
+	struct model_config c;
+	struct nn_params ps;
+	struct model_classifier m;
+	struct text_tokenizer tok;
+	int64_t step, nlines = 0;
+	char **lines = NULL;
+	if (opt.predict) {
+		lines = xmalloc(sizeof *lines);
+		lines[nlines++] = xstrdup(opt.predict);
+	} else {
+		FILE *f = fopen(opt.predict_file, "r");
+		if (!f)
+			flags_fail(PROG, "predict-file", "cannot open %s: %s", opt.predict_file,
+				   strerror(errno));
+		char *line = NULL;
+		size_t cap = 0;
+		while (getline(&line, &cap, f) >= 0) {
+			line[strcspn(line, "\r\n")] = 0;
+			char **more = realloc(lines, sizeof *lines * (size_t)(nlines + 1));
+			if (!more)
+				flags_fail(PROG, "predict-file", "out of memory");
+			lines = more;
+			lines[nlines++] = xstrdup(line);
+		}
+		free(line);
+		fclose(f);
+	}
+	load_model(opt.checkpoint, &c, &ps, &m, &step);
+	load_tokenizer(&tok, c.vocab_size);
+	fprintf(stderr, "%s: %s (step %lld): one line per review: P(neg) P(pos)\n", PROG,
+		opt.checkpoint, (long long)step);
+	int64_t n = c.max_len, C = c.num_classes;
+	int32_t *ids = xmalloc(sizeof *ids * (size_t)(opt.batch * n));
+	int32_t *mask = xmalloc(sizeof *mask * (size_t)(opt.batch * n));
+	float *p = xmalloc(sizeof *p * (size_t)(opt.batch * C));
+	nn_params_train(&ps, false);
+	ag_no_grad_begin();
+	for (int64_t s = 0; s < nlines; s += opt.batch) {
+		int64_t B = nlines - s < opt.batch ? nlines - s : opt.batch;
+		for (int64_t i = 0; i < B; i++)
+			if (text_encode(&tok, lines[s + i], strlen(lines[s + i]), n, ids + i * n,
+					mask + i * n, NULL) < 0)
+				train_die(PROG, "tokenizing");
+		tensor_scope_begin();
+		int64_t shape[2] = { B, n };
+		struct tensor *ti = tensor_from_data(TENSOR_I32, TENSOR_CPU, 2, shape, ids);
+		struct tensor *tm = tensor_from_data(TENSOR_I32, TENSOR_CPU, 2, shape, mask);
+		struct tensor *probs = tensor_softmax(model_classifier_forward(&m, ti, tm), 1);
+		if (!probs || tensor_to_host(probs, p, sizeof *p * (size_t)(B * C)) < 0)
+			train_die(PROG, "prediction");
+		for (int64_t i = 0; i < B; i++)
+			for (int64_t j = 0; j < C; j++)
+				printf("%.4f%c", p[i * C + j], j + 1 < C ? ' ' : '\n');
+		tensor_scope_end();
+	}
+	ag_no_grad_end();
+	for (int64_t i = 0; i < nlines; i++)
+		free(lines[i]);
+	free(lines), free(ids), free(mask), free(p);
+	text_tokenizer_free(&tok);
+	model_classifier_free(&m);
+	nn_params_free(&ps);
+	return 0;
+}
+
+/* ---- training ----------------------------------------------------------------------------- */
+
+struct run {
+	struct text_tokenizer tok;
+	struct text_dataset train, val, test;
+	struct text_batcher btrain, bval, btest;
+	struct model_config cfg;
+	char *cfg_json;
+	struct nn_params ps;
+	struct model_classifier model;
+	struct nn_adamw adamw;
+	struct nn_schedule sched;
+	int64_t nb, spe, total, epochs; /* batches and steps per epoch, steps, epochs */
+	double best_val, elapsed0;	/* best validation accuracy; elapsed before resuming */
+	int64_t best_epoch;
+	char log_dir[1024], ckpt_dir[1024];
+	struct csvlog csv;
+	struct tb_writer tb;
+	struct progress bar;
+	double start;
+};
+
+static double elapsed(const struct run *r)
+{
+	return r->elapsed0 + train_clock() - r->start;
+}
+
+static void path_in(char *buf, size_t len, const char *dir, const char *file)
+{
+	if (snprintf(buf, len, "%s/%s", dir, file) >= (int)len)
+		flags_fail(PROG, NULL, "path too long: %s/%s", dir, file);
+}
+
+/* last.safetensors and its training state last.json (step, best, flags), or best. */
+static void save(struct run *r, const char *name, int64_t step)
+{
+	char path[1100], err[1200];
+	path_in(path, sizeof path, r->ckpt_dir, name);
+	if (nn_checkpoint_save(path, &r->ps, &r->adamw, r->cfg_json, step) < 0)
+		train_die(PROG, "saving a checkpoint");
+	if (strcmp(name, "last.safetensors"))
+		return;
+	char *fl = flags_to_json(flags, NFLAGS);
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddNumberToObject(o, "step", (double)step);
+	cJSON_AddNumberToObject(o, "best_val_acc", r->best_val);
+	cJSON_AddNumberToObject(o, "best_epoch", (double)r->best_epoch);
+	cJSON_AddNumberToObject(o, "elapsed_s", elapsed(r));
+	cJSON_AddItemToObject(o, "flags", cJSON_Parse(fl));
+	char *text = cJSON_Print(o);
+	path_in(path, sizeof path, r->ckpt_dir, "last.json");
+	if (!text || train_write_file(path, text, err, sizeof err) < 0)
+		flags_fail(PROG, NULL, "%s", text ? err : "out of memory");
+	free(fl);
+	cJSON_free(text);
+	cJSON_Delete(o);
+}
+
+/* --resume: the state of last.json, the checkpoint's weights, optimizer and random stream. */
+static int64_t resume(struct run *r)
+{
+	char path[1100], err[1200];
+	path_in(path, sizeof path, r->ckpt_dir, "last.json");
+	char *text = train_read_file(path);
+	if (!text)
+		flags_fail(PROG, "resume", "cannot read %s: %s", path, strerror(errno));
+	cJSON *o = cJSON_Parse(text);
+	const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step");
+	const cJSON *bv = cJSON_GetObjectItemCaseSensitive(o, "best_val_acc");
+	const cJSON *be = cJSON_GetObjectItemCaseSensitive(o, "best_epoch");
+	const cJSON *el = cJSON_GetObjectItemCaseSensitive(o, "elapsed_s");
+	char *fl = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(o, "flags"));
+	if (!cJSON_IsNumber(st) || !cJSON_IsNumber(bv) || !cJSON_IsNumber(be) ||
+	    !cJSON_IsNumber(el) || !fl)
+		flags_fail(PROG, "resume", "%s is not a training state file", path);
+	if (flags_compare_json(flags, NFLAGS, fl, RESUME_FREE, err, sizeof err) < 0)
+		flags_fail(PROG, "resume", "%s: %s (resume with the same settings)", path, err);
+	int64_t step;
+	path_in(path, sizeof path, r->ckpt_dir, "last.safetensors");
+	if (nn_checkpoint_load(path, &r->ps, &r->adamw, &step) < 0)
+		train_die(PROG, "resuming");
+	if (step != (int64_t)st->valuedouble)
+		flags_fail(PROG, "resume", "%s is at step %lld but last.json at step %.0f", path,
+			   (long long)step, st->valuedouble);
+	r->best_val = bv->valuedouble;
+	r->best_epoch = (int64_t)be->valuedouble;
+	r->elapsed0 = el->valuedouble;
+	cJSON_free(fl);
+	cJSON_Delete(o);
+	free(text);
+	return step;
+}
+
+static void log_scalar(struct run *r, const char *tag, double v, int64_t step)
+{
+	if (tb_scalar(&r->tb, tag, v, step) < 0)
+		flags_fail(PROG, "log-dir", "cannot write %s: %s", r->tb.path, strerror(errno));
+}
+
+static void csv_row(struct run *r, int64_t step, int64_t epoch, const char *split, double loss,
+		    double acc, double lr, double tps)
+{
+	char lrs[32] = "", tpss[32] = "";
+	if (lr >= 0)
+		snprintf(lrs, sizeof lrs, "%.6g", lr);
+	if (tps >= 0)
+		snprintf(tpss, sizeof tpss, "%.1f", tps);
+	if (csvlog_row(&r->csv, "%lld,%lld,%s,%.6f,%.6f,%s,%s,%.3f,%.1f", (long long)step,
+		       (long long)epoch, split, loss, acc, lrs, tpss, elapsed(r),
+		       train_peak_mb()) < 0)
+		flags_fail(PROG, "log-dir", "cannot write metrics.csv: %s", strerror(errno));
+}
+
+/* tb_open names the file events.out.tfevents.<unix seconds>.<host> and truncates it: a run
+ * resumed within the second of an earlier one would overwrite that run's events. */
+static void wait_for_new_event_file(const char *dir)
+{
+	char host[256] = "localhost", path[1400];
+	gethostname(host, sizeof host - 1);
+	for (int tries = 0; tries < 30; tries++) {
+		snprintf(path, sizeof path, "%s/events.out.tfevents.%lld.%s", dir,
+			 (long long)time(NULL), host);
+		if (access(path, F_OK) != 0)
+			return;
+		nanosleep(&(struct timespec){ .tv_nsec = 100000000 }, NULL);
+	}
+}
+
+/* Data, tokenizer, model, optimizer, schedule, log files; returns the first step to run. */
+static int64_t setup(struct run *r)
+{
+	load_tokenizer(&r->tok, 0);
+	build_config(&r->cfg, &r->tok);
+	struct model_config pre;
+	if (opt.init_from) {
+		if (train_checkpoint_model_config(opt.init_from, &pre) < 0)
+			train_die(PROG, "--init-from");
+		adopt_encoder(&r->cfg, &pre);
+	}
+	struct text_dataset all;
+	load_split("train", opt.max_train, &all);
+	if (text_dataset_split(&all, opt.val_fraction, (uint64_t)opt.split_seed, &r->train,
+			       &r->val) < 0 ||
+	    r->train.n < 1 || r->val.n < 1)
+		flags_fail(PROG, "val-fraction", "%g of %lld reviews leaves an empty split",
+			   opt.val_fraction, (long long)all.n);
+	text_dataset_free(&all);
+	load_split("test", opt.max_test, &r->test);
+	int64_t n = r->cfg.max_len;
+	if (text_batcher_init(&r->btrain, &r->train, &r->tok, n, opt.batch, (uint64_t)opt.seed,
+			      true, false) < 0 ||
+	    text_batcher_init(&r->bval, &r->val, &r->tok, n, opt.batch, 0, false, false) < 0 ||
+	    text_batcher_init(&r->btest, &r->test, &r->tok, n, opt.batch, 0, false, false) < 0)
+		train_die(PROG, "tokenizing the reviews");
+	r->nb = text_batcher_num_batches(&r->btrain);
+	r->spe = (r->nb + opt.accum - 1) / opt.accum;
+	r->total = opt.steps ? opt.steps : opt.epochs * r->spe;
+	r->epochs = (r->total + r->spe - 1) / r->spe;
+
+	if (nn_params_init(&r->ps, TENSOR_F32, TENSOR_CPU, (uint64_t)opt.seed) < 0 ||
+	    model_classifier_init(&r->model, &r->ps, &r->cfg) < 0)
+		train_die(PROG, "building the model");
+	if (opt.embed_std > 0 && train_init_embedding(&r->ps, &r->model.enc, opt.embed_std) < 0)
+		train_die(PROG, "initialising the embedding");
+	if (opt.init_from && !opt.resume) {
+		int copied = train_copy_encoder(opt.init_from, &r->ps);
+		if (copied < 0)
+			train_die(PROG, "--init-from");
+		printf("encoder: %d tensors from %s\n", copied, opt.init_from);
+	}
+	enum nn_schedule_kind sk = !strcmp(opt.schedule, "cosine")   ? NN_SCHEDULE_COSINE
+				   : !strcmp(opt.schedule, "linear") ? NN_SCHEDULE_LINEAR
+								     : NN_SCHEDULE_CONSTANT;
+	if (nn_params_pack(&r->ps) < 0 || nn_adamw_init(&r->adamw, &r->ps, opt.lr, opt.beta1,
+							opt.beta2, 1e-8, opt.weight_decay) < 0)
+		train_die(PROG, "optimizer");
+	r->adamw.decay_all = opt.decay_all;
+	if (nn_schedule_init(&r->sched, sk, opt.lr, opt.min_lr, -1, opt.warmup, r->total) < 0)
+		flags_fail(PROG, "warmup", "%s", tensor_last_error());
+	if (!(r->cfg_json = model_config_to_json(&r->cfg)))
+		train_die(PROG, "model config");
+
+	/* directories and logs */
+	char err[1200], path[1100];
+	if (!opt.log_dir && opt.checkpoint_dir && opt.resume)
+		snprintf(r->log_dir, sizeof r->log_dir, "%s", opt.checkpoint_dir);
+	else if (opt.log_dir)
+		snprintf(r->log_dir, sizeof r->log_dir, "%s", opt.log_dir);
+	else if (opt.resume)
+		flags_fail(PROG, "resume",
+			   "needs --checkpoint-dir DIR (or --log-dir DIR) of the run");
+	else {
+		char stamp[32];
+		time_t t = time(NULL);
+		strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&t));
+		snprintf(r->log_dir, sizeof r->log_dir, "runs/%s-n%lld-%s", opt.model, (long long)n,
+			 stamp);
+	}
+	snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s",
+		 opt.checkpoint_dir ? opt.checkpoint_dir : r->log_dir);
+	if (train_mkdirs(r->log_dir, err, sizeof err) < 0)
+		flags_fail(PROG, "log-dir", "%s", err);
+	if (train_mkdirs(r->ckpt_dir, err, sizeof err) < 0)
+		flags_fail(PROG, "checkpoint-dir", "%s", err);
+	r->best_val = -1;
+	int64_t step = opt.resume ? resume(r) : 0;
+	path_in(path, sizeof path, r->log_dir, "metrics.csv");
+	wait_for_new_event_file(r->log_dir);
+	if (csvlog_open(&r->csv, path, CSV_COLS, NCSV, opt.resume, err, sizeof err) < 0 ||
+	    tb_open(&r->tb, r->log_dir, err, sizeof err) < 0)
+		flags_fail(PROG, "log-dir", "%s", err);
+
+	model_summary(&r->cfg, nn_params_count(&r->ps), stdout);
+	printf("data %s: %lld train, %lld validation, %lld test reviews; n %lld, batch %lld x "
+	       "accum %lld, %lld steps (%lld epochs of %lld), threads %d (BLIS %s)\n",
+	       opt.data, (long long)r->train.n, (long long)r->val.n, (long long)r->test.n,
+	       (long long)n, (long long)opt.batch, (long long)opt.accum, (long long)r->total,
+	       (long long)r->epochs, (long long)r->spe, tensor_get_num_threads(),
+	       tensor_blas_arch());
+	if (!flags_given(flags, NFLAGS, "data"))
+		printf("(the bundled subset; for the full dataset see --help)\n");
+	printf("logs in %s, checkpoints in %s%s\n", r->log_dir, r->ckpt_dir,
+	       step ? " (resumed)" : "");
+	if (step)
+		printf("resumed at step %lld of %lld\n", (long long)step, (long long)r->total);
+	return step;
+}
+
+/* " arg", single-quoted for the shell unless plain. */
+static void print_arg(const char *a)
+{
+	if (!a[strspn(a,
+		      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.,:/=+")]) {
+		printf(" %s", a);
+		return;
+	}
+	printf(" '");
+	for (; *a; a++)
+		if (*a == '\'')
+			fputs("'\\''", stdout); /* ' -> '\'' */
+		else
+			putchar(*a);
+	printf("'");
+}
+
+/* The command that resumes this run. */
+static void print_resume(const struct run *r, int argc, char **argv)
+{
+	/* a libtool build runs examples/.libs/[lt-]linformer_imdb: name examples/linformer_imdb */
+	const char *libs = strstr(argv[0], "/.libs/");
+	if (libs) {
+		const char *base = libs + 7;
+		base += strncmp(base, "lt-", 3) ? 0 : 3;
+		printf("to resume: %.*s/%s", (int)(libs - argv[0]), argv[0], base);
+	} else {
+		printf("to resume: %s", argv[0]);
+	}
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--stop-after") || !strcmp(argv[i], "--log-dir") ||
+		    !strcmp(argv[i], "--checkpoint-dir")) {
+			i++;
+			continue;
+		}
+		if (!strncmp(argv[i], "--stop-after=", 13) || !strncmp(argv[i], "--log-dir=", 10) ||
+		    !strncmp(argv[i], "--checkpoint-dir=", 17) || !strcmp(argv[i], "--resume"))
+			continue;
+		print_arg(argv[i]);
+	}
+	printf(" --log-dir");
+	print_arg(r->log_dir);
+	printf(" --checkpoint-dir");
+	print_arg(r->ckpt_dir);
+	printf(" --resume\n");
+}
+
+/* Running sums between log points. */
+struct window {
+	int64_t steps, examples, padded, real;
+	double loss, correct, time, grad_norm;
+};
+
+static int run_train(int argc, char **argv)
+{
+	struct run r = { 0 };
+	r.start = train_clock();
+	int64_t step = setup(&r);
+	int64_t B = opt.batch, n = r.cfg.max_len, steps_run = 0;
+	double train_time = 0;
+	int64_t padded_all = 0, real_all = 0, saved = -1;
+	for (int64_t e = 0; e < step / r.spe; e++)
+		text_batcher_next_epoch(&r.btrain); /* the order is a function of (seed, epoch) */
+	train_signals_install();
+	progress_init(&r.bar, stderr, opt.log_every);
+	struct window w = { 0 };
+	while (step < r.total) {
+		int64_t epoch = step / r.spe, j = step % r.spe;
+		if (r.btrain.epoch < epoch)
+			text_batcher_next_epoch(&r.btrain);
+		int64_t first = j * opt.accum,
+			last = first + opt.accum < r.nb ? first + opt.accum : r.nb;
+		int64_t group = (last * B < r.train.n ? last * B : r.train.n) - first * B;
+		double t0 = train_clock(), lr = nn_schedule_lr(&r.sched, step);
+		tensor_scope_begin();
+		if (nn_params_zero_grad(&r.ps) < 0)
+			train_die(PROG, "zero_grad");
+		for (int64_t mb = first; mb < last; mb++) {
+			struct text_batch batch;
+			tensor_scope_begin();
+			if (text_batcher_get(&r.btrain, mb, &batch) < 0)
+				train_die(PROG, "training batch");
+			struct tensor *logits =
+			    model_classifier_forward(&r.model, batch.ids, batch.mask);
+			struct tensor *loss = nn_cross_entropy(logits, batch.labels, -1, 0.0);
+			double acc = loss ? nn_accuracy(logits, batch.labels, -1) : -1;
+			struct tensor *scaled =
+			    ag_mul_scalar(loss, (double)batch.size / (double)group);
+			if (!scaled || acc < 0 || ag_backward(scaled, NULL) < 0)
+				train_die(PROG, "training step");
+			w.loss += tensor_get(loss, NULL) * (double)batch.size;
+			w.correct += acc * (double)batch.size;
+			w.examples += batch.size;
+			w.padded += batch.size * n;
+			for (int64_t i = 0; i < batch.size; i++)
+				w.real += r.btrain.lengths[r.btrain.order[mb * B + i]];
+			tensor_scope_end();
+		}
+		double norm = train_optimizer_step(&r.ps, &r.adamw, &r.sched, step, opt.clip);
+		if (norm < 0)
+			train_die(PROG, "optimizer step");
+		w.grad_norm += norm;
+		tensor_scope_end();
+		step++, steps_run++, w.steps++;
+		double dt = train_clock() - t0;
+		w.time += dt, train_time += dt;
+		double tps = (double)w.padded / w.time;
+		struct progress_stats ps = {
+			.step = step,
+			.total = r.total,
+			.epoch = epoch + 1,
+			.epochs = r.epochs,
+			.loss = w.loss / (double)w.examples,
+			.metric_name = "acc",
+			.metric = w.correct / (double)w.examples,
+			.tokens_per_s = tps,
+			.elapsed_s = elapsed(&r),
+			.peak_mb = train_peak_mb(),
+			.eta_s = train_time / (double)steps_run * (double)(r.total - step),
+		};
+		progress_update(&r.bar, &ps);
+		bool stop = step < r.total &&
+			    (train_stop_signal() || (opt.stop_after && step >= opt.stop_after));
+		if (step % opt.log_every == 0 || step == r.total || stop) {
+			csv_row(&r, step, epoch + 1, "train", ps.loss, ps.metric, lr, tps);
+			log_scalar(&r, "train/loss", ps.loss, step);
+			log_scalar(&r, "train/acc", ps.metric, step);
+			log_scalar(&r, "lr", lr, step);
+			log_scalar(&r, "train/grad_norm", w.grad_norm / (double)w.steps, step);
+			padded_all += w.padded, real_all += w.real;
+			w = (struct window){ 0 };
+		}
+		if (step % r.spe == 0 || step == r.total) { /* the end of an epoch */
+			struct eval_result v = evaluate(&r.model, &r.ps, &r.bval);
+			bool best = v.acc > r.best_val;
+			if (best)
+				r.best_val = v.acc, r.best_epoch = epoch + 1;
+			char el[32];
+			progress_printf(
+			    &r.bar,
+			    "epoch %lld/%lld (step %lld): validation loss %.4f accuracy "
+			    "%.4f%s, %s elapsed, peak %.0f MB\n",
+			    (long long)epoch + 1, (long long)r.epochs, (long long)step, v.loss,
+			    v.acc, best ? " (best)" : "",
+			    progress_duration(elapsed(&r), el, sizeof el), train_peak_mb());
+			csv_row(&r, step, epoch + 1, "val", v.loss, v.acc, -1, -1);
+			log_scalar(&r, "val/loss", v.loss, step);
+			log_scalar(&r, "val/acc", v.acc, step);
+			if (best)
+				save(&r, "best.safetensors", step);
+			save(&r, "last.safetensors", step);
+			saved = step;
+		}
+		int sig = train_stop_signal();
+		if (stop || (step < r.total && sig)) {
+			if (saved != step)
+				save(&r, "last.safetensors", step);
+			progress_end(&r.bar);
+			printf("%s at step %lld of %lld (epoch %lld): saved %s/last.safetensors\n",
+			       sig ? "interrupted" : "stopped (--stop-after)", (long long)step,
+			       (long long)r.total, (long long)(step / r.spe + 1), r.ckpt_dir);
+			print_resume(&r, argc, argv);
+			goto out;
+		}
+	}
+	progress_end(&r.bar);
+	padded_all += w.padded, real_all += w.real;
+	struct eval_result t = evaluate(&r.model, &r.ps, &r.btest);
+	print_test(&t);
+	csv_row(&r, step, r.epochs, "test", t.loss, t.acc, -1, -1);
+	log_scalar(&r, "test/loss", t.loss, step);
+	log_scalar(&r, "test/acc", t.acc, step);
+	char el[32];
+	printf("best validation accuracy %.4f (epoch %lld); wall time %s; %.0f tokens/s (padded, "
+	       "batch x n per second; %.0f real tokens/s); peak memory %.1f MB\n",
+	       r.best_val, (long long)r.best_epoch, progress_duration(elapsed(&r), el, sizeof el),
+	       train_time > 0 ? (double)padded_all / train_time : 0.0,
+	       train_time > 0 ? (double)real_all / train_time : 0.0, train_peak_mb());
+out:
+	csvlog_close(&r.csv);
+	tb_close(&r.tb);
+	free(r.cfg_json);
+	nn_adamw_free(&r.adamw);
+	model_classifier_free(&r.model);
+	nn_params_free(&r.ps);
+	text_batcher_free(&r.btrain);
+	text_batcher_free(&r.bval);
+	text_batcher_free(&r.btest);
+	text_dataset_free(&r.train);
+	text_dataset_free(&r.val);
+	text_dataset_free(&r.test);
+	text_tokenizer_free(&r.tok);
+	tensor_mem_trim();
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach a log file or pipe as they happen */
+	static const char *const sections[][2] = {
+		{ "model", "Model" },	  { "tokenizer", "Tokenizer" },
+		{ "batch", "Training" },  { "data", "Data, logs and checkpoints" },
+		{ "init-from", "Modes" },
+	};
+	for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
+		flags_find(flags, NFLAGS, sections[i][0])->section = sections[i][1];
+	flags_parse(flags, NFLAGS, argc, argv, PROG, SYNOPSIS, EPILOG);
+	bool predicting = opt.predict || opt.predict_file;
+	if (opt.predict && opt.predict_file)
+		flags_fail(PROG, "predict", "give --predict or --predict-file, not both");
+	if ((predicting || opt.eval_only) && !opt.checkpoint)
+		flags_fail(PROG, predicting ? "predict" : "eval-only",
+			   "needs --checkpoint CKPT (e.g. DIR/best.safetensors of a training run)");
+	if (opt.checkpoint && !predicting && !opt.eval_only)
+		flags_fail(PROG, "checkpoint",
+			   "is for --eval-only and --predict; to continue "
+			   "training use --resume, to fine-tune --init-from");
+	if (opt.resume && (predicting || opt.eval_only))
+		flags_fail(PROG, "resume", "trains; it cannot go with --eval-only or --predict");
+	if (opt.k_list && strcmp(opt.k_schedule, "list"))
+		flags_fail(PROG, "k-list", "needs --k-schedule list");
+	if (opt.k_last && strcmp(opt.k_schedule, "linear"))
+		flags_fail(PROG, "k-last", "needs --k-schedule linear");
+	if (opt.threads)
+		tensor_set_num_threads((int)opt.threads);
+	if (predicting)
+		return run_predict();
+	if (opt.eval_only)
+		return run_eval_only();
+	return run_train(argc, argv);
+}

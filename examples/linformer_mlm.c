@@ -1,0 +1,816 @@
+/* linformer_mlm: masked-language-model pretraining of a Transformer, Linformer, Conv-Linformer
+ * or any per-layer pattern on plain text (default: the IMDB training reviews, i.e. domain
+ * pretraining), with train and validation perplexity, CSV and TensorBoard logs, and checkpoints
+ * whose encoder ("embed.*", "pos.*", "layers.*", "norm.*", "proj.*") starts the IMDB classifier:
+ * linformer_imdb --init-from DIR/best.safetensors. `linformer_mlm --help` lists every flag. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/csvlog.h"
+#include "common/flags.h"
+#include "common/progress.h"
+#include "common/tb.h"
+#include "common/train.h"
+#include "models.h"
+#include "text.h"
+
+#ifndef CFORMER_DATA_DIR
+#define CFORMER_DATA_DIR "examples/data"
+#endif
+#ifndef CFORMER_VOCAB
+#define CFORMER_VOCAB "tests/data/tokenizer/bert-base-uncased-vocab.txt"
+#endif
+#define IGNORE (-100) /* the label of positions that are not predicted */
+
+static const char PROG[] = "linformer_mlm";
+static const char *const CSV_COLS[] = { "step", "epoch",	"split",     "loss",   "perplexity",
+					"lr",	"tokens_per_s", "elapsed_s", "peak_mb" };
+enum { NCSV = sizeof CSV_COLS / sizeof CSV_COLS[0] };
+
+/* ---- flags (the names and meanings of linformer_imdb's where they overlap) ----------------- */
+
+struct options {
+	const char *model, *proj, *sharing, *k_schedule, *k_list, *activation, *norm, *positions;
+	const char *tokenizer, *vocab, *schedule, *data, *corpus, *decode, *log_dir;
+	const char *checkpoint_dir, *checkpoint;
+	int64_t n, k, k_last, dim, heads, layers, ff, batch, accum, epochs, steps, seed, split_seed;
+	int64_t threads, max_docs, log_every;
+	double embed_std, dropout, attn_dropout, mask_prob, lr, min_lr, warmup, weight_decay, clip;
+	double val_fraction;
+	bool swiglu, post_norm, conv_dense, shared_kv_head, no_chunk, eval_only;
+};
+
+/* The tables read better aligned by hand. */
+/* clang-format off */
+static struct options opt = {
+	.model = "linformer", .sharing = "headwise", .k_schedule = "constant",
+	.activation = "gelu", .norm = "layer", .positions = "learned", .tokenizer = "wordpiece",
+	.vocab = CFORMER_VOCAB, .schedule = "cosine", .decode = "masked", .n = 128, .dim = 128,
+	.heads = 4, .layers = 2, .ff = 512, .batch = 16, .accum = 1, .epochs = 2, .seed = 1,
+	.split_seed = 1, .log_every = 10, .embed_std = 0.02, .dropout = 0.1, .attn_dropout = 0.1,
+	.mask_prob = 0.15, .lr = 1e-3, .min_lr = 1e-5, .warmup = 0.1, .weight_decay = 0.01,
+	.clip = 1.0, .val_fraction = 0.1,
+};
+
+#define INT(nm, var, lo, hi, mv, h) { nm, FLAG_INT, &opt.var, lo, hi, 0, NULL, mv, h, NULL, false }
+#define DBL(nm, var, lo, hi, op, mv, h)                                                           \
+	{ nm, FLAG_DOUBLE, &opt.var, lo, hi, op, NULL, mv, h, NULL, false }
+#define STR(nm, var, mv, h) { nm, FLAG_STRING, &opt.var, 0, 0, 0, NULL, mv, h, NULL, false }
+#define CHO(nm, var, ch, h) { nm, FLAG_CHOICE, &opt.var, 0, 0, 0, ch, NULL, h, NULL, false }
+#define BOOL(nm, var, h) { nm, FLAG_BOOL, &opt.var, 0, 0, 0, NULL, NULL, h, NULL, false }
+static struct flag flags[] = {
+	STR("model", model, "NAME", "transformer | linformer | conv-linformer, or a per-layer "
+				    "pattern of S/L/C/M/X/R (standard, linear, conv, mean, max, random)"),
+	CHO("proj", proj, "linear|conv|mean|max|random", "projection kind of the Linformer layers"),
+	CHO("sharing", sharing, "none|headwise|kv|layerwise", "projection sharing"),
+	INT("n", n, 4, 1 << 20, "N", "sequence length: tokens per example, [CLS] and [SEP] included"),
+	INT("k", k, 0, 1 << 20, "K", "projected length of the Linformer layers (0: min(128, n/2))"),
+	CHO("k-schedule", k_schedule, "constant|linear|list", "k per layer: k everywhere, linear "
+							      "from k to --k-last, or --k-list"),
+	INT("k-last", k_last, 0, 1 << 20, "K", "k of the last layer for --k-schedule linear"),
+	STR("k-list", k_list, "K1,K2,..", "k of each layer for --k-schedule list"),
+	INT("dim", dim, 1, 1 << 16, "D", "model width"),
+	INT("heads", heads, 1, 1024, "H", "attention heads (must divide --dim)"),
+	INT("layers", layers, 1, MODEL_MAX_LAYERS, "L", "encoder layers (a pattern sets its own)"),
+	INT("ff", ff, 1, 1 << 20, "F", "feed-forward hidden width"),
+	CHO("activation", activation, "relu|gelu|gelu_tanh|silu", "feed-forward activation"),
+	BOOL("swiglu", swiglu, "gated SwiGLU feed-forward instead of --activation"),
+	CHO("norm", norm, "layer|rms", "LayerNorm or RMSNorm"),
+	BOOL("post-norm", post_norm, "post-norm residual blocks (default: pre-norm)"),
+	CHO("positions", positions, "learned|sinusoidal", "position embeddings"),
+	BOOL("conv-dense", conv_dense, "conv projections mix every channel (not per head)"),
+	BOOL("shared-kv-head", shared_kv_head, "one key/value head shared by all query heads"),
+	DBL("embed-std", embed_std, 0, 10, 0, "S", "token embedding (tied to the MLM decoder) "
+						   "drawn N(0, S) as in BERT; 0: the library's N(0, 1)"),
+	DBL("dropout", dropout, 0, 1, FLAG_MAX_OPEN, "P", "dropout of embeddings, residuals and "
+							  "feed-forward"),
+	DBL("attn-dropout", attn_dropout, 0, 1, FLAG_MAX_OPEN, "P", "dropout of attention "
+								    "probabilities"),
+	CHO("tokenizer", tokenizer, "wordpiece|byte", "WordPiece with --vocab, or bytes"),
+	STR("vocab", vocab, "FILE", "WordPiece vocabulary (BERT uncased vocab.txt)"),
+	STR("data", data, "DIR", "aclImdb directory: pretrain on its train reviews (labels unused; "
+				 "default: the bundled subset)"),
+	STR("corpus", corpus, "PATH", "plain text instead of --data: a file (a document a line) or "
+				      "a directory of *.txt files (a document each)"),
+	INT("max-docs", max_docs, 0, 1 << 30, "N", "use N documents, a seeded sample (0: all)"),
+	BOOL("no-chunk", no_chunk, "truncate long documents to n tokens (default: cut them into "
+				   "consecutive chunks of up to n)"),
+	DBL("val-fraction", val_fraction, 0, 0.5, FLAG_MIN_OPEN, "F", "documents held out for "
+								      "validation perplexity"),
+	INT("split-seed", split_seed, 0, 9007199254740992.0, "S", "seed of the validation split"),
+	DBL("mask-prob", mask_prob, 0, 1, FLAG_MIN_OPEN, "P", "tokens selected for prediction "
+							      "(of those 80% [MASK], 10% random, 10% kept)"),
+	CHO("decode", decode, "masked|full", "MLM head on the selected positions only (the same "
+					     "loss, less work) or [B*n, vocab] logits"),
+	INT("batch", batch, 1, 1 << 16, "B", "sequences per batch"),
+	INT("accum", accum, 1, 4096, "A", "batches accumulated per optimizer step"),
+	INT("epochs", epochs, 1, 1 << 20, "E", "training epochs"),
+	INT("steps", steps, 0, (double)(1LL << 40), "S", "optimizer steps (0: from --epochs)"),
+	DBL("lr", lr, 0, 10, FLAG_MIN_OPEN, "RATE", "peak learning rate (AdamW)"),
+	DBL("min-lr", min_lr, 0, 10, 0, "RATE", "final learning rate"),
+	CHO("schedule", schedule, "cosine|linear|constant", "decay after the warmup"),
+	DBL("warmup", warmup, 0, 1, FLAG_MAX_OPEN, "RATIO", "warmup fraction of the steps"),
+	DBL("weight-decay", weight_decay, 0, 10, 0, "WD", "AdamW weight decay (not on biases, "
+							   "norms, embeddings)"),
+	DBL("clip", clip, 0, INFINITY, 0, "NORM", "gradient clipping norm (0: none)"),
+	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, dropout, order and masks"),
+	INT("threads", threads, 0, 4096, "T", "threads (0: every core)"),
+	STR("log-dir", log_dir, "DIR", "metrics.csv and TensorBoard events (default: "
+				       "runs/mlm-<model>-n<N>-<time>)"),
+	STR("checkpoint-dir", checkpoint_dir, "DIR", "last.safetensors (each epoch), "
+						     "best.safetensors (default: the log dir)"),
+	INT("log-every", log_every, 1, 1 << 30, "S", "steps between log lines and CSV rows"),
+	BOOL("eval-only", eval_only, "validation perplexity of --checkpoint, rebuilt from the file "
+				     "alone (the training run's data flags, --seed and --batch give "
+				     "its held-out text and masks)"),
+	STR("checkpoint", checkpoint, "CKPT", "the model of --eval-only"),
+};
+/* clang-format on */
+enum { NFLAGS = sizeof flags / sizeof flags[0] };
+
+static const char SYNOPSIS[] =
+    "usage: linformer_mlm [--flag VALUE]...\n"
+    "Masked-language-model pretraining (BERT masking, dynamic per step) of an encoder on plain\n"
+    "text, reporting train and validation perplexity. With no flags it pretrains a small\n"
+    "Linformer on the 1000 training reviews of the bundled IMDB subset in about a minute.";
+static const char EPILOG[] =
+    "The full dataset (from ai.stanford.edu/~amaas/data/sentiment): --data DIR/aclImdb for its\n"
+    "25000 training reviews, or --corpus DIR/aclImdb/train/unsup for the 50000 unlabelled ones:\n"
+    "  linformer_mlm --corpus DIR/aclImdb/train/unsup --n 512 --k 128 --dim 256 --layers 4 \\\n"
+    "      --ff 1024 --epochs 3 --lr 5e-4\n"
+    "Then fine-tune the classifier from the pretrained encoder (the model flags come from the\n"
+    "checkpoint; pass the same --tokenizer/--vocab):\n"
+    "  linformer_imdb --init-from LOG_DIR/best.safetensors\n"
+    "Perplexity is exp(mean cross-entropy) over the predicted tokens; validation uses the same\n"
+    "masks every epoch. tokens/s counts padded tokens (batch x n per second).\n";
+
+/* ---- model configuration ------------------------------------------------------------------ */
+
+static bool is_preset(const char *m)
+{
+	return !strcmp(m, "transformer") || !strcmp(m, "linformer") || !strcmp(m, "conv-linformer");
+}
+
+static void parse_k_list(struct model_config *c)
+{
+	const char *p = opt.k_list;
+	if (!p)
+		flags_fail(PROG, "k-schedule", "list needs --k-list K1,K2,.. (one k per layer)");
+	for (int64_t i = 0; i < c->layers; i++) {
+		char *end;
+		errno = 0;
+		long long v = strtoll(p, &end, 10);
+		if (end == p || errno || v < 1 || (*end != ',' && *end) ||
+		    (!*end && i + 1 < c->layers))
+			flags_fail(PROG, "k-list",
+				   "expected %lld positive integers separated by commas, got '%s'",
+				   (long long)c->layers, opt.k_list);
+		c->k[i] = v;
+		p = *end ? end + 1 : end;
+	}
+	if (*p)
+		flags_fail(PROG, "k-list", "more than the %lld layers' values: '%s'",
+			   (long long)c->layers, opt.k_list);
+}
+
+/* The encoder + MLM head configuration the flags describe. */
+static void build_config(struct model_config *c, const struct text_tokenizer *tok)
+{
+	char preset[80];
+	bool named = is_preset(opt.model);
+	if (named)
+		snprintf(preset, sizeof preset, "%s:%lld", opt.model, (long long)opt.layers);
+	else
+		snprintf(preset, sizeof preset, "%s", opt.model);
+	if (model_config_preset(c, preset, tok->vocab_size, opt.n) < 0)
+		flags_fail(PROG, "model", "%s", tensor_last_error());
+	if (!named && flags_given(flags, NFLAGS, "layers") && opt.layers != c->layers)
+		flags_fail(PROG, "layers", "%lld differs from the %lld layers of the pattern '%s'",
+			   (long long)opt.layers, (long long)c->layers, opt.model);
+	if (opt.proj) {
+		bool any = false;
+		enum model_attention a = (enum model_attention)model_attention_parse(opt.proj);
+		for (int64_t i = 0; i < c->layers; i++)
+			if (c->attention[i] == MODEL_ATTN_LINEAR)
+				c->attention[i] = a, any = true;
+		if (!any)
+			flags_fail(PROG, "proj",
+				   "applies to Linformer (L) layers; --model %s has none",
+				   opt.model);
+	}
+	c->sharing = (enum nn_proj_sharing)nn_proj_sharing_parse(opt.sharing);
+	c->k_first = opt.k ? opt.k : opt.n / 2 < 128 ? opt.n / 2 : 128;
+	c->k_last = opt.k_last ? opt.k_last : c->k_first;
+	c->k_schedule = !strcmp(opt.k_schedule, "linear") ? MODEL_K_LINEAR
+			: !strcmp(opt.k_schedule, "list") ? MODEL_K_LIST
+							  : MODEL_K_CONSTANT;
+	if (c->k_schedule == MODEL_K_LIST)
+		parse_k_list(c);
+	c->dim = opt.dim;
+	c->heads = opt.heads;
+	c->ff_hidden = opt.ff;
+	c->activation = (enum nn_activation)nn_activation_parse(opt.activation);
+	c->swiglu = opt.swiglu;
+	c->rms_norm = !strcmp(opt.norm, "rms");
+	c->pre_norm = !opt.post_norm;
+	c->learned_positions = !strcmp(opt.positions, "learned");
+	c->conv_dense = opt.conv_dense;
+	c->shared_kv_head = opt.shared_kv_head;
+	c->dropout = opt.dropout;
+	c->attn_dropout = opt.attn_dropout;
+	c->head_hidden = opt.dim; /* the classifier's default, for a later --init-from */
+	c->pad_id = tok->pad_id;
+	c->seed = (uint64_t)opt.seed;
+	if (model_config_resolve(c) < 0)
+		flags_fail(PROG, NULL, "invalid model: %s", tensor_last_error());
+}
+
+/* The tokenizer of the flags; for a checkpoint of vocab_size ids (0: none) with no
+ * --tokenizer given, bytes when it has the byte vocabulary's 261 ids. */
+static void load_tokenizer(struct text_tokenizer *tok, int64_t vocab_size)
+{
+	bool bytes = !strcmp(opt.tokenizer, "byte");
+	if (vocab_size && !flags_given(flags, NFLAGS, "tokenizer"))
+		bytes = vocab_size == 261;
+	int rc = bytes ? text_byte_init(tok) : text_wordpiece_load(tok, opt.vocab);
+	if (rc < 0)
+		flags_fail(PROG, bytes ? "tokenizer" : "vocab", "%s", tensor_last_error());
+	if (vocab_size && tok->vocab_size != vocab_size)
+		flags_fail(
+		    PROG, "tokenizer",
+		    "the checkpoint's model has %lld token ids, this tokenizer %lld: pass the "
+		    "--tokenizer/--vocab it was trained with",
+		    (long long)vocab_size, (long long)tok->vocab_size);
+}
+
+/* The model's parameters; embed_std > 0 redraws the token embedding N(0, embed_std), its
+ * padding row zero. The library draws embeddings N(0, 1), which tied to the decoder gives
+ * logits of standard deviation ~sqrt(dim) and a first loss far above log(vocab). */
+static void build_model(struct model_mlm *m, struct nn_params *ps, const struct model_config *c,
+			double embed_std)
+{
+	if (nn_params_init(ps, TENSOR_F32, TENSOR_CPU, c->seed) < 0 || model_mlm_init(m, ps, c) < 0)
+		train_die(PROG, "building the model");
+	struct tensor *w = m->enc.embed.weight; /* [vocab, dim], f32, contiguous */
+	if (embed_std > 0) {
+		if (nn_init_normal(w, 0, embed_std, nn_param_seed(ps, "embed.weight")) < 0)
+			train_die(PROG, "initialising the embedding");
+		if (c->pad_id >= 0)
+			memset((float *)tensor_data(w) + c->pad_id * c->dim, 0,
+			       sizeof(float) * (size_t)c->dim);
+	}
+}
+
+/* ---- data: documents, a held-out split, chunks of at most n - 2 tokens ------------------- */
+
+static bool is_space(char ch)
+{
+	return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v';
+}
+
+static void push_doc(struct text_dataset *ds, int64_t *cap, const char *s, size_t len)
+{
+	if (ds->n == *cap) {
+		*cap = *cap ? 2 * *cap : 1024;
+		ds->items = realloc(ds->items, sizeof *ds->items * (size_t)*cap);
+	}
+	char *t = malloc(len + 1);
+	if (!ds->items || !t) {
+		fprintf(stderr, "%s: out of memory\n", PROG);
+		exit(1);
+	}
+	memcpy(t, s, len);
+	t[len] = 0;
+	ds->items[ds->n++] = (struct text_example){ .text = t, .label = -1 };
+}
+
+/* Cut each document at whitespace into consecutive pieces of at most budget tokens, so a long
+ * review gives several training sequences instead of one truncated one. Both tokenizers work
+ * word by word (whitespace never joins tokens), so the counts are exact; a byte tokenizer
+ * also spends one token on each space kept inside a piece. */
+static struct text_dataset chunk_docs(const struct text_dataset *in,
+				      const struct text_tokenizer *tok, int64_t budget)
+{
+	struct text_dataset out = { 0 };
+	int64_t cap = 0;
+	int32_t *ids = NULL;
+	for (int64_t d = 0; d < in->n; d++) {
+		const char *start = NULL, *end = NULL;
+		int64_t used = 0;
+		for (const char *p = in->items[d].text; *p;) {
+			while (*p && is_space(*p))
+				p++;
+			const char *w = p;
+			while (*p && !is_space(*p))
+				p++;
+			size_t n = 0;
+			if (p == w || text_tokenize(tok, w, (size_t)(p - w), &ids, &n) < 0 || !n)
+				continue; /* the end, or a word of no tokens (control characters) */
+			int64_t cost = (int64_t)n + (tok->kind == TEXT_BYTE && start);
+			if (start && used + cost > budget) {
+				push_doc(&out, &cap, start, (size_t)(end - start));
+				start = NULL, used = 0, cost = (int64_t)n;
+			}
+			start = start ? start : w;
+			end = p, used += cost;
+		}
+		if (start)
+			push_doc(&out, &cap, start, (size_t)(end - start));
+	}
+	free(ids);
+	return out;
+}
+
+/* The documents of --corpus (IMDB-style "<br />" line breaks become spaces) or of the train
+ * split of --data, cut to a seeded sample of --max-docs. */
+static void load_docs(struct text_dataset *docs, char *desc, size_t desc_len)
+{
+	const char *data = opt.data ? opt.data : CFORMER_DATA_DIR "/aclImdb_subset";
+	if (opt.corpus) {
+		if (text_lines_load(opt.corpus, docs) < 0)
+			flags_fail(PROG, "corpus", "%s", tensor_last_error());
+		for (int64_t i = 0; i < docs->n; i++)
+			for (char *b = docs->items[i].text; (b = strstr(b, "<br"));)
+				b += !strncmp(b, "<br />", 6)  ? (memset(b, ' ', 6), 6)
+				     : !strncmp(b, "<br/>", 5) ? (memset(b, ' ', 5), 5)
+				     : !strncmp(b, "<br>", 4)  ? (memset(b, ' ', 4), 4)
+							       : 3;
+		snprintf(desc, desc_len, "%s", opt.corpus);
+	} else {
+		if (text_imdb_load(data, "train", docs) < 0)
+			flags_fail(PROG, "data",
+				   "%s: expected an aclImdb directory (train/neg, train/pos); see "
+				   "--help for the full dataset",
+				   tensor_last_error());
+		snprintf(desc, desc_len, "%s/train (reviews; labels unused)", data);
+	}
+	if (docs->n < 2)
+		flags_fail(PROG, opt.corpus ? "corpus" : "data",
+			   "%s has %lld document(s): at least 2 are needed (some are held out)",
+			   desc, (long long)docs->n);
+	if (opt.max_docs > 0 && opt.max_docs < docs->n) {
+		struct text_dataset keep, rest;
+		if (text_dataset_split(docs, (double)opt.max_docs / (double)docs->n,
+				       (uint64_t)opt.split_seed + 7, &rest, &keep) < 0)
+			train_die(PROG, "--max-docs");
+		text_dataset_free(docs);
+		text_dataset_free(&rest);
+		*docs = keep;
+	}
+}
+
+/* Training and held-out sequences; documents are split before chunking, so none is in both. */
+static void load_data(const struct text_tokenizer *tok, int64_t n, struct text_dataset *train,
+		      struct text_dataset *val)
+{
+	struct text_dataset docs, tr, va;
+	char desc[4200];
+	load_docs(&docs, desc, sizeof desc);
+	if (text_dataset_split(&docs, opt.val_fraction, (uint64_t)opt.split_seed, &tr, &va) < 0 ||
+	    tr.n < 1 || va.n < 1)
+		flags_fail(PROG, "val-fraction", "%g of %lld documents leaves an empty split",
+			   opt.val_fraction, (long long)docs.n);
+	text_dataset_free(&docs);
+	if (opt.no_chunk) {
+		*train = tr, *val = va;
+	} else {
+		*train = chunk_docs(&tr, tok, n - 2);
+		*val = chunk_docs(&va, tok, n - 2);
+		text_dataset_free(&tr);
+		text_dataset_free(&va);
+	}
+	printf("data %s: %lld training and %lld held-out sequences of up to %lld tokens (%s)\n",
+	       desc, (long long)train->n, (long long)val->n, (long long)n,
+	       opt.no_chunk ? "documents truncated" : "documents cut into chunks");
+	if (train->n < 1 || val->n < 1)
+		flags_fail(PROG, opt.corpus ? "corpus" : "data", "no text to train on in %s", desc);
+}
+
+/* ---- the masked-LM loss -------------------------------------------------------------------- */
+
+/* The masked copy of batch b: inputs and labels (IGNORE where nothing is predicted) [B, n]
+ * in the current scope; returns the number of predicted tokens. */
+static int64_t mask_batch(const struct text_tokenizer *tok, const struct text_batch *b,
+			  uint64_t seed, struct tensor **inputs, struct tensor **labels)
+{
+	if (text_mlm_mask(tok, b, opt.mask_prob, seed, inputs, labels) < 0)
+		train_die(PROG, "masking a batch");
+	const int64_t *lab = tensor_data(*labels);
+	int64_t m = 0;
+	for (int64_t i = 0; i < b->size * (*labels)->shape[1]; i++)
+		m += lab[i] != IGNORE;
+	return m;
+}
+
+/* Mean cross-entropy over the M > 0 predicted positions of inputs [B, T]. "masked" runs the
+ * head (dense, activation, LayerNorm, decoder) on those M positions only: it works position by
+ * position, so the loss equals that of model_mlm_forward's [B*T, vocab] logits ("full") at
+ * M/(B*T) of the decoder's cost. */
+static struct tensor *mlm_loss(const struct model_mlm *m, struct tensor *inputs,
+			       const struct tensor *mask, struct tensor *labels, int64_t M)
+{
+	int64_t B = inputs->shape[0], T = inputs->shape[1], V = m->enc.cfg.vocab_size;
+	if (!strcmp(opt.decode, "full")) {
+		struct tensor *logits = model_mlm_forward(m, inputs, mask); /* [B, T, V] */
+		return nn_cross_entropy(ag_reshape(logits, 2, (int64_t[]){ B * T, V }),
+					tensor_reshape(labels, 1, (int64_t[]){ B * T }), IGNORE, 0);
+	}
+	const struct model_config *c = &m->enc.cfg;
+	struct tensor *idx = tensor_empty(TENSOR_I64, TENSOR_CPU, 1, (int64_t[]){ M });
+	struct tensor *target = tensor_empty(TENSOR_I64, TENSOR_CPU, 1, (int64_t[]){ M });
+	if (!idx || !target)
+		return NULL;
+	const int64_t *lab = tensor_data(labels);
+	int64_t *pi = tensor_data(idx), *pt = tensor_data(target);
+	for (int64_t i = 0, j = 0; i < B * T && j < M; i++)
+		if (lab[i] != IGNORE)
+			pi[j] = i, pt[j++] = lab[i];
+	struct tensor *h = model_encoder_forward(&m->enc, inputs, mask);	     /* [B, T, d] */
+	h = ag_index_select(ag_reshape(h, 2, (int64_t[]){ B * T, c->dim }), 0, idx); /* [M, d] */
+	/* the head as model_mlm_forward (models/heads.c) applies it */
+	h = nn_activation_forward(c->swiglu ? NN_SILU : c->activation,
+				  nn_linear_forward(&m->dense, h));
+	h = nn_layer_norm_forward(&m->norm, h);
+	return nn_cross_entropy(nn_linear_forward(&m->decoder, h), target, -1, 0); /* [M, V] */
+}
+
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9E3779B97F4A7C15ull;
+	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+	x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+	return x ^ (x >> 31);
+}
+
+/* Masks of training batch i (counted over the whole run) and of validation batch i. */
+static uint64_t train_mask_seed(int64_t i)
+{
+	return mix((uint64_t)opt.seed) + (uint64_t)i;
+}
+
+static uint64_t val_mask_seed(int64_t i)
+{
+	return mix((uint64_t)opt.seed ^ 0x76616C6964ull) + (uint64_t)i;
+}
+
+struct eval_result {
+	double loss;
+	int64_t tokens;
+};
+
+/* Mean loss over every predicted token of the held-out sequences, in eval mode without a
+ * tape; the masks depend on (--seed, batch) only, so every epoch sees the same ones. */
+static struct eval_result evaluate(const struct model_mlm *m, struct nn_params *ps,
+				   const struct text_batcher *b, const struct text_tokenizer *tok)
+{
+	struct eval_result r = { 0 };
+	double sum = 0;
+	nn_params_train(ps, false);
+	ag_no_grad_begin();
+	for (int64_t i = 0; i < text_batcher_num_batches(b); i++) {
+		struct text_batch batch;
+		struct tensor *in, *lab;
+		tensor_scope_begin();
+		if (text_batcher_get(b, i, &batch) < 0)
+			train_die(PROG, "validation batch");
+		int64_t M = mask_batch(tok, &batch, val_mask_seed(i), &in, &lab);
+		struct tensor *l = M ? mlm_loss(m, in, batch.mask, lab, M) : NULL;
+		if (M && !l)
+			train_die(PROG, "validation");
+		sum += M ? tensor_get(l, NULL) * (double)M : 0;
+		r.tokens += M;
+		tensor_scope_end();
+	}
+	ag_no_grad_end();
+	nn_params_train(ps, true);
+	r.loss = r.tokens ? sum / (double)r.tokens : NAN;
+	return r;
+}
+
+/* ---- --eval-only ------------------------------------------------------------------------- */
+
+static int run_eval_only(void)
+{
+	struct model_config c;
+	struct nn_params ps;
+	struct model_mlm m;
+	struct text_tokenizer tok;
+	struct text_dataset train, val;
+	struct text_batcher b;
+	int64_t step;
+	char what[1200];
+	snprintf(what, sizeof what, "loading %s", opt.checkpoint);
+	if (train_checkpoint_model_config(opt.checkpoint, &c) < 0)
+		train_die(PROG, what);
+	build_model(&m, &ps, &c, 0);
+	if (nn_checkpoint_load(opt.checkpoint, &ps, NULL, &step) < 0)
+		train_die(PROG, what);
+	load_tokenizer(&tok, c.vocab_size);
+	model_summary(&c, nn_params_count(&ps), stdout);
+	load_data(&tok, c.max_len, &train, &val);
+	if (text_batcher_init(&b, &val, &tok, c.max_len, opt.batch, 0, false, false) < 0)
+		train_die(PROG, "tokenizing the held-out text");
+	struct eval_result r = evaluate(&m, &ps, &b, &tok);
+	printf("%s (step %lld): validation loss %.4f perplexity %.3f (%lld predicted tokens)\n",
+	       opt.checkpoint, (long long)step, r.loss, exp(r.loss), (long long)r.tokens);
+	text_batcher_free(&b);
+	text_dataset_free(&train);
+	text_dataset_free(&val);
+	text_tokenizer_free(&tok);
+	model_mlm_free(&m);
+	nn_params_free(&ps);
+	tensor_mem_trim();
+	return isfinite(r.loss) ? 0 : 1;
+}
+
+/* ---- training ------------------------------------------------------------------------------ */
+
+struct run {
+	struct text_tokenizer tok;
+	struct model_config cfg;
+	struct text_dataset train, val;
+	struct text_batcher btrain, bval;
+	struct nn_params ps;
+	struct model_mlm model;
+	struct nn_adamw adamw;
+	struct nn_schedule sched;
+	struct csvlog csv;
+	struct tb_writer tb;
+	struct progress bar;
+	char *cfg_json;
+	char log_dir[1024], ckpt_dir[1024];
+	int64_t nb, spe, total, epochs, best_epoch; /* batches and steps an epoch */
+	double start, best_val;
+};
+
+static double elapsed(const struct run *r)
+{
+	return train_clock() - r->start;
+}
+
+static void save(struct run *r, const char *name, int64_t step)
+{
+	char path[1100];
+	snprintf(path, sizeof path, "%s/%s", r->ckpt_dir, name);
+	if (nn_checkpoint_save(path, &r->ps, NULL, r->cfg_json, step) < 0)
+		train_die(PROG, "saving a checkpoint");
+}
+
+static void log_scalar(struct run *r, const char *tag, double v, int64_t step)
+{
+	if (tb_scalar(&r->tb, tag, v, step) < 0)
+		flags_fail(PROG, "log-dir", "cannot write %s: %s", r->tb.path, strerror(errno));
+}
+
+static void csv_row(struct run *r, int64_t step, int64_t epoch, const char *split, double loss,
+		    double lr, double tps)
+{
+	char lrs[32] = "", tpss[32] = "";
+	if (lr >= 0)
+		snprintf(lrs, sizeof lrs, "%.6g", lr);
+	if (tps >= 0)
+		snprintf(tpss, sizeof tpss, "%.1f", tps);
+	if (csvlog_row(&r->csv, "%lld,%lld,%s,%.6f,%.4f,%s,%s,%.3f,%.1f", (long long)step,
+		       (long long)epoch, split, loss, exp(loss), lrs, tpss, elapsed(r),
+		       train_peak_mb()) < 0)
+		flags_fail(PROG, "log-dir", "cannot write metrics.csv: %s", strerror(errno));
+	log_scalar(r, !strcmp(split, "val") ? "val/loss" : "train/loss", loss, step);
+	log_scalar(r, !strcmp(split, "val") ? "val/ppl" : "train/ppl", exp(loss), step);
+	if (lr >= 0)
+		log_scalar(r, "lr", lr, step);
+}
+
+/* Data, tokenizer, model, optimizer, schedule and logs. */
+static void setup(struct run *r)
+{
+	load_tokenizer(&r->tok, 0);
+	build_config(&r->cfg, &r->tok);
+	load_data(&r->tok, opt.n, &r->train, &r->val);
+	if (text_batcher_init(&r->btrain, &r->train, &r->tok, opt.n, opt.batch, (uint64_t)opt.seed,
+			      true, false) < 0 ||
+	    text_batcher_init(&r->bval, &r->val, &r->tok, opt.n, opt.batch, 0, false, false) < 0)
+		train_die(PROG, "tokenizing the text");
+	r->nb = text_batcher_num_batches(&r->btrain);
+	r->spe = (r->nb + opt.accum - 1) / opt.accum;
+	r->total = opt.steps ? opt.steps : opt.epochs * r->spe;
+	r->epochs = (r->total + r->spe - 1) / r->spe;
+	build_model(&r->model, &r->ps, &r->cfg, opt.embed_std);
+	enum nn_schedule_kind sk = !strcmp(opt.schedule, "cosine")   ? NN_SCHEDULE_COSINE
+				   : !strcmp(opt.schedule, "linear") ? NN_SCHEDULE_LINEAR
+								     : NN_SCHEDULE_CONSTANT;
+	if (nn_params_pack(&r->ps) < 0 ||
+	    nn_adamw_init(&r->adamw, &r->ps, opt.lr, 0.9, 0.999, 1e-8, opt.weight_decay) < 0)
+		train_die(PROG, "optimizer");
+	if (nn_schedule_init(&r->sched, sk, opt.lr, opt.min_lr, -1, opt.warmup, r->total) < 0)
+		flags_fail(PROG, "min-lr", "%s", tensor_last_error());
+	if (!(r->cfg_json = model_config_to_json(&r->cfg)))
+		train_die(PROG, "model config");
+
+	char err[1200], path[1100];
+	if (opt.log_dir) {
+		snprintf(r->log_dir, sizeof r->log_dir, "%s", opt.log_dir);
+	} else {
+		char stamp[32];
+		time_t t = time(NULL);
+		strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&t));
+		snprintf(r->log_dir, sizeof r->log_dir, "runs/mlm-%s-n%lld-%s", opt.model,
+			 (long long)opt.n, stamp);
+	}
+	snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s",
+		 opt.checkpoint_dir ? opt.checkpoint_dir : r->log_dir);
+	if (train_mkdirs(r->log_dir, err, sizeof err) < 0)
+		flags_fail(PROG, "log-dir", "%s", err);
+	if (train_mkdirs(r->ckpt_dir, err, sizeof err) < 0)
+		flags_fail(PROG, "checkpoint-dir", "%s", err);
+	snprintf(path, sizeof path, "%s/metrics.csv", r->log_dir);
+	if (csvlog_open(&r->csv, path, CSV_COLS, NCSV, false, err, sizeof err) < 0 ||
+	    tb_open(&r->tb, r->log_dir, err, sizeof err) < 0)
+		flags_fail(PROG, "log-dir", "%s", err);
+
+	model_summary(&r->cfg, nn_params_count(&r->ps), stdout);
+	printf("tokenizer %s (%d ids), masking %g, decode %s; batch %lld x accum %lld, %lld "
+	       "steps (%lld epochs of %lld), %d threads (BLIS %s)\n",
+	       opt.tokenizer, r->tok.vocab_size, opt.mask_prob, opt.decode, (long long)opt.batch,
+	       (long long)opt.accum, (long long)r->total, (long long)r->epochs, (long long)r->spe,
+	       tensor_get_num_threads(), tensor_blas_arch());
+	if (!opt.data && !opt.corpus)
+		printf("(the bundled subset; for the full dataset see --help)\n");
+	printf("logs in %s, checkpoints in %s\n", r->log_dir, r->ckpt_dir);
+	r->best_val = INFINITY;
+}
+
+/* Running sums between log points. */
+struct window {
+	int64_t steps, padded, predicted;
+	double loss, time;
+};
+
+/* One optimizer step over batches [first, last) of the epoch: every batch's masks first, so
+ * that each batch's loss is weighted by its share of the step's predicted tokens. */
+static void train_step(struct run *r, int64_t step, int64_t first, int64_t last, struct window *w)
+{
+	struct tensor *in[last - first], *lab[last - first];
+	struct text_batch batch[last - first];
+	int64_t M[last - first], total = 0, base = step / r->spe * r->nb;
+	tensor_scope_begin();
+	if (nn_params_zero_grad(&r->ps) < 0)
+		train_die(PROG, "zero_grad");
+	for (int64_t mb = first; mb < last; mb++) {
+		if (text_batcher_get(&r->btrain, mb, &batch[mb - first]) < 0)
+			train_die(PROG, "training batch");
+		M[mb - first] = mask_batch(&r->tok, &batch[mb - first], train_mask_seed(base + mb),
+					   &in[mb - first], &lab[mb - first]);
+		total += M[mb - first];
+		w->padded += batch[mb - first].size * opt.n;
+	}
+	for (int64_t i = 0; i < last - first && total; i++) {
+		if (!M[i])
+			continue;
+		tensor_scope_begin();
+		struct tensor *loss = mlm_loss(&r->model, in[i], batch[i].mask, lab[i], M[i]);
+		struct tensor *scaled = ag_mul_scalar(loss, (double)M[i] / (double)total);
+		if (!scaled || ag_backward(scaled, NULL) < 0)
+			train_die(PROG, "training step");
+		w->loss += tensor_get(loss, NULL) * (double)M[i];
+		tensor_scope_end();
+	}
+	w->predicted += total;
+	if (train_optimizer_step(&r->ps, &r->adamw, &r->sched, step, opt.clip) < 0)
+		train_die(PROG, "optimizer step");
+	tensor_scope_end();
+}
+
+static void free_run(struct run *r)
+{
+	csvlog_close(&r->csv);
+	tb_close(&r->tb);
+	free(r->cfg_json);
+	nn_adamw_free(&r->adamw);
+	model_mlm_free(&r->model);
+	nn_params_free(&r->ps);
+	text_batcher_free(&r->btrain);
+	text_batcher_free(&r->bval);
+	text_dataset_free(&r->train);
+	text_dataset_free(&r->val);
+	text_tokenizer_free(&r->tok);
+	tensor_mem_trim();
+}
+
+static int run_train(void)
+{
+	struct run r = { 0 };
+	r.start = train_clock();
+	setup(&r);
+	int64_t step = 0, padded_all = 0;
+	double train_time = 0, first_loss = NAN, last_loss = NAN;
+	struct eval_result v = { NAN, 0 };
+	train_signals_install();
+	progress_init(&r.bar, stderr, opt.log_every);
+	struct window w = { 0 };
+	while (step < r.total) {
+		int64_t epoch = step / r.spe, j = step % r.spe;
+		if (r.btrain.epoch < epoch)
+			text_batcher_next_epoch(&r.btrain);
+		int64_t first = j * opt.accum,
+			last = first + opt.accum < r.nb ? first + opt.accum : r.nb;
+		double t0 = train_clock(), lr = nn_schedule_lr(&r.sched, step);
+		train_step(&r, step, first, last, &w);
+		step++, w.steps++;
+		double dt = train_clock() - t0;
+		w.time += dt, train_time += dt;
+		double loss = w.predicted ? w.loss / (double)w.predicted : NAN;
+		struct progress_stats ps = {
+			.step = step,
+			.total = r.total,
+			.epoch = epoch + 1,
+			.epochs = r.epochs,
+			.loss = loss,
+			.metric_name = "ppl",
+			.metric = exp(loss),
+			.tokens_per_s = (double)w.padded / w.time,
+			.elapsed_s = elapsed(&r),
+			.eta_s = train_time / (double)step * (double)(r.total - step),
+			.peak_mb = train_peak_mb(),
+		};
+		progress_update(&r.bar, &ps);
+		if (step % opt.log_every == 0 || step == r.total) {
+			csv_row(&r, step, epoch + 1, "train", loss, lr, ps.tokens_per_s);
+			first_loss = isnan(first_loss) ? loss : first_loss;
+			last_loss = loss;
+			padded_all += w.padded;
+			w = (struct window){ 0 };
+		}
+		if (step % r.spe == 0 || step == r.total) { /* the end of an epoch */
+			v = evaluate(&r.model, &r.ps, &r.bval, &r.tok);
+			bool best = v.loss < r.best_val;
+			if (best)
+				r.best_val = v.loss, r.best_epoch = epoch + 1;
+			char el[32];
+			progress_printf(
+			    &r.bar,
+			    "epoch %lld/%lld (step %lld): validation loss %.4f perplexity "
+			    "%.3f%s (%lld tokens), %s elapsed, peak %.0f MB\n",
+			    (long long)epoch + 1, (long long)r.epochs, (long long)step, v.loss,
+			    exp(v.loss), best ? " (best)" : "", (long long)v.tokens,
+			    progress_duration(elapsed(&r), el, sizeof el), train_peak_mb());
+			csv_row(&r, step, epoch + 1, "val", v.loss, -1, -1);
+			if (best)
+				save(&r, "best.safetensors", step);
+			save(&r, "last.safetensors", step);
+		}
+		int sig = train_stop_signal();
+		if (sig && step < r.total) {
+			save(&r, "last.safetensors", step);
+			progress_end(&r.bar);
+			printf("interrupted at step %lld of %lld: saved %s/last.safetensors\n",
+			       (long long)step, (long long)r.total, r.ckpt_dir);
+			free_run(&r);
+			return 1;
+		}
+	}
+	progress_end(&r.bar);
+	char el[32];
+	printf("train loss %.4f -> %.4f (perplexity %.1f -> %.1f); validation perplexity %.3f, "
+	       "best %.3f (epoch %lld)\nwall time %s; %.0f tokens/s (padded, batch x n per "
+	       "second); peak memory %.1f MB\n",
+	       first_loss, last_loss, exp(first_loss), exp(last_loss), exp(v.loss), exp(r.best_val),
+	       (long long)r.best_epoch, progress_duration(elapsed(&r), el, sizeof el),
+	       train_time > 0 ? (double)padded_all / train_time : 0.0, train_peak_mb());
+	printf("fine-tune the classifier: linformer_imdb --init-from %s/best.safetensors%s\n",
+	       r.ckpt_dir, !strcmp(opt.tokenizer, "byte") ? " --tokenizer byte" : "");
+	free_run(&r);
+	return isfinite(v.loss) ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach a log file or pipe as they happen */
+	static const char *const sections[][2] = {
+		{ "model", "Model" },	  { "tokenizer", "Tokenizer" },
+		{ "data", "Data" },	  { "mask-prob", "Masked language model" },
+		{ "batch", "Training" },  { "log-dir", "Logs and checkpoints" },
+		{ "eval-only", "Modes" },
+	};
+	for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
+		flags_find(flags, NFLAGS, sections[i][0])->section = sections[i][1];
+	flags_parse(flags, NFLAGS, argc, argv, PROG, SYNOPSIS, EPILOG);
+	if (opt.corpus && opt.data)
+		flags_fail(PROG, "corpus", "and --data are two sources of text: give one");
+	if (opt.eval_only && !opt.checkpoint)
+		flags_fail(PROG, "eval-only", "needs --checkpoint CKPT (a best.safetensors)");
+	if (opt.checkpoint && !opt.eval_only)
+		flags_fail(PROG, "checkpoint",
+			   "is the model of --eval-only; training writes to --checkpoint-dir");
+	if (opt.k_list && strcmp(opt.k_schedule, "list"))
+		flags_fail(PROG, "k-list", "needs --k-schedule list");
+	if (opt.k_last && strcmp(opt.k_schedule, "linear"))
+		flags_fail(PROG, "k-last", "needs --k-schedule linear");
+	if (opt.threads)
+		tensor_set_num_threads((int)opt.threads);
+	return opt.eval_only ? run_eval_only() : run_train();
+}

@@ -1,0 +1,255 @@
+#!/bin/sh
+# linformer_imdb end to end on small slices of the bundled IMDB subset: the training loss
+# falls; metrics.csv has its columns and rows; the TensorBoard file parses back with the
+# project's reader (tests/tb_dump: record framing and both CRCs) and matches the CSV; a run
+# stopped mid-epoch (--stop-after, as on SIGINT) and resumed with the command it prints ends
+# with the same test accuracy and byte-identical checkpoints as an uninterrupted run; SIGTERM
+# saves and exits 0; --eval-only reproduces the run's test accuracy; --predict prints
+# probabilities; --init-from takes an encoder; bad flags exit 1 naming the flag.
+# Run from the build directory (as `make check` does); LINFORMER_IMDB and TB_DUMP override
+# the programs.
+set -u
+prog=${LINFORMER_IMDB:-examples/linformer_imdb}
+tbdump=${TB_DUMP:-tests/tb_dump}
+for p in "$prog" "$tbdump"; do
+	if [ ! -x "$p" ]; then
+		echo "test_linformer_imdb: $p not built" >&2
+		exit 99
+	fi
+done
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/linformer_imdb.XXXXXX") || exit 99
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+fail() {
+	echo "FAIL: $*"
+	failures=$((failures + 1))
+}
+
+# run NAME ARGS...: run the program, output in $tmp/NAME.out, status in $rc.
+run() {
+	name=$1
+	shift
+	"$prog" "$@" >"$tmp/$name.out" 2>&1
+	rc=$?
+}
+
+# expect STATUS PATTERN ARGS...: the program exits STATUS and its output contains PATTERN.
+expect() {
+	want=$1 pattern=$2
+	shift 2
+	run expect "$@"
+	if [ "$rc" -ne "$want" ] || ! grep -q -- "$pattern" "$tmp/expect.out"; then
+		fail "$prog $* exited $rc (want $want), output lacks '$pattern' or has:"
+		sed 's/^/  | /' "$tmp/expect.out"
+	else
+		echo "ok: $*"
+	fi
+}
+
+# check NAME WHAT: the last run (output in $tmp/NAME.out) exited 0, else show its output.
+check() {
+	if [ "$rc" -ne 0 ]; then
+		fail "$2 exited $rc:"
+		[ ! -f "$tmp/$1.err" ] || cat "$tmp/$1.err" >>"$tmp/$1.out"
+		sed 's/^/  | /' "$tmp/$1.out"
+		return 1
+	fi
+	echo "ok: $2"
+}
+
+same() { # same WHAT A B: files A and B are byte-identical
+	if cmp -s "$2" "$3"; then echo "ok: $1"; else fail "$1: $2 and $3 differ"; fi
+}
+
+test_line() { grep '^test: ' "$1"; }
+
+# Small and fast: 48 training reviews (36 train, 12 validation), 24 test, byte tokens, n 64,
+# two accumulated batches of 4 per step (the last step of an epoch has one), one thread.
+BASE="--max-train 48 --max-test 24 --val-fraction 0.25 --tokenizer byte --n 64 --k 16
+	--dim 32 --heads 2 --layers 2 --ff 64 --batch 4 --accum 2 --threads 1 --log-every 1"
+SMALL="$BASE --epochs 3 --lr 3e-3"
+
+# ---- an uninterrupted run: outputs, CSV, TensorBoard -------------------------------------
+# shellcheck disable=SC2086
+run a $SMALL --log-dir "$tmp/a"
+check a "training run" || { echo "$failures failure(s)"; exit 1; }
+for f in last.safetensors best.safetensors last.json metrics.csv; do
+	[ -s "$tmp/a/$f" ] || fail "no $f in the run directory"
+done
+ls "$tmp/a" | grep -q '\.tmp$' && fail "temporary files left: $(ls "$tmp/a")"
+grep -q '^test: loss [0-9.]* accuracy [0-9.]* ([0-9]*/24 reviews)$' "$tmp/a.out" ||
+	fail "no test accuracy line in the output"
+grep -q 'tokens/s (padded' "$tmp/a.out" && grep -q 'peak memory [0-9.]* MB' "$tmp/a.out" ||
+	fail "no tokens/s and peak memory summary"
+
+csv="$tmp/a/metrics.csv"
+[ "$(head -1 "$csv")" = "step,epoch,split,loss,accuracy,lr,tokens_per_s,elapsed_s,peak_mb" ] ||
+	fail "CSV header is '$(head -1 "$csv")'"
+# 5 steps per epoch (9 batches, 2 per step): 15 train rows, 3 validation rows, 1 test row
+counts=$(awk -F, 'NR > 1 { n[$3]++; if (NF != 9) bad++ } END {
+	printf "%d %d %d %d", n["train"], n["val"], n["test"], bad }' "$csv")
+[ "$counts" = "15 3 1 0" ] || fail "CSV rows (train val test badfields) are $counts"
+awk -F, '$3 == "train" { if ($1 != ++s || $6 == "" || $7 <= 0) exit 1 }' "$csv" ||
+	fail "CSV train rows: steps not 1..15 or lr/tokens_per_s missing"
+awk -F, '$3 == "test" { t = $5 } END { exit !(t >= 0 && t <= 1) }' "$csv" ||
+	fail "CSV test accuracy out of [0, 1]"
+
+events=$(ls "$tmp/a"/events.out.tfevents.* 2>/dev/null)
+if [ "$(echo "$events" | wc -l)" -ne 1 ] || [ -z "$events" ]; then
+	fail "expected one TensorBoard event file, found: $events"
+elif ! "$tbdump" "$events" >"$tmp/tb.txt" 2>"$tmp/tb.err"; then
+	fail "the event file does not parse: $(cat "$tmp/tb.err")"
+else
+	for tag in train/loss train/acc val/loss val/acc lr test/acc; do
+		grep -q "^$tag " "$tmp/tb.txt" || fail "no $tag scalars in the event file"
+	done
+	# the event file and the CSV hold the same training losses (float precision)
+	awk -F, 'NR == FNR { if ($1 == "train/loss") tb[$2] = $3; next }
+		$3 == "train" { n++; d = tb[$1] - $4; if (!($1 in tb) || d > 1e-5 || d < -1e-5) bad++ }
+		END { exit bad || n != 15 }' FS=' ' "$tmp/tb.txt" FS=, "$csv" ||
+		fail "TensorBoard train/loss differs from the CSV"
+	echo "ok: TensorBoard event file parses and matches the CSV"
+fi
+
+# ---- gradient accumulation: 2 batches of 4 make the gradients of one batch of 8 ----------
+ACC="--max-train 48 --max-test 8 --val-fraction 0.25 --tokenizer byte --n 64 --k 16 --dim 32
+	--heads 2 --layers 2 --ff 64 --steps 3 --clip 0 --dropout 0 --attn-dropout 0 --threads 1
+	--log-every 1"
+# shellcheck disable=SC2086
+run x1 $ACC --batch 8 --accum 1 --log-dir "$tmp/x1"
+check x1 "batch 8" || true
+# shellcheck disable=SC2086
+run x2 $ACC --batch 4 --accum 2 --log-dir "$tmp/x2"
+check x2 "batch 4 x accum 2" || true
+"$tbdump" "$tmp"/x1/events.* >"$tmp/x1.tb" && "$tbdump" "$tmp"/x2/events.* >"$tmp/x2.tb" &&
+	awk 'NR == FNR { if ($1 == "train/grad_norm" || $1 == "train/loss") v[$1 $2] = $3; next }
+	    $1 == "train/grad_norm" || $1 == "train/loss" {
+		n++; d = (v[$1 $2] - $3) / $3; if (d > 1e-4 || d < -1e-4) bad++ }
+	    END { exit bad || n != 6 }' "$tmp/x1.tb" "$tmp/x2.tb" ||
+	fail "accumulated gradient norms or losses differ: $(grep -h -e grad_norm -e train/loss "$tmp/x1.tb" "$tmp/x2.tb" | tr '\n' ' ')"
+
+# ---- the loss falls: 12 reviews memorised with WordPiece tokens, no dropout ---------------
+run w --max-train 16 --max-test 8 --val-fraction 0.25 --n 64 --k 16 --dim 32 --heads 2 \
+	--layers 2 --ff 64 --batch 4 --epochs 12 --lr 3e-3 --dropout 0 --attn-dropout 0 \
+	--threads 1 --log-every 3 --log-dir "$tmp/w"
+if check w "WordPiece run"; then
+	awk -F, '$3 == "train" { if (!n++) first = $4; last = $4 }
+		END { printf "training loss %.4f -> %.4f\n", first, last; exit !(last < first / 2) }' \
+		"$tmp/w/metrics.csv" >"$tmp/loss.txt" || fail "loss did not fall: $(cat "$tmp/loss.txt")"
+	cat "$tmp/loss.txt"
+fi
+
+# ---- resume: stop in the middle of epoch 3 at step 12, resume with the printed command ---
+# shellcheck disable=SC2086
+run b $SMALL --log-dir "$tmp/b" --stop-after 12
+check b "stopped run" && grep -q 'stopped (--stop-after) at step 12 of 15' "$tmp/b.out" ||
+	fail "no stop message in: $(cat "$tmp/b.out")"
+resume=$(sed -n 's/^to resume: //p' "$tmp/b.out")
+case $resume in
+*--resume) ;;
+*) fail "no resume command printed" ;;
+esac
+sh -c "$resume" >"$tmp/b2.out" 2>&1
+rc=$?
+if check b2 "resumed run"; then
+	grep -q 'resumed at step 12 of 15' "$tmp/b2.out" || fail "resumed run did not start at step 12"
+	[ "$(test_line "$tmp/a.out")" = "$(test_line "$tmp/b2.out")" ] ||
+		fail "test accuracy after resume '$(test_line "$tmp/b2.out")' differs from '$(test_line "$tmp/a.out")'"
+	same "resumed last.safetensors equals the uninterrupted one" "$tmp/a/last.safetensors" "$tmp/b/last.safetensors"
+	same "resumed best.safetensors equals the uninterrupted one" "$tmp/a/best.safetensors" "$tmp/b/best.safetensors"
+	steps=$(awk -F, '$3 == "train" { printf "%s ", $1 }' "$tmp/b/metrics.csv")
+	[ "$steps" = "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 " ] || fail "resumed CSV train steps: $steps"
+	[ "$(ls "$tmp/b"/events.out.tfevents.* | wc -l)" -eq 2 ] ||
+		fail "expected a second event file after resuming"
+fi
+# a resumed run must be given the same settings
+# shellcheck disable=SC2086
+expect 1 "--lr is '0.002' but the run being resumed used '0.003'" \
+	$BASE --epochs 3 --lr 2e-3 --log-dir "$tmp/b" --resume
+expect 1 "--resume: needs --checkpoint-dir" --resume
+expect 1 "cannot read $tmp/none/last.json" --resume --checkpoint-dir "$tmp/none"
+
+# ---- SIGTERM: the step finishes, last.safetensors is saved, exit 0 -------------------------
+# shellcheck disable=SC2086
+"$prog" $BASE --epochs 1000 --lr 3e-3 --log-dir "$tmp/c" >"$tmp/c.out" 2>&1 &
+pid=$!
+i=0
+rows() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
+while [ "$(rows "$tmp/c/metrics.csv")" -lt 3 ] && [ $i -lt 600 ]; do
+	sleep 0.1
+	i=$((i + 1))
+done
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+if check c "SIGTERM run"; then
+	grep -q '^interrupted at step [0-9]* of 5000' "$tmp/c.out" || fail "no interruption message"
+	[ -s "$tmp/c/last.safetensors" ] || fail "SIGTERM saved no checkpoint"
+	at=$(sed -n 's/^interrupted at step \([0-9]*\) .*/\1/p' "$tmp/c.out")
+	resume=$(sed -n 's/^to resume: //p' "$tmp/c.out")
+	sh -c "$resume --stop-after $((at + 2))" >"$tmp/c2.out" 2>&1
+	rc=$?
+	check c2 "resume after SIGTERM" &&
+		grep -q "resumed at step $at of 5000" "$tmp/c2.out" &&
+		grep -q "stopped (--stop-after) at step $((at + 2)) of 5000" "$tmp/c2.out" ||
+		fail "resume after SIGTERM (at step $at): $(cat "$tmp/c2.out")"
+fi
+
+# ---- eval-only and predict from the checkpoint alone --------------------------------------
+run e --eval-only --checkpoint "$tmp/a/last.safetensors" --max-test 24 --batch 4 --threads 1
+if check e "eval-only"; then
+	[ "$(test_line "$tmp/a.out")" = "$(test_line "$tmp/e.out")" ] ||
+		fail "eval-only '$(test_line "$tmp/e.out")' differs from training's '$(test_line "$tmp/a.out")'"
+fi
+probs='^[01]\.[0-9]\{4\} [01]\.[0-9]\{4\}$'
+"$prog" --predict "A wonderful, moving film; I loved it." --checkpoint "$tmp/a/best.safetensors" \
+	--threads 1 >"$tmp/p.out" 2>"$tmp/p.err"
+rc=$?
+if check p "predict"; then
+	[ "$(wc -l <"$tmp/p.out")" -eq 1 ] && grep -q "$probs" "$tmp/p.out" &&
+		awk '{ s = $1 + $2; exit !(s > 0.999 && s < 1.001) }' "$tmp/p.out" ||
+		fail "predict printed: $(cat "$tmp/p.out")"
+fi
+printf 'Dreadful.\n\nOne of the best films of the decade.\n' >"$tmp/reviews.txt"
+"$prog" --predict-file "$tmp/reviews.txt" --checkpoint "$tmp/w/last.safetensors" --batch 2 \
+	--threads 1 >"$tmp/pf.out" 2>"$tmp/pf.err"
+rc=$?
+if check pf "predict-file"; then
+	[ "$(grep -c "$probs" "$tmp/pf.out")" -eq 3 ] && [ "$(wc -l <"$tmp/pf.out")" -eq 3 ] ||
+		fail "predict-file printed: $(cat "$tmp/pf.out")"
+fi
+expect 1 "this tokenizer 30522" --eval-only --checkpoint "$tmp/a/last.safetensors" --tokenizer wordpiece
+expect 1 "--predict: needs --checkpoint" --predict "great"
+expect 1 "cannot open $tmp/none.txt" --predict-file "$tmp/none.txt" --checkpoint "$tmp/a/last.safetensors"
+
+# ---- init-from: the encoder of another checkpoint ---------------------------------------
+expect 0 "encoder: 40 tensors from $tmp/w/last.safetensors" --init-from "$tmp/w/last.safetensors" \
+	--max-train 16 --max-test 8 --val-fraction 0.25 --batch 4 --steps 1 --threads 1 \
+	--log-dir "$tmp/i"
+expect 1 "--n: conflicts with the encoder of --init-from" --init-from "$tmp/w/last.safetensors" --n 128
+expect 1 "--init-from: .*$tmp/none.safetensors" --init-from "$tmp/none.safetensors"
+
+# ---- bad flags: exit 1 with a message naming the flag and the expected form -----------------
+expect 1 "--lr: expected a number in (0, 10\], got 'abc'" --lr abc
+expect 1 "--batch: expected an integer in \[1, 65536\], got '0'" --batch 0
+expect 1 "--epochs: expected an integer in \[1, 1048576\], got '2.5'" --epochs 2.5
+expect 1 "--dropout: expected a number in \[0, 1), got '1'" --dropout 1
+expect 1 "--threads: expected an integer in \[0, 4096\], got '-1'" --threads -1
+expect 1 "--sharing: expected one of none|headwise|kv|layerwise, got 'most'" --sharing most
+expect 1 "unknown flag '--frobnicate'" --frobnicate
+expect 1 "--epochs: missing value: expected --epochs E" --epochs
+expect 1 "--resume: takes no value" --resume=yes
+expect 1 "--lr: given twice" --lr 1e-3 --lr 2e-3
+expect 1 "unexpected argument 'extra'" extra
+expect 1 "--model: .*unknown preset 'bert'" --model bert
+expect 1 "heads 3 must divide dim 32" --dim 32 --heads 3
+expect 1 "k 100 not in \[1, max_len 64\]" --n 64 --k 100
+expect 1 "--proj: applies to Linformer (L) layers; --model transformer has none" --model transformer --proj conv
+expect 1 "--k-list: needs --k-schedule list" --k-list 8,8
+expect 1 "--eval-only: needs --checkpoint" --eval-only
+expect 1 "reading the train split of --data $tmp/nodata" --data "$tmp/nodata" --log-dir "$tmp/x"
+expect 0 "usage: linformer_imdb" --help
+
+[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
+exit 0

@@ -1,0 +1,140 @@
+#!/bin/sh
+# linformer_mlm end to end on a tiny generated corpus: a few steps lower the loss, perplexity is
+# printed and finite, the CSV has its columns, the checkpoint rebuilds the model from its config
+# alone and reproduces the validation perplexity, masked and full decoding agree, and bad flags
+# exit 1 with a clear message. Run from the build directory (as `make check` does);
+# LINFORMER_MLM overrides the program.
+set -u
+prog=${LINFORMER_MLM:-examples/linformer_mlm}
+if [ ! -x "$prog" ]; then
+	echo "test_linformer_mlm: $prog not built" >&2
+	exit 99
+fi
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/linformer_mlm.XXXXXX") || exit 99
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() {
+	echo "FAIL: $*"
+	failures=$((failures + 1))
+}
+
+# expect STATUS PATTERN ARGS...: run the program, check its exit status and that its output
+# (stdout and stderr) contains PATTERN.
+expect() {
+	want=$1 pattern=$2
+	shift 2
+	"$prog" "$@" >"$tmp/out" 2>&1
+	got=$?
+	if [ "$got" -ne "$want" ] || ! grep -q -- "$pattern" "$tmp/out"; then
+		fail "$prog $* exited $got (want $want), output lacks '$pattern' or has:"
+		sed 's/^/  | /' "$tmp/out"
+	else
+		echo "ok: $prog $*"
+	fi
+}
+
+# A corpus of 80 short, very regular documents (one a line): an MLM learns it within steps.
+awk 'BEGIN {
+	split("cat dog bird fish horse", a, " "); split("red blue green small big", b, " ");
+	for (i = 0; i < 80; i++)
+		printf "the %s %s sat on the mat and the %s %s ate the food .\n",
+			b[i % 5 + 1], a[i % 5 + 1], b[(i + 2) % 5 + 1], a[(i + 3) % 5 + 1]
+}' >"$tmp/corpus.txt"
+model="--model LC --n 32 --k 8 --dim 32 --heads 2 --ff 64 --dropout 0 --attn-dropout 0"
+data="--corpus $tmp/corpus.txt --val-fraction 0.2 --batch 8 --seed 3 --threads 1"
+# shellcheck disable=SC2086 # the flag lists are meant to split
+train() { "$prog" $model $data "$@"; }
+
+# ---- training ---------------------------------------------------------------------------------
+train --steps 24 --lr 3e-3 --log-every 4 --log-dir "$tmp/run" >"$tmp/train.out" 2>&1 ||
+	fail "training exited $?: $(cat "$tmp/train.out")"
+sed 's/^/  | /' "$tmp/train.out"
+csv=$tmp/run/metrics.csv
+[ "$(head -n 1 "$csv")" = "step,epoch,split,loss,perplexity,lr,tokens_per_s,elapsed_s,peak_mb" ] ||
+	fail "metrics.csv header: $(head -n 1 "$csv")"
+# the loss of the last logged window is well below the first (which starts near log(vocab))
+awk -F, '$3 == "train" { if (!n++) first = $4; last = $4 }
+	END { exit !(n >= 5 && first > 8 && last < first - 1) }' "$csv" ||
+	fail "the training loss did not decrease: $(grep ',train,' "$csv" | cut -d, -f4 | tr '\n' ' ')"
+# every row has a finite perplexity = exp(loss) > 1; train rows a learning rate and tokens/s
+awk -F, 'NR > 1 { n++; if (!($5 > 1 && $5 < 1e30) || ($5 - exp($4)) ^ 2 > (1e-3 * $5) ^ 2) bad = 1
+	if ($3 == "train" && !($6 > 0 && $7 > 0)) bad = 1 }
+	END { exit !(n >= 8 && !bad) }' "$csv" || fail "bad rows in metrics.csv: $(cat "$csv")"
+[ "$(grep -c ',val,' "$csv")" -eq 3 ] || fail "metrics.csv lacks a val row per epoch: $(cat "$csv")"
+val=$(sed -n 's/.*validation loss [0-9.]* perplexity \([0-9.]*\).*/\1/p' "$tmp/train.out" | tail -n 1)
+case $val in
+[0-9]*.[0-9][0-9][0-9]) echo "ok: validation perplexity $val" ;;
+*) fail "no finite validation perplexity printed (got '$val')" ;;
+esac
+ls "$tmp/run"/events.out.tfevents.* >/dev/null 2>&1 || fail "no TensorBoard event file"
+
+# ---- the checkpoint: written atomically, its config rebuilds the model -------------------------
+ckpt=$tmp/run/last.safetensors
+[ -s "$ckpt" ] && [ -s "$tmp/run/best.safetensors" ] || fail "no checkpoints written"
+[ ! -e "$ckpt.tmp" ] || fail "temporary checkpoint file left"
+grep -a -q '"config"' "$ckpt" && grep -a -q 'conv' "$ckpt" || fail "no model config in $ckpt"
+train --eval-only --checkpoint "$ckpt" >"$tmp/eval.out" 2>&1 || fail "--eval-only exited $?"
+grep -q "LC\].*n 32, dim 32, heads 2, layers 2" "$tmp/eval.out" ||
+	fail "--eval-only did not rebuild the LC model: $(cat "$tmp/eval.out")"
+grep -q "(step 24): validation loss [0-9.]* perplexity $val " "$tmp/eval.out" &&
+	echo "ok: the reloaded checkpoint reproduces perplexity $val" ||
+	fail "--eval-only disagrees with training's $val: $(cat "$tmp/eval.out")"
+
+# the encoder starts a classifier (when linformer_imdb is built beside this program)
+imdb=$(dirname "$prog")/linformer_imdb
+if [ -x "$imdb" ]; then
+	"$imdb" --init-from "$tmp/run/best.safetensors" --max-train 16 --max-test 8 --steps 1 \
+		--batch 8 --threads 1 --log-dir "$tmp/imdb" >"$tmp/imdb.out" 2>&1 &&
+		grep -q "encoder: 42 tensors from" "$tmp/imdb.out" &&
+		echo "ok: linformer_imdb --init-from takes the encoder (42 tensors)" ||
+		fail "linformer_imdb --init-from: $(cat "$tmp/imdb.out")"
+else
+	echo "skip: $imdb not built, --init-from not tried"
+fi
+
+# ---- masked decoding (the head on the selected positions only) = full [B*n, vocab] logits ------
+loss_of() { awk -F, '$3 == "train" { print $4; exit }' "$1/metrics.csv"; }
+train --steps 1 --log-every 1 --log-dir "$tmp/masked" >/dev/null 2>&1 &&
+	train --steps 1 --log-every 1 --decode full --log-dir "$tmp/full" >/dev/null 2>&1 ||
+	fail "one-step runs failed"
+awk -v a="$(loss_of "$tmp/masked")" -v b="$(loss_of "$tmp/full")" \
+	'BEGIN { exit !(a > 5 && (a - b) ^ 2 < 1e-8) }' &&
+	echo "ok: masked and full decoding give loss $(loss_of "$tmp/masked")" ||
+	fail "masked loss $(loss_of "$tmp/masked") != full loss $(loss_of "$tmp/full")"
+
+# ---- bad flags and inputs ------------------------------------------------------------------------
+expect 0 "usage: linformer_mlm" --help
+expect 1 "unknown flag '--frobnicate'" --frobnicate
+expect 1 "unexpected argument '-n'" -n 8
+expect 1 "unexpected argument 'extra'" extra
+expect 1 "--n: expected an integer in \[4, 1048576\], got 'abc'" --n abc
+expect 1 "--n: expected an integer in \[4, 1048576\], got '2'" --n 2
+expect 1 "--lr: expected a number in (0, 10\], got '1e-3x'" --lr 1e-3x
+expect 1 "--dropout: expected a number in \[0, 1), got '1'" --dropout 1
+expect 1 "--model: missing value: expected --model NAME" --model
+expect 1 "--n: given twice" --n 8 --n 16
+expect 1 "--tokenizer: expected one of wordpiece|byte, got 'bpe'" --tokenizer bpe
+expect 1 "--no-chunk: takes no value" --no-chunk=yes
+expect 1 "--corpus: and --data are two sources of text" --corpus "$tmp/corpus.txt" --data "$tmp"
+expect 1 "--layers: 3 differs from the 2 layers of the pattern 'LC'" --model LC --layers 3
+expect 1 "--model: .*unknown preset 'LQ'" --model LQ
+expect 1 "--proj: applies to Linformer (L) layers; --model transformer has none" \
+	--model transformer --proj conv
+expect 1 "max_len 32 is not divisible by k 12" --model LC --n 32 --k 12 --corpus "$tmp/corpus.txt"
+expect 1 "k 64 not in \[1, max_len 32\]" --n 32 --k 64 --corpus "$tmp/corpus.txt"
+expect 1 "--k-list: expected 2 positive integers separated by commas, got '8,x'" \
+	--model LC --n 32 --k-schedule list --k-list 8,x --corpus "$tmp/corpus.txt"
+expect 1 "--k-list: needs --k-schedule list" --k-list 8,8
+expect 1 "--corpus: .*$tmp/missing.txt" --corpus "$tmp/missing.txt" --tokenizer byte
+expect 1 "--data: .*expected an aclImdb directory" --data "$tmp" --tokenizer byte
+: >"$tmp/empty.txt"
+expect 1 "--corpus: .*empty.txt" --corpus "$tmp/empty.txt" --tokenizer byte
+expect 1 "--vocab: .*missing-vocab.txt" --vocab "$tmp/missing-vocab.txt"
+expect 1 "--eval-only: needs --checkpoint CKPT" --eval-only
+expect 1 "--checkpoint: is the model of --eval-only" --checkpoint "$ckpt"
+expect 1 "loading $tmp/none: .*cannot open" --eval-only --checkpoint "$tmp/none"
+expect 1 "--log-dir: cannot create directory $tmp/corpus.txt/x\|--log-dir: .*not a directory" \
+	--corpus "$tmp/corpus.txt" --steps 1 --log-dir "$tmp/corpus.txt/x"
+
+[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
+exit 0
