@@ -291,8 +291,7 @@ static void push_doc(struct text_dataset *ds, int64_t *cap, const char *s, size_
 
 /* Cut each document at whitespace into consecutive pieces of at most budget tokens, so a long
  * review gives several training sequences instead of one truncated one. Both tokenizers work
- * word by word (whitespace never joins tokens), so the counts are exact; a byte tokenizer
- * also spends one token on each space kept inside a piece. */
+ * word by word (whitespace never joins tokens), so the counts are exact. */
 static struct text_dataset chunk_docs(const struct text_dataset *in,
 				      const struct text_tokenizer *tok, int64_t budget)
 {
@@ -311,7 +310,9 @@ static struct text_dataset chunk_docs(const struct text_dataset *in,
 			size_t n = 0;
 			if (p == w || text_tokenize(tok, w, (size_t)(p - w), &ids, &n) < 0 || !n)
 				continue; /* the end, or a word of no tokens (control characters) */
-			int64_t cost = (int64_t)n + (tok->kind == TEXT_BYTE && start);
+			/* bytes also spend a token on each whitespace byte kept inside a piece */
+			int64_t gap = tok->kind == TEXT_BYTE && start ? (int64_t)(w - end) : 0;
+			int64_t cost = (int64_t)n + gap;
 			if (start && used + cost > budget) {
 				push_doc(&out, &cap, start, (size_t)(end - start));
 				start = NULL, used = 0, cost = (int64_t)n;

@@ -1,11 +1,12 @@
 #!/bin/sh
 # linformer_imdb end to end on small slices of the bundled IMDB subset: the training loss
 # falls; metrics.csv has its columns and rows; the TensorBoard file parses back with the
-# project's reader (tests/tb_dump: record framing and both CRCs) and matches the CSV; a run
-# stopped mid-epoch (--stop-after, as on SIGINT) and resumed with the command it prints ends
-# with the same test accuracy and byte-identical checkpoints as an uninterrupted run; SIGTERM
-# saves and exits 0; --eval-only reproduces the run's test accuracy; --predict prints
-# probabilities; --init-from takes an encoder; bad flags exit 1 naming the flag.
+# project's reader (tests/tb_dump: record framing and both CRCs) and matches the CSV;
+# accumulated batches give the gradients of one large batch; a run stopped mid-epoch
+# (--stop-after, the SIGINT path) and resumed with the command it prints ends with the same
+# test accuracy and byte-identical checkpoints as an uninterrupted run; SIGTERM saves and
+# exits 0; --eval-only reproduces the run's test accuracy; --predict prints probabilities;
+# --init-from takes an encoder; bad flags exit 1 naming the flag and the expected form.
 # Run from the build directory (as `make check` does); LINFORMER_IMDB and TB_DUMP override
 # the programs.
 set -u
@@ -47,18 +48,18 @@ expect() {
 	fi
 }
 
-# check NAME WHAT: the last run (output in $tmp/NAME.out) exited 0, else show its output.
+# check NAME WHAT: the last run (output in $tmp/NAME.out and .err) exited 0, else show why.
 check() {
 	if [ "$rc" -ne 0 ]; then
 		fail "$2 exited $rc:"
-		[ ! -f "$tmp/$1.err" ] || cat "$tmp/$1.err" >>"$tmp/$1.out"
-		sed 's/^/  | /' "$tmp/$1.out"
+		cat "$tmp/$1.out" "$tmp/$1.err" 2>/dev/null | sed 's/^/  | /'
 		return 1
 	fi
 	echo "ok: $2"
 }
 
-same() { # same WHAT A B: files A and B are byte-identical
+# same WHAT A B: files A and B are byte-identical.
+same() {
 	if cmp -s "$2" "$3"; then echo "ok: $1"; else fail "$1: $2 and $3 differ"; fi
 }
 
@@ -73,15 +74,22 @@ SMALL="$BASE --epochs 3 --lr 3e-3"
 # ---- an uninterrupted run: outputs, CSV, TensorBoard -------------------------------------
 # shellcheck disable=SC2086
 run a $SMALL --log-dir "$tmp/a"
-check a "training run" || { echo "$failures failure(s)"; exit 1; }
+check a "training run" || {
+	echo "$failures failure(s)"
+	exit 1
+}
 for f in last.safetensors best.safetensors last.json metrics.csv; do
 	[ -s "$tmp/a/$f" ] || fail "no $f in the run directory"
 done
-ls "$tmp/a" | grep -q '\.tmp$' && fail "temporary files left: $(ls "$tmp/a")"
+for f in "$tmp"/a/*.tmp; do
+	[ ! -e "$f" ] || fail "temporary file left: $f"
+done
 grep -q '^test: loss [0-9.]* accuracy [0-9.]* ([0-9]*/24 reviews)$' "$tmp/a.out" ||
 	fail "no test accuracy line in the output"
-grep -q 'tokens/s (padded' "$tmp/a.out" && grep -q 'peak memory [0-9.]* MB' "$tmp/a.out" ||
+if ! grep -q 'tokens/s (padded' "$tmp/a.out" ||
+	! grep -q 'peak memory [0-9.]* MB' "$tmp/a.out"; then
 	fail "no tokens/s and peak memory summary"
+fi
 
 csv="$tmp/a/metrics.csv"
 [ "$(head -1 "$csv")" = "step,epoch,split,loss,accuracy,lr,tokens_per_s,elapsed_s,peak_mb" ] ||
@@ -95,21 +103,24 @@ awk -F, '$3 == "train" { if ($1 != ++s || $6 == "" || $7 <= 0) exit 1 }' "$csv" 
 awk -F, '$3 == "test" { t = $5 } END { exit !(t >= 0 && t <= 1) }' "$csv" ||
 	fail "CSV test accuracy out of [0, 1]"
 
-events=$(ls "$tmp/a"/events.out.tfevents.* 2>/dev/null)
-if [ "$(echo "$events" | wc -l)" -ne 1 ] || [ -z "$events" ]; then
-	fail "expected one TensorBoard event file, found: $events"
-elif ! "$tbdump" "$events" >"$tmp/tb.txt" 2>"$tmp/tb.err"; then
+set -- "$tmp"/a/events.out.tfevents.*
+if [ $# -ne 1 ] || [ ! -f "$1" ]; then
+	fail "expected one TensorBoard event file, found: $*"
+elif ! "$tbdump" "$1" >"$tmp/tb.txt" 2>"$tmp/tb.err"; then
 	fail "the event file does not parse: $(cat "$tmp/tb.err")"
 else
 	for tag in train/loss train/acc val/loss val/acc lr test/acc; do
 		grep -q "^$tag " "$tmp/tb.txt" || fail "no $tag scalars in the event file"
 	done
 	# the event file and the CSV hold the same training losses (float precision)
-	awk -F, 'NR == FNR { if ($1 == "train/loss") tb[$2] = $3; next }
-		$3 == "train" { n++; d = tb[$1] - $4; if (!($1 in tb) || d > 1e-5 || d < -1e-5) bad++ }
-		END { exit bad || n != 15 }' FS=' ' "$tmp/tb.txt" FS=, "$csv" ||
+	if awk -F, 'NR == FNR { if ($1 == "train/loss") tb[$2] = $3; next }
+		$3 == "train" { n++; d = tb[$1] - $4
+			if (!($1 in tb) || d > 1e-5 || d < -1e-5) bad++ }
+		END { exit bad || n != 15 }' FS=' ' "$tmp/tb.txt" FS=, "$csv"; then
+		echo "ok: TensorBoard event file parses and matches the CSV"
+	else
 		fail "TensorBoard train/loss differs from the CSV"
-	echo "ok: TensorBoard event file parses and matches the CSV"
+	fi
 fi
 
 # ---- gradient accumulation: 2 batches of 4 make the gradients of one batch of 8 ----------
@@ -122,29 +133,36 @@ check x1 "batch 8" || true
 # shellcheck disable=SC2086
 run x2 $ACC --batch 4 --accum 2 --log-dir "$tmp/x2"
 check x2 "batch 4 x accum 2" || true
-"$tbdump" "$tmp"/x1/events.* >"$tmp/x1.tb" && "$tbdump" "$tmp"/x2/events.* >"$tmp/x2.tb" &&
-	awk 'NR == FNR { if ($1 == "train/grad_norm" || $1 == "train/loss") v[$1 $2] = $3; next }
-	    $1 == "train/grad_norm" || $1 == "train/loss" {
-		n++; d = (v[$1 $2] - $3) / $3; if (d > 1e-4 || d < -1e-4) bad++ }
-	    END { exit bad || n != 6 }' "$tmp/x1.tb" "$tmp/x2.tb" ||
-	fail "accumulated gradient norms or losses differ: $(grep -h -e grad_norm -e train/loss "$tmp/x1.tb" "$tmp/x2.tb" | tr '\n' ' ')"
+"$tbdump" "$tmp"/x1/events.* | grep -e '^train/grad_norm ' -e '^train/loss ' >"$tmp/x1.tb"
+"$tbdump" "$tmp"/x2/events.* | grep -e '^train/grad_norm ' -e '^train/loss ' >"$tmp/x2.tb"
+if awk 'NR == FNR { v[$1 $2] = $3; next }
+	{ n++; d = (v[$1 $2] - $3) / $3; if (d > 1e-4 || d < -1e-4) bad++ }
+	END { exit bad || n != 6 }' "$tmp/x1.tb" "$tmp/x2.tb"; then
+	echo "ok: accumulated gradients equal one batch's"
+else
+	fail "accumulated gradient norms or losses differ:"
+	paste "$tmp/x1.tb" "$tmp/x2.tb" | sed 's/^/  | /'
+fi
 
 # ---- the loss falls: 12 reviews memorised with WordPiece tokens, no dropout ---------------
 run w --max-train 16 --max-test 8 --val-fraction 0.25 --n 64 --k 16 --dim 32 --heads 2 \
 	--layers 2 --ff 64 --batch 4 --epochs 12 --lr 3e-3 --dropout 0 --attn-dropout 0 \
 	--threads 1 --log-every 3 --log-dir "$tmp/w"
 if check w "WordPiece run"; then
-	awk -F, '$3 == "train" { if (!n++) first = $4; last = $4 }
-		END { printf "training loss %.4f -> %.4f\n", first, last; exit !(last < first / 2) }' \
-		"$tmp/w/metrics.csv" >"$tmp/loss.txt" || fail "loss did not fall: $(cat "$tmp/loss.txt")"
+	if ! awk -F, '$3 == "train" { if (!n++) first = $4; last = $4 }
+		END { printf "training loss %.4f -> %.4f\n", first, last
+			exit !(last < first / 2) }' "$tmp/w/metrics.csv" >"$tmp/loss.txt"; then
+		fail "loss did not fall: $(cat "$tmp/loss.txt")"
+	fi
 	cat "$tmp/loss.txt"
 fi
 
 # ---- resume: stop in the middle of epoch 3 at step 12, resume with the printed command ---
 # shellcheck disable=SC2086
 run b $SMALL --log-dir "$tmp/b" --stop-after 12
-check b "stopped run" && grep -q 'stopped (--stop-after) at step 12 of 15' "$tmp/b.out" ||
+if check b "stopped run" && ! grep -q 'stopped (--stop-after) at step 12 of 15' "$tmp/b.out"; then
 	fail "no stop message in: $(cat "$tmp/b.out")"
+fi
 resume=$(sed -n 's/^to resume: //p' "$tmp/b.out")
 case $resume in
 *--resume) ;;
@@ -153,15 +171,18 @@ esac
 sh -c "$resume" >"$tmp/b2.out" 2>&1
 rc=$?
 if check b2 "resumed run"; then
-	grep -q 'resumed at step 12 of 15' "$tmp/b2.out" || fail "resumed run did not start at step 12"
-	[ "$(test_line "$tmp/a.out")" = "$(test_line "$tmp/b2.out")" ] ||
-		fail "test accuracy after resume '$(test_line "$tmp/b2.out")' differs from '$(test_line "$tmp/a.out")'"
-	same "resumed last.safetensors equals the uninterrupted one" "$tmp/a/last.safetensors" "$tmp/b/last.safetensors"
-	same "resumed best.safetensors equals the uninterrupted one" "$tmp/a/best.safetensors" "$tmp/b/best.safetensors"
+	grep -q 'resumed at step 12 of 15' "$tmp/b2.out" ||
+		fail "resumed run did not start at step 12"
+	want=$(test_line "$tmp/a.out") got=$(test_line "$tmp/b2.out")
+	[ "$want" = "$got" ] || fail "test accuracy after resume '$got' differs from '$want'"
+	for f in last.safetensors best.safetensors; do
+		same "resumed $f equals the uninterrupted one" "$tmp/a/$f" "$tmp/b/$f"
+	done
 	steps=$(awk -F, '$3 == "train" { printf "%s ", $1 }' "$tmp/b/metrics.csv")
-	[ "$steps" = "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 " ] || fail "resumed CSV train steps: $steps"
-	[ "$(ls "$tmp/b"/events.out.tfevents.* | wc -l)" -eq 2 ] ||
-		fail "expected a second event file after resuming"
+	[ "$steps" = "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 " ] ||
+		fail "resumed CSV train steps: $steps"
+	set -- "$tmp"/b/events.out.tfevents.*
+	[ $# -eq 2 ] || fail "expected a second event file after resuming, found: $*"
 fi
 # a resumed run must be given the same settings
 # shellcheck disable=SC2086
@@ -174,8 +195,8 @@ expect 1 "cannot read $tmp/none/last.json" --resume --checkpoint-dir "$tmp/none"
 # shellcheck disable=SC2086
 "$prog" $BASE --epochs 1000 --lr 3e-3 --log-dir "$tmp/c" >"$tmp/c.out" 2>&1 &
 pid=$!
-i=0
 rows() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
+i=0
 while [ "$(rows "$tmp/c/metrics.csv")" -lt 3 ] && [ $i -lt 600 ]; do
 	sleep 0.1
 	i=$((i + 1))
@@ -190,44 +211,60 @@ if check c "SIGTERM run"; then
 	resume=$(sed -n 's/^to resume: //p' "$tmp/c.out")
 	sh -c "$resume --stop-after $((at + 2))" >"$tmp/c2.out" 2>&1
 	rc=$?
-	check c2 "resume after SIGTERM" &&
-		grep -q "resumed at step $at of 5000" "$tmp/c2.out" &&
-		grep -q "stopped (--stop-after) at step $((at + 2)) of 5000" "$tmp/c2.out" ||
+	to=$((at + 2))
+	if check c2 "resume after SIGTERM" &&
+		! { grep -q "resumed at step $at of 5000" "$tmp/c2.out" &&
+			grep -q "stopped (--stop-after) at step $to of 5000" "$tmp/c2.out"; }; then
 		fail "resume after SIGTERM (at step $at): $(cat "$tmp/c2.out")"
+	fi
 fi
 
 # ---- eval-only and predict from the checkpoint alone --------------------------------------
 run e --eval-only --checkpoint "$tmp/a/last.safetensors" --max-test 24 --batch 4 --threads 1
 if check e "eval-only"; then
-	[ "$(test_line "$tmp/a.out")" = "$(test_line "$tmp/e.out")" ] ||
-		fail "eval-only '$(test_line "$tmp/e.out")' differs from training's '$(test_line "$tmp/a.out")'"
+	want=$(test_line "$tmp/a.out") got=$(test_line "$tmp/e.out")
+	[ "$want" = "$got" ] || fail "eval-only '$got' differs from training's '$want'"
+fi
+# eval mode: no dropout, so the batch size changes nothing
+run e2 --eval-only --checkpoint "$tmp/a/last.safetensors" --max-test 24 --batch 24 --threads 1
+if check e2 "eval-only, one batch"; then
+	want=$(test_line "$tmp/e.out") got=$(test_line "$tmp/e2.out")
+	[ "$want" = "$got" ] || fail "eval-only with 1 batch '$got' differs from 6 batches '$want'"
 fi
 probs='^[01]\.[0-9]\{4\} [01]\.[0-9]\{4\}$'
 "$prog" --predict "A wonderful, moving film; I loved it." --checkpoint "$tmp/a/best.safetensors" \
 	--threads 1 >"$tmp/p.out" 2>"$tmp/p.err"
 rc=$?
 if check p "predict"; then
-	[ "$(wc -l <"$tmp/p.out")" -eq 1 ] && grep -q "$probs" "$tmp/p.out" &&
-		awk '{ s = $1 + $2; exit !(s > 0.999 && s < 1.001) }' "$tmp/p.out" ||
+	if [ "$(wc -l <"$tmp/p.out")" -ne 1 ] || ! grep -q "$probs" "$tmp/p.out" ||
+		! awk '{ s = $1 + $2; exit !(s > 0.999 && s < 1.001) }' "$tmp/p.out"; then
 		fail "predict printed: $(cat "$tmp/p.out")"
+	fi
 fi
 printf 'Dreadful.\n\nOne of the best films of the decade.\n' >"$tmp/reviews.txt"
 "$prog" --predict-file "$tmp/reviews.txt" --checkpoint "$tmp/w/last.safetensors" --batch 2 \
 	--threads 1 >"$tmp/pf.out" 2>"$tmp/pf.err"
 rc=$?
 if check pf "predict-file"; then
-	[ "$(grep -c "$probs" "$tmp/pf.out")" -eq 3 ] && [ "$(wc -l <"$tmp/pf.out")" -eq 3 ] ||
+	if [ "$(grep -c "$probs" "$tmp/pf.out")" -ne 3 ] ||
+		[ "$(wc -l <"$tmp/pf.out")" -ne 3 ]; then
 		fail "predict-file printed: $(cat "$tmp/pf.out")"
+	fi
 fi
-expect 1 "this tokenizer 30522" --eval-only --checkpoint "$tmp/a/last.safetensors" --tokenizer wordpiece
+expect 1 "this tokenizer 30522" --eval-only --checkpoint "$tmp/a/last.safetensors" \
+	--tokenizer wordpiece
 expect 1 "--predict: needs --checkpoint" --predict "great"
-expect 1 "cannot open $tmp/none.txt" --predict-file "$tmp/none.txt" --checkpoint "$tmp/a/last.safetensors"
+expect 1 "cannot open $tmp/none.txt" --predict-file "$tmp/none.txt" \
+	--checkpoint "$tmp/a/last.safetensors"
 
 # ---- init-from: the encoder of another checkpoint ---------------------------------------
-expect 0 "encoder: 40 tensors from $tmp/w/last.safetensors" --init-from "$tmp/w/last.safetensors" \
-	--max-train 16 --max-test 8 --val-fraction 0.25 --batch 4 --steps 1 --threads 1 \
-	--log-dir "$tmp/i"
-expect 1 "--n: conflicts with the encoder of --init-from" --init-from "$tmp/w/last.safetensors" --n 128
+# (the default model CC: per layer 8 attention, 4 conv projection, 4 norm and 4 feed-forward
+# tensors; embed, pos and the final norm: 2 x 20 + 4 = 44)
+expect 0 "encoder: 44 tensors from $tmp/w/last.safetensors" \
+	--init-from "$tmp/w/last.safetensors" --max-train 16 --max-test 8 --val-fraction 0.25 \
+	--batch 4 --steps 1 --threads 1 --log-dir "$tmp/i"
+expect 1 "--n: conflicts with the encoder of --init-from" \
+	--init-from "$tmp/w/last.safetensors" --n 128
 expect 1 "--init-from: .*$tmp/none.safetensors" --init-from "$tmp/none.safetensors"
 
 # ---- bad flags: exit 1 with a message naming the flag and the expected form -----------------
@@ -245,11 +282,15 @@ expect 1 "unexpected argument 'extra'" extra
 expect 1 "--model: .*unknown preset 'bert'" --model bert
 expect 1 "heads 3 must divide dim 32" --dim 32 --heads 3
 expect 1 "k 100 not in \[1, max_len 64\]" --n 64 --k 100
-expect 1 "--proj: applies to Linformer (L) layers; --model transformer has none" --model transformer --proj conv
+expect 1 "--proj: applies to Linformer (L) layers; --model transformer has none" \
+	--model transformer --proj conv
 expect 1 "--k-list: needs --k-schedule list" --k-list 8,8
 expect 1 "--eval-only: needs --checkpoint" --eval-only
 expect 1 "reading the train split of --data $tmp/nodata" --data "$tmp/nodata" --log-dir "$tmp/x"
 expect 0 "usage: linformer_imdb" --help
 
-[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
+[ "$failures" -eq 0 ] || {
+	echo "$failures failure(s)"
+	exit 1
+}
 exit 0

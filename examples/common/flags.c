@@ -146,7 +146,9 @@ void flags_parse(struct flag *flags, int n, int argc, char **argv, const char *p
 		}
 		if (!eq && i + 1 >= argc)
 			flags_fail(prog, f->name, "missing value: expected --%s %s", f->name,
-				   f->metavar ? f->metavar : "VALUE");
+				   f->type == FLAG_CHOICE ? f->choices
+				   : f->metavar		  ? f->metavar
+							  : "VALUE");
 		set_value(f, eq ? eq + 1 : argv[++i]);
 	}
 }
