@@ -638,21 +638,6 @@ static void csv_row(struct run *r, int64_t step, int64_t epoch, const char *spli
 		flags_fail(PROG, "log-dir", "cannot write metrics.csv: %s", strerror(errno));
 }
 
-/* tb_open names the file events.out.tfevents.<unix seconds>.<host> and truncates it: a run
- * resumed within the second of an earlier one would overwrite that run's events. */
-static void wait_for_new_event_file(const char *dir)
-{
-	char host[256] = "localhost", path[1400];
-	gethostname(host, sizeof host - 1);
-	for (int tries = 0; tries < 30; tries++) {
-		snprintf(path, sizeof path, "%s/events.out.tfevents.%lld.%s", dir,
-			 (long long)time(NULL), host);
-		if (access(path, F_OK) != 0)
-			return;
-		nanosleep(&(struct timespec){ .tv_nsec = 100000000 }, NULL);
-	}
-}
-
 /* Data, tokenizer, model, optimizer, schedule, log files; returns the first step to run. */
 static int64_t setup(struct run *r)
 {
@@ -732,8 +717,8 @@ static int64_t setup(struct run *r)
 	r->best_val = -1;
 	int64_t step = opt.resume ? resume(r) : 0;
 	path_in(path, sizeof path, r->log_dir, "metrics.csv");
-	wait_for_new_event_file(r->log_dir);
-	if (csvlog_open(&r->csv, path, CSV_COLS, NCSV, opt.resume, err, sizeof err) < 0 ||
+	if ((opt.resume && csvlog_drop_after(path, (long long)step, err, sizeof err) < 0) ||
+	    csvlog_open(&r->csv, path, CSV_COLS, NCSV, opt.resume, err, sizeof err) < 0 ||
 	    tb_open(&r->tb, r->log_dir, err, sizeof err) < 0)
 		flags_fail(PROG, "log-dir", "%s", err);
 

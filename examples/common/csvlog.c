@@ -55,6 +55,40 @@ int csvlog_open(struct csvlog *c, const char *path, const char *const *cols, int
 	return 0;
 }
 
+int csvlog_drop_after(const char *path, long long step, char *err, size_t errlen)
+{
+	FILE *in = fopen(path, "r");
+	if (!in && errno == ENOENT)
+		return 0;
+	if (!in) {
+		snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+		return -1;
+	}
+	char tmp[4096], line[4096];
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	FILE *out = fopen(tmp, "w");
+	int rc = out ? 0 : -1;
+	for (long long row = 0; rc == 0 && fgets(line, sizeof line, in); row++) {
+		char *end;
+		long long s = strtoll(line, &end, 10);
+		bool keep = row == 0 || end == line || s <= step;
+		if (keep && fputs(line, out) < 0)
+			rc = -1;
+	}
+	if (rc == 0 && ferror(in))
+		rc = -1;
+	fclose(in);
+	if (out && fclose(out) != 0)
+		rc = -1;
+	if (rc == 0 && rename(tmp, path) != 0)
+		rc = -1;
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot rewrite %s: %s", path, strerror(errno));
+		remove(tmp);
+	}
+	return rc;
+}
+
 int csvlog_row(struct csvlog *c, const char *fmt, ...)
 {
 	char row[2048];

@@ -5,6 +5,7 @@
 #include "tb.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
@@ -114,11 +115,21 @@ int tb_open(struct tb_writer *w, const char *dir, char *err, size_t errlen)
 {
 	char host[256] = "localhost";
 	gethostname(host, sizeof host - 1);
-	snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s", dir, (long long)now(),
-		 host);
-	w->f = fopen(w->path, "wb");
+	/* O_EXCL and a counter: a second writer in the same second (a quick resume)
+	 * gets a file of its own instead of truncating the first one's. */
+	int fd = -1;
+	for (int i = 0; fd < 0 && i < 1000; i++) {
+		snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s.%ld.%d", dir,
+			 (long long)now(), host, (long)getpid(), i);
+		fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+		if (fd < 0 && errno != EEXIST)
+			break;
+	}
+	w->f = fd < 0 ? NULL : fdopen(fd, "wb");
 	if (!w->f) {
 		snprintf(err, errlen, "cannot create %s: %s", w->path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
 		return -1;
 	}
 	struct buf e = {.n = 0};

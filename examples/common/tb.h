@@ -14,8 +14,9 @@ struct tb_writer {
 	char path[1024];
 };
 
-/* Create dir/events.out.tfevents.<unix time>.<host> (dir must exist) and
- * write the file_version record. */
+/* Create dir/events.out.tfevents.<unix time>.<host>.<pid>.<i> (dir must
+ * exist; i makes the name new, never an existing file) and write the
+ * file_version record. */
 int tb_open(struct tb_writer *w, const char *dir, char *err, size_t errlen);
 /* Append a scalar summary (tag, value) at step and wall time now; flushed. */
 int tb_scalar(struct tb_writer *w, const char *tag, double value, int64_t step);
