@@ -8,6 +8,36 @@
 
 /* ---- unary ---------------------------------------------------------------- */
 
+/* next, after freeing old: a step of a heap chain, where each temporary is
+ * freed as soon as the next one exists (pass only tensors the chain made). */
+static struct tensor *then(struct tensor *old, struct tensor *next)
+{
+	tensor_free(old);
+	return next;
+}
+
+/* GELU'(x) = Phi(x) + x phi(x) as a heap tensor, computed with at most three
+ * temporaries alive at once (the arena would keep all nine to the end of the
+ * node). The caller frees it. */
+static struct tensor *gelu_derivative(const struct tensor *x)
+{
+	tensor_heap_begin();
+	struct tensor *cdf = tensor_mul_scalar(x, M_SQRT1_2);
+	cdf = then(cdf, tensor_erf(cdf));
+	cdf = then(cdf, tensor_add_scalar(cdf, 1));
+	cdf = then(cdf, tensor_mul_scalar(cdf, 0.5));
+	struct tensor *pdf = tensor_unary(TENSOR_SQUARE, x, 0);
+	pdf = then(pdf, tensor_mul_scalar(pdf, -0.5));
+	pdf = then(pdf, tensor_exp(pdf));
+	pdf = then(pdf, tensor_mul_scalar(pdf, INV_SQRT_2PI));
+	pdf = then(pdf, tensor_mul(x, pdf));
+	struct tensor *d = tensor_add(cdf, pdf);
+	tensor_free(cdf);
+	tensor_free(pdf);
+	tensor_heap_end();
+	return d;
+}
+
 /* d out / d x for out = op(x), written with tensor ops. */
 static struct tensor *unary_derivative(const struct ag_node *n)
 {
@@ -29,14 +59,7 @@ static struct tensor *unary_derivative(const struct ag_node *n)
 		    tensor_gt(x, tensor_zeros(x->dtype, x->storage->device, 0, NULL)),
 		    tensor_lt(x, tensor_zeros(x->dtype, x->storage->device, 0, NULL)));
 	case TENSOR_RELU: return tensor_gt(x, tensor_zeros(x->dtype, x->storage->device, 0, NULL));
-	case TENSOR_GELU: { /* Phi(x) + x phi(x) */
-		struct tensor *cdf = tensor_mul_scalar(
-		    tensor_add_scalar(tensor_erf(tensor_mul_scalar(x, M_SQRT1_2)), 1), 0.5);
-		struct tensor *pdf = tensor_mul_scalar(
-		    tensor_exp(tensor_mul_scalar(tensor_unary(TENSOR_SQUARE, x, 0), -0.5)),
-		    INV_SQRT_2PI);
-		return tensor_add(cdf, tensor_mul(x, pdf));
-	}
+	case TENSOR_GELU: return gelu_derivative(x);
 	case TENSOR_GELU_TANH: { /* 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 k x^2) */
 		const double k = 0.044715;
 		struct tensor *x2 = tensor_unary(TENSOR_SQUARE, x, 0);
@@ -68,9 +91,15 @@ static struct tensor *unary_derivative(const struct ag_node *n)
 	}
 }
 
+/* The derivative lives in the node's backward scope, or on the heap (then it
+ * is freed here). */
 static int unary_backward(struct ag_node *n, const struct tensor *dout)
 {
-	return ag_accumulate(n->inputs[0], tensor_mul(dout, unary_derivative(n)));
+	struct tensor *d = unary_derivative(n);
+	struct tensor *dx = tensor_mul(dout, d);
+	if (d && !d->in_arena)
+		tensor_free(d);
+	return ag_accumulate(n->inputs[0], dx);
 }
 
 struct tensor *ag_unary(enum tensor_unary_op op, struct tensor *x, double alpha)
@@ -285,6 +314,41 @@ struct tensor *ag_cast(struct tensor *x, enum tensor_dtype dt)
 	return y;
 }
 
+/* The scaled keep mask of dropout, keep[i] / (1 - p) with keep[i] = 1 where
+ * uniform(seed, i) >= p: a pure function of (seed, shape), so backward draws
+ * it again instead of saving it. A heap tensor (the caller frees it), made
+ * with one temporary alive at a time. */
+static struct tensor *dropout_mask(const struct tensor *x, double p, uint64_t seed)
+{
+	enum tensor_device dev = x->storage->device;
+	tensor_heap_begin();
+	struct tensor *u = tensor_rand_uniform(x->dtype, dev, x->ndim, x->shape, seed, 0, 1);
+	struct tensor *pt = tensor_full(x->dtype, dev, 0, NULL, p);
+	struct tensor *keep = tensor_ge(u, pt);
+	tensor_free(u);
+	tensor_free(pt);
+	keep = then(keep, tensor_mul_scalar(keep, 1.0 / (1.0 - p)));
+	tensor_heap_end();
+	return keep;
+}
+
+/* x * mask, the mask freed at once. */
+static struct tensor *dropout_apply(const struct tensor *x, double p, uint64_t seed)
+{
+	struct tensor *mask = dropout_mask(x, p, seed);
+	struct tensor *y = tensor_mul(x, mask);
+	tensor_free(mask);
+	return y;
+}
+
+/* Node: f[0] = p, i[0] = seed; nothing saved. */
+static int dropout_backward(struct ag_node *n, const struct tensor *g)
+{
+	return ag_accumulate(n->inputs[0], dropout_apply(g, n->f[0], (uint64_t)n->i[0]));
+}
+
+/* A training step keeps one tensor per dropout (its output): the mask is
+ * drawn again in backward. */
 struct tensor *ag_dropout(struct tensor *x, double p, uint64_t seed, bool training)
 {
 	if (!x)
@@ -295,8 +359,11 @@ struct tensor *ag_dropout(struct tensor *x, double p, uint64_t seed, bool traini
 	}
 	if (!training || p == 0)
 		return x;
-	struct tensor *u =
-	    tensor_rand_uniform(x->dtype, x->storage->device, x->ndim, x->shape, seed, 0, 1);
-	struct tensor *keep = tensor_ge(u, tensor_full(x->dtype, x->storage->device, 0, NULL, p));
-	return ag_mul(x, tensor_mul_scalar(keep, 1.0 / (1.0 - p)));
+	struct tensor *y = dropout_apply(x, p, seed);
+	struct ag_node *n = ag_record("dropout", y, dropout_backward, 1, &x);
+	if (n) {
+		n->f[0] = p;
+		n->i[0] = (int64_t)seed;
+	}
+	return y;
 }

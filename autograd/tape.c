@@ -18,6 +18,14 @@ static struct ag_node *node_at(int k)
 	return &chunks[k / CHUNK][k % CHUNK];
 }
 
+/* Release the gradient of an intermediate (a heap tensor, see ag_accumulate). */
+static void drop_grad(struct tensor *t)
+{
+	struct tensor *g = t->grad;
+	t->grad = NULL;
+	tensor_free(g);
+}
+
 /* Drop the newest node: release its saved tensors and detach its output. */
 static void pop(void)
 {
@@ -27,8 +35,8 @@ static void pop(void)
 		tensor_free(n->saved[i]);
 	}
 	if (n->out && n->out->node == n) {
+		drop_grad(n->out); /* left by a backward that stopped on an error */
 		n->out->node = NULL;
-		n->out->grad = NULL;
 		n->out->requires_grad = false;
 	}
 }
@@ -198,9 +206,15 @@ int ag_accumulate(struct tensor *t, const struct tensor *g)
 	if (gs->dtype != t->dtype)
 		return tensor_error(TENSOR_ERR_DTYPE, "backward: gradient is %s, tensor is %s",
 				    tensor_dtype_name(gs->dtype), tensor_dtype_name(t->dtype));
-	if (t->node) { /* intermediate: gradients live in the backward scope */
-		t->grad = t->grad ? tensor_add(t->grad, gs) : gs;
-		return t->grad ? TENSOR_OK : tensor_last_status();
+	if (t->node) { /* intermediate: a heap gradient, freed once its node ran */
+		tensor_heap_begin();
+		struct tensor *sum = t->grad ? tensor_add(t->grad, gs) : tensor_clone(gs);
+		tensor_heap_end();
+		if (!sum)
+			return tensor_last_status();
+		drop_grad(t);
+		t->grad = sum;
+		return TENSOR_OK;
 	}
 	if (!t->grad) { /* leaf: a persistent gradient */
 		tensor_heap_begin();
@@ -241,8 +255,15 @@ static int run_backward(struct tensor *out, const struct tensor *dout)
 	int rc = ag_accumulate(out, seed);
 	for (int k = size - 1; k >= 0 && rc == TENSOR_OK; k--) {
 		struct ag_node *n = node_at(k);
-		if (n->out->node == n && n->out->grad)
+		if (n->out->node == n && n->out->grad) {
+			/* the node's temporaries die with this scope, its output's
+			 * gradient right after: the live gradients are those of the
+			 * tensors whose nodes are still to run */
+			tensor_scope_begin();
 			rc = n->backward(n, n->out->grad);
+			tensor_scope_end();
+			drop_grad(n->out);
+		}
 	}
 	return rc;
 }
@@ -254,10 +275,14 @@ int ag_backward(struct tensor *out, const struct tensor *dout)
 	int rc = check_backward_args(out, dout);
 	if (rc < 0)
 		return rc;
-	/* Intermediate gradients and temporaries go in a scope of their own;
-	 * leaf gradients are created on the heap (ag_accumulate). */
+	/* Each node's temporaries go in a scope of their own (run_backward);
+	 * gradients are heap tensors: an intermediate's is freed as soon as its
+	 * node has run, a leaf's persists (ag_accumulate). Backward records
+	 * nothing. */
 	tensor_scope_begin();
+	ag_no_grad_begin();
 	rc = run_backward(out, dout);
+	ag_no_grad_end();
 	ag_tape_reset();
 	tensor_scope_end();
 	return rc;

@@ -3,7 +3,16 @@
  *
  * Each open scope owns one chain of blocks per device for tensor data and one
  * host chain for headers. Ending a scope moves its blocks to a per-thread
- * cache, so a steady-state loop of identical scopes calls no allocator. */
+ * cache, so a steady-state loop of identical scopes calls no allocator. Heap
+ * storage of RECYCLE_MIN bytes or more takes a block of its own from a
+ * per-thread heap cache and gives it back when released, so tensors created
+ * and freed every step (the intermediate gradients of backward) reuse memory
+ * too.
+ *
+ * Accounting: live bytes are the bytes of tensors in use (arena allocations
+ * rounded to ALIGN, heap storage at its size); reserved bytes are the device
+ * blocks held, in use or cached (what the process really holds, tails of
+ * partly filled blocks included); both have a peak. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +22,7 @@
 #define ALIGN 64
 #define HOST_BLOCK (256u << 10)
 #define DEVICE_BLOCK (4u << 20)
+#define RECYCLE_MIN (64u << 10)
 #define MAX_SCOPES 64
 #define HOST TENSOR_NDEVICES /* index of the header chain */
 
@@ -28,12 +38,25 @@ struct scope {
 
 static _Thread_local struct scope scopes[MAX_SCOPES];
 static _Thread_local int depth;
-static _Thread_local struct block *cache[TENSOR_NDEVICES + 1];
+/* Free blocks: of scopes (one list per chain), of big heap storage (per
+ * device). Kept apart so that each settles at its own steady-state set. */
+static _Thread_local struct block *cache[TENSOR_NDEVICES + 1], *heap_cache[TENSOR_NDEVICES];
+/* Bytes of heap blocks of this thread in use and cached, and the most ever in
+ * use: the cache never holds more than that, so it stays bounded when shapes
+ * change from step to step. */
+static _Thread_local size_t heap_used[TENSOR_NDEVICES], heap_cached[TENSOR_NDEVICES],
+    heap_used_peak[TENSOR_NDEVICES];
 static _Thread_local int heap_mode;
 static void (*_Atomic end_hook)(int depth);
 
+/* Heap storage, with the cached block its data came from (NULL: raw_alloc). */
+struct heap_storage {
+	struct tensor_storage st;
+	struct block *block;
+};
+
 struct counters {
-	atomic_size_t live, peak, reserved, allocs;
+	atomic_size_t live, peak, reserved, peak_reserved, allocs;
 };
 static struct counters stats[TENSOR_NDEVICES];
 
@@ -44,6 +67,16 @@ static void count_live(enum tensor_device dev, size_t add, size_t sub)
 	atomic_fetch_sub(&c->live, sub);
 	size_t peak = atomic_load(&c->peak);
 	while (now > peak && !atomic_compare_exchange_weak(&c->peak, &peak, now))
+		;
+}
+
+static void count_reserved(enum tensor_device dev, size_t add, size_t sub)
+{
+	struct counters *c = &stats[dev];
+	size_t now = atomic_fetch_add(&c->reserved, add) + add;
+	atomic_fetch_sub(&c->reserved, sub);
+	size_t peak = atomic_load(&c->peak_reserved);
+	while (now > peak && !atomic_compare_exchange_weak(&c->peak_reserved, &peak, now))
 		;
 }
 
@@ -71,20 +104,33 @@ static void raw_free(int chain, void *p)
 		tensor_backend_get((enum tensor_device)chain)->free(p);
 }
 
-/* A block of at least n bytes, from the cache if one fits. */
-static struct block *block_get(int chain, size_t n)
+/* The smallest cached block of n to max bytes, unlinked, or NULL. */
+static struct block *cache_take(struct block **list, size_t n, size_t max)
 {
-	for (struct block **pp = &cache[chain]; *pp; pp = &(*pp)->next) {
-		if ((*pp)->size >= n) {
-			struct block *b = *pp;
-			*pp = b->next;
-			b->used = 0;
-			return b;
-		}
-	}
-	size_t min = chain == HOST ? HOST_BLOCK : DEVICE_BLOCK;
+	struct block **best = NULL;
+	for (struct block **pp = list; *pp; pp = &(*pp)->next)
+		if ((*pp)->size >= n && (*pp)->size <= max &&
+		    (!best || (*pp)->size < (*best)->size))
+			best = pp;
+	if (!best)
+		return NULL;
+	struct block *b = *best;
+	*best = b->next;
+	b->used = 0;
+	return b;
+}
+
+/* A block of at least n bytes: the best-fitting cached one of at most max
+ * bytes, else a new one of n bytes, at least `min`. */
+static struct block *block_get(struct block **list, int chain, size_t n, size_t min, size_t max)
+{
+	struct block *b = cache_take(list, n > min ? n : min, max);
+	if (!b && n < min)
+		b = cache_take(list, n, max); /* a smaller cached block still fits */
+	if (b)
+		return b;
 	size_t size = n > min ? round_up(n) : min;
-	struct block *b = malloc(sizeof *b);
+	b = malloc(sizeof *b);
 	if (!b)
 		return NULL;
 	b->data = raw_alloc(chain, size);
@@ -95,8 +141,14 @@ static struct block *block_get(int chain, size_t n)
 	b->size = size;
 	b->used = 0;
 	if (chain != HOST)
-		atomic_fetch_add(&stats[chain].reserved, size);
+		count_reserved((enum tensor_device)chain, size, 0);
 	return b;
+}
+
+static void block_put(struct block **list, struct block *b)
+{
+	b->next = *list;
+	*list = b;
 }
 
 static void *scope_alloc(struct scope *s, int chain, size_t n)
@@ -104,11 +156,20 @@ static void *scope_alloc(struct scope *s, int chain, size_t n)
 	size_t need = round_up(n ? n : 1);
 	struct block *b = s->chain[chain];
 	if (!b || b->size - b->used < need) {
-		b = block_get(chain, need);
+		struct block *head = b;
+		b = block_get(&cache[chain], chain, need, chain == HOST ? HOST_BLOCK : DEVICE_BLOCK,
+			      SIZE_MAX);
 		if (!b)
 			return NULL;
-		b->next = s->chain[chain];
-		s->chain[chain] = b;
+		/* Keep bump-allocating in the head when it has more room left than
+		 * the new block will (a big tensor in a block of its own). */
+		if (head && head->size - head->used > b->size - need) {
+			b->next = head->next;
+			head->next = b;
+		} else {
+			b->next = head;
+			s->chain[chain] = b;
+		}
 	}
 	void *p = (char *)b->data + b->used;
 	b->used += need;
@@ -125,8 +186,7 @@ static void scope_release(struct scope *s)
 			struct block *next = b->next;
 			if (c != HOST)
 				count_live((enum tensor_device)c, 0, b->used);
-			b->next = cache[c];
-			cache[c] = b;
+			block_put(&cache[c], b);
 			b = next;
 		}
 		s->chain[c] = NULL;
@@ -195,6 +255,71 @@ struct tensor *tensor_header_alloc(void)
 	return t;
 }
 
+/* A heap block of at least n bytes, cached or new. */
+static struct block *heap_block_get(enum tensor_device dev, size_t n)
+{
+	struct block *b = cache_take(&heap_cache[dev], n, 2 * round_up(n));
+	if (b)
+		heap_cached[dev] -= b->size;
+	else
+		b = block_get(&heap_cache[dev], dev, n, 0, 0); /* max 0: a new block */
+	if (b) {
+		heap_used[dev] += b->size;
+		if (heap_used[dev] > heap_used_peak[dev])
+			heap_used_peak[dev] = heap_used[dev];
+	}
+	return b;
+}
+
+/* The last block of a list, unlinked. */
+static struct block *list_pop_last(struct block **list)
+{
+	while ((*list)->next)
+		list = &(*list)->next;
+	struct block *b = *list;
+	*list = NULL;
+	return b;
+}
+
+static void heap_block_put(enum tensor_device dev, struct block *b)
+{
+	/* a block freed by another thread than the one that took it: the
+	 * counters of this thread are only a bound, never negative */
+	heap_used[dev] -= b->size < heap_used[dev] ? b->size : heap_used[dev];
+	block_put(&heap_cache[dev], b);
+	heap_cached[dev] += b->size;
+	while (heap_cached[dev] > heap_used_peak[dev] && heap_cache[dev]) {
+		struct block *old = list_pop_last(&heap_cache[dev]); /* the least recent */
+		heap_cached[dev] -= old->size < heap_cached[dev] ? old->size : heap_cached[dev];
+		count_reserved(dev, 0, old->size);
+		raw_free(dev, old->data);
+		free(old);
+	}
+}
+
+/* Heap storage: big data in a cached block of at most twice its size (or a
+ * new block that will be cached when released), small data from the device
+ * allocator. */
+static struct tensor_storage *heap_storage_alloc(enum tensor_device dev, size_t nbytes)
+{
+	struct heap_storage *h = malloc(sizeof *h);
+	if (!h)
+		return NULL;
+	h->block = NULL;
+	if (nbytes >= RECYCLE_MIN) {
+		h->block = heap_block_get(dev, nbytes);
+		h->st.data = h->block ? h->block->data : NULL;
+	} else {
+		h->st.data = raw_alloc(dev, nbytes);
+	}
+	if (!h->st.data) {
+		free(h);
+		return NULL;
+	}
+	count_live(dev, nbytes, 0);
+	return &h->st;
+}
+
 struct tensor_storage *tensor_storage_alloc(enum tensor_device dev, size_t nbytes)
 {
 	const struct tensor_backend *be = tensor_backend_get(dev);
@@ -207,16 +332,7 @@ struct tensor_storage *tensor_storage_alloc(enum tensor_device dev, size_t nbyte
 		if (st)
 			st->data = scope_alloc(s, dev, nbytes);
 	} else {
-		st = malloc(sizeof *st);
-		if (st) {
-			st->data = raw_alloc(dev, nbytes);
-			if (st->data)
-				count_live(dev, nbytes, 0);
-			else {
-				free(st);
-				st = NULL;
-			}
-		}
+		st = heap_storage_alloc(dev, nbytes);
 	}
 	if (!st || !st->data) {
 		tensor_error(TENSOR_ERR_NOMEM, "tensor: cannot allocate %zu bytes on %s", nbytes,
@@ -235,9 +351,13 @@ void tensor_storage_release(struct tensor_storage *st)
 {
 	if (!st || st->in_arena || --st->refcount > 0)
 		return;
-	raw_free(st->device, st->data);
+	struct heap_storage *h = (struct heap_storage *)st;
+	if (h->block)
+		heap_block_put(st->device, h->block);
+	else
+		raw_free(st->device, st->data);
 	count_live(st->device, 0, st->nbytes);
-	free(st);
+	free(h);
 }
 
 struct tensor *tensor_scope_keep(const struct tensor *t)
@@ -263,6 +383,7 @@ struct tensor_mem_stats tensor_mem_stats(enum tensor_device dev)
 		m.live_bytes = atomic_load(&stats[dev].live);
 		m.peak_bytes = atomic_load(&stats[dev].peak);
 		m.reserved_bytes = atomic_load(&stats[dev].reserved);
+		m.peak_reserved_bytes = atomic_load(&stats[dev].peak_reserved);
 		m.n_device_allocs = atomic_load(&stats[dev].allocs);
 	}
 	return m;
@@ -270,20 +391,30 @@ struct tensor_mem_stats tensor_mem_stats(enum tensor_device dev)
 
 void tensor_mem_reset_peak(enum tensor_device dev)
 {
-	if ((unsigned)dev < TENSOR_NDEVICES)
+	if ((unsigned)dev < TENSOR_NDEVICES) {
 		atomic_store(&stats[dev].peak, atomic_load(&stats[dev].live));
+		atomic_store(&stats[dev].peak_reserved, atomic_load(&stats[dev].reserved));
+	}
+}
+
+static void trim(struct block **list, int chain)
+{
+	while (*list) {
+		struct block *b = *list;
+		*list = b->next;
+		if (chain != HOST)
+			count_reserved((enum tensor_device)chain, 0, b->size);
+		raw_free(chain, b->data);
+		free(b);
+	}
 }
 
 void tensor_mem_trim(void)
 {
-	for (int c = 0; c <= HOST; c++) {
-		while (cache[c]) {
-			struct block *b = cache[c];
-			cache[c] = b->next;
-			if (c != HOST)
-				atomic_fetch_sub(&stats[c].reserved, b->size);
-			raw_free(c, b->data);
-			free(b);
-		}
+	for (int c = 0; c <= HOST; c++)
+		trim(&cache[c], c);
+	for (int d = 0; d < TENSOR_NDEVICES; d++) {
+		trim(&heap_cache[d], d);
+		heap_cached[d] = 0;
 	}
 }

@@ -224,14 +224,20 @@ void tensor_heap_end(void);
 void tensor_scope_set_end_hook(void (*hook)(int depth));
 
 struct tensor_mem_stats {
-	size_t live_bytes;	/* heap storage + arena bytes in use */
-	size_t peak_bytes;	/* max of live_bytes since the last reset */
-	size_t reserved_bytes;	/* arena blocks held (in use or cached) */
-	size_t n_device_allocs; /* calls to the device allocator so far */
+	size_t live_bytes;	    /* heap storage + arena bytes in use */
+	size_t peak_bytes;	    /* max of live_bytes since the last reset */
+	size_t reserved_bytes;	    /* arena and recycled blocks held (in use or cached) */
+	size_t peak_reserved_bytes; /* max of reserved_bytes since the last reset */
+	size_t n_device_allocs;	    /* calls to the device allocator so far */
 };
-/* Counters of a device (tensor data only, not headers). */
+/* Counters of a device (tensor data only, not headers). Small heap tensors
+ * come from the device allocator and count as live only; heap tensors of 64
+ * KiB or more and all arena memory come from blocks that also count as
+ * reserved, so reserved_bytes + small heap tensors is what the device really
+ * holds. */
 struct tensor_mem_stats tensor_mem_stats(enum tensor_device dev);
-/* Set peak_bytes to the current live_bytes. */
+/* Set peak_bytes to the current live_bytes and peak_reserved_bytes to the
+ * current reserved_bytes. */
 void tensor_mem_reset_peak(enum tensor_device dev);
 /* Return cached arena blocks of this thread to the device (when no scope). */
 void tensor_mem_trim(void);

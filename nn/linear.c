@@ -32,6 +32,46 @@ int nn_linear_init(struct nn_linear *m, struct nn_params *ps, const char *name, 
 	return TENSOR_OK;
 }
 
+/* y = h W^T + b as one node. Only y stays in the scope: h W^T is a heap
+ * temporary freed at once (ag_matmul then ag_add would keep both, and the
+ * product is not needed by backward). */
+static int linear_bias_backward(struct ag_node *n, const struct tensor *g)
+{
+	struct tensor *h = n->saved[0], *w = n->saved[1];
+	int rc = TENSOR_OK;
+	if (n->inputs[0]->requires_grad) /* dh = g W, g [..., out], W [out, in] */
+		rc = ag_accumulate(n->inputs[0], tensor_matmul(g, w));
+	if (rc == TENSOR_OK && n->inputs[1]->requires_grad) { /* dW = g^T h over all rows */
+		int64_t rows = tensor_numel(g) / g->shape[g->ndim - 1];
+		struct tensor *g2 =
+		    tensor_reshape(g, 2, (int64_t[]){ rows, g->shape[g->ndim - 1] });
+		struct tensor *h2 =
+		    tensor_reshape(h, 2, (int64_t[]){ rows, h->shape[h->ndim - 1] });
+		rc = ag_accumulate(n->inputs[1], tensor_matmul(tensor_transpose(g2, 0, 1), h2));
+	}
+	if (rc == TENSOR_OK && n->inputs[2]->requires_grad)
+		rc = ag_accumulate(n->inputs[2], g); /* summed over the broadcast rows */
+	return rc;
+}
+
+static struct tensor *linear_bias(struct tensor *h, struct tensor *w, struct tensor *b)
+{
+	struct tensor *wt = tensor_transpose(w, 0, 1);
+	tensor_heap_begin();
+	struct tensor *p = tensor_matmul(h, wt);
+	tensor_heap_end();
+	struct tensor *y = tensor_add(p, b);
+	tensor_free(p);
+	tensor_free(wt);
+	struct tensor *in[3] = { h, w, b };
+	struct ag_node *n = ag_record("linear", y, linear_bias_backward, 3, in);
+	if (n) {
+		ag_save(n, h);
+		ag_save(n, w);
+	}
+	return y;
+}
+
 struct tensor *nn_linear_forward(const struct nn_linear *m, struct tensor *x)
 {
 	if (!x)
@@ -63,9 +103,8 @@ struct tensor *nn_linear_forward(const struct nn_linear *m, struct tensor *x)
 	shape[x->ndim - 1] = m->out;
 	bool flatten = x->ndim > 2 && tensor_is_contiguous(x);
 	struct tensor *h = flatten ? ag_view(x, 2, (int64_t[]){ rows, m->in }) : x;
-	struct tensor *y = ag_matmul(h, ag_transpose(m->weight, 0, 1));
-	if (m->bias)
-		y = ag_add(y, m->bias);
+	struct tensor *y = m->bias ? linear_bias(h, m->weight, m->bias)
+				   : ag_matmul(h, ag_transpose(m->weight, 0, 1));
 	return flatten ? ag_view(y, x->ndim, shape) : y;
 }
 

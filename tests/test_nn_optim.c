@@ -687,15 +687,17 @@ START_TEST(test_clip_grad_norm)
 				sq += grad_at(i, 0, k) * grad_at(i, 0, k);
 		}
 		double norm = sqrt(sq);
+		/* The library sums the ~120k squares in another order (per thread):
+		 * the norms agree to about n eps = 1.3e-11, not to the last bit. */
 		/* above the norm: nothing changes, the norm is returned */
-		ck_assert_double_eq_tol(nn_clip_grad_norm(&ps, norm * 2), norm, norm * 1e-12);
+		ck_assert_double_eq_tol(nn_clip_grad_norm(&ps, norm * 2), norm, norm * 1e-10);
 		double *g1 = tu_values(ps.items[5].value->grad);
 		for (int64_t i = 0; i < 120000; i += 997)
 			ck_assert_double_eq(g1[i], grad_at(i, 0, 5));
 		free(g1);
 		/* below: every gradient scaled by max / (norm + 1e-6) */
 		double scale = 1.5 / (norm + 1e-6);
-		ck_assert_double_eq_tol(nn_clip_grad_norm(&ps, 1.5), norm, norm * 1e-12);
+		ck_assert_double_eq_tol(nn_clip_grad_norm(&ps, 1.5), norm, norm * 1e-10);
 		for (int k = 0; k < ps.n; k++) {
 			if (!packed && k == 2) {
 				ck_assert_ptr_null(ps.items[k].value->grad);
@@ -705,7 +707,7 @@ START_TEST(test_clip_grad_norm)
 			double *want = malloc(sizeof(double) * (size_t)(n ? n : 1));
 			for (int64_t i = 0; i < n; i++)
 				want[i] = grad_at(i, 0, k) * scale;
-			tu_assert_close(ps.items[k].value->grad, want, n, 1e-15, 1e-12);
+			tu_assert_close(ps.items[k].value->grad, want, n, 1e-15, 1e-10);
 			free(want);
 		}
 		ck_assert_double_eq_tol(nn_clip_grad_norm(&ps, 1e9), 1.5 * norm / (norm + 1e-6),
