@@ -40,7 +40,8 @@ struct options {
 	int64_t log_every, stop_after;
 	double embed_std, dropout, attn_dropout, lr, beta1, beta2, min_lr, warmup, weight_decay,
 	    clip, val_fraction;
-	bool swiglu, post_norm, conv_dense, shared_kv_head, decay_all, resume, eval_only;
+	bool swiglu, post_norm, conv_dense, shared_kv_head, xavier_projections, decay_all, resume,
+	    eval_only;
 };
 
 static struct options opt = {
@@ -109,6 +110,8 @@ static struct flag flags[] = {
 	BOOL("post-norm", post_norm, "post-norm residual blocks (default: pre-norm)"),
 	CHO("positions", positions, "learned|sinusoidal", "position embeddings"),
 	BOOL("conv-dense", conv_dense, "conv projections mix every channel (not per head)"),
+	BOOL("xavier-proj", xavier_projections,
+	     "learned projections start as xavier noise, not window means"),
 	BOOL("shared-kv-head", shared_kv_head, "one key/value head shared by all query heads"),
 	CHO("pooling", pooling, "mean|cls", "classifier pooling: masked mean or the [CLS] token"),
 	INT("head-hidden", head_hidden, 0, 1 << 20, "H", "classifier hidden width (0: --dim)"),
@@ -255,6 +258,7 @@ static void build_config(struct model_config *c, const struct text_tokenizer *to
 	c->pre_norm = !opt.post_norm;
 	c->learned_positions = !strcmp(opt.positions, "learned");
 	c->conv_dense = opt.conv_dense;
+	c->xavier_projections = opt.xavier_projections;
 	c->shared_kv_head = opt.shared_kv_head;
 	c->dropout = opt.dropout;
 	c->attn_dropout = opt.attn_dropout;

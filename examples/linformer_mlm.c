@@ -42,7 +42,7 @@ struct options {
 	int64_t threads, max_docs, log_every;
 	double embed_std, dropout, attn_dropout, mask_prob, lr, min_lr, warmup, weight_decay, clip;
 	double val_fraction;
-	bool swiglu, post_norm, conv_dense, shared_kv_head, no_chunk, eval_only;
+	bool swiglu, post_norm, conv_dense, shared_kv_head, xavier_projections, no_chunk, eval_only;
 };
 
 /* The tables read better aligned by hand. */
@@ -84,6 +84,8 @@ static struct flag flags[] = {
 	BOOL("post-norm", post_norm, "post-norm residual blocks (default: pre-norm)"),
 	CHO("positions", positions, "learned|sinusoidal", "position embeddings"),
 	BOOL("conv-dense", conv_dense, "conv projections mix every channel (not per head)"),
+	BOOL("xavier-proj", xavier_projections,
+	     "learned projections start as xavier noise, not window means"),
 	BOOL("shared-kv-head", shared_kv_head, "one key/value head shared by all query heads"),
 	DBL("embed-std", embed_std, 0, 10, 0, "S", "token embedding (tied to the MLM decoder) "
 						   "drawn N(0, S) as in BERT; 0: the library's N(0, 1)"),
@@ -220,6 +222,7 @@ static void build_config(struct model_config *c, const struct text_tokenizer *to
 	c->pre_norm = !opt.post_norm;
 	c->learned_positions = !strcmp(opt.positions, "learned");
 	c->conv_dense = opt.conv_dense;
+	c->xavier_projections = opt.xavier_projections;
 	c->shared_kv_head = opt.shared_kv_head;
 	c->dropout = opt.dropout;
 	c->attn_dropout = opt.attn_dropout;

@@ -305,6 +305,7 @@ static const struct field fields[] = {
 	FLD(k, F_K),
 	FLD(sharing, F_SHARE),
 	FLD(conv_dense, F_BOOL),
+	FLD(xavier_projections, F_BOOL),
 	FLD(shared_kv_head, F_BOOL),
 	FLD(sequential_heads, F_BOOL),
 	FLD(num_classes, F_INT),

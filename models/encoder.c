@@ -38,6 +38,18 @@ static struct tensor *norm_forward(const struct model_config *c, const struct nn
 	return c->rms_norm ? nn_rms_norm_forward(rms, x) : nn_layer_norm_forward(ln, x);
 }
 
+/* Learned projections start as window means (unless xavier_projections). */
+static int window_init(const struct model_config *c, struct nn_seq_proj *e, struct nn_seq_proj *f)
+{
+	int rc = TENSOR_OK;
+	if (e->kind == NN_PROJ_LINEAR && e->weight && !c->xavier_projections)
+		rc = nn_seq_proj_init_windows(e, MODEL_PROJ_INIT_NOISE);
+	if (rc == TENSOR_OK && f && f->kind == NN_PROJ_LINEAR && f->weight &&
+	    !c->xavier_projections)
+		rc = nn_seq_proj_init_windows(f, MODEL_PROJ_INIT_NOISE);
+	return rc;
+}
+
 static int layer_init(struct model_layer *l, struct nn_params *ps, const struct model_config *c,
 		      int64_t i, const struct nn_seq_proj *shared)
 {
@@ -56,6 +68,8 @@ static int layer_init(struct model_layer *l, struct nn_params *ps, const struct 
 				       c->shared_kv_head, c->attn_dropout,
 				       layerwise ? shared : NULL);
 		l->lin.sequential_heads = c->sequential_heads;
+		if (rc == TENSOR_OK && !layerwise)
+			rc = window_init(c, &l->lin.e, &l->lin.f);
 	}
 	if (rc == TENSOR_OK)
 		rc = norm_init(c, &l->ln2, &l->rms2, ps, prefix, "norm2");
@@ -97,9 +111,10 @@ static int shared_init(struct model_encoder *m, struct nn_params *ps)
 		int64_t dh = c->dim / c->heads;
 		bool dense = c->conv_dense && a == MODEL_ATTN_CONV;
 		int64_t ch = dense && !c->shared_kv_head ? c->dim : dh;
-		return nn_seq_proj_init(&m->shared_proj, ps, "proj", proj_kind(a), c->max_len,
-					c->k[i], c->heads, false, a == MODEL_ATTN_CONV ? ch : 0,
-					dense);
+		int rc =
+		    nn_seq_proj_init(&m->shared_proj, ps, "proj", proj_kind(a), c->max_len, c->k[i],
+				     c->heads, false, a == MODEL_ATTN_CONV ? ch : 0, dense);
+		return rc == TENSOR_OK ? window_init(c, &m->shared_proj, NULL) : rc;
 	}
 	return TENSOR_OK;
 }

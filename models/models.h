@@ -27,6 +27,8 @@ enum model_attention {
 	MODEL_NATTN
 };
 
+#define MODEL_PROJ_INIT_NOISE 0.1
+
 enum model_k_schedule { MODEL_K_CONSTANT, MODEL_K_LINEAR, MODEL_K_LIST };
 enum model_pooling { MODEL_POOL_MEAN, MODEL_POOL_CLS };
 
@@ -44,6 +46,9 @@ struct model_config {
 	int64_t k[MODEL_MAX_LAYERS];    /* resolved per layer (model_config_resolve) */
 	enum nn_proj_sharing sharing;
 	bool conv_dense, shared_kv_head, sequential_heads;
+	/* learned projections start as window means plus MODEL_PROJ_INIT_NOISE x
+	 * xavier noise (nn_seq_proj_init_windows); true: xavier noise alone */
+	bool xavier_projections;
 	/* heads */
 	int64_t num_classes, head_hidden; /* classifier: dim -> head_hidden -> classes */
 	enum model_pooling pooling;

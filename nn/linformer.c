@@ -186,6 +186,49 @@ static struct tensor *conv_windows(const struct nn_seq_proj *p, struct tensor *x
 	return ag_add(ag_matmul(xw, w), p->bias);
 }
 
+int nn_seq_proj_init_windows(struct nn_seq_proj *p, double noise)
+{
+	if (!p || p->kind != NN_PROJ_LINEAR || !p->weight)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_seq_proj_init_windows: expected an initialised learned "
+				    "(linear) projection");
+	if (!(noise >= 0))
+		return tensor_error(TENSOR_ERR_ARG, "nn_seq_proj_init_windows: noise %g < 0",
+				    noise);
+	struct tensor *w = p->weight;
+	bool f64 = w->dtype == TENSOR_F64;
+	int64_t k = p->k, n = p->n, len = tensor_numel(w);
+	size_t size = tensor_dtype_size(w->dtype);
+	void *buf = malloc((size_t)len * size);
+	int64_t *count = calloc((size_t)k, sizeof *count);
+	if (!buf || !count) {
+		free(buf);
+		free(count);
+		return tensor_error(TENSOR_ERR_NOMEM, "nn_seq_proj_init_windows: %lld weights",
+				    (long long)len);
+	}
+	for (int64_t j = 0; j < n; j++)
+		count[j * k / n]++;
+	int rc = tensor_to_host(w, buf, (size_t)len * size);
+	for (int64_t i = 0; rc == TENSOR_OK && i < len; i++) {
+		int64_t r = i / n % k, j = i % n;
+		double mean = j * k / n == r ? 1.0 / (double)count[r] : 0.0;
+		if (f64)
+			((double *)buf)[i] = noise * ((double *)buf)[i] + mean;
+		else
+			((float *)buf)[i] = (float)(noise * ((float *)buf)[i] + mean);
+	}
+	struct tensor *src =
+	    rc == TENSOR_OK
+		? tensor_from_data(w->dtype, w->storage->device, w->ndim, w->shape, buf)
+		: NULL;
+	rc = src ? tensor_copy_(w, src) : tensor_last_status();
+	tensor_free(src);
+	free(count);
+	free(buf);
+	return rc;
+}
+
 struct tensor *nn_seq_proj_forward(const struct nn_seq_proj *p, struct tensor *x)
 {
 	if (!x)
