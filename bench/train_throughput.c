@@ -1,0 +1,344 @@
+/* train_throughput: training speed of the IMDB classifier configuration (vocab 30522, dim 256,
+ * 4 heads, 4 layers, ff 1024, batch 16) for the Transformer, the Linformer and the
+ * Conv-Linformer at several sequence lengths: steady-state tokens/s of a full step (forward,
+ * backward, AdamW), the allocator's peak, the model FLOPs per token, and the achieved GFLOP/s
+ * as a fraction of this machine's measured sgemm rate (MFU). `train_throughput --help` lists
+ * the flags; docs/benchmarks.md gives the FLOPs formula. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_common.h"
+#include "common/flags.h"
+#include "models.h"
+
+static const char PROG[] = "train_throughput";
+static const char CSV_HEADER[] = "impl,model,n,k,batch,tokens_per_s,step_seconds,peak_bytes,"
+				 "flops_per_token,gflops,sgemm_gflops,mfu";
+
+struct options {
+	const char *n_list, *models, *sharing, *csv;
+	int64_t k, batch, warmup, reps, threads, dim, heads, layers, ff, vocab, sgemm_size, seed;
+	double max_seconds, lr, mem_fraction;
+};
+
+static struct options opt = {
+	.n_list = "128,512,2048",
+	.models = "transformer,linformer,conv-linformer",
+	.sharing = "headwise",
+	.k = 128,
+	.batch = 16,
+	.warmup = 2,
+	.reps = 5,
+	.threads = 2,
+	.dim = 256,
+	.heads = 4,
+	.layers = 4,
+	.ff = 1024,
+	.vocab = 30522,
+	.sgemm_size = 1024,
+	.seed = 1,
+	.max_seconds = 120,
+	.lr = 1e-4,
+	.mem_fraction = 0.8,
+};
+
+/* clang-format off */
+#define INT(nm, var, lo, hi, mv, h) { nm, FLAG_INT, &opt.var, lo, hi, 0, NULL, mv, h, NULL, false }
+#define DBL(nm, var, lo, hi, op, mv, h) \
+	{ nm, FLAG_DOUBLE, &opt.var, lo, hi, op, NULL, mv, h, NULL, false }
+#define STR(nm, var, mv, h) { nm, FLAG_STRING, &opt.var, 0, 0, 0, NULL, mv, h, NULL, false }
+#define CHO(nm, var, ch, h) { nm, FLAG_CHOICE, &opt.var, 0, 0, 0, ch, NULL, h, NULL, false }
+/* clang-format on */
+static struct flag flags[] = {
+	STR("n", n_list, "N1,N2,..", "sequence lengths"),
+	STR("models", models, "M1,M2,..", "transformer, linformer and/or conv-linformer"),
+	INT("k", k, 1, 1 << 24, "K", "projected length of the Linformer layers (at most n)"),
+	CHO("sharing", sharing, "none|headwise|kv|layerwise",
+	    "projection sharing of the Linformer (conv-linformer: not layerwise)"),
+	INT("batch", batch, 1, 1 << 16, "B", "sequences per step"),
+	INT("dim", dim, 1, 1 << 16, "D", "model width"),
+	INT("heads", heads, 1, 1024, "H", "attention heads (must divide --dim)"),
+	INT("layers", layers, 1, MODEL_MAX_LAYERS, "L", "encoder layers"),
+	INT("ff", ff, 1, 1 << 20, "F", "feed-forward hidden width"),
+	INT("vocab", vocab, 2, 1 << 24, "V", "vocabulary size (token embedding rows)"),
+	DBL("lr", lr, 0, 1, FLAG_MIN_OPEN, "RATE", "AdamW learning rate (constant)"),
+	INT("warmup", warmup, 0, 1000, "W", "untimed steps first"),
+	INT("reps", reps, 1, 100000, "R",
+	    "timed steps (fewer past --max-seconds); their mean is the step time"),
+	DBL("max-seconds", max_seconds, 0, 1e9, FLAG_MIN_OPEN, "S",
+	    "time guard: a step longer than S skips the larger n of that model"),
+	DBL("mem-fraction", mem_fraction, 0, 1, FLAG_MIN_OPEN, "F",
+	    "run only what is estimated to fit in F x the machine's available memory"),
+	INT("sgemm-size", sgemm_size, 64, 8192, "S", "size of the square sgemm for the MFU"),
+	INT("threads", threads, 1, 4096, "T", "BLIS and OpenMP threads"),
+	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, ids and labels"),
+	STR("csv", csv, "FILE", "also write the rows as CSV (impl,model,n,k,batch,...)"),
+};
+enum { NFLAGS = sizeof flags / sizeof flags[0] };
+
+static const char SYNOPSIS[] =
+    "usage: train_throughput [--flag VALUE]...\n"
+    "Training throughput of the IMDB classifier configuration: tokens/s of full steps\n"
+    "(forward, cross-entropy, backward, AdamW) after warm-up, peak memory, model FLOPs per\n"
+    "token and MFU against this machine's sgemm rate (measured first, same threads).";
+static const char EPILOG[] =
+    "FLOPs count the matmuls (2 m n k each) of the forward pass, attention scores and\n"
+    "values included, embedding lookups 0; a training step is 3x the forward. Tokens are\n"
+    "batch x n per step (no padding: random ids). Quick check:\n"
+    "  train_throughput --n 128 --reps 2 --warmup 1\n";
+
+/* ---- FLOPs ----------------------------------------------------------------------------------- */
+
+/* Forward matmul FLOPs per token of the resolved classifier config c (2 m n k per matmul;
+ * docs/benchmarks.md has the formula). */
+static double forward_flops_per_token(const struct model_config *c)
+{
+	double n = (double)c->max_len, d = (double)c->dim, f = (double)c->ff_hidden;
+	double h = (double)c->heads, dh = d / h;
+	double kv = c->shared_kv_head ? dh : d; /* key/value projection width */
+	double total = 0;
+	for (int64_t i = 0; i < c->layers; i++) {
+		double k = (double)c->k[i];
+		total += 2 * d * d * 2 + 2 * d * kv * 2; /* q, out; k, v projections */
+		total += c->swiglu ? 3 * 2 * d * f : 2 * 2 * d * f;
+		switch (c->attention[i]) {
+		case MODEL_ATTN_STANDARD: total += 2 * n * d * 2; break; /* q k^T, p v */
+		case MODEL_ATTN_LINEAR:
+		case MODEL_ATTN_RANDOM:
+			/* E K and F V over the sequence ([k, n] x [n, dh] per key/value head), then
+			 * q (EK)^T and p (FV): per token 2 k kv each, 2 k d each */
+			total += 2 * 2 * k * kv + 2 * 2 * k * d;
+			break;
+		case MODEL_ATTN_CONV: {
+			/* kernel = stride = n/k: per window [1, (n/k) c] x [(n/k) c, c], c the
+			 * channels (the head dim, or every key/value channel when dense) */
+			double ch = c->conv_dense ? kv : dh, groups = kv / ch;
+			total += 2 * 2 * ch * ch * groups + 2 * 2 * k * d;
+			break;
+		}
+		default: total += 2 * 2 * k * d; break; /* pooling: no matmul */
+		}
+	}
+	/* classifier head, once per sequence */
+	double hh = (double)c->head_hidden, classes = (double)c->num_classes;
+	total += (2 * d * hh + 2 * hh * classes) / n;
+	return total;
+}
+
+/* Rough bytes of one training step at batch b: parameters with gradients and AdamW moments
+ * (4 copies), and per layer the saved activations: about 20 [n, dim] and 4 [n, ff] f32
+ * tensors and, per head, 3 score-sized ones ([n, n] or [n, k]), live until backward
+ * (calibrated on measured peaks at n 128). */
+static double estimate_bytes(const struct model_config *c, double params, int64_t b)
+{
+	double n = (double)c->max_len, d = (double)c->dim, f = (double)c->ff_hidden;
+	double per_layer = 0;
+	for (int64_t i = 0; i < c->layers; i++) {
+		double s = c->attention[i] == MODEL_ATTN_STANDARD ? n : (double)c->k[i];
+		per_layer += n * (20 * d + 4 * f) + 3 * (double)c->heads * n * s;
+	}
+	return 4 * (4 * params + (double)b * per_layer);
+}
+
+/* ---- one configuration ------------------------------------------------------------------------ */
+
+struct result {
+	double step_s, peak, longest, flops_per_token;
+	int64_t k;    /* of the projected layers, 0 for the Transformer */
+	bool skipped; /* did not run; why says why */
+	char why[128];
+};
+
+static void build_config(struct model_config *c, const char *model, int64_t n)
+{
+	char preset[BENCH_WORD_MAX + 16]; /* "conv-linformer:6": the pattern for that depth */
+	snprintf(preset, sizeof preset, "%s:%lld", model, (long long)opt.layers);
+	if (model_config_preset(c, preset, opt.vocab, n) < 0)
+		bench_die(PROG, "model preset");
+	c->dim = opt.dim;
+	c->heads = opt.heads;
+	c->ff_hidden = opt.ff;
+	c->dropout = c->attn_dropout = 0;
+	c->num_classes = 2;
+	c->seed = (uint64_t)opt.seed;
+	c->k_schedule = MODEL_K_CONSTANT;
+	c->k_first = opt.k < n ? opt.k : n;
+	c->sharing = (enum nn_proj_sharing)nn_proj_sharing_parse(opt.sharing);
+	if (!strcmp(model, "transformer"))
+		c->sharing = NN_SHARE_HEADWISE; /* unused; keeps resolve quiet */
+	if (model_config_resolve(c) < 0)
+		flags_fail(PROG, c->sharing == NN_SHARE_HEADWISE ? "models" : "sharing",
+			   "%s at n %lld: %s", model, (long long)n, tensor_last_error());
+}
+
+/* One training step on (ids, labels): forward, loss, backward, AdamW, in a scope. */
+static void train_step(struct model_classifier *m, struct nn_params *ps, struct nn_adamw *adamw,
+		       const struct tensor *ids, const struct tensor *labels)
+{
+	tensor_scope_begin();
+	if (nn_params_zero_grad(ps) < 0)
+		bench_die(PROG, "zero_grad");
+	struct tensor *logits = model_classifier_forward(m, ids, NULL);
+	struct tensor *loss = nn_cross_entropy(logits, labels, -1, 0.0);
+	if (!loss || ag_backward(loss, NULL) < 0)
+		bench_die(PROG, "training step");
+	if (nn_adamw_step(adamw) < 0)
+		bench_die(PROG, "AdamW step");
+	tensor_scope_end();
+}
+
+/* Build the classifier, optimizer and inputs of (model, n) and time its training steps:
+ * --warmup untimed, then --reps timed (fewer once they add up to --max-seconds). Not run,
+ * with the reason, when the memory estimate exceeds the machine's share. Exits 1 on a library
+ * error. */
+static struct result run_config(const char *model, int64_t n)
+{
+	struct result r = { 0 };
+	struct model_config cfg;
+	build_config(&cfg, model, n);
+	r.flops_per_token = forward_flops_per_token(&cfg);
+	for (int64_t i = 0; i < cfg.layers; i++)
+		r.k = cfg.k[i] > r.k ? cfg.k[i] : r.k;
+	double params = (double)model_param_count(&cfg, true, false);
+	double est = estimate_bytes(&cfg, params, opt.batch);
+	tensor_mem_trim();
+	double avail = bench_mem_available();
+	if (avail >= 0 && est > opt.mem_fraction * avail) {
+		snprintf(r.why, sizeof r.why,
+			 "not run: estimated %.1f MiB, the machine has %.1f MiB to spare",
+			 est / BENCH_MIB, opt.mem_fraction * avail / BENCH_MIB);
+		r.skipped = true;
+		return r;
+	}
+	struct nn_params ps;
+	struct model_classifier m;
+	struct nn_adamw adamw;
+	if (nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, cfg.seed) < 0 ||
+	    model_classifier_init(&m, &ps, &cfg) < 0)
+		bench_die(PROG, "building the model");
+	if (nn_params_pack(&ps) < 0 ||
+	    nn_adamw_init(&adamw, &ps, opt.lr, 0.9, 0.999, 1e-8, 0.01) < 0)
+		bench_die(PROG, "optimizer");
+	struct tensor *ids = bench_random_ids(opt.batch, n, opt.vocab, (uint64_t)opt.seed);
+	struct tensor *labels = bench_random_labels(opt.batch, 2, (uint64_t)opt.seed + 1);
+	if (!ids || !labels)
+		bench_die(PROG, "inputs");
+	for (int64_t i = 0; i < opt.warmup; i++) {
+		double t0 = bench_clock();
+		train_step(&m, &ps, &adamw, ids, labels);
+		double t = bench_clock() - t0;
+		r.longest = t > r.longest ? t : r.longest;
+	}
+	tensor_mem_reset_peak(TENSOR_CPU); /* parameters, gradients, moments stay counted */
+	double total = 0;
+	int64_t done = 0;
+	while (done < opt.reps && (done == 0 || total < opt.max_seconds)) {
+		double t0 = bench_clock();
+		train_step(&m, &ps, &adamw, ids, labels);
+		double t = bench_clock() - t0;
+		total += t, done++;
+		r.longest = t > r.longest ? t : r.longest;
+	}
+	r.step_s = total / (double)done;
+	r.peak = (double)tensor_mem_stats(TENSOR_CPU).peak_bytes;
+	tensor_free(ids);
+	tensor_free(labels);
+	nn_adamw_free(&adamw);
+	model_classifier_free(&m);
+	nn_params_free(&ps);
+	tensor_mem_trim();
+	return r;
+}
+
+/* The row of a configuration left out because a shorter n of its model was too slow. */
+static struct result skipped_time(const char *model, int64_t n)
+{
+	struct model_config cfg;
+	build_config(&cfg, model, n);
+	struct result r = { .flops_per_token = forward_flops_per_token(&cfg) };
+	for (int64_t i = 0; i < cfg.layers; i++)
+		r.k = cfg.k[i] > r.k ? cfg.k[i] : r.k;
+	snprintf(r.why, sizeof r.why, "skipped (time): a shorter n took over %g s a step",
+		 opt.max_seconds);
+	r.skipped = true;
+	return r;
+}
+
+/* ---- output ------------------------------------------------------------------------------------ */
+
+static void print_result(const char *model, int64_t n, const struct result *r, double sgemm,
+			 FILE *csv)
+{
+	char k[24] = "-";
+	if (r->k)
+		snprintf(k, sizeof k, "%lld", (long long)r->k);
+	if (r->skipped) {
+		printf("| %s | %lld | %s | %lld | - | - | - | %.2f | - | - (%s) |\n", model,
+		       (long long)n, k, (long long)opt.batch, r->flops_per_token * 3 * 1e-6,
+		       r->why);
+		return;
+	}
+	double tokens = (double)(opt.batch * n) / r->step_s;
+	double train_fpt = 3 * r->flops_per_token, gflops = train_fpt * tokens * 1e-9;
+	printf("| %s | %lld | %s | %lld | %.0f | %.4f | %.1f | %.2f | %.1f | %.1f%% |\n", model,
+	       (long long)n, k, (long long)opt.batch, tokens, r->step_s, r->peak / BENCH_MIB,
+	       train_fpt * 1e-6, gflops, 100 * gflops / sgemm);
+	if (csv)
+		fprintf(csv, "cformer,%s,%lld,%s,%lld,%.6g,%.6g,%.0f,%.6g,%.6g,%.6g,%.6g\n", model,
+			(long long)n, r->k ? k : "", (long long)opt.batch, tokens, r->step_s,
+			r->peak, train_fpt, gflops, sgemm, gflops / sgemm);
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	flags_parse(flags, NFLAGS, argc, argv, PROG, SYNOPSIS, EPILOG);
+	int64_t ns[BENCH_MAX_LIST];
+	char models[3][BENCH_WORD_MAX];
+	int nn = bench_parse_ints(PROG, "n", opt.n_list, ns, BENCH_MAX_LIST, 2, 1 << 24);
+	int nm = bench_parse_words(PROG, "models", opt.models, models, 3,
+				   "transformer|linformer|conv-linformer");
+	if (opt.dim % opt.heads != 0)
+		flags_fail(PROG, "heads", "%lld heads do not divide --dim %lld",
+			   (long long)opt.heads, (long long)opt.dim);
+	FILE *csv = bench_csv_open(PROG, opt.csv, CSV_HEADER);
+	tensor_set_num_threads((int)opt.threads);
+	double sgemm = bench_sgemm_gflops(opt.sgemm_size, 5);
+	if (sgemm < 0)
+		bench_die(PROG, "sgemm");
+
+	printf("# Training throughput (cformer, CPU)\n\n");
+	printf("- classifier: vocab %lld, dim %lld, %lld heads, %lld layers, ff %lld, batch %lld, "
+	       "dropout 0, AdamW; Linformer k %lld (min(k, n)), sharing %s\n",
+	       (long long)opt.vocab, (long long)opt.dim, (long long)opt.heads,
+	       (long long)opt.layers, (long long)opt.ff, (long long)opt.batch, (long long)opt.k,
+	       opt.sharing);
+	printf("- threads %lld, BLIS kernels %s, load average at start %.2f; sgemm %lld^3 "
+	       "(tensor_matmul): %.1f GFLOP/s\n",
+	       (long long)opt.threads, tensor_blas_arch(), bench_load_average(),
+	       (long long)opt.sgemm_size, sgemm);
+	printf("- %lld warm-up steps, then the mean of %lld timed steps; peak = allocator peak of "
+	       "the timed steps, parameters, gradients and AdamW moments included\n\n",
+	       (long long)opt.warmup, (long long)opt.reps);
+	printf("| model | n | k | batch | tokens/s | step s | peak MiB | MFLOP/token (train) "
+	       "| GFLOP/s | MFU |\n");
+	printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+
+	for (int mi = 0; mi < nm; mi++) {
+		bool slow = false;
+		for (int ni = 0; ni < nn; ni++) {
+			struct result r = slow ? skipped_time(models[mi], ns[ni])
+					       : run_config(models[mi], ns[ni]);
+			slow = slow || r.longest > opt.max_seconds;
+			print_result(models[mi], ns[ni], &r, sgemm, csv);
+		}
+	}
+	bench_csv_close(PROG, csv);
+	printf("\nMFU = achieved GFLOP/s (3 x forward matmul FLOPs per token x tokens/s) / the "
+	       "sgemm rate above.\n");
+	tensor_mem_trim();
+	return 0;
+}
