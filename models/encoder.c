@@ -41,11 +41,12 @@ static struct tensor *norm_forward(const struct model_config *c, const struct nn
 /* Learned projections start as window means (unless xavier_projections). */
 static int window_init(const struct model_config *c, struct nn_seq_proj *e, struct nn_seq_proj *f)
 {
+	if (c->xavier_projections)
+		return TENSOR_OK;
 	int rc = TENSOR_OK;
-	if (e->kind == NN_PROJ_LINEAR && e->weight && !c->xavier_projections)
+	if (e->kind == NN_PROJ_LINEAR && e->weight)
 		rc = nn_seq_proj_init_windows(e, MODEL_PROJ_INIT_NOISE);
-	if (rc == TENSOR_OK && f && f->kind == NN_PROJ_LINEAR && f->weight &&
-	    !c->xavier_projections)
+	if (rc == TENSOR_OK && f && f->kind == NN_PROJ_LINEAR && f->weight)
 		rc = nn_seq_proj_init_windows(f, MODEL_PROJ_INIT_NOISE);
 	return rc;
 }
