@@ -3,7 +3,6 @@
 
 #include "autograd.h"
 
-#define SQRT_2_OVER_PI 0.7978845608028654
 #define INV_SQRT_2PI 0.3989422804014327
 
 /* ---- unary ---------------------------------------------------------------- */
@@ -14,28 +13,6 @@ static struct tensor *then(struct tensor *old, struct tensor *next)
 {
 	tensor_free(old);
 	return next;
-}
-
-/* GELU'(x) = Phi(x) + x phi(x) as a heap tensor, computed with at most three
- * temporaries alive at once (the arena would keep all nine to the end of the
- * node). The caller frees it. */
-static struct tensor *gelu_derivative(const struct tensor *x)
-{
-	tensor_heap_begin();
-	struct tensor *cdf = tensor_mul_scalar(x, M_SQRT1_2);
-	cdf = then(cdf, tensor_erf(cdf));
-	cdf = then(cdf, tensor_add_scalar(cdf, 1));
-	cdf = then(cdf, tensor_mul_scalar(cdf, 0.5));
-	struct tensor *pdf = tensor_unary(TENSOR_SQUARE, x, 0);
-	pdf = then(pdf, tensor_mul_scalar(pdf, -0.5));
-	pdf = then(pdf, tensor_exp(pdf));
-	pdf = then(pdf, tensor_mul_scalar(pdf, INV_SQRT_2PI));
-	pdf = then(pdf, tensor_mul(x, pdf));
-	struct tensor *d = tensor_add(cdf, pdf);
-	tensor_free(cdf);
-	tensor_free(pdf);
-	tensor_heap_end();
-	return d;
 }
 
 /* d out / d x for out = op(x), written with tensor ops. */
@@ -59,25 +36,9 @@ static struct tensor *unary_derivative(const struct ag_node *n)
 		    tensor_gt(x, tensor_zeros(x->dtype, x->storage->device, 0, NULL)),
 		    tensor_lt(x, tensor_zeros(x->dtype, x->storage->device, 0, NULL)));
 	case TENSOR_RELU: return tensor_gt(x, tensor_zeros(x->dtype, x->storage->device, 0, NULL));
-	case TENSOR_GELU: return gelu_derivative(x);
-	case TENSOR_GELU_TANH: { /* 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 k x^2) */
-		const double k = 0.044715;
-		struct tensor *x2 = tensor_unary(TENSOR_SQUARE, x, 0);
-		struct tensor *u = tensor_mul_scalar(
-		    tensor_mul(x, tensor_add_scalar(tensor_mul_scalar(x2, k), 1)), SQRT_2_OVER_PI);
-		struct tensor *t = tensor_tanh(u);
-		struct tensor *du = tensor_mul_scalar(
-		    tensor_add_scalar(tensor_mul_scalar(x2, 3 * k), 1), SQRT_2_OVER_PI);
-		struct tensor *sech2 =
-		    tensor_add_scalar(tensor_neg(tensor_unary(TENSOR_SQUARE, t, 0)), 1);
-		return tensor_add(tensor_mul_scalar(tensor_add_scalar(t, 1), 0.5),
-				  tensor_mul_scalar(tensor_mul(tensor_mul(x, sech2), du), 0.5));
-	}
-	case TENSOR_SILU: { /* s (1 + x (1 - s)) */
-		struct tensor *s = tensor_sigmoid(x);
-		return tensor_mul(
-		    s, tensor_add_scalar(tensor_mul(x, tensor_add_scalar(tensor_neg(s), 1)), 1));
-	}
+	case TENSOR_GELU: return tensor_unary(TENSOR_GELU_GRAD, x, 0);
+	case TENSOR_GELU_TANH: return tensor_unary(TENSOR_GELU_TANH_GRAD, x, 0);
+	case TENSOR_SILU: return tensor_unary(TENSOR_SILU_GRAD, x, 0);
 	case TENSOR_SIGMOID: return tensor_mul(y, tensor_add_scalar(tensor_neg(y), 1));
 	case TENSOR_SQUARE: return tensor_mul_scalar(x, 2);
 	case TENSOR_RECIPROCAL: return tensor_neg(tensor_unary(TENSOR_SQUARE, y, 0));

@@ -23,6 +23,9 @@ static const char *const unary_name[TENSOR_NUNARY] = {
 	[TENSOR_ADD_SCALAR] = "add_scalar",
 	[TENSOR_MUL_SCALAR] = "mul_scalar",
 	[TENSOR_POW_SCALAR] = "pow_scalar",
+	[TENSOR_GELU_GRAD] = "gelu_grad",
+	[TENSOR_GELU_TANH_GRAD] = "gelu_tanh_grad",
+	[TENSOR_SILU_GRAD] = "silu_grad",
 };
 
 static const char *const binary_name[TENSOR_NBINARY] = {

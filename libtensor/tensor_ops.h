@@ -40,6 +40,10 @@ enum tensor_unary_op {
 	TENSOR_ADD_SCALAR, /* x + alpha */
 	TENSOR_MUL_SCALAR, /* x * alpha */
 	TENSOR_POW_SCALAR, /* x ^ alpha */
+	/* derivatives of the activations, one pass each (used by backward) */
+	TENSOR_GELU_GRAD,      /* gelu'(x) = Phi(x) + x phi(x) */
+	TENSOR_GELU_TANH_GRAD, /* gelu_tanh'(x) */
+	TENSOR_SILU_GRAD,      /* silu'(x) = s (1 + x (1 - s)), s = sigmoid(x) */
 	TENSOR_NUNARY
 };
 

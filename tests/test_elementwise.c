@@ -162,6 +162,17 @@ static double ref_unary(enum tensor_unary_op op, double x, double a)
 	case TENSOR_ADD_SCALAR: return x + a;
 	case TENSOR_MUL_SCALAR: return x * a;
 	case TENSOR_POW_SCALAR: return pow(x, a);
+	case TENSOR_GELU_GRAD:
+		return 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-x * x / 2) / sqrt(2 * M_PI);
+	case TENSOR_GELU_TANH_GRAD: {
+		const double c = sqrt(2 / M_PI), k = 0.044715;
+		double t = tanh(c * (x + k * x * x * x));
+		return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * k * x * x);
+	}
+	case TENSOR_SILU_GRAD: {
+		double s = 1 / (1 + exp(-x));
+		return s + x * s * (1 - s);
+	}
 	default: ck_abort_msg("no reference for op %d", (int)op); return 0;
 	}
 }
@@ -189,6 +200,9 @@ static const struct unary_case {
 	{ TENSOR_SIGMOID, "sigmoid", tensor_sigmoid, false },
 	{ TENSOR_SQUARE, "square", NULL, false },
 	{ TENSOR_RECIPROCAL, "reciprocal", NULL, true },
+	{ TENSOR_GELU_GRAD, "gelu_grad", NULL, false },
+	{ TENSOR_GELU_TANH_GRAD, "gelu_tanh_grad", NULL, false },
+	{ TENSOR_SILU_GRAD, "silu_grad", NULL, false },
 };
 
 /* Check got = op(x) elementwise against the reference on x's values. */

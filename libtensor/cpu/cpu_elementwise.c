@@ -4,45 +4,48 @@
 
 #include "cpu_iter.h"
 #include "cpu_kernels.h"
+#include "cpu_math.h"
 
 #define EW_INLINE static inline __attribute__((always_inline))
 
 #define SQRT_2_OVER_PI 0.79788456080286535588
 #define SQRT_1_2 0.70710678118654752440
+#define INV_SQRT_2PI 0.39894228040143267794
 #define GELU_TANH_C 0.044715
 
 /* ---- scalar math ----------------------------------------------------------- */
 
-/* Logistic without a branch on the sign: for x << 0, exp(-x) overflows to inf
- * and the result is 0, never NaN; for x >> 0 it is 1. */
+/* Double forms of cpu_math.h's float ones (libm: f64 keeps full precision). */
 static inline double sigmoid_d(double x)
 {
 	return 1.0 / (1.0 + exp(-x));
 }
-static inline float sigmoid_f(float x)
-{
-	return 1.0f / (1.0f + expf(-x));
-}
 
-/* x Phi(x) through erfc, which keeps its precision in the negative tail. */
 static inline double gelu_d(double x)
 {
 	return 0.5 * x * erfc(-x * SQRT_1_2);
 }
-static inline float gelu_f(float x)
+
+static inline double gelu_tanh_u(double x)
 {
-	return 0.5f * x * erfcf(-x * (float)SQRT_1_2);
+	return SQRT_2_OVER_PI * (x + GELU_TANH_C * x * x * x);
 }
 
-/* 0.5 x (1 + tanh(u)) written as x sigmoid(2u), which does not cancel for x << 0. */
 static inline double gelu_tanh_d(double x)
 {
-	return x * sigmoid_d(2.0 * SQRT_2_OVER_PI * (x + GELU_TANH_C * x * x * x));
+	return x * sigmoid_d(2.0 * gelu_tanh_u(x));
 }
 
-static inline float gelu_tanh_f(float x)
+static inline double gelu_tanh_grad_d(double x)
 {
-	return x * sigmoid_f(2.0f * (float)SQRT_2_OVER_PI * (x + (float)GELU_TANH_C * x * x * x));
+	double s = sigmoid_d(2.0 * gelu_tanh_u(x));
+	return s + 2.0 * x * s * (1.0 - s) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_TANH_C * x * x);
+}
+
+static inline double silu_grad_d(double x)
+{
+	double s = sigmoid_d(x);
+	return s * (1.0 + x * (1.0 - s));
 }
 
 static double unary_d(enum tensor_unary_op op, double x, double alpha)
@@ -59,6 +62,9 @@ static double unary_d(enum tensor_unary_op op, double x, double alpha)
 	case TENSOR_RELU: return x < 0 ? 0.0 : x;
 	case TENSOR_GELU: return gelu_d(x);
 	case TENSOR_GELU_TANH: return gelu_tanh_d(x);
+	case TENSOR_GELU_GRAD: return 0.5 * erfc(-x * SQRT_1_2) + x * INV_SQRT_2PI * exp(-0.5 * x * x);
+	case TENSOR_GELU_TANH_GRAD: return gelu_tanh_grad_d(x);
+	case TENSOR_SILU_GRAD: return silu_grad_d(x);
 	case TENSOR_SILU: return x * sigmoid_d(x);
 	case TENSOR_SIGMOID: return sigmoid_d(x);
 	case TENSOR_SQUARE: return x * x;
@@ -168,8 +174,9 @@ EW_INLINE void unary_f32(enum tensor_unary_op op, float *restrict o, const float
 			o[i] = -x[i * sx];
 		break;
 	case TENSOR_EXP:
+#pragma omp simd
 		for (int64_t i = 0; i < n; i++)
-			o[i] = expf(x[i * sx]);
+			o[i] = exp_f32(x[i * sx]);
 		break;
 	case TENSOR_LOG:
 		for (int64_t i = 0; i < n; i++)
@@ -202,20 +209,39 @@ EW_INLINE void unary_f32(enum tensor_unary_op op, float *restrict o, const float
 			o[i] = x[i * sx] < 0 ? 0.0f : x[i * sx];
 		break;
 	case TENSOR_GELU:
+#pragma omp simd
 		for (int64_t i = 0; i < n; i++)
 			o[i] = gelu_f(x[i * sx]);
 		break;
 	case TENSOR_GELU_TANH:
+#pragma omp simd
 		for (int64_t i = 0; i < n; i++)
 			o[i] = gelu_tanh_f(x[i * sx]);
 		break;
 	case TENSOR_SILU:
+#pragma omp simd
 		for (int64_t i = 0; i < n; i++)
 			o[i] = x[i * sx] * sigmoid_f(x[i * sx]);
 		break;
 	case TENSOR_SIGMOID:
+#pragma omp simd
 		for (int64_t i = 0; i < n; i++)
 			o[i] = sigmoid_f(x[i * sx]);
+		break;
+	case TENSOR_GELU_GRAD:
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			o[i] = gelu_grad_f(x[i * sx]);
+		break;
+	case TENSOR_GELU_TANH_GRAD:
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			o[i] = gelu_tanh_grad_f(x[i * sx]);
+		break;
+	case TENSOR_SILU_GRAD:
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			o[i] = silu_grad_f(x[i * sx]);
 		break;
 	case TENSOR_SQUARE:
 #pragma omp simd
@@ -251,6 +277,16 @@ EW_INLINE void unary_f32(enum tensor_unary_op op, float *restrict o, const float
 	}
 }
 
+/* The transcendental ops are compute-bound: on x86-64 with gcc, this row is
+ * also built for AVX2+FMA and AVX-512 and the widest the CPU runs is picked at
+ * load time (the default build targets baseline SSE2). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__gnu_linux__)
+#define CPU_WIDE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CPU_WIDE_CLONES
+#endif
+
+CPU_WIDE_CLONES
 static void unary_f32_row(enum tensor_unary_op op, float *o, const float *x, int64_t sx, int64_t n,
 			  float al)
 {

@@ -9,6 +9,7 @@
 
 #include "cpu_iter.h"
 #include "cpu_kernels.h"
+#include "cpu_math.h"
 
 /* Rows: every index of the dims but the last. */
 static int64_t row_count(const struct tensor *x)
@@ -47,55 +48,6 @@ static double sum_f32(const float *x, int64_t n, double shift, bool square)
 }
 
 /* ---- softmax -------------------------------------------------------------- */
-
-static inline int32_t f32_bits(float f)
-{
-	int32_t i;
-	memcpy(&i, &f, sizeof i);
-	return i;
-}
-
-static inline float f32_from_bits(int32_t i)
-{
-	float f;
-	memcpy(&f, &i, sizeof f);
-	return f;
-}
-
-/* c ? a : b through an integer mask: gcc will not if-convert float selects
- * under the default -ftrapping-math, and then leaves the loop scalar. */
-static inline float f32_select(bool c, float a, float b)
-{
-	int32_t m = -(int32_t)c;
-	return f32_from_bits((f32_bits(a) & m) | (f32_bits(b) & ~m));
-}
-
-/* exp for f32 within about 1 ulp, branch-free so that `omp simd` loops
- * vectorise it (Cephes' polynomial on x - n ln2; 2^n applied as two
- * factors so that results near overflow and in the subnormal range are
- * right). exp(-inf) = 0, exp(inf) = inf, NaN stays NaN. */
-static inline float exp_f32(float x)
-{
-	bool above = x > -104.0f; /* false for NaN */
-	float xc = f32_select(above, x, -104.0f);
-	xc = f32_select(xc < 89.0f, xc, 89.0f);
-	float t = xc * 1.44269504088896341f;
-	float half = f32_from_bits(f32_bits(0.5f) | (f32_bits(t) & INT32_MIN));
-	int32_t n = (int32_t)(t + half); /* rounded half away from zero */
-	float fn = (float)n;
-	float r = xc - fn * 0.693359375f + fn * 2.12194440e-4f;
-	float p = 1.9875691500e-4f;
-	p = p * r + 1.3981999507e-3f;
-	p = p * r + 8.3334519073e-3f;
-	p = p * r + 4.1665795894e-2f;
-	p = p * r + 1.6666665459e-1f;
-	p = p * r + 5.0000001201e-1f;
-	p = p * r * r + r + 1.0f;
-	int32_t n1 = n / 2;
-	float y =
-	    p * f32_from_bits((n1 + 127) * (1 << 23)) * f32_from_bits((n - n1 + 127) * (1 << 23));
-	return f32_select(x != x, x, f32_select(above, y, 0.0f));
-}
 
 /* Rows whose max is +-inf or that hold a NaN come out all NaN (as PyTorch:
  * a row of -inf has no distribution). */
