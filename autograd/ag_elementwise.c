@@ -57,10 +57,12 @@ static struct tensor *unary_derivative(const struct ag_node *n)
 static int unary_backward(struct ag_node *n, const struct tensor *dout)
 {
 	struct tensor *d = unary_derivative(n);
+	tensor_heap_begin(); /* handed over as x's gradient, not copied */
 	struct tensor *dx = tensor_mul(dout, d);
+	tensor_heap_end();
 	if (d && !d->in_arena)
 		tensor_free(d);
-	return ag_accumulate(n->inputs[0], dx);
+	return ag_accumulate_take(n->inputs[0], dx);
 }
 
 struct tensor *ag_unary(enum tensor_unary_op op, struct tensor *x, double alpha)

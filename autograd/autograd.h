@@ -84,6 +84,11 @@ struct tensor *ag_save(struct ag_node *n, struct tensor *t);
 /* Add g into t's gradient if t requires grad. g may have t's shape or a
  * shape that broadcasts to it (then it is summed over the broadcast dims). */
 int ag_accumulate(struct tensor *t, const struct tensor *g);
+/* As ag_accumulate, for a heap tensor g that the caller hands over (made
+ * with tensor_heap_begin): it becomes t's gradient as it is when t is an
+ * intermediate with no gradient yet and g has its shape and dtype (no copy),
+ * else it is added and freed. An arena g is only added. */
+int ag_accumulate_take(struct tensor *t, struct tensor *g);
 /* g summed down to shape (ndim, shape) over broadcast dims. */
 struct tensor *ag_sum_to(const struct tensor *g, int ndim, const int64_t *shape);
 

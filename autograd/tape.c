@@ -227,6 +227,20 @@ int ag_accumulate(struct tensor *t, const struct tensor *g)
 	return sum ? tensor_copy_(t->grad, sum) : tensor_last_status();
 }
 
+int ag_accumulate_take(struct tensor *t, struct tensor *g)
+{
+	bool owned = g && !g->in_arena;
+	if (owned && t && t->requires_grad && t->node && !t->grad && tensor_same_shape(t, g) &&
+	    g->dtype == t->dtype) {
+		t->grad = g;
+		return TENSOR_OK;
+	}
+	int rc = ag_accumulate(t, g);
+	if (owned)
+		tensor_free(g);
+	return rc;
+}
+
 /* Argument errors leave the tape as it is, so the caller can retry. */
 static int check_backward_args(const struct tensor *out, const struct tensor *dout)
 {

@@ -145,8 +145,11 @@ static double estimate_bytes(const struct model_config *c, double params, int64_
 
 /* ---- one configuration ------------------------------------------------------------------------ */
 
+enum { FWD, BWD, OPT, NPHASES }; /* forward with the loss, backward, AdamW */
+
 struct result {
 	double step_s, peak, longest, flops_per_token;
+	double phase_s[NPHASES]; /* mean seconds of each phase of a timed step */
 	int64_t k;    /* of the projected layers, 0 for the Transformer */
 	bool skipped; /* did not run; why says why */
 	char why[128];
@@ -175,19 +178,27 @@ static void build_config(struct model_config *c, const char *model, int64_t n)
 }
 
 /* One training step on (ids, labels): forward, loss, backward, AdamW, in a scope. */
+/* One training step; adds the seconds of each phase to phase_s. */
 static void train_step(struct model_classifier *m, struct nn_params *ps, struct nn_adamw *adamw,
-		       const struct tensor *ids, const struct tensor *labels)
+		       const struct tensor *ids, const struct tensor *labels, double *phase_s)
 {
+	double t0 = bench_clock();
 	tensor_scope_begin();
 	if (nn_params_zero_grad(ps) < 0)
 		bench_die(PROG, "zero_grad");
 	struct tensor *logits = model_classifier_forward(m, ids, NULL);
 	struct tensor *loss = nn_cross_entropy(logits, labels, -1, 0.0);
+	double t1 = bench_clock();
 	if (!loss || ag_backward(loss, NULL) < 0)
 		bench_die(PROG, "training step");
+	double t2 = bench_clock();
 	if (nn_adamw_step(adamw) < 0)
 		bench_die(PROG, "AdamW step");
 	tensor_scope_end();
+	double t3 = bench_clock();
+	phase_s[FWD] += t1 - t0;
+	phase_s[BWD] += t2 - t1;
+	phase_s[OPT] += t3 - t2;
 }
 
 /* Build the classifier, optimizer and inputs of (model, n) and time its training steps:
@@ -228,7 +239,8 @@ static struct result run_config(const char *model, int64_t n)
 		bench_die(PROG, "inputs");
 	for (int64_t i = 0; i < opt.warmup; i++) {
 		double t0 = bench_clock();
-		train_step(&m, &ps, &adamw, ids, labels);
+		double unused[NPHASES];
+		train_step(&m, &ps, &adamw, ids, labels, unused);
 		double t = bench_clock() - t0;
 		r.longest = t > r.longest ? t : r.longest;
 	}
@@ -237,12 +249,14 @@ static struct result run_config(const char *model, int64_t n)
 	int64_t done = 0;
 	while (done < opt.reps && (done == 0 || total < opt.max_seconds)) {
 		double t0 = bench_clock();
-		train_step(&m, &ps, &adamw, ids, labels);
+		train_step(&m, &ps, &adamw, ids, labels, r.phase_s);
 		double t = bench_clock() - t0;
 		total += t, done++;
 		r.longest = t > r.longest ? t : r.longest;
 	}
 	r.step_s = total / (double)done;
+	for (int p = 0; p < NPHASES; p++)
+		r.phase_s[p] /= (double)done;
 	r.peak = (double)tensor_mem_stats(TENSOR_CPU).peak_bytes;
 	tensor_free(ids);
 	tensor_free(labels);
@@ -276,16 +290,18 @@ static void print_result(const char *model, int64_t n, const struct result *r, d
 	if (r->k)
 		snprintf(k, sizeof k, "%lld", (long long)r->k);
 	if (r->skipped) {
-		printf("| %s | %lld | %s | %lld | - | - | - | %.2f | - | - (%s) |\n", model,
+		printf("| %s | %lld | %s | %lld | - | - | - | - | %.2f | - | - (%s) |\n", model,
 		       (long long)n, k, (long long)opt.batch, r->flops_per_token * 3 * 1e-6,
 		       r->why);
 		return;
 	}
 	double tokens = (double)(opt.batch * n) / r->step_s;
 	double train_fpt = 3 * r->flops_per_token, gflops = train_fpt * tokens * 1e-9;
-	printf("| %s | %lld | %s | %lld | %.0f | %.4f | %.1f | %.2f | %.1f | %.1f%% |\n", model,
-	       (long long)n, k, (long long)opt.batch, tokens, r->step_s, r->peak / BENCH_MIB,
-	       train_fpt * 1e-6, gflops, 100 * gflops / sgemm);
+	printf("| %s | %lld | %s | %lld | %.0f | %.4f | %.2f / %.2f / %.2f | %.1f | %.2f | %.1f | "
+	       "%.1f%% |\n",
+	       model, (long long)n, k, (long long)opt.batch, tokens, r->step_s, r->phase_s[FWD],
+	       r->phase_s[BWD], r->phase_s[OPT], r->peak / BENCH_MIB, train_fpt * 1e-6, gflops,
+	       100 * gflops / sgemm);
 	if (csv)
 		fprintf(csv, "cformer,%s,%lld,%s,%lld,%.6g,%.6g,%.0f,%.6g,%.6g,%.6g,%.6g\n", model,
 			(long long)n, r->k ? k : "", (long long)opt.batch, tokens, r->step_s,
@@ -323,9 +339,9 @@ int main(int argc, char **argv)
 	printf("- %lld warm-up steps, then the mean of %lld timed steps; peak = allocator peak of "
 	       "the timed steps, parameters, gradients and AdamW moments included\n\n",
 	       (long long)opt.warmup, (long long)opt.reps);
-	printf("| model | n | k | batch | tokens/s | step s | peak MiB | MFLOP/token (train) "
-	       "| GFLOP/s | MFU |\n");
-	printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+	printf("| model | n | k | batch | tokens/s | step s | fwd / bwd / AdamW s | peak MiB "
+	       "| MFLOP/token (train) | GFLOP/s | MFU |\n");
+	printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
 
 	for (int mi = 0; mi < nm; mi++) {
 		bool slow = false;

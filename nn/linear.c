@@ -39,8 +39,12 @@ static int linear_bias_backward(struct ag_node *n, const struct tensor *g)
 {
 	struct tensor *h = n->saved[0], *w = n->saved[1];
 	int rc = TENSOR_OK;
-	if (n->inputs[0]->requires_grad) /* dh = g W, g [..., out], W [out, in] */
-		rc = ag_accumulate(n->inputs[0], tensor_matmul(g, w));
+	if (n->inputs[0]->requires_grad) { /* dh = g W, g [..., out], W [out, in] */
+		tensor_heap_begin(); /* handed over as h's gradient, not copied */
+		struct tensor *dh = tensor_matmul(g, w);
+		tensor_heap_end();
+		rc = ag_accumulate_take(n->inputs[0], dh);
+	}
 	if (rc == TENSOR_OK && n->inputs[1]->requires_grad) { /* dW = g^T h over all rows */
 		int64_t rows = tensor_numel(g) / g->shape[g->ndim - 1];
 		struct tensor *g2 =
