@@ -112,6 +112,38 @@ double bench_mem_available(void)
 	return kib < 0 ? -1 : kib * 1024;
 }
 
+/* A "Field:   123 kB" line of /proc/self/status, in bytes, or -1. */
+static double status_bytes(const char *field)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	if (!f)
+		return -1;
+	char line[256];
+	size_t len = strlen(field);
+	double kib = -1;
+	while (fgets(line, sizeof line, f))
+		if (strncmp(line, field, len) == 0 && line[len] == ':' &&
+		    sscanf(line + len + 1, "%lf kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib < 0 ? -1 : kib * 1024;
+}
+
+double bench_rss_reset(void)
+{
+	FILE *f = fopen("/proc/self/clear_refs", "w");
+	if (!f)
+		return -1;
+	bool ok = fputs("5", f) >= 0;
+	ok = fclose(f) == 0 && ok;
+	return ok ? status_bytes("VmRSS") : -1;
+}
+
+double bench_rss_peak(void)
+{
+	return status_bytes("VmHWM");
+}
+
 double bench_sgemm_gflops(int64_t size, int reps)
 {
 	int64_t shape[2] = { size, size };

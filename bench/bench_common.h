@@ -36,6 +36,11 @@ int bench_parse_words(const char *prog, const char *name, const char *text,
 double bench_load_average(void);
 /* MemAvailable of /proc/meminfo in bytes, or -1 if unknown. */
 double bench_mem_available(void);
+/* Resident-set accounting, as bench/pytorch measures it: bench_rss_reset() sets the kernel's
+ * high-water mark (VmHWM) to the current RSS and returns that RSS in bytes;
+ * bench_rss_peak() returns VmHWM in bytes. -1 where /proc does not tell or refuses. */
+double bench_rss_reset(void);
+double bench_rss_peak(void);
 /* The f32 GEMM rate of tensor_matmul on [size, size] x [size, size] at the current thread
  * count, GFLOP/s, best of reps after one warm-up; negative status on error. */
 double bench_sgemm_gflops(int64_t size, int reps);

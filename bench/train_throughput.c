@@ -16,7 +16,8 @@
 
 static const char PROG[] = "train_throughput";
 static const char CSV_HEADER[] = "impl,model,n,k,batch,tokens_per_s,step_seconds,peak_bytes,"
-				 "flops_per_token,gflops,sgemm_gflops,mfu";
+				 "flops_per_token,gflops,sgemm_gflops,mfu,rss_peak_bytes,forward_s,"
+				 "backward_s,optimizer_s";
 
 struct options {
 	const char *n_list, *models, *sharing, *csv;
@@ -150,6 +151,8 @@ enum { FWD, BWD, OPT, NPHASES }; /* forward with the loss, backward, AdamW */
 struct result {
 	double step_s, peak, longest, flops_per_token;
 	double phase_s[NPHASES]; /* mean seconds of each phase of a timed step */
+	double rss;		 /* resident-set growth from before the model to the peak, -1 if unknown */
+	double params;
 	int64_t k;    /* of the projected layers, 0 for the Transformer */
 	bool skipped; /* did not run; why says why */
 	char why[128];
@@ -214,6 +217,7 @@ static struct result run_config(const char *model, int64_t n)
 	for (int64_t i = 0; i < cfg.layers; i++)
 		r.k = cfg.k[i] > r.k ? cfg.k[i] : r.k;
 	double params = (double)model_param_count(&cfg, true, false);
+	r.params = params;
 	double est = estimate_bytes(&cfg, params, opt.batch);
 	tensor_mem_trim();
 	double avail = bench_mem_available();
@@ -224,6 +228,7 @@ static struct result run_config(const char *model, int64_t n)
 		r.skipped = true;
 		return r;
 	}
+	double rss0 = bench_rss_reset();
 	struct nn_params ps;
 	struct model_classifier m;
 	struct nn_adamw adamw;
@@ -258,6 +263,8 @@ static struct result run_config(const char *model, int64_t n)
 	for (int p = 0; p < NPHASES; p++)
 		r.phase_s[p] /= (double)done;
 	r.peak = (double)tensor_mem_stats(TENSOR_CPU).peak_bytes;
+	double hwm = bench_rss_peak();
+	r.rss = rss0 >= 0 && hwm >= 0 ? hwm - rss0 : -1;
 	tensor_free(ids);
 	tensor_free(labels);
 	nn_adamw_free(&adamw);
@@ -290,22 +297,30 @@ static void print_result(const char *model, int64_t n, const struct result *r, d
 	if (r->k)
 		snprintf(k, sizeof k, "%lld", (long long)r->k);
 	if (r->skipped) {
-		printf("| %s | %lld | %s | %lld | - | - | - | - | %.2f | - | - (%s) |\n", model,
+		printf("| %s | %lld | %s | %lld | - | - | - | - | - | %.2f | - | - (%s) |\n", model,
 		       (long long)n, k, (long long)opt.batch, r->flops_per_token * 3 * 1e-6,
 		       r->why);
 		return;
 	}
 	double tokens = (double)(opt.batch * n) / r->step_s;
 	double train_fpt = 3 * r->flops_per_token, gflops = train_fpt * tokens * 1e-9;
-	printf("| %s | %lld | %s | %lld | %.0f | %.4f | %.2f / %.2f / %.2f | %.1f | %.2f | %.1f | "
-	       "%.1f%% |\n",
+	char rss[32] = "-";
+	if (r->rss >= 0)
+		snprintf(rss, sizeof rss, "%.1f", r->rss / BENCH_MIB);
+	printf("| %s | %lld | %s | %lld | %.0f | %.4f | %.2f / %.2f / %.2f | %.1f | %s | %.2f | "
+	       "%.1f | %.1f%% |\n",
 	       model, (long long)n, k, (long long)opt.batch, tokens, r->step_s, r->phase_s[FWD],
-	       r->phase_s[BWD], r->phase_s[OPT], r->peak / BENCH_MIB, train_fpt * 1e-6, gflops,
+	       r->phase_s[BWD], r->phase_s[OPT], r->peak / BENCH_MIB, rss, train_fpt * 1e-6, gflops,
 	       100 * gflops / sgemm);
+	fprintf(stderr, "note: %s n %lld k %s: %.0f parameters\n", model, (long long)n, k,
+		r->params);
 	if (csv)
-		fprintf(csv, "cformer,%s,%lld,%s,%lld,%.6g,%.6g,%.0f,%.6g,%.6g,%.6g,%.6g\n", model,
-			(long long)n, r->k ? k : "", (long long)opt.batch, tokens, r->step_s,
-			r->peak, train_fpt, gflops, sgemm, gflops / sgemm);
+		fprintf(csv,
+			"cformer,%s,%lld,%s,%lld,%.6g,%.6g,%.0f,%.6g,%.6g,%.6g,%.6g,%.0f,%.6g,%.6g,"
+			"%.6g\n",
+			model, (long long)n, r->k ? k : "", (long long)opt.batch, tokens, r->step_s,
+			r->peak, train_fpt, gflops, sgemm, gflops / sgemm, r->rss, r->phase_s[FWD],
+			r->phase_s[BWD], r->phase_s[OPT]);
 }
 
 int main(int argc, char **argv)
@@ -337,11 +352,12 @@ int main(int argc, char **argv)
 	       (long long)opt.threads, tensor_blas_arch(), bench_load_average(),
 	       (long long)opt.sgemm_size, sgemm);
 	printf("- %lld warm-up steps, then the mean of %lld timed steps; peak = allocator peak of "
-	       "the timed steps, parameters, gradients and AdamW moments included\n\n",
+	       "the timed steps, parameters, gradients and AdamW moments included; RSS = growth of the "
+	       "resident-set high-water mark from before the model was built (as bench/pytorch)\n\n",
 	       (long long)opt.warmup, (long long)opt.reps);
 	printf("| model | n | k | batch | tokens/s | step s | fwd / bwd / AdamW s | peak MiB "
-	       "| MFLOP/token (train) | GFLOP/s | MFU |\n");
-	printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+	       "| RSS MiB | MFLOP/token (train) | GFLOP/s | MFU |\n");
+	printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
 
 	for (int mi = 0; mi < nm; mi++) {
 		bool slow = false;

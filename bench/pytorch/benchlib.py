@@ -1,0 +1,166 @@
+"""Helpers shared by the PyTorch benchmarks: flags, one fresh child process
+per configuration, threads, and the memory high-water mark.
+
+Peak memory on the CPU: PyTorch's CPU allocator takes its memory from malloc,
+so the benchmarks read the process's resident-set high-water mark (VmHWM in
+/proc/self/status). Each configuration runs in a fresh child process which
+first runs a tiny model of the same kind (so that code pages and thread pools
+are already resident), then takes VmRSS as the baseline and resets the
+high-water mark (writing "5" to /proc/self/clear_refs), builds the real model
+and runs the measured part; peak = VmHWM - baseline. It thus includes the
+parameters (and, in training, gradients and AdamW state) like cformer's
+allocator peak, but also allocator slack and fragmentation (glibc keeps freed
+chunks below its mmap threshold), thread stacks and any page first touched in
+the measured part, and it counts pages, not bytes: it is an upper bound of
+PyTorch's tensor bytes, where cformer's figure counts tensor bytes exactly.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import warnings
+
+CHILD_FLAG = "--_child"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that exits with status 1 (not 2) on a bad flag."""
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.exit(1)
+
+
+def int_list(text: str):
+    """"512,1024" -> [512, 1024] (positive integers)."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas (e.g. 512,1024), got '{text}'")
+    return values
+
+
+def name_list(choices):
+    """A type for "a,b": names from choices."""
+
+    def parse(text: str):
+        names = text.split(",")
+        bad = [n for n in names if n not in choices]
+        if bad or not text:
+            raise argparse.ArgumentTypeError(f"expected names from {','.join(choices)} separated by commas, got '{text}'")
+        return names
+
+    return parse
+
+
+def positive(kind):
+    """A type for a positive int or float."""
+
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            v = 0
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got '{text}'")
+        return v
+
+    return parse
+
+
+def thread_env(threads: int) -> dict:
+    """The environment of a child: OpenMP and MKL limited to threads."""
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = str(threads)
+    return env
+
+
+def run_child(script: str, params: dict, threads: int, timeout: float):
+    """Runs `script --_child JSON` in a fresh process; returns its JSON result
+    (the last stdout line), or {"error": why}."""
+    cmd = [sys.executable, "-W", "ignore", script, CHILD_FLAG, json.dumps(params)]
+    try:
+        p = subprocess.run(cmd, env=thread_env(threads), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    lines = p.stdout.strip().splitlines()
+    if p.returncode != 0 or not lines:
+        why = p.stderr.strip().splitlines()[-1:] or [f"exit status {p.returncode}"]
+        if p.returncode < 0:
+            why = [f"killed by signal {-p.returncode} (out of memory?)"]
+        return {"error": why[0]}
+    return json.loads(lines[-1])
+
+
+def child_params():
+    """The child's parameters, or None in the parent."""
+    if len(sys.argv) == 3 and sys.argv[1] == CHILD_FLAG:
+        return json.loads(sys.argv[2])
+    return None
+
+
+def child_torch(threads: int):
+    """Imports torch in a child with threads intra-op threads and seed 0."""
+    warnings.filterwarnings("ignore")
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    return torch
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        m = re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.M)
+    return int(m.group(1)) if m else 0
+
+
+def rss_bytes() -> int:
+    return _status_kib("VmRSS") * 1024
+
+
+def hwm_bytes() -> int:
+    return _status_kib("VmHWM") * 1024
+
+
+def reset_hwm() -> bool:
+    """Resets VmHWM to the current RSS; False where the kernel refuses."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def mem_available() -> int:
+    """MemAvailable of /proc/meminfo in bytes."""
+    with open("/proc/meminfo") as f:
+        m = re.search(r"^MemAvailable:\s+(\d+) kB", f.read(), re.M)
+    return int(m.group(1)) * 1024 if m else 0
+
+
+def write_csv(path: str, header, rows) -> None:
+    """rows: lists of values; None is written as an empty field."""
+    with open(path, "w") as f:
+        f.write(",".join(header) + "\n")
+        for r in rows:
+            f.write(",".join("" if v is None else str(v) for v in r) + "\n")
+
+
+def markdown(header, rows) -> str:
+    """A markdown table; numeric columns right-aligned."""
+    def numeric(i):
+        return all(re.fullmatch(r"[-+0-9.eE x]*", str(r[i])) for r in rows)
+
+    align = ["---:" if rows and numeric(i) else "---" for i in range(len(header))]
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    out += ["| " + " | ".join(str(v) for v in r) + " |" for r in rows]
+    return "\n".join(out)
