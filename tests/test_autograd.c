@@ -178,6 +178,50 @@ START_TEST(test_backward_frees_as_it_goes)
 }
 END_TEST
 
+/* ag_accumulate_take: a heap gradient handed over becomes an intermediate's
+ * gradient as it is; a second one is added and freed, a broadcast one summed
+ * first; a leaf's is added; live bytes come back to where they were. */
+START_TEST(test_accumulate_take)
+{
+	struct tensor *x = gc_input(2, S34, 7, -1, 1, true);
+	size_t live = tensor_mem_stats(TENSOR_CPU).live_bytes;
+	tensor_scope_begin();
+	struct tensor *y = ag_mul_scalar(x, 2); /* an intermediate */
+	tensor_heap_begin();
+	struct tensor *g1 = tensor_full(TENSOR_F64, TENSOR_CPU, 2, S34, 1.5);
+	struct tensor *g2 = tensor_full(TENSOR_F64, TENSOR_CPU, 2, S34, 0.25);
+	struct tensor *big = tensor_full(TENSOR_F64, TENSOR_CPU, 3, (const int64_t[]){ 2, 3, 4 }, 1);
+	tensor_heap_end();
+	ck_assert_int_eq(ag_accumulate_take(y, g1), TENSOR_OK);
+	ck_assert_ptr_eq(y->grad, g1); /* no copy */
+	ck_assert_int_eq(ag_accumulate_take(y, g2), TENSOR_OK);
+	ck_assert_ptr_ne(y->grad, g1);
+	double want[12];
+	for (int i = 0; i < 12; i++)
+		want[i] = 1.75;
+	tu_assert_close(y->grad, want, 12, 0, 0);
+	ck_assert_int_eq(ag_accumulate_take(y, big), TENSOR_OK); /* summed over its extra dim */
+	for (int i = 0; i < 12; i++)
+		want[i] = 3.75;
+	tu_assert_close(y->grad, want, 12, 0, 0);
+	/* an arena gradient is only added; a leaf's gradient is its own tensor */
+	ck_assert_int_eq(ag_accumulate_take(x, tensor_full(TENSOR_F64, TENSOR_CPU, 2, S34, 3)),
+			 TENSOR_OK);
+	for (int i = 0; i < 12; i++)
+		want[i] = 3;
+	tu_assert_close(x->grad, want, 12, 0, 0);
+	ck_assert(!x->grad->in_arena);
+	/* NULL gradient: the recorded error, nothing changes */
+	ck_assert_int_lt(ag_accumulate_take(y, NULL), 0);
+	tensor_clear_error();
+	tensor_free(x->grad);
+	x->grad = NULL;
+	ag_tape_reset(); /* drops y's node and its gradient */
+	tensor_scope_end();
+	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes, live);
+}
+END_TEST
+
 START_TEST(test_memory_flat_across_steps)
 {
 	ck_assert_int_eq(tensor_scope_end(), TENSOR_OK); /* leave the fixture scope */
@@ -308,6 +352,7 @@ int main(void)
 	tcase_add_test(tc, test_scope_end_drops_nodes);
 	tcase_add_test(tc, test_errors);
 	tcase_add_test(tc, test_backward_frees_as_it_goes);
+	tcase_add_test(tc, test_accumulate_take);
 	tcase_add_test(tc, test_memory_flat_across_steps);
 	tcase_add_test(tc, test_checker_catches_wrong_backward);
 	tcase_add_test(tc, test_mlp_trains);
