@@ -151,7 +151,7 @@ enum { FWD, BWD, OPT, NPHASES }; /* forward with the loss, backward, AdamW */
 struct result {
 	double step_s, peak, longest, flops_per_token;
 	double phase_s[NPHASES]; /* mean seconds of each phase of a timed step */
-	double rss;		 /* resident-set growth from before the model to the peak, -1 if unknown */
+	double rss; /* resident-set growth from before the model to the peak, -1 if unknown */
 	double params;
 	int64_t k;    /* of the projected layers, 0 for the Transformer */
 	bool skipped; /* did not run; why says why */
@@ -351,10 +351,12 @@ int main(int argc, char **argv)
 	       "(tensor_matmul): %.1f GFLOP/s\n",
 	       (long long)opt.threads, tensor_blas_arch(), bench_load_average(),
 	       (long long)opt.sgemm_size, sgemm);
-	printf("- %lld warm-up steps, then the mean of %lld timed steps; peak = allocator peak of "
-	       "the timed steps, parameters, gradients and AdamW moments included; RSS = growth of the "
-	       "resident-set high-water mark from before the model was built (as bench/pytorch)\n\n",
-	       (long long)opt.warmup, (long long)opt.reps);
+	printf(
+	    "- %lld warm-up steps, then the mean of %lld timed steps; peak = allocator peak of "
+	    "the timed steps, parameters, gradients and AdamW moments included; RSS = growth of "
+	    "the "
+	    "resident-set high-water mark from before the model was built (as bench/pytorch)\n\n",
+	    (long long)opt.warmup, (long long)opt.reps);
 	printf("| model | n | k | batch | tokens/s | step s | fwd / bwd / AdamW s | peak MiB "
 	       "| RSS MiB | MFLOP/token (train) | GFLOP/s | MFU |\n");
 	printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");

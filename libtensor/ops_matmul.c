@@ -78,7 +78,7 @@ static void call_fold(struct mm_call *g)
 }
 
 static int call_gemm(const struct tensor_backend *be, const struct tensor *const ops[3],
-		     struct mm_call *g)
+		     struct mm_call *g, double beta)
 {
 	call_fold(g);
 	int64_t rows[3] = { g->m, g->k, g->m }, cols[3] = { g->k, g->n, g->n };
@@ -93,17 +93,17 @@ static int call_gemm(const struct tensor_backend *be, const struct tensor *const
 			rc = tensor_last_status();
 	}
 	if (rc == TENSOR_OK)
-		rc = be->gemm(v[2], v[0], v[1], 1.0, 0.0);
+		rc = be->gemm(v[2], v[0], v[1], 1.0, beta);
 	for (int i = 0; i < 3; i++)
 		tensor_free(v[i]);
 	return rc;
 }
 
 /* C = A·B for Ae [batch..., m, k], Be [batch..., k, n] (broadcast views), C contiguous
- * [batch..., m, n]: the innermost batch dims that step with one stride in A and B go to one
- * gemm call, the outer ones are looped over. */
+ * [batch..., m, n] (C = A·B + beta C): the innermost batch dims that step with one stride in
+ * A and B go to one gemm call, the outer ones are looped over. */
 static int matmul_batched(const struct tensor_backend *be, const struct tensor *ae,
-			  const struct tensor *bmat, const struct tensor *c)
+			  const struct tensor *bmat, const struct tensor *c, double beta)
 {
 	int nbat = c->ndim - 2;
 	const struct tensor *ops[3] = { ae, bmat, c };
@@ -133,7 +133,7 @@ static int matmul_batched(const struct tensor_backend *be, const struct tensor *
 			call.rs[i] = ops[i]->strides[nbat];
 			call.cs[i] = ops[i]->strides[nbat + 1];
 		}
-		int rc = call_gemm(be, ops, &call);
+		int rc = call_gemm(be, ops, &call, beta);
 		if (rc < 0)
 			return rc;
 	}
@@ -205,11 +205,29 @@ static int matmul_check(const struct tensor *a, const struct tensor *b)
 	return TENSOR_OK;
 }
 
-struct tensor *tensor_matmul(const struct tensor *a, const struct tensor *b)
+/* Whether t broadcasts to (ndim, shape): trailing dims equal or 1. */
+static bool broadcasts_to(const struct tensor *t, int ndim, const int64_t *shape)
+{
+	if (t->ndim > ndim)
+		return false;
+	for (int i = 0; i < t->ndim; i++) {
+		int64_t n = t->shape[i], want = shape[ndim - t->ndim + i];
+		if (n != want && n != 1)
+			return false;
+	}
+	return true;
+}
+
+/* A·B, plus add (broadcast to the result) when not NULL: the result starts as add and the
+ * GEMM accumulates into it. */
+static struct tensor *matmul_impl(const struct tensor *a, const struct tensor *b,
+				  const struct tensor *add)
 {
 	if (!a || !b)
 		return NULL;
 	if (matmul_check(a, b) < 0)
+		return NULL;
+	if (add && tensor_check_pair(OP, a, add) < 0)
 		return NULL;
 	const struct tensor_backend *be = tensor_backend_get(a->storage->device);
 	if (!be || TENSOR_SLOT(be, gemm, OP) < 0)
@@ -234,6 +252,20 @@ struct tensor *tensor_matmul(const struct tensor *a, const struct tensor *b)
 	out = tensor_new(a->dtype, a->storage->device, ond, sh);
 	if (!out)
 		goto done;
+	if (add && !broadcasts_to(add, ond, sh)) {
+		char bc[128], bo[128];
+		tensor_error(
+		    TENSOR_ERR_SHAPE, "matmul_add: c %s does not broadcast to the product %s",
+		    tensor_shape_str(add, bc, sizeof bc), tensor_shape_str(out, bo, sizeof bo));
+		tensor_free(out);
+		out = NULL;
+		goto done;
+	}
+	if (add && tensor_copy_(out, add) < 0) {
+		tensor_free(out);
+		out = NULL;
+		goto done;
+	}
 
 	sh[nbat] = m;
 	sh[nbat + 1] = k;
@@ -248,7 +280,8 @@ struct tensor *tensor_matmul(const struct tensor *a, const struct tensor *b)
 		stride *= sh[d];
 	}
 	c = tensor_new_view(out, nbat + 2, sh, st, out->offset);
-	if (!ae || !bme || !c || (tensor_numel(c) > 0 && matmul_batched(be, ae, bme, c) < 0)) {
+	if (!ae || !bme || !c ||
+	    (tensor_numel(c) > 0 && matmul_batched(be, ae, bme, c, add ? 1.0 : 0.0) < 0)) {
 		tensor_free(out);
 		out = NULL;
 	}
@@ -259,4 +292,17 @@ done:
 	tensor_free(bm);
 	tensor_free(am);
 	return out;
+}
+
+struct tensor *tensor_matmul(const struct tensor *a, const struct tensor *b)
+{
+	return matmul_impl(a, b, NULL);
+}
+
+struct tensor *tensor_matmul_add(const struct tensor *a, const struct tensor *b,
+				 const struct tensor *c)
+{
+	if (!c)
+		return NULL;
+	return matmul_impl(a, b, c);
 }

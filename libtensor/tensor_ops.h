@@ -126,6 +126,12 @@ struct tensor *tensor_cast(const struct tensor *x, enum tensor_dtype dt);
  * has no unit stride is copied first). Errors: inner dims differ, batch dims
  * not broadcastable. */
 struct tensor *tensor_matmul(const struct tensor *a, const struct tensor *b);
+/* A·B + C in one pass over the result (C is copied in, the GEMM accumulates
+ * onto it): the linear layer's x W^T + b. C broadcasts to the product's shape
+ * and shares its dtype and device; errors as tensor_matmul, and C's shape
+ * not broadcasting to the product (TENSOR_ERR_SHAPE). */
+struct tensor *tensor_matmul_add(const struct tensor *a, const struct tensor *b,
+				 const struct tensor *c);
 
 /* ---- reductions ----------------------------------------------------------- */
 

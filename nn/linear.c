@@ -32,15 +32,14 @@ int nn_linear_init(struct nn_linear *m, struct nn_params *ps, const char *name, 
 	return TENSOR_OK;
 }
 
-/* y = h W^T + b as one node. Only y stays in the scope: h W^T is a heap
- * temporary freed at once (ag_matmul then ag_add would keep both, and the
- * product is not needed by backward). */
+/* y = h W^T + b as one node: the GEMM accumulates onto the broadcast bias, so
+ * there is no separate product to add and free. */
 static int linear_bias_backward(struct ag_node *n, const struct tensor *g)
 {
 	struct tensor *h = n->saved[0], *w = n->saved[1];
 	int rc = TENSOR_OK;
 	if (n->inputs[0]->requires_grad) { /* dh = g W, g [..., out], W [out, in] */
-		tensor_heap_begin(); /* handed over as h's gradient, not copied */
+		tensor_heap_begin();	   /* handed over as h's gradient, not copied */
 		struct tensor *dh = tensor_matmul(g, w);
 		tensor_heap_end();
 		rc = ag_accumulate_take(n->inputs[0], dh);
@@ -61,11 +60,7 @@ static int linear_bias_backward(struct ag_node *n, const struct tensor *g)
 static struct tensor *linear_bias(struct tensor *h, struct tensor *w, struct tensor *b)
 {
 	struct tensor *wt = tensor_transpose(w, 0, 1);
-	tensor_heap_begin();
-	struct tensor *p = tensor_matmul(h, wt);
-	tensor_heap_end();
-	struct tensor *y = tensor_add(p, b);
-	tensor_free(p);
+	struct tensor *y = tensor_matmul_add(h, wt, b);
 	tensor_free(wt);
 	struct tensor *in[3] = { h, w, b };
 	struct ag_node *n = ag_record("linear", y, linear_bias_backward, 3, in);

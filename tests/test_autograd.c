@@ -190,7 +190,8 @@ START_TEST(test_accumulate_take)
 	tensor_heap_begin();
 	struct tensor *g1 = tensor_full(TENSOR_F64, TENSOR_CPU, 2, S34, 1.5);
 	struct tensor *g2 = tensor_full(TENSOR_F64, TENSOR_CPU, 2, S34, 0.25);
-	struct tensor *big = tensor_full(TENSOR_F64, TENSOR_CPU, 3, (const int64_t[]){ 2, 3, 4 }, 1);
+	struct tensor *big =
+	    tensor_full(TENSOR_F64, TENSOR_CPU, 3, (const int64_t[]){ 2, 3, 4 }, 1);
 	tensor_heap_end();
 	ck_assert_int_eq(ag_accumulate_take(y, g1), TENSOR_OK);
 	ck_assert_ptr_eq(y->grad, g1); /* no copy */

@@ -361,6 +361,47 @@ START_TEST(test_matmul_errors)
 }
 END_TEST
 
+/* matmul_add equals matmul then add, for a bias row, a full C, a batched
+ * product with a per-row C and a transposed B; its errors name the shapes. */
+START_TEST(test_matmul_add)
+{
+	for (int t = 0; t < 2; t++) {
+		enum tensor_dtype dt = float_types[t];
+		double tol = dt == TENSOR_F32 ? 1e-4 : 1e-12;
+		struct tensor *a = rand2(dt, 33, 20, 1), *b = rand2(dt, 20, 17, 2);
+		struct tensor *bt = tensor_transpose(rand2(dt, 17, 20, 3), 0, 1);
+		struct tensor *a3 = rand3(dt, 3, 9, 20, 4);
+		struct tensor *cs[] = { tu_rand(dt, 1, (int64_t[]){ 17 }, 5), rand2(dt, 33, 17, 6),
+					rand2(dt, 33, 1, 7) };
+		for (int i = 0; i < 3; i++)
+			for (int j = 0; j < 2; j++) {
+				struct tensor *bb = j ? bt : b;
+				struct tensor *want = tensor_add(tensor_matmul(a, bb), cs[i]);
+				double *w = tu_values(want);
+				tu_assert_close(tensor_matmul_add(a, bb, cs[i]), w, 33 * 17, tol,
+						tol);
+				free(w);
+			}
+		struct tensor *c3 = rand3(dt, 3, 9, 1, 8);
+		double *w3 = tu_values(tensor_add(tensor_matmul(a3, b), c3));
+		tu_assert_close(tensor_matmul_add(a3, b, c3), w3, 3 * 9 * 17, tol, tol);
+		free(w3);
+	}
+	struct tensor *a = rand2(TENSOR_F32, 8, 4, 9), *b = rand2(TENSOR_F32, 4, 6, 10);
+	tu_assert_error(tensor_matmul_add(a, b, tu_rand(TENSOR_F32, 1, (int64_t[]){ 5 }, 11)) ==
+			    NULL,
+			TENSOR_ERR_SHAPE, "matmul_add: c [5] does not broadcast", "[8,6]");
+	tu_assert_error(tensor_matmul_add(a, b, rand3(TENSOR_F32, 2, 8, 6, 13)) == NULL,
+			TENSOR_ERR_SHAPE, "matmul_add", "[2,8,6]");
+	tu_assert_error(tensor_matmul_add(a, b, tu_rand(TENSOR_F64, 1, (int64_t[]){ 6 }, 12)) ==
+			    NULL,
+			TENSOR_ERR_DTYPE, "matmul", "f64");
+	tensor_error(TENSOR_ERR_ARG, "earlier failure");
+	ck_assert(tensor_matmul_add(a, b, NULL) == NULL);
+	tu_assert_error(true, TENSOR_ERR_ARG, "earlier failure", NULL);
+}
+END_TEST
+
 /* Outside a scope the result is a heap tensor and nothing else stays allocated. */
 START_TEST(test_matmul_heap)
 {
@@ -619,23 +660,15 @@ int main(void)
 		const char *name;
 		const TTest *test;
 	} cases[] = {
-		{ "square_rect", test_square_rect },
-		{ "known_values", test_known_values },
-		{ "transposed", test_transposed },
-		{ "sliced", test_sliced },
-		{ "batched", test_batched },
-		{ "broadcast", test_broadcast },
-		{ "vectors", test_vectors },
-		{ "empty", test_empty },
-		{ "threads", test_threads },
-		{ "matmul_errors", test_matmul_errors },
-		{ "matmul_heap", test_matmul_heap },
-		{ "gemm_slot", test_gemm_slot },
-		{ "conv1d", test_conv1d },
-		{ "conv1d_bias", test_conv1d_bias },
-		{ "conv1d_patches", test_conv1d_patches },
-		{ "conv1d_empty", test_conv1d_empty },
-		{ "conv1d_errors", test_conv1d_errors },
+		{ "square_rect", test_square_rect },   { "known_values", test_known_values },
+		{ "transposed", test_transposed },     { "sliced", test_sliced },
+		{ "batched", test_batched },	       { "broadcast", test_broadcast },
+		{ "vectors", test_vectors },	       { "empty", test_empty },
+		{ "threads", test_threads },	       { "matmul_errors", test_matmul_errors },
+		{ "matmul_add", test_matmul_add },     { "matmul_heap", test_matmul_heap },
+		{ "gemm_slot", test_gemm_slot },       { "conv1d", test_conv1d },
+		{ "conv1d_bias", test_conv1d_bias },   { "conv1d_patches", test_conv1d_patches },
+		{ "conv1d_empty", test_conv1d_empty }, { "conv1d_errors", test_conv1d_errors },
 		{ "conv1d_heap", test_conv1d_heap },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -62,7 +62,8 @@ static double unary_d(enum tensor_unary_op op, double x, double alpha)
 	case TENSOR_RELU: return x < 0 ? 0.0 : x;
 	case TENSOR_GELU: return gelu_d(x);
 	case TENSOR_GELU_TANH: return gelu_tanh_d(x);
-	case TENSOR_GELU_GRAD: return 0.5 * erfc(-x * SQRT_1_2) + x * INV_SQRT_2PI * exp(-0.5 * x * x);
+	case TENSOR_GELU_GRAD:
+		return 0.5 * erfc(-x * SQRT_1_2) + x * INV_SQRT_2PI * exp(-0.5 * x * x);
 	case TENSOR_GELU_TANH_GRAD: return gelu_tanh_grad_d(x);
 	case TENSOR_SILU_GRAD: return silu_grad_d(x);
 	case TENSOR_SILU: return x * sigmoid_d(x);
@@ -281,7 +282,8 @@ EW_INLINE void unary_f32(enum tensor_unary_op op, float *restrict o, const float
  * also built for AVX2+FMA and AVX-512 and the widest the CPU runs is picked at
  * load time (the default build targets baseline SSE2). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__gnu_linux__)
-#define CPU_WIDE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define CPU_WIDE_CLONES \
+	__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define CPU_WIDE_CLONES
 #endif
