@@ -70,6 +70,10 @@ struct tensor_backend {
 		      const struct tensor *idx);
 	int (*scatter_add)(struct tensor *dst, int dim, const struct tensor *idx,
 			   const struct tensor *src);
+	/* One AdamW step in place over contiguous p, m, v, g of one length and float
+	 * dtype; h = { lr, beta1, beta2, eps, weight_decay, 1 - beta1^t, 1 - beta2^t }. */
+	int (*adamw)(struct tensor *p, struct tensor *m, struct tensor *v, const struct tensor *g,
+		     const double *h);
 };
 
 /* The table of a device, or NULL (with an error set) if not compiled in. */

@@ -204,6 +204,21 @@ int tensor_split(const struct tensor *t, int dim, int n, const int64_t *sizes, s
 struct tensor *tensor_conv1d(const struct tensor *x, const struct tensor *w,
 			     const struct tensor *bias, int64_t stride, int64_t padding);
 
+/* ---- optimizer ------------------------------------------------------------ */
+
+/* One AdamW update in place and in one pass (nn_adamw_step's kernel), for step
+ * t >= 1 (bias corrections bc1 = 1 - beta1^t, bc2 = 1 - beta2^t):
+ *   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2;
+ *   p = p (1 - lr wd) - lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps).
+ * p, m, v, g: one shape, f32 or f64, one device, contiguous. Errors change
+ * nothing: a NULL or mismatched tensor (TENSOR_ERR_ARG/SHAPE/DTYPE/DEVICE), a
+ * non-contiguous one or p, m, v saved by the tape (TENSOR_ERR_STATE), a
+ * hyperparameter out of range (TENSOR_ERR_ARG), no kernel on the device
+ * (TENSOR_ERR_UNSUPPORTED). */
+int tensor_adamw_(struct tensor *p, struct tensor *m, struct tensor *v, const struct tensor *g,
+		  double lr, double beta1, double beta2, double eps, double weight_decay,
+		  int64_t step);
+
 #ifdef __cplusplus
 }
 #endif

@@ -134,8 +134,8 @@ enum { SEG_P, SEG_G, SEG_S1, SEG_S2, SEG_MAX };
 struct update {
 	int (*chunk)(struct tensor *const *t, struct update *u);
 	int nstate;
-	bool decay;
-	double a[8]; /* coefficients, per optimizer */
+	bool decay, whole; /* whole: the segment in one call, not in chunks */
+	double a[8];	   /* coefficients, per optimizer */
 };
 
 /* Apply u over 1-d tensors t[] of equal length: CHUNK elements at a time on
@@ -143,7 +143,8 @@ struct update {
  * length at once elsewhere (where each op is a kernel launch). */
 static int for_chunks(struct tensor *const *t, int nt, struct update *u)
 {
-	int64_t n = t[0]->shape[0], chunk = t[0]->storage->device == TENSOR_CPU ? CHUNK : n;
+	int64_t n = t[0]->shape[0];
+	int64_t chunk = t[0]->storage->device == TENSOR_CPU && !u->whole ? CHUNK : n;
 	for (int64_t off = 0; off < n; off += chunk) {
 		int64_t len = n - off < chunk ? n - off : chunk;
 		tensor_scope_begin();
@@ -336,6 +337,13 @@ static int adamw_chunk(struct tensor *const *t, struct update *u)
 	return store(p, tensor_add(kept, step));
 }
 
+/* The fused kernel: a = { lr, beta1, beta2, eps, weight_decay, step }. */
+static int adamw_fused(struct tensor *const *t, struct update *u)
+{
+	return tensor_adamw_(t[SEG_P], t[SEG_S1], t[SEG_S2], t[SEG_G], u->a[0], u->a[1], u->a[2],
+			     u->a[3], u->decay ? u->a[4] : 0, (int64_t)u->a[5]);
+}
+
 int nn_adamw_step(struct nn_adamw *o)
 {
 	static const char op[] = "nn_adamw_step";
@@ -357,13 +365,23 @@ int nn_adamw_step(struct nn_adamw *o)
 	}
 	double t = (double)(o->step + 1);
 	double bc1 = 1 - pow(o->beta1, t), bc2 = 1 - pow(o->beta2, t);
+	/* the fused kernel where the device has one, else the update in tensor ops */
+	struct update fused = { .chunk = adamw_fused,
+				.nstate = 2,
+				.whole = true,
+				.a = { o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, t } };
 	struct update u = { .chunk = adamw_chunk,
 			    .nstate = 2,
 			    .a = { 1 - o->beta1, o->beta2, 1 - o->beta2, 1 / sqrt(bc2), o->eps,
 				   -o->lr / bc1, 1 - o->lr * o->weight_decay } };
 	struct tensor **state[] = { o->m, o->v }, *flat[] = { o->flat_m, o->flat_v };
+	bool decay_all = o->decay_all || o->weight_decay == 0;
 	ag_no_grad_begin();
-	rc = for_segments(op, ps, o->decay_all || o->weight_decay == 0, state, flat, &u);
+	rc = for_segments(op, ps, decay_all, state, flat, &fused);
+	if (rc == TENSOR_ERR_UNSUPPORTED) { /* refused on the first segment: nothing changed */
+		tensor_clear_error();
+		rc = for_segments(op, ps, decay_all, state, flat, &u);
+	}
 	ag_no_grad_end();
 	if (rc == TENSOR_OK)
 		o->step++;

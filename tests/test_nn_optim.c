@@ -438,6 +438,79 @@ START_TEST(test_adamw_by_hand)
 }
 END_TEST
 
+/* The fused kernel equals the update written in tensor ops bit for bit, f32
+ * and f64, on a length that runs in parallel, with and without decay. */
+START_TEST(test_adamw_kernel_equals_ops)
+{
+	tensor_set_num_threads(2);
+	const double lr = 3e-3, b1 = 0.9, b2 = 0.98, eps = 1e-6;
+	const int64_t n[1] = { 100003 };
+	for (int d = 0; d < 2; d++)
+		for (int decay = 0; decay < 2; decay++) {
+			enum tensor_dtype dt = d ? TENSOR_F64 : TENSOR_F32;
+			double wd = decay ? 0.05 : 0;
+			struct tensor *p = tensor_rand_normal(dt, TENSOR_CPU, 1, n, 1, 0, 1);
+			struct tensor *g = tensor_rand_normal(dt, TENSOR_CPU, 1, n, 2, 0, 1);
+			struct tensor *m = tensor_rand_normal(dt, TENSOR_CPU, 1, n, 3, 0, 0.1);
+			struct tensor *v = tensor_rand_uniform(dt, TENSOR_CPU, 1, n, 4, 0, 0.1);
+			/* the composed formula of nn/optim.c at step 7 */
+			double bc1 = 1 - pow(b1, 7), bc2 = 1 - pow(b2, 7);
+			struct tensor *m2 =
+			    tensor_add(m, tensor_mul_scalar(tensor_sub(g, m), 1 - b1));
+			struct tensor *v2 = tensor_add(
+			    tensor_mul_scalar(v, b2),
+			    tensor_mul_scalar(tensor_unary(TENSOR_SQUARE, g, 0), 1 - b2));
+			struct tensor *den = tensor_add_scalar(
+			    tensor_mul_scalar(tensor_sqrt(v2), 1 / sqrt(bc2)), eps);
+			struct tensor *p2 =
+			    tensor_add(tensor_mul_scalar(p, 1 - lr * wd),
+				       tensor_mul_scalar(tensor_div(m2, den), -lr / bc1));
+			double *wp = tu_values(p2), *wm = tu_values(m2), *wv = tu_values(v2);
+			ck_assert_int_eq(tensor_adamw_(p, m, v, g, lr, b1, b2, eps, wd, 7),
+					 TENSOR_OK);
+			tu_assert_close(p, wp, n[0], 0, 0);
+			tu_assert_close(m, wm, n[0], 0, 0);
+			tu_assert_close(v, wv, n[0], 0, 0);
+			free(wp);
+			free(wm);
+			free(wv);
+		}
+}
+END_TEST
+
+/* Errors name the op and change nothing. */
+START_TEST(test_adamw_kernel_errors)
+{
+	const int64_t s[2] = { 4, 6 };
+	struct tensor *p = tensor_rand_normal(TENSOR_F32, TENSOR_CPU, 2, s, 1, 0, 1);
+	struct tensor *m = tensor_zeros(TENSOR_F32, TENSOR_CPU, 2, s);
+	struct tensor *v = tensor_zeros(TENSOR_F32, TENSOR_CPU, 2, s);
+	struct tensor *g = tensor_rand_normal(TENSOR_F32, TENSOR_CPU, 2, s, 2, 0, 1);
+	double *before = tu_values(p);
+	struct tensor *g64 = tensor_cast(g, TENSOR_F64);
+	struct tensor *gt = tensor_transpose(
+	    tensor_zeros(TENSOR_F32, TENSOR_CPU, 2, (const int64_t[]){ 6, 4 }), 0, 1);
+	struct tensor *short_g = tensor_zeros(TENSOR_F32, TENSOR_CPU, 1, (const int64_t[]){ 24 });
+	tu_assert_error(tensor_adamw_(p, m, v, g64, 1e-3, 0.9, 0.999, 1e-8, 0, 1) < 0,
+			TENSOR_ERR_DTYPE, "adamw_", NULL);
+	tu_assert_error(tensor_adamw_(p, m, v, short_g, 1e-3, 0.9, 0.999, 1e-8, 0, 1) < 0,
+			TENSOR_ERR_SHAPE, "adamw_: g [24] differs from p [4,6]", NULL);
+	tu_assert_error(tensor_adamw_(p, m, v, gt, 1e-3, 0.9, 0.999, 1e-8, 0, 1) < 0,
+			TENSOR_ERR_STATE, "adamw_: g [4,6] is not contiguous", NULL);
+	tu_assert_error(tensor_adamw_(p, m, v, g, 1e-3, 0.9, 0.999, 1e-8, 0, 0) < 0, TENSOR_ERR_ARG,
+			"adamw_", "step 0");
+	tu_assert_error(tensor_adamw_(p, m, v, g, 1e-3, 1.0, 0.999, 1e-8, 0, 1) < 0, TENSOR_ERR_ARG,
+			"adamw_", "betas (1, 0.999)");
+	tu_assert_error(tensor_adamw_(p, NULL, v, g, 1e-3, 0.9, 0.999, 1e-8, 0, 1) < 0,
+			TENSOR_ERR_ARG, "adamw_: m is NULL", NULL);
+	tu_assert_close(p, before, 24, 0, 0);
+	double zero[24] = { 0 };
+	tu_assert_close(m, zero, 24, 0, 0);
+	tu_assert_close(v, zero, 24, 0, 0);
+	free(before);
+}
+END_TEST
+
 /* A frozen parameter (requires_grad off) keeps its value even with a gradient. */
 START_TEST(test_adamw_skips_frozen)
 {
@@ -937,6 +1010,8 @@ int main(void)
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("optim");
 	tcase_add_test(tc, test_adamw_by_hand);
+	tcase_add_test(tc, test_adamw_kernel_equals_ops);
+	tcase_add_test(tc, test_adamw_kernel_errors);
 	tcase_add_test(tc, test_adamw_skips_frozen);
 	tcase_add_test(tc, test_adamw_packed_equals_unpacked);
 	tcase_add_test(tc, test_sgd_by_hand);

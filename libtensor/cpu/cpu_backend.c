@@ -183,4 +183,5 @@ const struct tensor_backend tensor_cpu_backend = {
 	.index_add = cpu_index_add,
 	.gather = cpu_gather,
 	.scatter_add = cpu_scatter_add,
+	.adamw = cpu_adamw,
 };
