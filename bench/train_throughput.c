@@ -152,7 +152,7 @@ struct result {
 	double step_s, peak, longest, flops_per_token;
 	double phase_s[NPHASES]; /* mean seconds of each phase of a timed step */
 	double rss; /* resident-set growth from before the model to the peak, -1 if unknown */
-	double params;
+	double params, reserved; /* reserved: the allocator's peak of blocks held */
 	int64_t k;    /* of the projected layers, 0 for the Transformer */
 	bool skipped; /* did not run; why says why */
 	char why[128];
@@ -262,7 +262,9 @@ static struct result run_config(const char *model, int64_t n)
 	r.step_s = total / (double)done;
 	for (int p = 0; p < NPHASES; p++)
 		r.phase_s[p] /= (double)done;
-	r.peak = (double)tensor_mem_stats(TENSOR_CPU).peak_bytes;
+	struct tensor_mem_stats ms = tensor_mem_stats(TENSOR_CPU);
+	r.peak = (double)ms.peak_bytes;
+	r.reserved = (double)ms.peak_reserved_bytes;
 	double hwm = bench_rss_peak();
 	r.rss = rss0 >= 0 && hwm >= 0 ? hwm - rss0 : -1;
 	tensor_free(ids);
@@ -312,8 +314,8 @@ static void print_result(const char *model, int64_t n, const struct result *r, d
 	       model, (long long)n, k, (long long)opt.batch, tokens, r->step_s, r->phase_s[FWD],
 	       r->phase_s[BWD], r->phase_s[OPT], r->peak / BENCH_MIB, rss, train_fpt * 1e-6, gflops,
 	       100 * gflops / sgemm);
-	fprintf(stderr, "note: %s n %lld k %s: %.0f parameters\n", model, (long long)n, k,
-		r->params);
+	fprintf(stderr, "note: %s n %lld k %s: %.0f parameters; %.1f MiB of blocks reserved at the peak\n",
+		model, (long long)n, k, r->params, r->reserved / BENCH_MIB);
 	if (csv)
 		fprintf(csv,
 			"cformer,%s,%lld,%s,%lld,%.6g,%.6g,%.0f,%.6g,%.6g,%.6g,%.6g,%.0f,%.6g,%.6g,"
