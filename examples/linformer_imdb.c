@@ -13,18 +13,12 @@
 
 #include "common/csvlog.h"
 #include "common/flags.h"
+#include "common/model_flags.h"
 #include "common/progress.h"
 #include "common/tb.h"
 #include "common/train.h"
 #include "models.h"
 #include "text.h"
-
-#ifndef CFORMER_DATA_DIR
-#define CFORMER_DATA_DIR "examples/data"
-#endif
-#ifndef CFORMER_VOCAB
-#define CFORMER_VOCAB "tests/data/tokenizer/bert-base-uncased-vocab.txt"
-#endif
 
 static const char PROG[] = "linformer_imdb";
 static const char *const CSV_COLS[] = { "step", "epoch",	"split",     "loss",   "accuracy",
@@ -32,43 +26,27 @@ static const char *const CSV_COLS[] = { "step", "epoch",	"split",     "loss",   
 enum { NCSV = sizeof CSV_COLS / sizeof CSV_COLS[0] };
 
 struct options {
-	const char *model, *proj, *sharing, *k_schedule, *k_list, *activation, *norm, *positions;
-	const char *pooling, *tokenizer, *vocab, *schedule, *data, *log_dir, *checkpoint_dir;
+	struct model_flags enc;
+	const char *pooling, *schedule, *data, *log_dir, *checkpoint_dir;
 	const char *init_from, *checkpoint, *predict, *predict_file;
-	int64_t n, k, k_last, dim, heads, layers, ff, head_hidden;
+	int64_t head_hidden;
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_train, max_test;
 	int64_t log_every, stop_after;
-	double embed_std, dropout, attn_dropout, lr, beta1, beta2, min_lr, warmup, weight_decay,
-	    clip, val_fraction;
-	bool swiglu, post_norm, conv_dense, shared_kv_head, xavier_projections, decay_all, resume,
-	    eval_only;
+	double embed_std, lr, beta1, beta2, min_lr, warmup, weight_decay, clip, val_fraction;
+	bool decay_all, resume, eval_only;
 };
 
 static struct options opt = {
-	.model = "CC",
-	.sharing = "headwise",
-	.k_schedule = "constant",
-	.activation = "gelu",
-	.norm = "layer",
-	.positions = "learned",
+	.enc = { MODEL_FLAGS_DEFAULTS, .model = "CC", .n = 256, .dim = 64, .ff = 256 },
 	.pooling = "mean",
-	.tokenizer = "wordpiece",
-	.vocab = CFORMER_VOCAB,
 	.schedule = "cosine",
 	.data = CFORMER_DATA_DIR "/aclImdb_subset",
-	.n = 256,
-	.dim = 64,
-	.heads = 4,
-	.layers = 2,
-	.ff = 256,
 	.batch = 32,
 	.accum = 1,
 	.epochs = 6,
 	.seed = 1,
 	.split_seed = 1,
 	.log_every = 10,
-	.dropout = 0.1,
-	.attn_dropout = 0.1,
 	.embed_std = 0.02,
 	.lr = 1e-3,
 	.beta1 = 0.9,
@@ -79,50 +57,24 @@ static struct options opt = {
 	.val_fraction = 0.1,
 };
 
-/* clang-format off */
-#define INT(nm, var, lo, hi, mv, h) { nm, FLAG_INT, &opt.var, lo, hi, 0, NULL, mv, h, NULL, false }
-#define DBL(nm, var, lo, hi, op, mv, h) \
-	{ nm, FLAG_DOUBLE, &opt.var, lo, hi, op, NULL, mv, h, NULL, false }
-#define STR(nm, var, mv, h) { nm, FLAG_STRING, &opt.var, 0, 0, 0, NULL, mv, h, NULL, false }
-#define CHO(nm, var, ch, h) { nm, FLAG_CHOICE, &opt.var, 0, 0, 0, ch, NULL, h, NULL, false }
-#define BOOL(nm, var, h) { nm, FLAG_BOOL, &opt.var, 0, 0, 0, NULL, NULL, h, NULL, false }
-/* clang-format on */
+/* Table entries bound to the fields of opt. */
+#define INT(nm, var, ...) FLAG_DEF_INT(nm, &opt.var, __VA_ARGS__)
+#define DBL(nm, var, ...) FLAG_DEF_DOUBLE(nm, &opt.var, __VA_ARGS__)
+#define STR(nm, var, ...) FLAG_DEF_STRING(nm, &opt.var, __VA_ARGS__)
+#define CHO(nm, var, ...) FLAG_DEF_CHOICE(nm, &opt.var, __VA_ARGS__)
+#define BOOL(nm, var, ...) FLAG_DEF_BOOL(nm, &opt.var, __VA_ARGS__)
 static struct flag flags[] = {
-	STR("model", model, "NAME",
-	    "transformer | linformer | conv-linformer, or a per-layer "
-	    "pattern of S/L/C/M/X/R (standard, linear, conv, mean, max, random)"),
-	CHO("proj", proj, "linear|conv|mean|max|random", "projection kind of the Linformer layers"),
-	CHO("sharing", sharing, "none|headwise|kv|layerwise", "projection sharing"),
-	INT("n", n, 2, 1 << 20, "N",
-	    "sequence length: tokens per review, [CLS] and [SEP] included"),
-	INT("k", k, 0, 1 << 20, "K", "projected length of the Linformer layers (0: min(128, n/2))"),
-	CHO("k-schedule", k_schedule, "constant|linear|list",
-	    "k per layer: k everywhere, linear from k to --k-last, or --k-list"),
-	INT("k-last", k_last, 0, 1 << 20, "K", "k of the last layer for --k-schedule linear"),
-	STR("k-list", k_list, "K1,K2,..", "k of each layer for --k-schedule list"),
-	INT("dim", dim, 1, 1 << 16, "D", "model width"),
-	INT("heads", heads, 1, 1024, "H", "attention heads (must divide --dim)"),
-	INT("layers", layers, 1, MODEL_MAX_LAYERS, "L", "encoder layers (a pattern sets its own)"),
-	INT("ff", ff, 1, 1 << 20, "F", "feed-forward hidden width"),
-	CHO("activation", activation, "relu|gelu|gelu_tanh|silu", "feed-forward activation"),
-	BOOL("swiglu", swiglu, "gated SwiGLU feed-forward instead of --activation"),
-	CHO("norm", norm, "layer|rms", "LayerNorm or RMSNorm"),
-	BOOL("post-norm", post_norm, "post-norm residual blocks (default: pre-norm)"),
-	CHO("positions", positions, "learned|sinusoidal", "position embeddings"),
-	BOOL("conv-dense", conv_dense, "conv projections mix every channel (not per head)"),
-	BOOL("xavier-proj", xavier_projections,
-	     "learned projections start as xavier noise, not window means"),
-	BOOL("shared-kv-head", shared_kv_head, "one key/value head shared by all query heads"),
+	MODEL_FLAGS_ENCODER(opt.enc, 2,
+			    "sequence length: tokens per review, [CLS] and [SEP] included"),
 	CHO("pooling", pooling, "mean|cls", "classifier pooling: masked mean or the [CLS] token"),
 	INT("head-hidden", head_hidden, 0, 1 << 20, "H", "classifier hidden width (0: --dim)"),
 	DBL("embed-std", embed_std, 0, 10, 0, "S",
 	    "token embedding drawn N(0, S) as in BERT; 0: the library's N(0, 1)"),
-	DBL("dropout", dropout, 0, 1, FLAG_MAX_OPEN, "P",
+	DBL("dropout", enc.dropout, 0, 1, FLAG_MAX_OPEN, "P",
 	    "dropout of embeddings, residuals, feed-forward and head"),
-	DBL("attn-dropout", attn_dropout, 0, 1, FLAG_MAX_OPEN, "P",
+	DBL("attn-dropout", enc.attn_dropout, 0, 1, FLAG_MAX_OPEN, "P",
 	    "dropout of attention probabilities"),
-	CHO("tokenizer", tokenizer, "wordpiece|byte", "WordPiece with --vocab, or bytes"),
-	STR("vocab", vocab, "FILE", "WordPiece vocabulary (BERT uncased vocab.txt)"),
+	MODEL_FLAGS_TOKENIZER(opt.enc),
 	INT("batch", batch, 1, 1 << 16, "B", "reviews per batch"),
 	INT("accum", accum, 1, 1 << 16, "A", "batches accumulated per optimizer step"),
 	INT("epochs", epochs, 1, 1 << 20, "E", "training epochs"),
@@ -188,83 +140,13 @@ static const char EPILOG[] =
 
 /* ---- model configuration ------------------------------------------------------------------ */
 
-static bool is_preset(const char *m)
-{
-	return !strcmp(m, "transformer") || !strcmp(m, "linformer") || !strcmp(m, "conv-linformer");
-}
-
-static void parse_k_list(struct model_config *c)
-{
-	const char *p = opt.k_list;
-	if (!p)
-		flags_fail(PROG, "k-schedule", "list needs --k-list K1,K2,.. (one k per layer)");
-	for (int64_t i = 0; i < c->layers; i++) {
-		char *end;
-		errno = 0;
-		long long v = strtoll(p, &end, 10);
-		if (end == p || errno || v < 1 || (*end != ',' && *end) ||
-		    (!*end && i + 1 < c->layers))
-			flags_fail(PROG, "k-list",
-				   "expected %lld positive integers separated by commas, got '%s'",
-				   (long long)c->layers, opt.k_list);
-		c->k[i] = v;
-		p = *end ? end + 1 : end;
-	}
-	if (*p)
-		flags_fail(PROG, "k-list", "more than the %lld layers' values: '%s'",
-			   (long long)c->layers, opt.k_list);
-}
-
-/* The classifier configuration the flags describe, for a vocabulary of vocab ids. */
+/* The classifier configuration the flags describe, for the tokenizer's vocabulary. */
 static void build_config(struct model_config *c, const struct text_tokenizer *tok)
 {
-	char preset[80];
-	bool named = is_preset(opt.model);
-	if (named)
-		snprintf(preset, sizeof preset, "%s:%lld", opt.model, (long long)opt.layers);
-	else
-		snprintf(preset, sizeof preset, "%s", opt.model);
-	if (model_config_preset(c, preset, tok->vocab_size, opt.n) < 0)
-		flags_fail(PROG, "model", "%s", tensor_last_error());
-	if (!named && flags_given(flags, NFLAGS, "layers") && opt.layers != c->layers)
-		flags_fail(PROG, "layers", "%lld differs from the %lld layers of the pattern '%s'",
-			   (long long)opt.layers, (long long)c->layers, opt.model);
-	if (opt.proj) {
-		bool any = false;
-		enum model_attention a = (enum model_attention)model_attention_parse(opt.proj);
-		for (int64_t i = 0; i < c->layers; i++)
-			if (c->attention[i] == MODEL_ATTN_LINEAR)
-				c->attention[i] = a, any = true;
-		if (!any)
-			flags_fail(PROG, "proj",
-				   "applies to Linformer (L) layers; --model %s has none",
-				   opt.model);
-	}
-	c->sharing = (enum nn_proj_sharing)nn_proj_sharing_parse(opt.sharing);
-	c->k_first = opt.k ? opt.k : opt.n / 2 < 128 ? opt.n / 2 : 128;
-	c->k_last = opt.k_last ? opt.k_last : c->k_first;
-	c->k_schedule = !strcmp(opt.k_schedule, "linear") ? MODEL_K_LINEAR
-			: !strcmp(opt.k_schedule, "list") ? MODEL_K_LIST
-							  : MODEL_K_CONSTANT;
-	if (c->k_schedule == MODEL_K_LIST)
-		parse_k_list(c);
-	c->dim = opt.dim;
-	c->heads = opt.heads;
-	c->ff_hidden = opt.ff;
-	c->activation = (enum nn_activation)nn_activation_parse(opt.activation);
-	c->swiglu = opt.swiglu;
-	c->rms_norm = !strcmp(opt.norm, "rms");
-	c->pre_norm = !opt.post_norm;
-	c->learned_positions = !strcmp(opt.positions, "learned");
-	c->conv_dense = opt.conv_dense;
-	c->xavier_projections = opt.xavier_projections;
-	c->shared_kv_head = opt.shared_kv_head;
-	c->dropout = opt.dropout;
-	c->attn_dropout = opt.attn_dropout;
+	model_flags_config(c, &opt.enc, tok, flags, NFLAGS, PROG);
 	c->pooling = !strcmp(opt.pooling, "cls") ? MODEL_POOL_CLS : MODEL_POOL_MEAN;
-	c->head_hidden = opt.head_hidden ? opt.head_hidden : opt.dim;
+	c->head_hidden = opt.head_hidden ? opt.head_hidden : opt.enc.dim;
 	c->num_classes = 2;
-	c->pad_id = tok->pad_id;
 	c->seed = (uint64_t)opt.seed;
 	if (model_config_resolve(c) < 0)
 		flags_fail(PROG, NULL, "invalid model: %s", tensor_last_error());
@@ -324,24 +206,6 @@ static void adopt_encoder(struct model_config *c, const struct model_config *p)
 	*c = m;
 	if (model_config_resolve(c) < 0)
 		flags_fail(PROG, "init-from", "%s: %s", opt.init_from, tensor_last_error());
-}
-
-/* The tokenizer of the flags; for a checkpoint of vocab_size ids (0: none) with no
- * --tokenizer given, bytes when it has the byte vocabulary's 261 ids. */
-static void load_tokenizer(struct text_tokenizer *tok, int64_t vocab_size)
-{
-	bool bytes = !strcmp(opt.tokenizer, "byte");
-	if (vocab_size && !flags_given(flags, NFLAGS, "tokenizer"))
-		bytes = vocab_size == 261;
-	int rc = bytes ? text_byte_init(tok) : text_wordpiece_load(tok, opt.vocab);
-	if (rc < 0)
-		flags_fail(PROG, bytes ? "tokenizer" : "vocab", "%s", tensor_last_error());
-	if (vocab_size && tok->vocab_size != vocab_size)
-		flags_fail(
-		    PROG, "tokenizer",
-		    "the checkpoint's model has %lld token ids, this tokenizer %lld: pass the "
-		    "--tokenizer/--vocab it was trained with",
-		    (long long)vocab_size, (long long)tok->vocab_size);
 }
 
 /* A model rebuilt from checkpoint path alone (its config and weights). */
@@ -430,7 +294,7 @@ static int run_eval_only(void)
 	struct text_batcher b;
 	int64_t step;
 	load_model(opt.checkpoint, &c, &ps, &m, &step);
-	load_tokenizer(&tok, c.vocab_size);
+	model_flags_tokenizer(&tok, &opt.enc, c.vocab_size, flags, NFLAGS, PROG);
 	model_summary(&c, nn_params_count(&ps), stdout);
 	load_split("test", opt.max_test, &test);
 	if (text_batcher_init(&b, &test, &tok, c.max_len, opt.batch, 0, false, false) < 0)
@@ -491,7 +355,7 @@ static int run_predict(void)
 		fclose(f);
 	}
 	load_model(opt.checkpoint, &c, &ps, &m, &step);
-	load_tokenizer(&tok, c.vocab_size);
+	model_flags_tokenizer(&tok, &opt.enc, c.vocab_size, flags, NFLAGS, PROG);
 	fprintf(stderr, "%s: %s (step %lld): one line per review: P(neg) P(pos)\n", PROG,
 		opt.checkpoint, (long long)step);
 	int64_t n = c.max_len, C = c.num_classes;
@@ -644,7 +508,7 @@ static void csv_row(struct run *r, int64_t step, int64_t epoch, const char *spli
 /* Data, tokenizer, model, optimizer, schedule, log files; returns the first step to run. */
 static int64_t setup(struct run *r)
 {
-	load_tokenizer(&r->tok, 0);
+	model_flags_tokenizer(&r->tok, &opt.enc, 0, flags, NFLAGS, PROG);
 	build_config(&r->cfg, &r->tok);
 	struct model_config pre;
 	if (opt.init_from) {
@@ -708,8 +572,8 @@ static int64_t setup(struct run *r)
 		char stamp[32];
 		time_t t = time(NULL);
 		strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&t));
-		snprintf(r->log_dir, sizeof r->log_dir, "runs/%s-n%lld-%s", opt.model, (long long)n,
-			 stamp);
+		snprintf(r->log_dir, sizeof r->log_dir, "runs/%s-n%lld-%s", opt.enc.model,
+			 (long long)n, stamp);
 	}
 	snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s",
 		 opt.checkpoint_dir ? opt.checkpoint_dir : r->log_dir);
@@ -960,10 +824,7 @@ int main(int argc, char **argv)
 			   "training use --resume, to fine-tune --init-from");
 	if (opt.resume && (predicting || opt.eval_only))
 		flags_fail(PROG, "resume", "trains; it cannot go with --eval-only or --predict");
-	if (opt.k_list && strcmp(opt.k_schedule, "list"))
-		flags_fail(PROG, "k-list", "needs --k-schedule list");
-	if (opt.k_last && strcmp(opt.k_schedule, "linear"))
-		flags_fail(PROG, "k-last", "needs --k-schedule linear");
+	model_flags_check(&opt.enc, PROG);
 	if (opt.threads)
 		tensor_set_num_threads((int)opt.threads);
 	if (predicting)

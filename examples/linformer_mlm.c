@@ -13,18 +13,13 @@
 
 #include "common/csvlog.h"
 #include "common/flags.h"
+#include "common/model_flags.h"
 #include "common/progress.h"
 #include "common/tb.h"
 #include "common/train.h"
 #include "models.h"
 #include "text.h"
 
-#ifndef CFORMER_DATA_DIR
-#define CFORMER_DATA_DIR "examples/data"
-#endif
-#ifndef CFORMER_VOCAB
-#define CFORMER_VOCAB "tests/data/tokenizer/bert-base-uncased-vocab.txt"
-#endif
 #define IGNORE (-100) /* the label of positions that are not predicted */
 
 static const char PROG[] = "linformer_mlm";
@@ -35,66 +30,38 @@ enum { NCSV = sizeof CSV_COLS / sizeof CSV_COLS[0] };
 /* ---- flags (the names and meanings of linformer_imdb's where they overlap) ----------------- */
 
 struct options {
-	const char *model, *proj, *sharing, *k_schedule, *k_list, *activation, *norm, *positions;
-	const char *tokenizer, *vocab, *schedule, *data, *corpus, *decode, *log_dir;
-	const char *checkpoint_dir, *checkpoint;
-	int64_t n, k, k_last, dim, heads, layers, ff, batch, accum, epochs, steps, seed, split_seed;
-	int64_t threads, max_docs, log_every;
-	double embed_std, dropout, attn_dropout, mask_prob, lr, min_lr, warmup, weight_decay, clip;
-	double val_fraction;
-	bool swiglu, post_norm, conv_dense, shared_kv_head, xavier_projections, no_chunk, eval_only;
+	struct model_flags enc;
+	const char *schedule, *data, *corpus, *decode, *log_dir, *checkpoint_dir, *checkpoint;
+	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_docs, log_every;
+	double embed_std, mask_prob, lr, min_lr, warmup, weight_decay, clip, val_fraction;
+	bool no_chunk, eval_only;
 };
 
 /* The tables read better aligned by hand. */
 /* clang-format off */
 static struct options opt = {
-	.model = "linformer", .sharing = "headwise", .k_schedule = "constant",
-	.activation = "gelu", .norm = "layer", .positions = "learned", .tokenizer = "wordpiece",
-	.vocab = CFORMER_VOCAB, .schedule = "cosine", .decode = "masked", .n = 128, .dim = 128,
-	.heads = 4, .layers = 2, .ff = 512, .batch = 16, .accum = 1, .epochs = 2, .seed = 1,
-	.split_seed = 1, .log_every = 10, .embed_std = 0.02, .dropout = 0.1, .attn_dropout = 0.1,
-	.mask_prob = 0.15, .lr = 1e-3, .min_lr = 1e-5, .warmup = 0.1, .weight_decay = 0.01,
-	.clip = 1.0, .val_fraction = 0.1,
+	.enc = { MODEL_FLAGS_DEFAULTS, .model = "linformer", .n = 128, .dim = 128, .ff = 512 },
+	.schedule = "cosine", .decode = "masked", .batch = 16, .accum = 1, .epochs = 2, .seed = 1,
+	.split_seed = 1, .log_every = 10, .embed_std = 0.02, .mask_prob = 0.15, .lr = 1e-3,
+	.min_lr = 1e-5, .warmup = 0.1, .weight_decay = 0.01, .clip = 1.0, .val_fraction = 0.1,
 };
 
-#define INT(nm, var, lo, hi, mv, h) { nm, FLAG_INT, &opt.var, lo, hi, 0, NULL, mv, h, NULL, false }
-#define DBL(nm, var, lo, hi, op, mv, h)                                                           \
-	{ nm, FLAG_DOUBLE, &opt.var, lo, hi, op, NULL, mv, h, NULL, false }
-#define STR(nm, var, mv, h) { nm, FLAG_STRING, &opt.var, 0, 0, 0, NULL, mv, h, NULL, false }
-#define CHO(nm, var, ch, h) { nm, FLAG_CHOICE, &opt.var, 0, 0, 0, ch, NULL, h, NULL, false }
-#define BOOL(nm, var, h) { nm, FLAG_BOOL, &opt.var, 0, 0, 0, NULL, NULL, h, NULL, false }
+/* Table entries bound to the fields of opt. */
+#define INT(nm, var, ...) FLAG_DEF_INT(nm, &opt.var, __VA_ARGS__)
+#define DBL(nm, var, ...) FLAG_DEF_DOUBLE(nm, &opt.var, __VA_ARGS__)
+#define STR(nm, var, ...) FLAG_DEF_STRING(nm, &opt.var, __VA_ARGS__)
+#define CHO(nm, var, ...) FLAG_DEF_CHOICE(nm, &opt.var, __VA_ARGS__)
+#define BOOL(nm, var, ...) FLAG_DEF_BOOL(nm, &opt.var, __VA_ARGS__)
 static struct flag flags[] = {
-	STR("model", model, "NAME", "transformer | linformer | conv-linformer, or a per-layer "
-				    "pattern of S/L/C/M/X/R (standard, linear, conv, mean, max, random)"),
-	CHO("proj", proj, "linear|conv|mean|max|random", "projection kind of the Linformer layers"),
-	CHO("sharing", sharing, "none|headwise|kv|layerwise", "projection sharing"),
-	INT("n", n, 4, 1 << 20, "N", "sequence length: tokens per example, [CLS] and [SEP] included"),
-	INT("k", k, 0, 1 << 20, "K", "projected length of the Linformer layers (0: min(128, n/2))"),
-	CHO("k-schedule", k_schedule, "constant|linear|list", "k per layer: k everywhere, linear "
-							      "from k to --k-last, or --k-list"),
-	INT("k-last", k_last, 0, 1 << 20, "K", "k of the last layer for --k-schedule linear"),
-	STR("k-list", k_list, "K1,K2,..", "k of each layer for --k-schedule list"),
-	INT("dim", dim, 1, 1 << 16, "D", "model width"),
-	INT("heads", heads, 1, 1024, "H", "attention heads (must divide --dim)"),
-	INT("layers", layers, 1, MODEL_MAX_LAYERS, "L", "encoder layers (a pattern sets its own)"),
-	INT("ff", ff, 1, 1 << 20, "F", "feed-forward hidden width"),
-	CHO("activation", activation, "relu|gelu|gelu_tanh|silu", "feed-forward activation"),
-	BOOL("swiglu", swiglu, "gated SwiGLU feed-forward instead of --activation"),
-	CHO("norm", norm, "layer|rms", "LayerNorm or RMSNorm"),
-	BOOL("post-norm", post_norm, "post-norm residual blocks (default: pre-norm)"),
-	CHO("positions", positions, "learned|sinusoidal", "position embeddings"),
-	BOOL("conv-dense", conv_dense, "conv projections mix every channel (not per head)"),
-	BOOL("xavier-proj", xavier_projections,
-	     "learned projections start as xavier noise, not window means"),
-	BOOL("shared-kv-head", shared_kv_head, "one key/value head shared by all query heads"),
+	MODEL_FLAGS_ENCODER(opt.enc, 4, "sequence length: tokens per example, [CLS] and [SEP] "
+				       "included"),
 	DBL("embed-std", embed_std, 0, 10, 0, "S", "token embedding (tied to the MLM decoder) "
 						   "drawn N(0, S) as in BERT; 0: the library's N(0, 1)"),
-	DBL("dropout", dropout, 0, 1, FLAG_MAX_OPEN, "P", "dropout of embeddings, residuals and "
-							  "feed-forward"),
-	DBL("attn-dropout", attn_dropout, 0, 1, FLAG_MAX_OPEN, "P", "dropout of attention "
-								    "probabilities"),
-	CHO("tokenizer", tokenizer, "wordpiece|byte", "WordPiece with --vocab, or bytes"),
-	STR("vocab", vocab, "FILE", "WordPiece vocabulary (BERT uncased vocab.txt)"),
+	DBL("dropout", enc.dropout, 0, 1, FLAG_MAX_OPEN, "P", "dropout of embeddings, residuals "
+							      "and feed-forward"),
+	DBL("attn-dropout", enc.attn_dropout, 0, 1, FLAG_MAX_OPEN, "P", "dropout of attention "
+									"probabilities"),
+	MODEL_FLAGS_TOKENIZER(opt.enc),
 	STR("data", data, "DIR", "aclImdb directory: pretrain on its train reviews (labels unused; "
 				 "default: the bundled subset)"),
 	STR("corpus", corpus, "PATH", "plain text instead of --data: a file (a document a line) or "
@@ -153,102 +120,14 @@ static const char EPILOG[] =
 
 /* ---- model configuration ------------------------------------------------------------------ */
 
-static bool is_preset(const char *m)
-{
-	return !strcmp(m, "transformer") || !strcmp(m, "linformer") || !strcmp(m, "conv-linformer");
-}
-
-static void parse_k_list(struct model_config *c)
-{
-	const char *p = opt.k_list;
-	if (!p)
-		flags_fail(PROG, "k-schedule", "list needs --k-list K1,K2,.. (one k per layer)");
-	for (int64_t i = 0; i < c->layers; i++) {
-		char *end;
-		errno = 0;
-		long long v = strtoll(p, &end, 10);
-		if (end == p || errno || v < 1 || (*end != ',' && *end) ||
-		    (!*end && i + 1 < c->layers))
-			flags_fail(PROG, "k-list",
-				   "expected %lld positive integers separated by commas, got '%s'",
-				   (long long)c->layers, opt.k_list);
-		c->k[i] = v;
-		p = *end ? end + 1 : end;
-	}
-	if (*p)
-		flags_fail(PROG, "k-list", "more than the %lld layers' values: '%s'",
-			   (long long)c->layers, opt.k_list);
-}
-
 /* The encoder + MLM head configuration the flags describe. */
 static void build_config(struct model_config *c, const struct text_tokenizer *tok)
 {
-	char preset[80];
-	bool named = is_preset(opt.model);
-	if (named)
-		snprintf(preset, sizeof preset, "%s:%lld", opt.model, (long long)opt.layers);
-	else
-		snprintf(preset, sizeof preset, "%s", opt.model);
-	if (model_config_preset(c, preset, tok->vocab_size, opt.n) < 0)
-		flags_fail(PROG, "model", "%s", tensor_last_error());
-	if (!named && flags_given(flags, NFLAGS, "layers") && opt.layers != c->layers)
-		flags_fail(PROG, "layers", "%lld differs from the %lld layers of the pattern '%s'",
-			   (long long)opt.layers, (long long)c->layers, opt.model);
-	if (opt.proj) {
-		bool any = false;
-		enum model_attention a = (enum model_attention)model_attention_parse(opt.proj);
-		for (int64_t i = 0; i < c->layers; i++)
-			if (c->attention[i] == MODEL_ATTN_LINEAR)
-				c->attention[i] = a, any = true;
-		if (!any)
-			flags_fail(PROG, "proj",
-				   "applies to Linformer (L) layers; --model %s has none",
-				   opt.model);
-	}
-	c->sharing = (enum nn_proj_sharing)nn_proj_sharing_parse(opt.sharing);
-	c->k_first = opt.k ? opt.k : opt.n / 2 < 128 ? opt.n / 2 : 128;
-	c->k_last = opt.k_last ? opt.k_last : c->k_first;
-	c->k_schedule = !strcmp(opt.k_schedule, "linear") ? MODEL_K_LINEAR
-			: !strcmp(opt.k_schedule, "list") ? MODEL_K_LIST
-							  : MODEL_K_CONSTANT;
-	if (c->k_schedule == MODEL_K_LIST)
-		parse_k_list(c);
-	c->dim = opt.dim;
-	c->heads = opt.heads;
-	c->ff_hidden = opt.ff;
-	c->activation = (enum nn_activation)nn_activation_parse(opt.activation);
-	c->swiglu = opt.swiglu;
-	c->rms_norm = !strcmp(opt.norm, "rms");
-	c->pre_norm = !opt.post_norm;
-	c->learned_positions = !strcmp(opt.positions, "learned");
-	c->conv_dense = opt.conv_dense;
-	c->xavier_projections = opt.xavier_projections;
-	c->shared_kv_head = opt.shared_kv_head;
-	c->dropout = opt.dropout;
-	c->attn_dropout = opt.attn_dropout;
-	c->head_hidden = opt.dim; /* the classifier's default, for a later --init-from */
-	c->pad_id = tok->pad_id;
+	model_flags_config(c, &opt.enc, tok, flags, NFLAGS, PROG);
+	c->head_hidden = opt.enc.dim; /* the classifier's default, for a later --init-from */
 	c->seed = (uint64_t)opt.seed;
 	if (model_config_resolve(c) < 0)
 		flags_fail(PROG, NULL, "invalid model: %s", tensor_last_error());
-}
-
-/* The tokenizer of the flags; for a checkpoint of vocab_size ids (0: none) with no
- * --tokenizer given, bytes when it has the byte vocabulary's 261 ids. */
-static void load_tokenizer(struct text_tokenizer *tok, int64_t vocab_size)
-{
-	bool bytes = !strcmp(opt.tokenizer, "byte");
-	if (vocab_size && !flags_given(flags, NFLAGS, "tokenizer"))
-		bytes = vocab_size == 261;
-	int rc = bytes ? text_byte_init(tok) : text_wordpiece_load(tok, opt.vocab);
-	if (rc < 0)
-		flags_fail(PROG, bytes ? "tokenizer" : "vocab", "%s", tensor_last_error());
-	if (vocab_size && tok->vocab_size != vocab_size)
-		flags_fail(
-		    PROG, "tokenizer",
-		    "the checkpoint's model has %lld token ids, this tokenizer %lld: pass the "
-		    "--tokenizer/--vocab it was trained with",
-		    (long long)vocab_size, (long long)tok->vocab_size);
 }
 
 /* The model's parameters; embed_std > 0 redraws the token embedding N(0, embed_std), its
@@ -259,14 +138,8 @@ static void build_model(struct model_mlm *m, struct nn_params *ps, const struct 
 {
 	if (nn_params_init(ps, TENSOR_F32, TENSOR_CPU, c->seed) < 0 || model_mlm_init(m, ps, c) < 0)
 		train_die(PROG, "building the model");
-	struct tensor *w = m->enc.embed.weight; /* [vocab, dim], f32, contiguous */
-	if (embed_std > 0) {
-		if (nn_init_normal(w, 0, embed_std, nn_param_seed(ps, "embed.weight")) < 0)
-			train_die(PROG, "initialising the embedding");
-		if (c->pad_id >= 0)
-			memset((float *)tensor_data(w) + c->pad_id * c->dim, 0,
-			       sizeof(float) * (size_t)c->dim);
-	}
+	if (embed_std > 0 && train_init_embedding(ps, &m->enc, embed_std) < 0)
+		train_die(PROG, "initialising the embedding");
 }
 
 /* ---- data: documents, a held-out split, chunks of at most n - 2 tokens ------------------- */
@@ -514,7 +387,7 @@ static int run_eval_only(void)
 	build_model(&m, &ps, &c, 0);
 	if (nn_checkpoint_load(opt.checkpoint, &ps, NULL, &step) < 0)
 		train_die(PROG, what);
-	load_tokenizer(&tok, c.vocab_size);
+	model_flags_tokenizer(&tok, &opt.enc, c.vocab_size, flags, NFLAGS, PROG);
 	model_summary(&c, nn_params_count(&ps), stdout);
 	load_data(&tok, c.max_len, &train, &val);
 	if (text_batcher_init(&b, &val, &tok, c.max_len, opt.batch, 0, false, false) < 0)
@@ -592,12 +465,13 @@ static void csv_row(struct run *r, int64_t step, int64_t epoch, const char *spli
 /* Data, tokenizer, model, optimizer, schedule and logs. */
 static void setup(struct run *r)
 {
-	load_tokenizer(&r->tok, 0);
+	model_flags_tokenizer(&r->tok, &opt.enc, 0, flags, NFLAGS, PROG);
 	build_config(&r->cfg, &r->tok);
-	load_data(&r->tok, opt.n, &r->train, &r->val);
-	if (text_batcher_init(&r->btrain, &r->train, &r->tok, opt.n, opt.batch, (uint64_t)opt.seed,
-			      true, false) < 0 ||
-	    text_batcher_init(&r->bval, &r->val, &r->tok, opt.n, opt.batch, 0, false, false) < 0)
+	load_data(&r->tok, opt.enc.n, &r->train, &r->val);
+	if (text_batcher_init(&r->btrain, &r->train, &r->tok, opt.enc.n, opt.batch,
+			      (uint64_t)opt.seed, true, false) < 0 ||
+	    text_batcher_init(&r->bval, &r->val, &r->tok, opt.enc.n, opt.batch, 0, false, false) <
+		0)
 		train_die(PROG, "tokenizing the text");
 	r->nb = text_batcher_num_batches(&r->btrain);
 	r->spe = (r->nb + opt.accum - 1) / opt.accum;
@@ -622,8 +496,8 @@ static void setup(struct run *r)
 		char stamp[32];
 		time_t t = time(NULL);
 		strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&t));
-		snprintf(r->log_dir, sizeof r->log_dir, "runs/mlm-%s-n%lld-%s", opt.model,
-			 (long long)opt.n, stamp);
+		snprintf(r->log_dir, sizeof r->log_dir, "runs/mlm-%s-n%lld-%s", opt.enc.model,
+			 (long long)opt.enc.n, stamp);
 	}
 	snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s",
 		 opt.checkpoint_dir ? opt.checkpoint_dir : r->log_dir);
@@ -639,9 +513,10 @@ static void setup(struct run *r)
 	model_summary(&r->cfg, nn_params_count(&r->ps), stdout);
 	printf("tokenizer %s (%d ids), masking %g, decode %s; batch %lld x accum %lld, %lld "
 	       "steps (%lld epochs of %lld), %d threads (BLIS %s)\n",
-	       opt.tokenizer, r->tok.vocab_size, opt.mask_prob, opt.decode, (long long)opt.batch,
-	       (long long)opt.accum, (long long)r->total, (long long)r->epochs, (long long)r->spe,
-	       tensor_get_num_threads(), tensor_blas_arch());
+	       opt.enc.tokenizer, r->tok.vocab_size, opt.mask_prob, opt.decode,
+	       (long long)opt.batch, (long long)opt.accum, (long long)r->total,
+	       (long long)r->epochs, (long long)r->spe, tensor_get_num_threads(),
+	       tensor_blas_arch());
 	if (!opt.data && !opt.corpus)
 		printf("(the bundled subset; for the full dataset see --help)\n");
 	printf("logs in %s, checkpoints in %s\n", r->log_dir, r->ckpt_dir);
@@ -670,7 +545,7 @@ static void train_step(struct run *r, int64_t step, int64_t first, int64_t last,
 		M[mb - first] = mask_batch(&r->tok, &batch[mb - first], train_mask_seed(base + mb),
 					   &in[mb - first], &lab[mb - first]);
 		total += M[mb - first];
-		w->padded += batch[mb - first].size * opt.n;
+		w->padded += batch[mb - first].size * opt.enc.n;
 	}
 	for (int64_t i = 0; i < last - first && total; i++) {
 		if (!M[i])
@@ -786,7 +661,7 @@ static int run_train(void)
 	       (long long)r.best_epoch, progress_duration(elapsed(&r), el, sizeof el),
 	       train_time > 0 ? (double)padded_all / train_time : 0.0, train_peak_mb());
 	printf("fine-tune the classifier: linformer_imdb --init-from %s/best.safetensors%s\n",
-	       r.ckpt_dir, !strcmp(opt.tokenizer, "byte") ? " --tokenizer byte" : "");
+	       r.ckpt_dir, !strcmp(opt.enc.tokenizer, "byte") ? " --tokenizer byte" : "");
 	free_run(&r);
 	return isfinite(v.loss) ? 0 : 1;
 }
@@ -810,10 +685,7 @@ int main(int argc, char **argv)
 	if (opt.checkpoint && !opt.eval_only)
 		flags_fail(PROG, "checkpoint",
 			   "is the model of --eval-only; training writes to --checkpoint-dir");
-	if (opt.k_list && strcmp(opt.k_schedule, "list"))
-		flags_fail(PROG, "k-list", "needs --k-schedule list");
-	if (opt.k_last && strcmp(opt.k_schedule, "linear"))
-		flags_fail(PROG, "k-last", "needs --k-schedule linear");
+	model_flags_check(&opt.enc, PROG);
 	if (opt.threads)
 		tensor_set_num_threads((int)opt.threads);
 	return opt.eval_only ? run_eval_only() : run_train();

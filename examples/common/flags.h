@@ -35,6 +35,22 @@ struct flag {
 	bool set;	     /* given on the command line */
 };
 
+/* Table entries (struct flag initializers) of a value at ptr, which holds the default:
+ * an integer in [lo, hi], a number from lo to hi (open: FLAG_*_OPEN), a string, one of
+ * choices ("a|b|c"), a bool. */
+/* clang-format off */
+#define FLAG_DEF_INT(name, ptr, lo, hi, metavar, help) \
+	{ name, FLAG_INT, ptr, lo, hi, 0, NULL, metavar, help, NULL, false }
+#define FLAG_DEF_DOUBLE(name, ptr, lo, hi, open, metavar, help) \
+	{ name, FLAG_DOUBLE, ptr, lo, hi, open, NULL, metavar, help, NULL, false }
+#define FLAG_DEF_STRING(name, ptr, metavar, help) \
+	{ name, FLAG_STRING, ptr, 0, 0, 0, NULL, metavar, help, NULL, false }
+#define FLAG_DEF_CHOICE(name, ptr, choices, help) \
+	{ name, FLAG_CHOICE, ptr, 0, 0, 0, choices, NULL, help, NULL, false }
+#define FLAG_DEF_BOOL(name, ptr, help) \
+	{ name, FLAG_BOOL, ptr, 0, 0, 0, NULL, NULL, help, NULL, false }
+/* clang-format on */
+
 /* Parse argv[1..argc) as "--name VALUE", "--name=VALUE" or "--name" (bool).
  * "-h"/"--help" prints flags_usage(synopsis, epilog) to stdout and exits 0;
  * any error prints "<prog>: --name: expected ..., got '...'" and a hint to

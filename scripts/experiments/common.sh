@@ -1,6 +1,8 @@
 # Shared by the experiment scripts (sourced, not run): flags, finding the example programs,
 # running one configuration per seed (skipping runs already complete), summarising each run's
-# metrics.csv, mean and spread over seeds, and plotting with plot.gp.
+# metrics.csv, mean and spread over seeds, the markdown tables, and plotting with plot.gp.
+# A study sets STUDY, DEF_EPOCHS, QUICK_FLAGS (the flags of its runs under --quick) and
+# STUDY_DOC, sources this file and calls parse_args "$@".
 # shellcheck shell=bash
 
 EXP_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -62,6 +64,8 @@ parse_args() {
 		esac
 	done
 	[ -z "$EPOCHS" ] && { [ "$QUICK" = 1 ] && EPOCHS=2 || EPOCHS=$DEF_EPOCHS; }
+	QUICK_ARGS=""
+	[ "$QUICK" = 1 ] && QUICK_ARGS=$QUICK_FLAGS
 	case $EPOCHS in '' | *[!0-9]* | 0) die "--epochs: expected a positive integer, got '$EPOCHS'" ;; esac
 	case $THREADS in '' | *[!0-9]*) die "--threads: expected an integer >= 0, got '$THREADS'" ;; esac
 	for s in $SEEDS; do
@@ -198,4 +202,77 @@ data_flag() { [ -n "$DATA" ] && printf -- '--data %s' "$DATA"; }
 
 describe_data() {
 	if [ -n "$DATA" ]; then echo "$DATA"; else echo "the bundled subset (examples/data/aclImdb_subset)"; fi
+}
+
+# The line of results.md that says when, where and how the study ran.
+describe_run() {
+	echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) CPU core(s) with --threads $THREADS$([ "$QUICK" = 1 ] && echo ", --quick ($QUICK_ARGS)")$([ -n "$EXTRA" ] && echo ", extra flags: $EXTRA")."
+}
+
+# ratio_rows AGG PREC: the rows "| model | n | k | metric1 | metric2 | train time | tokens/s |
+# peak memory | speed-up | memory saving |" of the aggregate lines in AGG ("model n k count",
+# then mean and std of metric1 metric2 train_s tokens_per_s peak_mb), the metrics with PREC
+# decimals; speed-up and memory saving against the Transformer at the same n.
+ratio_rows() {
+	awk -v p="$2" '{ key = $2; if ($1 == "transformer") { tps[key] = $11; mem[key] = $13 }
+		row[NR] = $0 }
+	END { m = "%." p "f ± %." p "f"
+		fmt = "| %s | %s | %s | " m " | " m " | %.1f ± %.1f | %.0f ± %.0f | %.0f ± %.0f | %s | %s |\n"
+		for (i = 1; i <= NR; i++) { split(row[i], f, " ")
+		sp = tps[f[2]] > 0 ? sprintf("%.2fx", f[11] / tps[f[2]]) : "-"
+		ms = f[13] > 0 && mem[f[2]] > 0 ? sprintf("%.2fx", mem[f[2]] / f[13]) : "-"
+		printf fmt, f[1], f[2], f[3], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12], f[13],
+			f[14], sp, ms } }' "$1"
+}
+
+# epoch_table COL PREC: the markdown table "| model | COL | epoch 1 | ... |" of the aggregate
+# lines on stdin ("model col count", then mean and std per epoch), with PREC decimals; a col
+# of 0 shows as "-".
+epoch_table() {
+	printf "| model | %s |" "$1"
+	for e in $(seq 1 "$EPOCHS"); do printf " epoch %s |" "$e"; done
+	printf "\n|---|---:|"
+	for e in $(seq 1 "$EPOCHS"); do printf -- "---:|"; done
+	echo
+	awk -v p="$2" 'BEGIN { fmt = " %." p "f ± %." p "f |" }
+	{ printf "| %s | %s |", $1, ($2 == 0 ? "-" : $2)
+		for (i = 4; i < NF; i += 2) printf fmt, $i, $(i + 1); printf "\n" }'
+}
+
+# epoch_series CSV VALS N MODEL...: plot data of the per-epoch columns VALS of results.csv at
+# n = N, mean and std over the seeds, a series per model.
+epoch_series() {
+	local csv=$1 vals=$2 n=$3 model
+	shift 3
+	for model in "$@"; do
+		printf '"%s"\n' "$model"
+		aggregate "$csv" model,n "$vals" | awk -v m="$model" -v n="$n" '$1 == m && $2 == n {
+			for (i = 4; i < NF; i += 2) print (i - 2) / 2, $i, $(i + 1) }'
+		printf '\n\n'
+	done
+}
+
+# n_series AGG COL MODEL...: plot data of the aggregate lines in AGG ("model n k count ...")
+# over n, a series per model: column COL (a mean) and COL + 1 (its std).
+n_series() {
+	local agg=$1 col=$2 model
+	shift 2
+	for model in "$@"; do
+		printf '"%s"\n' "$model"
+		awk -v m="$model" -v c="$col" '$1 == m { print $2, $c, $(c + 1) }' "$agg"
+		printf '\n\n'
+	done
+}
+
+# finish CSV MD: list the plots in MD (unless --no-plots), say what was written, print MD.
+finish() {
+	if [ "$PLOTS" = 1 ]; then
+		{
+			echo
+			echo "Plots:"
+			for p in $PLOTTED; do echo "- [$p]($p)"; done
+		} >>"$2"
+	fi
+	note "wrote $1, $2${PLOTTED:+ and plots:$PLOTTED}"
+	cat "$2"
 }

@@ -6,14 +6,13 @@
 set -euo pipefail
 STUDY=k_ablation
 DEF_EPOCHS=4
+QUICK_FLAGS="--max-train 64 --max-test 64 --dim 32 --ff 64 --batch 16 --log-every 2"
 STUDY_DOC="Trains linformer_imdb (Linformer, n = 512) for every k x seed, plus the Transformer."
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 parse_args "$@"
 
 N=512
 KS="32 64 128 256"
-QUICK_ARGS=""
-[ "$QUICK" = 1 ] && QUICK_ARGS="--max-train 64 --max-test 64 --dim 32 --ff 64 --batch 16 --log-every 2"
 note "data $(describe_data); n $N; epochs $EPOCHS; seeds $SEEDS; threads $THREADS; $IMDB"
 
 # The configurations: "label model k" (k 0 for the Transformer, which has no projection).
@@ -47,7 +46,7 @@ md=$OUT/results.md
 	echo "# k ablation: Linformer at n = $N, k = ${KS// /, }"
 	echo
 	echo "Data: $(describe_data). $EPOCHS epoch(s), seeds $SEEDS; mean ± std over the seeds."
-	echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) CPU core(s) with --threads $THREADS$([ "$QUICK" = 1 ] && echo ", --quick ($QUICK_ARGS)")$([ -n "$EXTRA" ] && echo ", extra flags: $EXTRA")."
+	describe_run
 	echo "Training time: wall time to the end of the last epoch (validation included). Speed-up:"
 	echo "tokens/s over the Transformer's; memory: the Transformer's peak over the model's."
 	echo
@@ -62,13 +61,7 @@ md=$OUT/results.md
 	echo
 	echo "Validation accuracy per epoch (mean ± std):"
 	echo
-	printf "| model | k |"
-	for e in $(seq 1 "$EPOCHS"); do printf " epoch %s |" "$e"; done
-	printf "\n|---|---:|"
-	for e in $(seq 1 "$EPOCHS"); do printf -- "---:|"; done
-	echo
-	aggregate "$csv" model,k "$vals" | awk '{ printf "| %s | %s |", $1, ($2 == 0 ? "-" : $2)
-		for (i = 4; i < NF; i += 2) printf " %.4f ± %.4f |", $i, $(i + 1); printf "\n" }'
+	aggregate "$csv" model,k "$vals" | epoch_table k 4
 } >"$md"
 
 # ---- plots: accuracy per epoch per k; accuracy, time and memory vs k ----------------------------
@@ -95,11 +88,5 @@ if [ "$PLOTS" = 1 ]; then
 	plot "$OUT/.acc.dat" val_acc_vs_k "Final validation accuracy vs k, n = $N" k "validation accuracy" 1
 	plot "$OUT/.time.dat" time_vs_k "Training time vs k, n = $N" k "training time (s)" 1
 	plot "$OUT/.memory.dat" memory_vs_k "Peak memory vs k, n = $N" k "peak memory (MB)" 1
-	{
-		echo
-		echo "Plots:"
-		for p in $PLOTTED; do echo "- [$p]($p)"; done
-	} >>"$md"
 fi
-note "wrote $csv, $md${PLOTTED:+ and plots:$PLOTTED}"
-cat "$md"
+finish "$csv" "$md"

@@ -7,14 +7,13 @@
 set -euo pipefail
 STUDY=mlm_perplexity
 DEF_EPOCHS=3
+QUICK_FLAGS="--max-docs 64 --dim 32 --ff 64 --batch 8 --log-every 2"
 STUDY_DOC="Pretrains linformer_mlm for every model x n x seed and tabulates the perplexities."
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 parse_args "$@"
 
 MODELS="transformer linformer conv-linformer"
 NS="128 256 512"
-QUICK_ARGS=""
-[ "$QUICK" = 1 ] && QUICK_ARGS="--max-docs 64 --dim 32 --ff 64 --batch 8 --log-every 2"
 note "data $(describe_data); epochs $EPOCHS; seeds $SEEDS; threads $THREADS; $MLM"
 
 csv=$OUT/results.csv
@@ -46,29 +45,17 @@ md=$OUT/results.md
 	echo "Data: the training reviews of $(describe_data). $EPOCHS epoch(s), seeds $SEEDS;"
 	echo "mean ± std over the seeds. Perplexity: exp(mean cross-entropy) over the masked tokens of"
 	echo "the held-out reviews (the same masks for every model and epoch)."
-	echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) CPU core(s) with --threads $THREADS$([ "$QUICK" = 1 ] && echo ", --quick ($QUICK_ARGS)")$([ -n "$EXTRA" ] && echo ", extra flags: $EXTRA")."
+	describe_run
 	echo "Training time: wall time to the end of the last epoch (validation included). Speed-up:"
 	echo "tokens/s over the Transformer's at the same n; memory: the Transformer's peak over the model's."
 	echo
 	echo "| model | n | k | val perplexity | best val perplexity | train time (s) | tokens/s | peak memory (MB) | speed-up | memory saving |"
 	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-	awk '{ key = $2; if ($1 == "transformer") { tps[key] = $11; mem[key] = $13 }
-		row[NR] = $0 }
-	END { for (i = 1; i <= NR; i++) { split(row[i], f, " ")
-		sp = tps[f[2]] > 0 ? sprintf("%.2fx", f[11] / tps[f[2]]) : "-"
-		ms = f[13] > 0 && mem[f[2]] > 0 ? sprintf("%.2fx", mem[f[2]] / f[13]) : "-"
-		printf "| %s | %s | %s | %.2f ± %.2f | %.2f ± %.2f | %.1f ± %.1f | %.0f ± %.0f | %.0f ± %.0f | %s | %s |\n",
-			f[1], f[2], f[3], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12], f[13], f[14], sp, ms } }' "$agg"
+	ratio_rows "$agg" 2
 	echo
 	echo "Validation perplexity per epoch (mean ± std):"
 	echo
-	printf "| model | n |"
-	for e in $(seq 1 "$EPOCHS"); do printf " epoch %s |" "$e"; done
-	printf "\n|---|---:|"
-	for e in $(seq 1 "$EPOCHS"); do printf -- "---:|"; done
-	echo
-	aggregate "$csv" model,n "$vals" | awk '{ printf "| %s | %s |", $1, $2
-		for (i = 4; i < NF; i += 2) printf " %.2f ± %.2f |", $i, $(i + 1); printf "\n" }'
+	aggregate "$csv" model,n "$vals" | epoch_table n 2
 } >"$md"
 
 # ---- plots ------------------------------------------------------------------------------------
@@ -76,30 +63,16 @@ PLOTTED=""
 if [ "$PLOTS" = 1 ]; then
 	for n in $NS; do
 		dat=$OUT/.val_n$n.dat
-		for model in $MODELS; do
-			printf '"%s"\n' "$model"
-			aggregate "$csv" model,n "$vals" | awk -v m="$model" -v n="$n" '$1 == m && $2 == n {
-				for (i = 4; i < NF; i += 2) print (i - 2) / 2, $i, $(i + 1) }'
-			printf '\n\n'
-		done >"$dat"
+		# shellcheck disable=SC2086 # MODELS is a list
+		epoch_series "$csv" "$vals" "$n" $MODELS >"$dat"
 		plot "$dat" "val_ppl_n$n" "Validation perplexity per epoch, n = $n" epoch "validation perplexity" 0
 	done
-	for what in ppl time memory; do
-		for model in $MODELS; do
-			printf '"%s"\n' "$model"
-			awk -v m="$model" -v w="$what" 'BEGIN { c = w == "ppl" ? 5 : w == "time" ? 9 : 13 }
-				$1 == m { print $2, $c, $(c + 1) }' "$agg"
-			printf '\n\n'
-		done >"$OUT/.$what.dat"
+	for what in ppl:5 time:9 memory:13; do
+		# shellcheck disable=SC2086 # MODELS is a list
+		n_series "$agg" "${what#*:}" $MODELS >"$OUT/.${what%:*}.dat"
 	done
 	plot "$OUT/.ppl.dat" ppl_vs_n "Final validation perplexity vs sequence length" n "validation perplexity" 1
 	plot "$OUT/.time.dat" time_vs_n "Training time vs sequence length" n "training time (s)" 1
 	plot "$OUT/.memory.dat" memory_vs_n "Peak memory vs sequence length" n "peak memory (MB)" 1
-	{
-		echo
-		echo "Plots:"
-		for p in $PLOTTED; do echo "- [$p]($p)"; done
-	} >>"$md"
 fi
-note "wrote $csv, $md${PLOTTED:+ and plots:$PLOTTED}"
-cat "$md"
+finish "$csv" "$md"

@@ -1,0 +1,116 @@
+/* The model flags the example programs share: checks, model_config, tokenizer (see
+ * model_flags.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "model_flags.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void model_flags_check(const struct model_flags *m, const char *prog)
+{
+	if (m->k_list && strcmp(m->k_schedule, "list"))
+		flags_fail(prog, "k-list", "needs --k-schedule list");
+	if (m->k_last && strcmp(m->k_schedule, "linear"))
+		flags_fail(prog, "k-last", "needs --k-schedule linear");
+}
+
+static bool is_preset(const char *model)
+{
+	return !strcmp(model, "transformer") || !strcmp(model, "linformer") ||
+	       !strcmp(model, "conv-linformer");
+}
+
+/* c->k[] from --k-list, one positive k per layer. */
+static void parse_k_list(struct model_config *c, const struct model_flags *m, const char *prog)
+{
+	const char *p = m->k_list;
+	if (!p)
+		flags_fail(prog, "k-schedule", "list needs --k-list K1,K2,.. (one k per layer)");
+	for (int64_t i = 0; i < c->layers; i++) {
+		char *end;
+		errno = 0;
+		long long v = strtoll(p, &end, 10);
+		if (end == p || errno || v < 1 || (*end != ',' && *end) ||
+		    (!*end && i + 1 < c->layers))
+			flags_fail(prog, "k-list",
+				   "expected %lld positive integers separated by commas, got '%s'",
+				   (long long)c->layers, m->k_list);
+		c->k[i] = v;
+		p = *end ? end + 1 : end;
+	}
+	if (*p)
+		flags_fail(prog, "k-list", "more than the %lld layers' values: '%s'",
+			   (long long)c->layers, m->k_list);
+}
+
+/* Every Linformer (L) layer of --model becomes a --proj layer. */
+static void apply_proj(struct model_config *c, const struct model_flags *m, const char *prog)
+{
+	bool any = false;
+	enum model_attention a = (enum model_attention)model_attention_parse(m->proj);
+	for (int64_t i = 0; i < c->layers; i++)
+		if (c->attention[i] == MODEL_ATTN_LINEAR)
+			c->attention[i] = a, any = true;
+	if (!any)
+		flags_fail(prog, "proj", "applies to Linformer (L) layers; --model %s has none",
+			   m->model);
+}
+
+void model_flags_config(struct model_config *c, const struct model_flags *m,
+			const struct text_tokenizer *tok, struct flag *flags, int nflags,
+			const char *prog)
+{
+	char preset[80];
+	bool named = is_preset(m->model);
+	if (named)
+		snprintf(preset, sizeof preset, "%s:%lld", m->model, (long long)m->layers);
+	else
+		snprintf(preset, sizeof preset, "%s", m->model);
+	if (model_config_preset(c, preset, tok->vocab_size, m->n) < 0)
+		flags_fail(prog, "model", "%s", tensor_last_error());
+	if (!named && flags_given(flags, nflags, "layers") && m->layers != c->layers)
+		flags_fail(prog, "layers", "%lld differs from the %lld layers of the pattern '%s'",
+			   (long long)m->layers, (long long)c->layers, m->model);
+	if (m->proj)
+		apply_proj(c, m, prog);
+	c->sharing = (enum nn_proj_sharing)nn_proj_sharing_parse(m->sharing);
+	c->k_first = m->k ? m->k : m->n / 2 < 128 ? m->n / 2 : 128;
+	c->k_last = m->k_last ? m->k_last : c->k_first;
+	c->k_schedule = !strcmp(m->k_schedule, "linear") ? MODEL_K_LINEAR
+			: !strcmp(m->k_schedule, "list") ? MODEL_K_LIST
+							 : MODEL_K_CONSTANT;
+	if (c->k_schedule == MODEL_K_LIST)
+		parse_k_list(c, m, prog);
+	c->dim = m->dim;
+	c->heads = m->heads;
+	c->ff_hidden = m->ff;
+	c->activation = (enum nn_activation)nn_activation_parse(m->activation);
+	c->swiglu = m->swiglu;
+	c->rms_norm = !strcmp(m->norm, "rms");
+	c->pre_norm = !m->post_norm;
+	c->learned_positions = !strcmp(m->positions, "learned");
+	c->conv_dense = m->conv_dense;
+	c->xavier_projections = m->xavier_projections;
+	c->shared_kv_head = m->shared_kv_head;
+	c->dropout = m->dropout;
+	c->attn_dropout = m->attn_dropout;
+	c->pad_id = tok->pad_id;
+}
+
+void model_flags_tokenizer(struct text_tokenizer *tok, const struct model_flags *m,
+			   int64_t vocab_size, struct flag *flags, int nflags, const char *prog)
+{
+	bool bytes = !strcmp(m->tokenizer, "byte");
+	if (vocab_size && !flags_given(flags, nflags, "tokenizer"))
+		bytes = vocab_size == 261;
+	int rc = bytes ? text_byte_init(tok) : text_wordpiece_load(tok, m->vocab);
+	if (rc < 0)
+		flags_fail(prog, bytes ? "tokenizer" : "vocab", "%s", tensor_last_error());
+	if (vocab_size && tok->vocab_size != vocab_size)
+		flags_fail(prog, "tokenizer",
+			   "the checkpoint's model has %lld token ids, this tokenizer %lld: pass "
+			   "the --tokenizer/--vocab it was trained with",
+			   (long long)vocab_size, (long long)tok->vocab_size);
+}
