@@ -7,30 +7,68 @@
  * With xhat = (x - mean) * rstd (x * rstd for RMS) and dxhat = g * w:
  *   dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
  * (no mean(dxhat) term for RMS), means over the last dim; dw = sum of
- * g * xhat and db = sum of g over the leading dims (ag_accumulate sums
- * broadcast dims). */
-static int norm_backward(struct ag_node *n, const struct tensor *g)
+ * g * xhat and db = sum of g over the leading dims. tensor_norm_backward
+ * computes them in one pass where the device has the kernel; otherwise they
+ * are composed of tensor ops (ag_accumulate sums broadcast dims). */
+struct norm_args {
+	bool rms;
+	struct tensor *x_in, *w_in, *b_in;
+	const struct tensor *x, *mean, *rstd, *w;
+};
+
+static int norm_backward_composed(const struct norm_args *a, const struct tensor *g)
 {
-	bool rms = n->i[0] != 0;
-	struct tensor *x_in = n->inputs[0], *w_in = n->inputs[1];
-	struct tensor *b_in = rms ? NULL : n->inputs[2];
-	const struct tensor *x = n->saved[0], *mean = rms ? NULL : n->saved[1];
-	const struct tensor *rstd = n->saved[rms ? 1 : 2];
-	const struct tensor *w = w_in ? n->saved[rms ? 2 : 3] : NULL;
+	const struct tensor *x = a->x, *mean = a->mean, *rstd = a->rstd, *w = a->w;
 	int last = -1, rc = TENSOR_OK;
-	struct tensor *xhat = tensor_mul(rms ? x : tensor_sub(x, mean), rstd);
-	if (x_in->requires_grad) {
+	struct tensor *xhat = tensor_mul(a->rms ? x : tensor_sub(x, mean), rstd);
+	if (a->x_in->requires_grad) {
 		const struct tensor *dxhat = w ? tensor_mul(g, w) : g;
 		struct tensor *proj = tensor_mean(tensor_mul(dxhat, xhat), 1, &last, true);
 		struct tensor *inner = tensor_sub(dxhat, tensor_mul(xhat, proj));
-		if (!rms)
+		if (!a->rms)
 			inner = tensor_sub(inner, tensor_mean(dxhat, 1, &last, true));
-		rc = ag_accumulate(x_in, tensor_mul(inner, rstd));
+		rc = ag_accumulate(a->x_in, tensor_mul(inner, rstd));
 	}
-	if (rc == TENSOR_OK && w_in && w_in->requires_grad)
-		rc = ag_accumulate(w_in, tensor_mul(g, xhat));
-	if (rc == TENSOR_OK && b_in && b_in->requires_grad)
-		rc = ag_accumulate(b_in, g);
+	if (rc == TENSOR_OK && a->w_in && a->w_in->requires_grad)
+		rc = ag_accumulate(a->w_in, tensor_mul(g, xhat));
+	if (rc == TENSOR_OK && a->b_in && a->b_in->requires_grad)
+		rc = ag_accumulate(a->b_in, g);
+	return rc;
+}
+
+static int norm_backward(struct ag_node *n, const struct tensor *g)
+{
+	bool rms = n->i[0] != 0;
+	struct norm_args a = { .rms = rms,
+			       .x_in = n->inputs[0],
+			       .w_in = n->inputs[1],
+			       .b_in = rms ? NULL : n->inputs[2],
+			       .x = n->saved[0],
+			       .mean = rms ? NULL : n->saved[1],
+			       .rstd = n->saved[rms ? 1 : 2] };
+	a.w = a.w_in ? n->saved[rms ? 2 : 3] : NULL;
+	struct tensor *in[3] = { a.x_in, a.w_in, a.b_in }, *d[3] = { NULL, NULL, NULL };
+	bool want[3];
+	for (int k = 0; k < 3; k++)
+		want[k] = in[k] && in[k]->requires_grad;
+	int before = tensor_last_status();
+	tensor_heap_begin(); /* handed over as the inputs' gradients, not copied */
+	int rc = tensor_norm_backward(g, a.x, a.mean, a.rstd, a.w, want[0] ? &d[0] : NULL,
+				      want[1] ? &d[1] : NULL, want[2] ? &d[2] : NULL);
+	tensor_heap_end();
+	if (rc == TENSOR_ERR_UNSUPPORTED) { /* no fused kernel on this device */
+		if (before == TENSOR_OK)
+			tensor_clear_error();
+		return norm_backward_composed(&a, g);
+	}
+	for (int k = 0; k < 3; k++) {
+		if (!d[k])
+			continue;
+		if (rc == TENSOR_OK)
+			rc = ag_accumulate_take(in[k], d[k]);
+		else
+			tensor_free(d[k]);
+	}
 	return rc;
 }
 

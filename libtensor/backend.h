@@ -59,6 +59,16 @@ struct tensor_backend {
 			  double eps);
 	int (*rms_norm)(struct tensor *y, struct tensor *rstd, const struct tensor *x,
 			const struct tensor *w, double eps);
+	/* Backward of both norms over the last dim C: g has x's shape (any strides);
+	 * mean (NULL for RMS norm) and rstd are [..., 1] as the forward returns;
+	 * w [C] or NULL. dx (x's shape), dw and db ([C]) are contiguous, each NULL
+	 * when not wanted: with xhat = (x - mean) * rstd and dxhat = g * w,
+	 * dx = rstd * (dxhat - xhat * mean(dxhat * xhat) - mean(dxhat)) (no
+	 * mean(dxhat) for RMS), dw = sum of g * xhat and db = sum of g over rows. */
+	int (*norm_backward)(struct tensor *dx, struct tensor *dw, struct tensor *db,
+			     const struct tensor *g, const struct tensor *x,
+			     const struct tensor *mean, const struct tensor *rstd,
+			     const struct tensor *w);
 	/* Shapes as tensor_index_select / tensor_index_add_ / tensor_gather /
 	 * tensor_scatter_add_ describe; indices already range-checked. dst of the
 	 * in-place slots may have any strides. */

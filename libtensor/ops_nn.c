@@ -1,4 +1,4 @@
-/* Softmax, log-softmax, layer norm and RMS norm front-ends. */
+/* Softmax, log-softmax, layer norm and RMS norm (and their backward) front-ends. */
 #include <math.h>
 
 #include "backend.h"
@@ -187,4 +187,88 @@ struct tensor *tensor_rms_norm(const struct tensor *x, const struct tensor *w, d
 			       struct tensor **rstd)
 {
 	return norm_op("rms_norm", true, x, w, NULL, eps, NULL, rstd);
+}
+
+/* ---- norm backward -------------------------------------------------------- */
+
+/* A statistic (mean or rstd) must be x's shape with the last dim 1. */
+static int check_stat(const char *op, const char *name, const struct tensor *s,
+		      const struct tensor *x)
+{
+	char bs[128], bx[128];
+	int rc = tensor_check_pair(op, x, s);
+	if (rc < 0)
+		return rc;
+	bool ok = s->ndim == x->ndim && s->shape[s->ndim - 1] == 1;
+	for (int d = 0; ok && d < x->ndim - 1; d++)
+		ok = s->shape[d] == x->shape[d];
+	if (!ok)
+		return tensor_error(
+		    TENSOR_ERR_SHAPE,
+		    "%s: %s %s does not fit x %s, expected x's shape with last dim 1", op, name,
+		    tensor_shape_str(s, bs, sizeof bs), tensor_shape_str(x, bx, sizeof bx));
+	return TENSOR_OK;
+}
+
+static int check_norm_backward(const char *op, const struct tensor *g, const struct tensor *x,
+			       const struct tensor *mean, const struct tensor *rstd,
+			       const struct tensor *w)
+{
+	char bg[128], bx[128];
+	if (!g)
+		return tensor_error(TENSOR_ERR_ARG, "%s: g is NULL", op);
+	if (!x || !rstd)
+		return tensor_error(TENSOR_ERR_ARG, "%s: %s is NULL", op, x ? "rstd" : "x");
+	int rc = check_norm_x(op, x, 0);
+	if (rc == TENSOR_OK)
+		rc = tensor_check_pair(op, x, g);
+	if (rc == TENSOR_OK && !tensor_same_shape(g, x))
+		rc = tensor_error(TENSOR_ERR_SHAPE, "%s: g %s differs from x %s", op,
+				  tensor_shape_str(g, bg, sizeof bg),
+				  tensor_shape_str(x, bx, sizeof bx));
+	if (rc == TENSOR_OK)
+		rc = check_stat(op, "rstd", rstd, x);
+	if (rc == TENSOR_OK && mean)
+		rc = check_stat(op, "mean", mean, x);
+	if (rc == TENSOR_OK)
+		rc = check_param(op, "w", w, x);
+	return rc;
+}
+
+int tensor_norm_backward(const struct tensor *g, const struct tensor *x, const struct tensor *mean,
+			 const struct tensor *rstd, const struct tensor *w, struct tensor **dx,
+			 struct tensor **dw, struct tensor **db)
+{
+	static const char op[] = "norm_backward";
+	struct tensor **outs[3] = { dx, dw, db };
+	for (int k = 0; k < 3; k++)
+		if (outs[k])
+			*outs[k] = NULL;
+	int rc = check_norm_backward(op, g, x, mean, rstd, w);
+	if (rc < 0)
+		return rc;
+	const struct tensor_backend *be = tensor_backend_get(x->storage->device);
+	rc = be ? TENSOR_SLOT(be, norm_backward, op) : tensor_last_status();
+	if (rc < 0) /* the status itself, not an earlier error's: autograd falls back on it */
+		return rc;
+	if (!dx && !dw && !db)
+		return TENSOR_OK;
+	enum tensor_device dev = x->storage->device;
+	int64_t c = x->shape[x->ndim - 1];
+	struct tensor *t[3] = { dx ? tensor_new(x->dtype, dev, x->ndim, x->shape) : NULL,
+				dw ? tensor_new(x->dtype, dev, 1, &c) : NULL,
+				db ? tensor_new(x->dtype, dev, 1, &c) : NULL };
+	rc = TENSOR_OK;
+	for (int k = 0; k < 3; k++)
+		if (outs[k] && !t[k])
+			rc = TENSOR_ERR_NOMEM;
+	if (rc == TENSOR_OK)
+		rc = be->norm_backward(t[0], t[1], t[2], g, x, mean, rstd, w);
+	for (int k = 0; k < 3; k++) {
+		if (rc < 0)
+			tensor_free(t[k]);
+		else if (outs[k])
+			*outs[k] = t[k];
+	}
+	return rc;
 }

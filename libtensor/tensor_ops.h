@@ -166,6 +166,18 @@ struct tensor *tensor_layer_norm(const struct tensor *x, const struct tensor *w,
 /* RMS norm over the last dim: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps). */
 struct tensor *tensor_rms_norm(const struct tensor *x, const struct tensor *w, double eps,
 			       struct tensor **rstd);
+/* Backward of layer norm (mean given) or RMS norm (mean NULL) in one pass over
+ * the rows: g is dL/dy (x's shape, any strides), mean / rstd the forward's
+ * [..., 1] statistics, w [C] or NULL. With xhat = (x - mean) * rstd and
+ * dxhat = g * w: *dx = rstd * (dxhat - xhat * mean(dxhat * xhat) - mean(dxhat))
+ * (no mean(dxhat) for RMS norm), *dw = sum of g * xhat and *db = sum of g over
+ * the leading dims ([C] each). dx, dw, db may be NULL when not wanted; they
+ * receive new contiguous tensors, or NULL on error: a NULL input
+ * (TENSOR_ERR_ARG), mismatched shapes, dtypes or devices (TENSOR_ERR_SHAPE /
+ * DTYPE / DEVICE), no kernel on the device (TENSOR_ERR_UNSUPPORTED). */
+int tensor_norm_backward(const struct tensor *g, const struct tensor *x, const struct tensor *mean,
+			 const struct tensor *rstd, const struct tensor *w, struct tensor **dx,
+			 struct tensor **dw, struct tensor **db);
 
 /* ---- indexing, joining ---------------------------------------------------- */
 

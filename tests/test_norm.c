@@ -1,4 +1,5 @@
-/* Softmax, log-softmax, layer norm and RMS norm against naive loops. */
+/* Softmax, log-softmax, layer norm and RMS norm (and the norms' backward) against
+ * naive loops. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -422,6 +423,241 @@ START_TEST(test_norm_errors)
 }
 END_TEST
 
+/* ---- norm backward ------------------------------------------------------------- */
+
+/* The backward formula in double, from the forward's statistics (mean NULL for
+ * RMS norm): dx = rstd * (dxhat - xhat * mean(dxhat * xhat) - mean(dxhat)). */
+static void ref_norm_backward(const double *g, const double *x, const double *mean,
+			      const double *rstd, const double *w, int64_t rows, int64_t c,
+			      double *dx, double *dw, double *db)
+{
+	for (int64_t i = 0; i < c; i++)
+		dw[i] = db[i] = 0;
+	for (int64_t r = 0; r < rows; r++) {
+		const double *xr = x + r * c, *gr = g + r * c;
+		double m = mean ? mean[r] : 0, rs = rstd[r], a = 0, b = 0;
+		for (int64_t i = 0; i < c; i++) {
+			double xh = (xr[i] - m) * rs, d = gr[i] * (w ? w[i] : 1);
+			a += d * xh / (double)c;
+			b += d / (double)c;
+		}
+		if (!mean)
+			b = 0;
+		for (int64_t i = 0; i < c; i++) {
+			double xh = (xr[i] - m) * rs, d = gr[i] * (w ? w[i] : 1);
+			dx[r * c + i] = rs * (d - xh * a - b);
+			dw[i] += gr[i] * xh;
+			db[i] += gr[i];
+		}
+	}
+}
+
+static double *alloc_values(int64_t n)
+{
+	double *v = malloc(sizeof(double) * (size_t)(n + 1));
+	ck_assert(v != NULL);
+	return v;
+}
+
+/* tensor_norm_backward of g at x (statistics from the forward) against the
+ * reference, with every output and with each output alone. */
+static void check_norm_backward(const struct tensor *x, const struct tensor *g,
+				const struct tensor *w, bool rms, double tol)
+{
+	int nd = x->ndim;
+	int64_t c = x->shape[nd - 1], rows = 1;
+	for (int d = 0; d < nd - 1; d++)
+		rows *= x->shape[d];
+	struct tensor *mean = NULL, *rstd = NULL;
+	ck_assert(rms ? tensor_rms_norm(x, w, 1e-5, &rstd) != NULL
+		      : tensor_layer_norm(x, w, NULL, 1e-5, &mean, &rstd) != NULL);
+	struct tensor *dx, *dw, *db;
+	ck_assert_msg(tensor_norm_backward(g, x, mean, rstd, w, &dx, &dw, &db) == TENSOR_OK, "%s",
+		      tensor_last_error());
+	tu_assert_shape(dx, nd, x->shape);
+	tu_assert_shape(dw, 1, &c);
+	tu_assert_shape(db, 1, &c);
+	ck_assert(tensor_is_contiguous(dx) && tensor_is_contiguous(dw) && tensor_is_contiguous(db));
+	ck_assert(dx->dtype == x->dtype && dw->dtype == x->dtype && db->dtype == x->dtype);
+	double *vx = tu_values(x), *vg = tu_values(g), *vr = tu_values(rstd);
+	double *vm = mean ? tu_values(mean) : NULL, *vw = w ? tu_values(w) : NULL;
+	double *wdx = alloc_values(rows * c), *wdw = alloc_values(c), *wdb = alloc_values(c);
+	ref_norm_backward(vg, vx, vm, vr, vw, rows, c, wdx, wdw, wdb);
+	tu_assert_close(dx, wdx, rows * c, tol, tol);
+	tu_assert_close(dw, wdw, c, tol, tol);
+	tu_assert_close(db, wdb, c, tol, tol);
+	struct tensor *one[3] = { NULL, NULL, NULL };
+	ck_assert_int_eq(tensor_norm_backward(g, x, mean, rstd, w, &one[0], NULL, NULL), TENSOR_OK);
+	tu_assert_close(one[0], wdx, rows * c, tol, tol);
+	ck_assert_int_eq(tensor_norm_backward(g, x, mean, rstd, w, NULL, &one[1], NULL), TENSOR_OK);
+	tu_assert_close(one[1], wdw, c, tol, tol);
+	ck_assert_int_eq(tensor_norm_backward(g, x, mean, rstd, w, NULL, NULL, &one[2]), TENSOR_OK);
+	tu_assert_close(one[2], wdb, c, tol, tol);
+	ck_assert_int_eq(tensor_norm_backward(g, x, mean, rstd, w, NULL, NULL, NULL), TENSOR_OK);
+	free(vx);
+	free(vg);
+	free(vr);
+	free(vm);
+	free(vw);
+	free(wdx);
+	free(wdw);
+	free(wdb);
+}
+
+/* [2,3,8] x and g in each layout (g also broadcast along rows and along C),
+ * with w absent, contiguous, strided and broadcast. */
+static void run_norm_backward_matrix(enum tensor_dtype dt, bool rms)
+{
+	const int64_t s238[] = { 2, 3, 8 }, s283[] = { 2, 8, 3 }, s2316[] = { 2, 3, 16 };
+	const int64_t s218[] = { 2, 1, 8 }, s231[] = { 2, 3, 1 }, c = 8, c2 = 16, one = 1;
+	struct tensor *xs[4], *gs[5], *ws[4];
+	xs[0] = tu_rand(dt, 3, s238, 1);
+	xs[1] = tu_strided(xs[0]);
+	xs[2] = tensor_transpose(tu_rand(dt, 3, s283, 2), 1, 2);
+	xs[3] = tensor_slice(tu_rand(dt, 3, s2316, 3), 2, 1, 16, 2);
+	gs[0] = tu_rand(dt, 3, s238, 4);
+	gs[1] = tu_strided(gs[0]);
+	gs[2] = tensor_transpose(tu_rand(dt, 3, s283, 5), 1, 2);
+	gs[3] = tensor_expand(tu_rand(dt, 3, s218, 6), 3, s238);
+	gs[4] = tensor_expand(tu_rand(dt, 3, s231, 7), 3, s238); /* stride 0 along C */
+	ws[0] = NULL;
+	ws[1] = rnd(dt, 1, &c, 8, 0.5, 2.5);
+	ws[2] = tensor_slice(tu_rand(dt, 1, &c2, 9), 0, 0, 16, 2);
+	ws[3] = tensor_expand(tu_rand(dt, 1, &one, 10), 1, &c);
+	for (int i = 0; i < 4; i++)
+		for (int j = 0; j < 5; j++)
+			for (int k = 0; k < 4; k++) {
+				tu_assert_shape(xs[i], 3, s238);
+				tu_assert_shape(gs[j], 3, s238);
+				check_norm_backward(xs[i], gs[j], ws[k], rms, tol_of(dt));
+			}
+}
+
+START_TEST(test_layer_norm_backward)
+{
+	run_norm_backward_matrix(FLOATS[_i], false);
+}
+END_TEST
+
+START_TEST(test_rms_norm_backward)
+{
+	run_norm_backward_matrix(FLOATS[_i], true);
+}
+END_TEST
+
+/* Rows enough to run in parallel (two threads), contiguous and transposed;
+ * the per-thread partial sums of dw, db add up the same way every run. */
+START_TEST(test_norm_backward_parallel)
+{
+	enum tensor_dtype dt = FLOATS[_i];
+	const int64_t s[] = { 4096, 64 }, st[] = { 64, 4096 }, c = 64;
+	int saved = tensor_get_num_threads();
+	tensor_set_num_threads(2);
+	struct tensor *x = tu_rand(dt, 2, s, 31), *g = tu_rand(dt, 2, s, 32);
+	struct tensor *xt = tensor_transpose(tu_rand(dt, 2, st, 33), 0, 1);
+	struct tensor *gt = tensor_transpose(tu_rand(dt, 2, st, 34), 0, 1);
+	struct tensor *w = rnd(dt, 1, &c, 35, 0.5, 1.5);
+	for (int rms = 0; rms < 2; rms++) {
+		check_norm_backward(x, g, w, rms, tol_of(dt));
+		check_norm_backward(x, g, NULL, rms, tol_of(dt));
+		check_norm_backward(xt, gt, w, rms, tol_of(dt));
+		check_norm_backward(x, gt, NULL, rms, tol_of(dt));
+	}
+	struct tensor *mean, *rstd, *dw[2], *db[2];
+	ck_assert(tensor_layer_norm(x, w, NULL, 1e-5, &mean, &rstd) != NULL);
+	for (int k = 0; k < 2; k++)
+		ck_assert_int_eq(tensor_norm_backward(g, x, mean, rstd, w, NULL, &dw[k], &db[k]),
+				 TENSOR_OK);
+	ck_assert(memcmp(tensor_data(dw[0]), tensor_data(dw[1]), tensor_nbytes(dw[0])) == 0);
+	ck_assert(memcmp(tensor_data(db[0]), tensor_data(db[1]), tensor_nbytes(db[0])) == 0);
+	tensor_set_num_threads(saved);
+}
+END_TEST
+
+START_TEST(test_norm_backward_shapes)
+{
+	enum tensor_dtype dt = FLOATS[_i];
+	/* 1-d x, C == 1, a single row of many columns */
+	const int64_t c = 7, s51[] = { 5, 1 }, s18k[] = { 1, 8192 }, s01[] = { 0, 1 };
+	for (int rms = 0; rms < 2; rms++) {
+		check_norm_backward(tu_rand(dt, 1, &c, 41), tu_rand(dt, 1, &c, 42), NULL, rms,
+				    tol_of(dt));
+		check_norm_backward(tu_rand(dt, 2, s51, 43), tu_strided(tu_rand(dt, 2, s51, 44)),
+				    NULL, rms, tol_of(dt));
+		check_norm_backward(tu_rand(dt, 2, s18k, 45), tu_rand(dt, 2, s18k, 46), NULL, rms,
+				    tol_of(dt));
+	}
+	/* no rows: dw and db are zero; empty rows: empty outputs */
+	const int64_t s08[] = { 0, 8 }, s30[] = { 3, 0 }, s31[] = { 3, 1 }, c8 = 8, c0 = 0;
+	struct tensor *x = tensor_zeros(dt, TENSOR_CPU, 2, s08);
+	struct tensor *mean = tensor_zeros(dt, TENSOR_CPU, 2, s01);
+	struct tensor *w = tu_rand(dt, 1, &c8, 47), *dx, *dw, *db;
+	ck_assert_int_eq(tensor_norm_backward(x, x, mean, mean, w, &dx, &dw, &db), TENSOR_OK);
+	const double zeros[8] = { 0 };
+	tu_assert_shape(dx, 2, s08);
+	tu_assert_close(dw, zeros, 8, 0, 0);
+	tu_assert_close(db, zeros, 8, 0, 0);
+	x = tensor_zeros(dt, TENSOR_CPU, 2, s30);
+	mean = tensor_zeros(dt, TENSOR_CPU, 2, s31);
+	ck_assert_int_eq(tensor_norm_backward(x, x, NULL, mean, NULL, &dx, &dw, &db), TENSOR_OK);
+	tu_assert_shape(dx, 2, s30);
+	tu_assert_shape(dw, 1, &c0);
+	tu_assert_shape(db, 1, &c0);
+}
+END_TEST
+
+START_TEST(test_norm_backward_errors)
+{
+	const int64_t s238[] = { 2, 3, 8 }, s239[] = { 2, 3, 9 }, s231[] = { 2, 3, 1 };
+	const int64_t s23[] = { 2, 3 }, s211[] = { 2, 1, 1 }, c9 = 9;
+	struct tensor *x = tu_rand(TENSOR_F32, 3, s238, 1), *g = tu_rand(TENSOR_F32, 3, s238, 2);
+	struct tensor *mean = NULL, *rstd = NULL;
+	ck_assert(tensor_layer_norm(x, NULL, NULL, 1e-5, &mean, &rstd) != NULL);
+	struct tensor *dx = x, *dw = x, *db = x;
+	tu_assert_error(tensor_norm_backward(NULL, x, mean, rstd, NULL, &dx, &dw, &db) ==
+			    TENSOR_ERR_ARG,
+			TENSOR_ERR_ARG, "norm_backward: g is NULL", NULL);
+	ck_assert(dx == NULL && dw == NULL && db == NULL);
+	tu_assert_error(tensor_norm_backward(g, x, mean, NULL, NULL, &dx, NULL, NULL) < 0,
+			TENSOR_ERR_ARG, "norm_backward: rstd is NULL", NULL);
+	tu_assert_error(tensor_norm_backward(tu_rand(TENSOR_F32, 3, s239, 3), x, mean, rstd, NULL,
+					     &dx, NULL, NULL) == TENSOR_ERR_SHAPE,
+			TENSOR_ERR_SHAPE, "norm_backward: g [2,3,9]", "x [2,3,8]");
+	ck_assert(dx == NULL);
+	tu_assert_error(tensor_norm_backward(tu_rand(TENSOR_F64, 3, s238, 4), x, mean, rstd, NULL,
+					     &dx, NULL, NULL) == TENSOR_ERR_DTYPE,
+			TENSOR_ERR_DTYPE, "norm_backward", "f64");
+	tu_assert_error(tensor_norm_backward(g, x, mean, tu_rand(TENSOR_F32, 2, s23, 5), NULL, &dx,
+					     NULL, NULL) == TENSOR_ERR_SHAPE,
+			TENSOR_ERR_SHAPE, "norm_backward: rstd [2,3]", "x [2,3,8]");
+	tu_assert_error(tensor_norm_backward(g, x, tu_rand(TENSOR_F32, 3, s211, 6), rstd, NULL, &dx,
+					     NULL, NULL) == TENSOR_ERR_SHAPE,
+			TENSOR_ERR_SHAPE, "norm_backward: mean [2,1,1]", "last dim 1");
+	tu_assert_error(tensor_norm_backward(g, x, mean, tu_rand(TENSOR_F64, 3, s231, 7), NULL,
+					     NULL, &dw, NULL) == TENSOR_ERR_DTYPE,
+			TENSOR_ERR_DTYPE, "norm_backward", "f64");
+	tu_assert_error(tensor_norm_backward(g, x, mean, rstd, tu_rand(TENSOR_F32, 1, &c9, 8), NULL,
+					     &dw, NULL) == TENSOR_ERR_SHAPE,
+			TENSOR_ERR_SHAPE, "norm_backward: w [9]", "expected [8]");
+	ck_assert(dw == NULL);
+	struct tensor *xi = tensor_zeros(TENSOR_I64, TENSOR_CPU, 3, s238);
+	tu_assert_error(tensor_norm_backward(xi, xi, NULL, xi, NULL, &dx, NULL, NULL) ==
+			    TENSOR_ERR_DTYPE,
+			TENSOR_ERR_DTYPE, "norm_backward", "i64");
+	const double v = 1;
+	struct tensor *s = tensor_from_data(TENSOR_F64, TENSOR_CPU, 0, NULL, &v);
+	tu_assert_error(tensor_norm_backward(s, s, NULL, s, NULL, &dx, NULL, NULL) ==
+			    TENSOR_ERR_SHAPE,
+			TENSOR_ERR_SHAPE, "norm_backward", "0-d");
+	/* a NULL input keeps the first error */
+	tensor_error(TENSOR_ERR_ARG, "first");
+	ck_assert(tensor_norm_backward(g, NULL, mean, rstd, NULL, &dx, NULL, NULL) < 0);
+	ck_assert(dx == NULL);
+	ck_assert_str_eq(tensor_last_error(), "first");
+	tensor_clear_error();
+}
+END_TEST
+
 /* Outside any scope the caller owns y, mean and rstd; nothing else leaks. */
 START_TEST(test_heap_no_leak)
 {
@@ -455,6 +691,11 @@ int main(void)
 	tcase_add_loop_test(tc, test_rms_norm, 0, 2);
 	tcase_add_loop_test(tc, test_norm_shapes, 0, 2);
 	tcase_add_test(tc, test_norm_errors);
+	tcase_add_loop_test(tc, test_layer_norm_backward, 0, 2);
+	tcase_add_loop_test(tc, test_rms_norm_backward, 0, 2);
+	tcase_add_loop_test(tc, test_norm_backward_parallel, 0, 2);
+	tcase_add_loop_test(tc, test_norm_backward_shapes, 0, 2);
+	tcase_add_test(tc, test_norm_backward_errors);
 	tcase_add_test(tc, test_heap_no_leak);
 	suite_add_tcase(s, tc);
 	return tu_run(s);

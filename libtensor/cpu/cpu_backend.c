@@ -179,6 +179,7 @@ const struct tensor_backend tensor_cpu_backend = {
 	.softmax = cpu_softmax,
 	.layer_norm = cpu_layer_norm,
 	.rms_norm = cpu_rms_norm,
+	.norm_backward = cpu_norm_backward,
 	.index_select = cpu_index_select,
 	.index_add = cpu_index_add,
 	.gather = cpu_gather,

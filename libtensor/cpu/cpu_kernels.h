@@ -33,6 +33,9 @@ int cpu_layer_norm(struct tensor *y, struct tensor *mean, struct tensor *rstd,
 		   double eps);
 int cpu_rms_norm(struct tensor *y, struct tensor *rstd, const struct tensor *x,
 		 const struct tensor *w, double eps);
+int cpu_norm_backward(struct tensor *dx, struct tensor *dw, struct tensor *db,
+		      const struct tensor *g, const struct tensor *x, const struct tensor *mean,
+		      const struct tensor *rstd, const struct tensor *w);
 /* cpu_index.c */
 int cpu_index_select(struct tensor *out, const struct tensor *src, int dim,
 		     const struct tensor *idx);

@@ -2,8 +2,10 @@
  *
  * x may have any strides; out / y are contiguous. The norms' mean and rstd
  * are NULL or contiguous [rows] tensors of x's dtype. Statistics and softmax
- * sums accumulate in double. */
+ * sums accumulate in double. The norms' backward takes g of x's shape (any
+ * strides) and writes a contiguous dx and [C] dw, db. */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -284,4 +286,200 @@ int cpu_rms_norm(struct tensor *y, struct tensor *rstd, const struct tensor *x,
 {
 	struct norm_job jb = { .rms = true, .eps = eps, .dt = x->dtype, .w = w, .b = NULL };
 	return norm_rows(&jb, y, NULL, rstd, x);
+}
+
+/* ---- norm backward -------------------------------------------------------- */
+
+/* Per row, with xhat = (x - mu) * rs (mu = 0 for RMS norm) and dxhat = g * w:
+ *   dx = rs * (dxhat - xhat * mean(dxhat * xhat) - mean(dxhat))
+ * (no mean(dxhat) term for RMS norm), the means in double. dw and db add the
+ * row's g * xhat and g into the thread's partial sums (double), which are
+ * added up in thread order at the end, so results do not depend on timing. */
+struct nbw_job {
+	bool rms, xc, gc, sc; /* contiguous x, g and statistics */
+	enum tensor_dtype dt;
+	int64_t n;
+	const struct tensor *g, *x, *mean, *rstd, *w;
+	const float *wf; /* f32: w as a unit-stride run (ones without w) */
+	struct tensor *dx;
+};
+
+/* Offset of row r of t, whose rows are n apart when t is contiguous. */
+static inline int64_t row_at(const struct tensor *t, bool contig, int64_t r, int64_t n)
+{
+	return contig ? r * n : row_offset(t, r);
+}
+
+/* One f32 row with unit-stride runs; dx, dw, db NULL when not wanted. */
+static void nbw_row_f32(const float *g, const float *x, const float *w, float *dx, double *dw,
+			double *db, int64_t n, float mu, float rs, bool rms)
+{
+	if (dx) {
+		double sa = 0, sb = 0;
+#pragma omp simd reduction(+ : sa, sb)
+		for (int64_t i = 0; i < n; i++) {
+			float xh = (x[i] - mu) * rs, d = g[i] * w[i];
+			sa += d * xh;
+			sb += d;
+		}
+		float a = (float)(sa / (double)n), b = rms ? 0.0f : (float)(sb / (double)n);
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++) {
+			float xh = (x[i] - mu) * rs, d = g[i] * w[i];
+			dx[i] = (d - xh * a - b) * rs;
+		}
+	}
+	if (dw) {
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			dw[i] += g[i] * ((x[i] - mu) * rs);
+	}
+	if (db) {
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			db[i] += g[i];
+	}
+}
+
+/* One row of any float dtype and strides (in elements), in double. */
+static void nbw_row_any(const struct nbw_job *jb, const char *g, int64_t sg, const char *x,
+			int64_t sx, char *dx, double *dw, double *db, double mu, double rs)
+{
+	enum tensor_dtype dt = jb->dt;
+	int64_t n = jb->n, es = (int64_t)tensor_dtype_size(dt);
+	const char *w = jb->w ? cpu_ptr(jb->w) : NULL;
+	int64_t ws = w ? jb->w->strides[0] * es : 0;
+	sg *= es;
+	sx *= es;
+	if (dx) {
+		double sa = 0, sb = 0;
+		for (int64_t i = 0; i < n; i++) {
+			double xh = (cpu_load(x + i * sx, dt) - mu) * rs;
+			double d = cpu_load(g + i * sg, dt) * (w ? cpu_load(w + i * ws, dt) : 1);
+			sa += d * xh;
+			sb += d;
+		}
+		double a = sa / (double)n, b = jb->rms ? 0 : sb / (double)n;
+		for (int64_t i = 0; i < n; i++) {
+			double xh = (cpu_load(x + i * sx, dt) - mu) * rs;
+			double d = cpu_load(g + i * sg, dt) * (w ? cpu_load(w + i * ws, dt) : 1);
+			cpu_store(dx + i * es, dt, (d - xh * a - b) * rs);
+		}
+	}
+	for (int64_t i = 0; (dw || db) && i < n; i++) {
+		double gi = cpu_load(g + i * sg, dt);
+		if (dw)
+			dw[i] += gi * ((cpu_load(x + i * sx, dt) - mu) * rs);
+		if (db)
+			db[i] += gi;
+	}
+}
+
+/* Row r; buf (f32 only, 2n floats) gathers strided x and g rows. */
+static void nbw_row(const struct nbw_job *jb, int64_t r, float *buf, double *dw, double *db)
+{
+	enum tensor_dtype dt = jb->dt;
+	int64_t n = jb->n, es = (int64_t)tensor_dtype_size(dt);
+	int64_t sx = jb->x->strides[jb->x->ndim - 1], sg = jb->g->strides[jb->g->ndim - 1];
+	const char *xr = cpu_ptr(jb->x) + row_at(jb->x, jb->xc, r, n) * es;
+	const char *gr = cpu_ptr(jb->g) + row_at(jb->g, jb->gc, r, n) * es;
+	char *dxr = jb->dx ? cpu_ptr(jb->dx) + r * n * es : NULL;
+	double mu =
+	    jb->mean ? cpu_load(cpu_ptr(jb->mean) + row_at(jb->mean, jb->sc, r, 1) * es, dt) : 0;
+	double rs = cpu_load(cpu_ptr(jb->rstd) + row_at(jb->rstd, jb->sc, r, 1) * es, dt);
+	if (dt != TENSOR_F32) {
+		nbw_row_any(jb, gr, sg, xr, sx, dxr, dw, db, mu, rs);
+		return;
+	}
+	const float *xf = (const float *)xr, *gf = (const float *)gr;
+	if (buf && sx != 1) {
+		for (int64_t i = 0; i < n; i++)
+			buf[i] = xf[i * sx];
+		xf = buf;
+	}
+	if (buf && sg != 1) {
+		for (int64_t i = 0; i < n; i++)
+			buf[n + i] = gf[i * sg];
+		gf = buf + n;
+	}
+	nbw_row_f32(gf, xf, jb->wf, (float *)dxr, dw, db, n, (float)mu, (float)rs, jb->rms);
+}
+
+static int nbw_nomem(const struct tensor *x, int nt, int64_t n)
+{
+	char bx[128];
+	return tensor_error(TENSOR_ERR_NOMEM,
+			    "norm_backward: no memory for %d per-thread buffers of %lld elements "
+			    "(x %s)",
+			    nt, (long long)n, tensor_shape_str(x, bx, sizeof bx));
+}
+
+int cpu_norm_backward(struct tensor *dx, struct tensor *dw, struct tensor *db,
+		      const struct tensor *g, const struct tensor *x, const struct tensor *mean,
+		      const struct tensor *rstd, const struct tensor *w)
+{
+	enum tensor_dtype dt = x->dtype;
+	int64_t n = x->shape[x->ndim - 1], rows = row_count(x), es = (int64_t)tensor_dtype_size(dt);
+	int64_t sx = x->strides[x->ndim - 1], sg = g->strides[g->ndim - 1];
+	bool par = rows * n > CPU_PAR_MIN, f32 = dt == TENSOR_F32;
+	bool gather = f32 && n > 1 && (sx != 1 || sg != 1);
+	bool wcopy = f32 && !(w && (w->strides[0] == 1 || n == 1));
+	int nt = par ? cpu_num_threads() : 1, nparts = (dw != NULL) + (db != NULL);
+	int64_t ld = (n + 7) & ~(int64_t)7; /* one run of partial sums, whole cache lines */
+	if (n == 0)
+		return TENSOR_OK;
+	double *part = nparts ? calloc((size_t)(nt * nparts * ld), sizeof(double)) : NULL;
+	float *wbuf = wcopy ? malloc(sizeof(float) * (size_t)n) : NULL;
+	if ((nparts && !part) || (wcopy && !wbuf)) {
+		free(part);
+		free(wbuf);
+		return nbw_nomem(x, nt, n);
+	}
+	for (int64_t i = 0; wbuf && i < n; i++)
+		wbuf[i] = w ? (float)cpu_load(cpu_ptr(w) + i * w->strides[0] * es, dt) : 1.0f;
+	const float *wf = wbuf;
+	if (f32 && !wcopy)
+		wf = (const float *)cpu_ptr(w); /* unit stride */
+	struct nbw_job jb = { .rms = !mean,
+			      .xc = tensor_is_contiguous(x),
+			      .gc = tensor_is_contiguous(g),
+			      .sc = tensor_is_contiguous(rstd) &&
+				    (!mean || tensor_is_contiguous(mean)),
+			      .dt = dt,
+			      .n = n,
+			      .g = g,
+			      .x = x,
+			      .mean = mean,
+			      .rstd = rstd,
+			      .w = w,
+			      .wf = wf,
+			      .dx = dx };
+	bool failed = false;
+#pragma omp parallel num_threads(nt) if (par)
+	{
+		int t = omp_get_thread_num();
+		double *pdw = dw && part ? part + (int64_t)t * nparts * ld : NULL;
+		double *pdb = db && part ? part + ((int64_t)t * nparts + (dw != NULL)) * ld : NULL;
+		float *buf = gather ? malloc(sizeof(float) * 2 * (size_t)n) : NULL;
+		if (gather && !buf) {
+#pragma omp atomic write
+			failed = true;
+		}
+#pragma omp for schedule(static)
+		for (int64_t r = 0; r < rows; r++)
+			if (buf || !gather)
+				nbw_row(&jb, r, buf, pdw, pdb);
+		free(buf);
+	}
+	for (int64_t i = 0; !failed && part && i < n; i++) {
+		for (int k = 0; k < nparts; k++) {
+			double s = 0;
+			for (int t = 0; t < nt; t++)
+				s += part[((int64_t)t * nparts + k) * ld + i];
+			cpu_store(cpu_ptr(k == 0 && dw ? dw : db) + i * es, dt, s);
+		}
+	}
+	free(part);
+	free(wbuf);
+	return failed ? nbw_nomem(x, nt, n) : TENSOR_OK;
 }
