@@ -36,6 +36,7 @@ import torch.nn.functional as F
 
 MASKED_SCORE = -1e30  # cformer's score for masked keys (finite: no NaN rows)
 NORM_EPS = 1e-5
+PROJ_INIT_NOISE = 0.1  # cformer's MODEL_PROJ_INIT_NOISE
 KINDS = ("standard", "linear", "conv")
 SHARINGS = ("none", "headwise", "kv", "layerwise")
 
@@ -57,6 +58,7 @@ class Config:
     pad_id: int = 0
     num_classes: int = 2
     head_hidden: int = 256
+    xavier_projections: bool = False  # learned E, F: xavier noise only, not window means
     attention_impl: str = "math"  # "math" (explicit softmax) or "sdpa"
 
     @property
@@ -125,17 +127,25 @@ class Position(nn.Module):
 class SeqProj(nn.Module):
     """One sequence projection n -> k of keys or values [B, H, T, dh].
 
-    linear: weight [k, n] ([H, k, n] per head), N(0, 2 / (n + k)); the first T
-    columns are used. conv: weight [dh, dh, n/k], bias [dh] (PyTorch's Conv1d
+    linear: weight [k, n] ([H, k, n] per head), the first T columns used; as
+    cformer, the window means (row r averages the positions j with j k / n = r)
+    plus PROJ_INIT_NOISE x N(0, 2 / (n + k)), or that xavier draw alone with
+    xavier_projections. conv: weight [dh, dh, n/k], bias [dh] (PyTorch's Conv1d
     default init, as cformer), over the sequence zero-padded to n, each head
     alike (the heads share the channels)."""
 
-    def __init__(self, kind: str, n: int, k: int, heads: int, dh: int, per_head: bool):
+    def __init__(self, kind: str, n: int, k: int, heads: int, dh: int, per_head: bool,
+                 xavier: bool = False):
         super().__init__()
         self.kind, self.n, self.k = kind, n, k
         if kind == "linear":
             shape = (heads, k, n) if per_head else (k, n)
-            self.weight = nn.Parameter(torch.randn(*shape) * math.sqrt(2.0 / (n + k)))
+            w = torch.randn(*shape) * math.sqrt(2.0 / (n + k))
+            if not xavier:  # nn_seq_proj_init_windows
+                window = torch.arange(n) * k // n  # the row each position averages into
+                onehot = F.one_hot(window, k).T.float()  # [k, n]
+                w = PROJ_INIT_NOISE * w + onehot / onehot.sum(dim=1, keepdim=True)
+            self.weight = nn.Parameter(w)
             self.bias = None
         else:
             conv = nn.Conv1d(dh, dh, n // k, stride=n // k)
@@ -185,7 +195,7 @@ class Attention(nn.Module):
         self.shared = [shared]  # a list: not registered as this layer's parameter
         if kind != "standard" and cfg.sharing != "layerwise":
             per_head = cfg.sharing == "none" and kind == "linear"
-            make = lambda: SeqProj(kind, cfg.max_len, cfg.k, h, d // h, per_head)
+            make = lambda: SeqProj(kind, cfg.max_len, cfg.k, h, d // h, per_head, cfg.xavier_projections)
             self.E = make()
             if cfg.sharing in ("none", "headwise"):
                 self.F = make()
@@ -265,7 +275,8 @@ class Encoder(nn.Module):
         kinds = [a for a in cfg.attention if a != "standard"]
         self.proj = None
         if cfg.sharing == "layerwise" and kinds:
-            self.proj = SeqProj(kinds[0], cfg.max_len, cfg.k, cfg.heads, cfg.dim // cfg.heads, False)
+            self.proj = SeqProj(kinds[0], cfg.max_len, cfg.k, cfg.heads, cfg.dim // cfg.heads, False,
+                                cfg.xavier_projections)
         self.layers = nn.ModuleList(Layer(cfg, a, self.proj) for a in cfg.attention)
         self.norm = nn.LayerNorm(cfg.dim, eps=NORM_EPS)
 
