@@ -74,6 +74,29 @@ def positive(kind):
     return parse
 
 
+def add_model_flags(p):
+    """--threads and the encoder's shape (--dim, --heads, --layers, --ff, --vocab), as both
+    benchmarks and their cformer twins take them."""
+    p.add_argument("--threads", type=positive(int), default=2, metavar="T", help="threads (default 2)")
+    p.add_argument("--dim", type=positive(int), default=256, metavar="D", help="model width (default 256)")
+    p.add_argument("--heads", type=positive(int), default=4, metavar="H", help="attention heads (default 4)")
+    p.add_argument("--layers", type=positive(int), default=4, metavar="L", help="encoder layers (default 4)")
+    p.add_argument("--ff", type=positive(int), default=1024, metavar="F", help="feed-forward width (default 1024)")
+    p.add_argument("--vocab", type=positive(int), default=30522, metavar="V", help="vocabulary (default 30522)")
+
+
+def parse_model_flags(p, argv):
+    """Adds --attention and --csv, parses argv and checks that --heads divides --dim."""
+    p.add_argument("--attention", choices=["math", "sdpa"], default="math",
+                   help="math: softmax(q k^T) v with the scores in memory, as cformer (default); "
+                        "sdpa: torch's fused scaled_dot_product_attention")
+    p.add_argument("--csv", metavar="FILE", help="write the CSV here")
+    a = p.parse_args(argv)
+    if a.dim % a.heads:
+        p.error(f"argument --heads: {a.heads} must divide --dim {a.dim}")
+    return a
+
+
 def thread_env(threads: int) -> dict:
     """The environment of a child: OpenMP and MKL limited to threads."""
     env = dict(os.environ)

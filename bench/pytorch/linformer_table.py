@@ -35,25 +35,13 @@ def parse_flags(argv):
                    help="1, or max: the largest batch within --budget-gib (default 1)")
     p.add_argument("--budget-gib", type=B.positive(float), default=16.0, metavar="G",
                    help="memory budget in GiB (default 16, the paper's V100)")
-    p.add_argument("--threads", type=B.positive(int), default=2, metavar="T", help="threads (default 2)")
-    p.add_argument("--dim", type=B.positive(int), default=256, metavar="D", help="model width (default 256)")
-    p.add_argument("--heads", type=B.positive(int), default=4, metavar="H", help="attention heads (default 4)")
-    p.add_argument("--layers", type=B.positive(int), default=4, metavar="L", help="encoder layers (default 4)")
-    p.add_argument("--ff", type=B.positive(int), default=1024, metavar="F", help="feed-forward width (default 1024)")
-    p.add_argument("--vocab", type=B.positive(int), default=30522, metavar="V", help="vocabulary (default 30522)")
+    B.add_model_flags(p)
     p.add_argument("--reps", type=B.positive(int), default=3, metavar="R",
                    help="timed forward passes after one warm-up; the best is reported (default 3)")
     p.add_argument("--max-seconds", type=B.positive(float), default=60.0, metavar="S",
                    help="once a configuration's forward pass takes longer than S seconds, larger n "
                         "of that model and k are skipped (default 60)")
-    p.add_argument("--attention", choices=["math", "sdpa"], default="math",
-                   help="math: softmax(q k^T) v with the scores in memory, as cformer (default); "
-                        "sdpa: torch's fused scaled_dot_product_attention")
-    p.add_argument("--csv", metavar="FILE", help="write the CSV here")
-    a = p.parse_args(argv)
-    if a.dim % a.heads:
-        p.error(f"argument --heads: {a.heads} must divide --dim {a.dim}")
-    return a
+    return B.parse_model_flags(p, argv)
 
 
 # ---- child: one configuration -------------------------------------------------------------

@@ -34,25 +34,13 @@ def parse_flags(argv):
     p.add_argument("--models", type=B.name_list(MODELS), default=list(MODELS), metavar="M1,M2,..",
                    help="transformer,linformer,conv-linformer (default all)")
     p.add_argument("--batch", type=B.positive(int), default=16, metavar="B", help="batch (default 16)")
-    p.add_argument("--threads", type=B.positive(int), default=2, metavar="T", help="threads (default 2)")
-    p.add_argument("--dim", type=B.positive(int), default=256, metavar="D", help="model width (default 256)")
-    p.add_argument("--heads", type=B.positive(int), default=4, metavar="H", help="attention heads (default 4)")
-    p.add_argument("--layers", type=B.positive(int), default=4, metavar="L", help="encoder layers (default 4)")
-    p.add_argument("--ff", type=B.positive(int), default=1024, metavar="F", help="feed-forward width (default 1024)")
-    p.add_argument("--vocab", type=B.positive(int), default=30522, metavar="V", help="vocabulary (default 30522)")
+    B.add_model_flags(p)
     p.add_argument("--warmup", type=B.positive(int), default=2, metavar="W",
                    help="training steps before timing (default 2)")
     p.add_argument("--reps", type=B.positive(int), default=5, metavar="R", help="timed training steps (default 5)")
-    p.add_argument("--attention", choices=["math", "sdpa"], default="math",
-                   help="math: softmax(q k^T) v with the scores in memory, as cformer (default); "
-                        "sdpa: torch's fused scaled_dot_product_attention")
     p.add_argument("--sgemm", type=B.positive(int), default=2048, metavar="S",
                    help="the S^3 matmul timed for the sgemm rate (default 2048)")
-    p.add_argument("--csv", metavar="FILE", help="write the CSV here")
-    a = p.parse_args(argv)
-    if a.dim % a.heads:
-        p.error(f"argument --heads: {a.heads} must divide --dim {a.dim}")
-    return a
+    return B.parse_model_flags(p, argv)
 
 
 # ---- children -----------------------------------------------------------------------------
