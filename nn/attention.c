@@ -137,8 +137,9 @@ static int build_masks(const struct tensor *q, const struct tensor *key_mask, bo
 /*
  * softmax(q k^T * scale, masked keys at MASKED_SCORE) v, then rows with no
  * visible key set to zero (their gradient is zero too). k^T is a transposed
- * view, passed to BLAS by its strides. The scale goes on q or on the scores,
- * whichever is smaller.
+ * view, passed to BLAS by its strides. The scale goes on q, on k or on the
+ * scores, whichever is smallest (k when the Linformer has projected it to
+ * fewer rows than q has).
  */
 struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v,
 			    const struct tensor *key_mask, bool causal, double scale,
@@ -151,11 +152,20 @@ struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v
 	struct tensor *masked = NULL, *dead = NULL;
 	if ((key_mask || causal) && build_masks(q, key_mask, causal, &masked, &dead) < 0)
 		return NULL;
-	bool scale_q = scale != 1 && q->shape[3] <= k->shape[2];
-	struct tensor *qs = scale_q ? ag_mul_scalar(q, scale) : q;
+	/* per batch and head: q is T x d, k is S x d, the scores T x S */
+	int64_t t = q->shape[2], d = q->shape[3], sk = k->shape[2];
+	enum {
+		ON_Q,
+		ON_K,
+		ON_SCORES
+	} on = t <= sk ? (d <= sk ? ON_Q : ON_SCORES) : (d <= t ? ON_K : ON_SCORES);
+	if (scale != 1 && on == ON_Q)
+		q = ag_mul_scalar(q, scale);
+	if (scale != 1 && on == ON_K)
+		k = ag_mul_scalar(k, scale);
 	struct tensor *kt = ag_transpose(k, 2, 3); /* [B,H,d,S], no copy */
-	struct tensor *s = ag_matmul(qs, kt);	   /* [B,H,T,S] */
-	if (scale != 1 && !scale_q)
+	struct tensor *s = ag_matmul(q, kt);	   /* [B,H,T,S] */
+	if (scale != 1 && on == ON_SCORES)
 		s = ag_mul_scalar(s, scale);
 	if (masked)
 		s = ag_masked_fill(s, masked, MASKED_SCORE);
