@@ -244,7 +244,7 @@ static struct result run_config(const char *model, int64_t n)
 		bench_die(PROG, "inputs");
 	for (int64_t i = 0; i < opt.warmup; i++) {
 		double t0 = bench_clock();
-		double unused[NPHASES];
+		double unused[NPHASES] = { 0 }; /* warm-up phases are not reported */
 		train_step(&m, &ps, &adamw, ids, labels, unused);
 		double t = bench_clock() - t0;
 		r.longest = t > r.longest ? t : r.longest;
