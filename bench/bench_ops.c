@@ -262,12 +262,14 @@ static void bench_elementwise(const struct opts *o)
 	int64_t n = o->quick ? (4 << 20) : (16 << 20);
 	tensor_set_num_threads(o->threads);
 	struct tensor *a = rnd(1, &n, 3), *b = rnd(1, &n, 4);
-	const char *names[4] = { "add", "mul", "exp", "gelu" };
-	int nin[4] = { 2, 2, 1, 1 };
+	/* softmax over rows of 128: the Linformer's score rows at k = 128 */
+	struct tensor *rows = tensor_view(a, 2, (int64_t[]){ n / 128, 128 });
+	const char *names[5] = { "add", "mul", "exp", "gelu", "softmax (rows of 128)" };
+	int nin[5] = { 2, 2, 1, 1, 1 };
 	printf("## elementwise (f32, %lld elements, %d threads, best of %d)\n\n", (long long)n,
 	       o->threads, o->reps);
 	printf("| op | ms | GB/s |\n|---|---:|---:|\n");
-	for (int op = 0; op < 4; op++) {
+	for (int op = 0; op < 5; op++) {
 		double best = 1e30;
 		const char *err = NULL;
 		for (int r = 0; r <= o->reps && !err; r++) {
@@ -276,7 +278,8 @@ static void bench_elementwise(const struct opts *o)
 			struct tensor *y = op == 0   ? tensor_add(a, b)
 					   : op == 1 ? tensor_mul(a, b)
 					   : op == 2 ? tensor_exp(a)
-						     : tensor_gelu(a);
+					   : op == 3 ? tensor_gelu(a)
+						     : tensor_softmax(rows, 1);
 			double t = now() - t0;
 			if (!y)
 				err = tensor_last_error();
@@ -294,6 +297,7 @@ static void bench_elementwise(const struct opts *o)
 		fflush(stdout);
 	}
 	printf("\nGB/s counts each input read once and the output written once.\n");
+	tensor_free(rows);
 	tensor_free(a);
 	tensor_free(b);
 }

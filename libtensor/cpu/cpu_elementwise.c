@@ -278,16 +278,6 @@ EW_INLINE void unary_f32(enum tensor_unary_op op, float *restrict o, const float
 	}
 }
 
-/* The transcendental ops are compute-bound: on x86-64 with gcc, this row is
- * also built for AVX2+FMA and AVX-512 and the widest the CPU runs is picked at
- * load time (the default build targets baseline SSE2). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__gnu_linux__)
-#define CPU_WIDE_CLONES \
-	__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define CPU_WIDE_CLONES
-#endif
-
 CPU_WIDE_CLONES
 static void unary_f32_row(enum tensor_unary_op op, float *o, const float *x, int64_t sx, int64_t n,
 			  float al)

@@ -53,6 +53,11 @@ static double sum_f32(const float *x, int64_t n, double shift, bool square)
 
 /* Rows whose max is +-inf or that hold a NaN come out all NaN (as PyTorch:
  * a row of -inf has no distribution). */
+/* Exponentials are summed in float over blocks of SOFTMAX_BLOCK (so the loop
+ * vectorises) and the block sums in double. */
+#define SOFTMAX_BLOCK 1024
+
+CPU_WIDE_CLONES
 static void softmax_row_f32(float *y, const float *x, int64_t n, bool logsm)
 {
 	float m = -INFINITY;
@@ -60,21 +65,29 @@ static void softmax_row_f32(float *y, const float *x, int64_t n, bool logsm)
 	for (int64_t i = 0; i < n; i++)
 		m = x[i] > m ? x[i] : m;
 	double s = 0;
+	for (int64_t i0 = 0; i0 < n; i0 += SOFTMAX_BLOCK) {
+		int64_t i1 = n - i0 < SOFTMAX_BLOCK ? n : i0 + SOFTMAX_BLOCK;
+		float sb = 0;
+		if (logsm) {
+#pragma omp simd reduction(+ : sb)
+			for (int64_t i = i0; i < i1; i++)
+				sb += exp_f32(x[i] - m);
+		} else {
+#pragma omp simd reduction(+ : sb)
+			for (int64_t i = i0; i < i1; i++) {
+				float e = exp_f32(x[i] - m);
+				y[i] = e;
+				sb += e;
+			}
+		}
+		s += sb;
+	}
 	if (logsm) {
-#pragma omp simd reduction(+ : s)
-		for (int64_t i = 0; i < n; i++)
-			s += exp_f32(x[i] - m);
 		double c = (double)m + log(s);
 #pragma omp simd
 		for (int64_t i = 0; i < n; i++)
 			y[i] = (float)((double)x[i] - c);
 	} else {
-#pragma omp simd reduction(+ : s)
-		for (int64_t i = 0; i < n; i++) {
-			float e = exp_f32(x[i] - m);
-			y[i] = e;
-			s += e;
-		}
 		float inv = (float)(1.0 / s);
 #pragma omp simd
 		for (int64_t i = 0; i < n; i++)
