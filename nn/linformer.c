@@ -527,6 +527,74 @@ static struct tensor *project(const struct nn_linformer *m, const struct nn_seq_
 	return nn_seq_proj_forward(p, zero_padded(split_heads(x, hk), key_mask));
 }
 
+/* Whether keys and values are cheaper projected along the sequence first:
+ * E x [B,k,dim], then the k_proj / v_proj weights, instead of x W^T [B,T,kv]
+ * then E. Only for a learned or random E shared by the heads (per head, E x
+ * would be per head too), and only where it saves FLOPs: k dim (T + kv) <
+ * T kv (dim + k), i.e. almost always unless keys and values have one head. */
+static bool sequence_first(const struct nn_linformer *m, int64_t t)
+{
+	const struct nn_seq_proj *e = m->e_used;
+	if ((e->kind != NN_PROJ_LINEAR && e->kind != NN_PROJ_RANDOM) || e->per_head)
+		return false;
+	double k = (double)m->k, d = (double)m->dim, kv = (double)m->k_proj.out, n = (double)t;
+	return k * d * (n + kv) < n * kv * (d + k);
+}
+
+/* The linear layer lin after the sequence projection: (E x) W^T + (E r) b^T,
+ * with ex = E x [B,k,dim] and er = E r, r the column of ones of the rows that
+ * are not padding ([B,k,1], or [k,1] with no padding). Equal to E applied to
+ * x W^T + b with its padded rows zeroed. */
+static struct tensor *linear_after(const struct nn_linear *lin, struct tensor *ex,
+				   struct tensor *er)
+{
+	struct nn_linear weight_only = *lin;
+	weight_only.bias = NULL;
+	struct tensor *y = nn_linear_forward(&weight_only, ex);
+	return lin->bias ? ag_add(y, ag_mul(er, lin->bias)) : y;
+}
+
+/* E r for linear_after: the row sums of E [k,T], or E keep with keep [B,T,1]. */
+static struct tensor *rows_kept(struct tensor *e, struct tensor *keep)
+{
+	return keep ? ag_matmul(e, keep) : ag_sum(e, 1, (int[]){ 1 }, true);
+}
+
+/* Keys and values [B,hk,k,d] in the sequence-first order (see sequence_first):
+ * padded rows of x zeroed, E x and F x (once when E is F), then the weights. */
+static int project_sequence_first(const struct nn_linformer *m, struct tensor *x,
+				  const struct tensor *key_mask, struct tensor **k,
+				  struct tensor **v)
+{
+	int64_t t = x->shape[1], hk = m->shared_kv_head ? 1 : m->heads;
+	struct tensor *keep = NULL, *xz = x;
+	*k = *v = NULL;
+	if (key_mask) { /* keep [B,T,1]: 1 for a real row, 0 for padding */
+		struct tensor *c = tensor_cast(key_mask, x->dtype);
+		struct tensor *zero = tensor_zeros(x->dtype, x->storage->device, 0, NULL);
+		struct tensor *real = c && zero ? tensor_eq(c, zero) : NULL;
+		keep = real ? tensor_unsqueeze(real, 2) : NULL;
+		tensor_free(real);
+		tensor_free(zero);
+		tensor_free(c);
+		if (!keep)
+			return tensor_last_status();
+		xz = ag_mul(x, keep);
+	}
+	struct tensor *e = ag_narrow(m->e_used->weight, 1, 0, t);
+	struct tensor *ex = ag_matmul(e, xz), *er = rows_kept(e, keep);
+	struct tensor *fx = ex, *fr = er;
+	if (m->f_used != m->e_used) {
+		struct tensor *f = ag_narrow(m->f_used->weight, 1, 0, t);
+		fx = ag_matmul(f, xz);
+		fr = rows_kept(f, keep);
+	}
+	*k = split_heads(linear_after(&m->k_proj, ex, er), hk);
+	*v = split_heads(linear_after(&m->v_proj, fx, fr), hk);
+	tensor_free(keep);
+	return *k && *v ? TENSOR_OK : tensor_last_status();
+}
+
 /* Heads one at a time (as nn_mha): without grad each head runs in an inner
  * scope keeping only its output [B,T,d]; dropout masks are drawn per head. */
 static struct tensor *heads_sequential(const struct nn_linformer *m, struct tensor *q,
@@ -605,9 +673,14 @@ struct tensor *nn_linformer_forward(const struct nn_linformer *m, struct tensor 
 	if (check_input(m, x, key_mask) < 0)
 		return NULL;
 	int64_t b = x->shape[0], h = m->heads, d = m->dim / h;
-	struct tensor *q = split_heads(nn_linear_forward(&m->q_proj, x), h);
-	struct tensor *k = project(m, m->e_used, nn_linear_forward(&m->k_proj, x), key_mask);
-	struct tensor *v = project(m, m->f_used, nn_linear_forward(&m->v_proj, x), key_mask);
+	struct tensor *q = split_heads(nn_linear_forward(&m->q_proj, x), h), *k, *v;
+	if (sequence_first(m, x->shape[1])) {
+		if (project_sequence_first(m, x, key_mask, &k, &v) < 0)
+			return NULL;
+	} else {
+		k = project(m, m->e_used, nn_linear_forward(&m->k_proj, x), key_mask);
+		v = project(m, m->f_used, nn_linear_forward(&m->v_proj, x), key_mask);
+	}
 	if (!q || !k || !v)
 		return NULL;
 	int64_t kv_shape[4] = { b, h, m->k, d };

@@ -1191,7 +1191,9 @@ START_TEST(test_gradients)
 {
 	const int64_t B = 2, dim = 4, H = 2, n = 4, k = 2;
 	struct tensor *mask = mask_i32(B, 3, (const int[]){ 0, 0, 1, 0, 1, 1 });
-	/* every kind, masked with T < n and unmasked with T = n (x strided) */
+	/* every kind, masked with T < n and unmasked with T = n (x strided); the
+	 * shared learned projections without a shared key/value head take the
+	 * sequence-first order (E x, then the k/v weights), E = F included */
 	const struct {
 		enum nn_proj_kind kind;
 		enum nn_proj_sharing sharing;
@@ -1210,6 +1212,7 @@ START_TEST(test_gradients)
 		{ NN_PROJ_MAX, NN_SHARE_KV, false, false, false, false },
 		{ NN_PROJ_LINEAR, NN_SHARE_LAYERWISE, false, false, false, true },
 		{ NN_PROJ_CONV, NN_SHARE_LAYERWISE, true, false, false, false },
+		{ NN_PROJ_LINEAR, NN_SHARE_KV, false, false, true, true },
 	};
 	for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
 		bool mi = cases[ci].masked;
