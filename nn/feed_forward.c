@@ -43,6 +43,43 @@ int nn_feed_forward_init(struct nn_feed_forward *m, struct nn_params *ps, const 
 	return TENSOR_OK;
 }
 
+static struct tensor *forward_rows(const struct nn_feed_forward *m, struct tensor *x)
+{
+	struct tensor *h = nn_activation_forward(m->act, nn_linear_forward(&m->fc1, x));
+	if (m->gated)
+		h = ag_mul(h, nn_linear_forward(&m->fc3, x));
+	return nn_linear_forward(&m->fc2, nn_dropout_forward(&m->dropout, h));
+}
+
+/* Rows per block of the no-grad forward: a block's [rows, hidden] stays in
+ * cache, and the peak holds one block's instead of the whole input's. */
+#define FF_BLOCK_ROWS 1024
+
+/* Without gradients (and without dropout) the rows are independent: each
+ * block runs in its own scope and is copied into the output. */
+static struct tensor *forward_blocked(const struct nn_feed_forward *m, struct tensor *x,
+				      int64_t rows)
+{
+	struct tensor *y = tensor_empty(x->dtype, x->storage->device, x->ndim, x->shape);
+	struct tensor *x2 = tensor_view(x, 2, (int64_t[]){ rows, m->dim });
+	struct tensor *y2 = y ? tensor_view(y, 2, (int64_t[]){ rows, m->dim }) : NULL;
+	int rc = x2 && y2 ? TENSOR_OK : tensor_last_status();
+	for (int64_t r0 = 0; r0 < rows && rc == TENSOR_OK; r0 += FF_BLOCK_ROWS) {
+		int64_t cnt = rows - r0 < FF_BLOCK_ROWS ? rows - r0 : FF_BLOCK_ROWS;
+		tensor_scope_begin();
+		struct tensor *yb = forward_rows(m, tensor_narrow(x2, 0, r0, cnt));
+		rc = yb ? tensor_copy_(tensor_narrow(y2, 0, r0, cnt), yb) : tensor_last_status();
+		tensor_scope_end();
+	}
+	tensor_free(x2);
+	tensor_free(y2);
+	if (rc < 0) {
+		tensor_free(y);
+		return NULL;
+	}
+	return y;
+}
+
 struct tensor *nn_feed_forward_forward(const struct nn_feed_forward *m, struct tensor *x)
 {
 	if (!x)
@@ -58,10 +95,12 @@ struct tensor *nn_feed_forward_forward(const struct nn_feed_forward *m, struct t
 			     tensor_shape_str(x, bx, sizeof bx), (long long)m->dim);
 		return NULL;
 	}
-	struct tensor *h = nn_activation_forward(m->act, nn_linear_forward(&m->fc1, x));
-	if (m->gated)
-		h = ag_mul(h, nn_linear_forward(&m->fc3, x));
-	return nn_linear_forward(&m->fc2, nn_dropout_forward(&m->dropout, h));
+	int64_t rows = tensor_numel(x) / m->dim;
+	bool dropping = m->dropout.ps && m->dropout.ps->training && m->dropout.p > 0;
+	if (!ag_grad_enabled() && !dropping && rows > 2 * FF_BLOCK_ROWS &&
+	    tensor_is_contiguous(x))
+		return forward_blocked(m, x, rows);
+	return forward_rows(m, x);
 }
 
 void nn_feed_forward_free(struct nn_feed_forward *m)

@@ -1136,6 +1136,54 @@ START_TEST(test_feed_forward_grad)
 }
 END_TEST
 
+/* Without gradients a long input runs in row blocks (each in its own scope):
+ * the same values as the one-pass forward, with a lower peak. */
+START_TEST(test_feed_forward_blocked)
+{
+	const int64_t dim = 8, hidden = 32, shape[3] = { 3, 1000, dim }; /* 3000 rows */
+	for (int gated = 0; gated < 2; gated++) {
+		struct nn_params ps;
+		nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 41);
+		struct nn_feed_forward m;
+		ck_assert_int_eq(nn_feed_forward_init(&m, &ps, "ffn", dim, hidden,
+						      gated ? NN_SILU : NN_GELU, gated, 0.5),
+				 TENSOR_OK);
+		nn_params_train(&ps, false);
+		struct tensor *x = tu_rand(TENSOR_F32, 3, shape, 42);
+		tensor_scope_begin();
+		size_t live = tensor_mem_stats(TENSOR_CPU).live_bytes;
+		tensor_mem_reset_peak(TENSOR_CPU);
+		struct tensor *whole = nn_feed_forward_forward(&m, x); /* grad on: one pass */
+		size_t peak_whole = tensor_mem_stats(TENSOR_CPU).peak_bytes - live;
+		double *want = tu_values(whole);
+		tensor_scope_end();
+		tensor_scope_begin();
+		ag_no_grad_begin();
+		tensor_mem_reset_peak(TENSOR_CPU);
+		struct tensor *y = nn_feed_forward_forward(&m, x);
+		size_t peak_blocked = tensor_mem_stats(TENSOR_CPU).peak_bytes - live;
+		ck_assert_msg(y != NULL, "%s", tensor_last_error());
+		tu_assert_shape(y, 3, shape);
+		tu_assert_close(y, want, 3000 * dim, 1e-6, 1e-6);
+		ck_assert_msg(2 * peak_blocked < peak_whole, "peak %zu blocked, %zu whole",
+			      peak_blocked, peak_whole);
+		/* a strided input takes the one-pass path: the same values */
+		tu_assert_close(nn_feed_forward_forward(&m, tu_strided(x)), want, 3000 * dim, 1e-6,
+				1e-6);
+		/* dropout in training mode: one pass, one mask over all rows */
+		nn_params_train(&ps, true);
+		uint64_t drawn = ps.rng_counter;
+		ck_assert_ptr_nonnull(nn_feed_forward_forward(&m, x));
+		ck_assert_uint_eq(ps.rng_counter, drawn + 1);
+		ag_no_grad_end();
+		tensor_scope_end();
+		free(want);
+		tensor_free(x);
+		free_params(&ps);
+	}
+}
+END_TEST
+
 START_TEST(test_feed_forward_errors)
 {
 	struct nn_params ps;
@@ -1279,6 +1327,7 @@ int main(void)
 	tcase_add_test(tc, test_feed_forward_plain);
 	tcase_add_test(tc, test_feed_forward_gated);
 	tcase_add_test(tc, test_feed_forward_grad);
+	tcase_add_test(tc, test_feed_forward_blocked);
 	tcase_add_test(tc, test_feed_forward_errors);
 	tcase_add_test(tc, test_modules_compose_and_train);
 	suite_add_tcase(s, tc);
