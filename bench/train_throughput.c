@@ -109,9 +109,19 @@ static double forward_flops_per_token(const struct model_config *c)
 		case MODEL_ATTN_STANDARD: total += 2 * n * d * 2; break; /* q k^T, p v */
 		case MODEL_ATTN_LINEAR:
 		case MODEL_ATTN_RANDOM:
-			/* E K and F V over the sequence ([k, n] x [n, dh] per key/value head), then
-			 * q (EK)^T and p (FV): per token 2 k kv each, 2 k d each */
-			total += 2 * 2 * k * kv + 2 * 2 * k * d;
+			if (c->sharing != NN_SHARE_NONE && k * d * (n + kv) < n * kv * (d + k)) {
+				/* nn_linformer's sequence-first order: E x and F x ([k, n] x
+				 * [n, d]; once when E is F), then the k and v weights on k
+				 * rows, instead of the k and v projections of every token */
+				bool one = c->sharing != NN_SHARE_HEADWISE;
+				total -= 2 * d * kv * 2;
+				total += (one ? 1 : 2) * 2 * k * d + 2 * (k / n) * d * kv * 2;
+			} else {
+				/* E K and F V over the sequence ([k, n] x [n, dh] per key/value
+				 * head): per token 2 k kv each */
+				total += 2 * 2 * k * kv;
+			}
+			total += 2 * 2 * k * d; /* q (EK)^T and p (FV) */
 			break;
 		case MODEL_ATTN_CONV: {
 			/* kernel = stride = n/k: per window [1, (n/k) c] x [(n/k) c, c], c the

@@ -52,7 +52,7 @@ struct tensor_backend {
 	int (*gemm)(struct tensor *c, const struct tensor *a, const struct tensor *b, double alpha,
 		    double beta);
 	/* Along the last dim; x any strides. */
-	int (*softmax)(struct tensor *out, const struct tensor *x, bool log);
+	int (*softmax)(struct tensor *out, const struct tensor *x, bool log); /* out may be x */
 	/* Over the last dim C; w, b [C] or NULL; mean, rstd [rows] or NULL. */
 	int (*layer_norm)(struct tensor *y, struct tensor *mean, struct tensor *rstd,
 			  const struct tensor *x, const struct tensor *w, const struct tensor *b,

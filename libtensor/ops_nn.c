@@ -78,6 +78,24 @@ struct tensor *tensor_log_softmax(const struct tensor *x, int dim)
 	return softmax_op("log_softmax", x, dim, true);
 }
 
+int tensor_softmax_(struct tensor *x)
+{
+	char bx[128];
+	if (!x)
+		return tensor_error(TENSOR_ERR_ARG, "tensor_softmax_: x is NULL");
+	if (check_float_x("tensor_softmax_", x) < 0 ||
+	    tensor_check_writable("tensor_softmax_", x) < 0)
+		return tensor_last_status();
+	if (x->ndim == 0 || !tensor_is_contiguous(x))
+		return tensor_error(TENSOR_ERR_SHAPE,
+				    "tensor_softmax_: x %s must be contiguous with at least 1 dim",
+				    tensor_shape_str(x, bx, sizeof bx));
+	const struct tensor_backend *be = tensor_backend_get(x->storage->device);
+	if (!be || TENSOR_SLOT(be, softmax, "tensor_softmax_") < 0)
+		return tensor_last_status();
+	return be->softmax(x, x, false);
+}
+
 /* ---- layer norm and RMS norm ---------------------------------------------- */
 
 static int check_norm_x(const char *op, const struct tensor *x, double eps)

@@ -156,6 +156,10 @@ struct tensor *tensor_argmax(const struct tensor *x, int dim, bool keepdim);
  * double. A row that is all -inf, or holds NaN or +inf, gives NaN. */
 struct tensor *tensor_softmax(const struct tensor *x, int dim);
 struct tensor *tensor_log_softmax(const struct tensor *x, int dim);
+/* In place: x = softmax(x) along the last dim. x: f32/f64, contiguous, at
+ * least 1-d (TENSOR_ERR_SHAPE), not saved by the autograd tape
+ * (TENSOR_ERR_STATE). */
+int tensor_softmax_(struct tensor *x);
 
 /* Layer norm over the last dim C: y = (x - mean) * rstd * w + b, with
  * rstd = 1/sqrt(var + eps) (population variance). w, b: [C] or NULL. If mean /

@@ -134,6 +134,61 @@ static int build_masks(const struct tensor *q, const struct tensor *key_mask, bo
 	return TENSOR_OK;
 }
 
+/* dp -> ds = p (dp - sum(dp p)) times the scale; then dq = ds k and
+ * dk = ds^T q. Masked keys need no fill: p is exactly 0 there, except in rows
+ * with no visible key, whose output (zeroed) sends back dp = 0. */
+static int probs_backward(struct ag_node *n, const struct tensor *g)
+{
+	struct tensor *q = n->saved[0], *k = n->saved[1], *p = n->saved[2];
+	int last = 3;
+	struct tensor *ds = tensor_mul(p, tensor_sub(g, tensor_sum(tensor_mul(g, p), 1, &last, true)));
+	if (ds && n->f[0] != 1)
+		ds = tensor_mul_scalar(ds, n->f[0]);
+	if (!ds)
+		return tensor_last_status();
+	int rc = TENSOR_OK;
+	if (n->inputs[0]->requires_grad)
+		rc = ag_accumulate(n->inputs[0], tensor_matmul(ds, k));
+	if (rc == TENSOR_OK && n->inputs[1]->requires_grad)
+		rc = ag_accumulate(n->inputs[1], tensor_matmul(tensor_transpose(ds, 2, 3), q));
+	return rc;
+}
+
+/* p = softmax(q k^T * scale, masked keys at MASKED_SCORE) [B,H,T,S] as one
+ * node: the scores are normalised in their own buffer, so backward keeps q, k
+ * and p, not the scores as well (with a mask or a scale, one scores-sized
+ * temporary stays until the scope ends). */
+static struct tensor *attention_probs(struct tensor *q, struct tensor *k, double scale,
+				      struct tensor *masked)
+{
+	struct tensor *kt = tensor_transpose(k, 2, 3); /* [B,H,d,S], no copy */
+	struct tensor *s = tensor_matmul(q, kt);
+	tensor_free(kt);
+	if (s && scale != 1) {
+		struct tensor *scaled = tensor_mul_scalar(s, scale);
+		tensor_free(s);
+		s = scaled;
+	}
+	if (s && masked) {
+		struct tensor *filled = tensor_masked_fill(s, masked, MASKED_SCORE);
+		tensor_free(s);
+		s = filled;
+	}
+	if (s && tensor_softmax_(s) < 0) {
+		tensor_free(s);
+		return NULL;
+	}
+	struct ag_node *n = ag_record("attention_probs", s, probs_backward, 2,
+				      (struct tensor *[]){ q, k });
+	if (n) {
+		n->f[0] = scale;
+		ag_save(n, q);
+		ag_save(n, k);
+		ag_save(n, s);
+	}
+	return s;
+}
+
 /*
  * softmax(q k^T * scale, masked keys at MASKED_SCORE) v, then rows with no
  * visible key set to zero (their gradient is zero too). k^T is a transposed
@@ -163,13 +218,7 @@ struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v
 		q = ag_mul_scalar(q, scale);
 	if (scale != 1 && on == ON_K)
 		k = ag_mul_scalar(k, scale);
-	struct tensor *kt = ag_transpose(k, 2, 3); /* [B,H,d,S], no copy */
-	struct tensor *s = ag_matmul(q, kt);	   /* [B,H,T,S] */
-	if (scale != 1 && on == ON_SCORES)
-		s = ag_mul_scalar(s, scale);
-	if (masked)
-		s = ag_masked_fill(s, masked, MASKED_SCORE);
-	struct tensor *p = ag_softmax(s, 3);
+	struct tensor *p = attention_probs(q, k, on == ON_SCORES ? scale : 1, masked);
 	if (dropout)
 		p = nn_dropout_forward(dropout, p);
 	struct tensor *out = ag_matmul(p, v); /* [B,H,T,dv] */

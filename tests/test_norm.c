@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd.h"
 #include "testutil.h"
 
 static const enum tensor_dtype FLOATS[] = { TENSOR_F32, TENSOR_F64 };
@@ -242,6 +243,42 @@ START_TEST(test_softmax_errors)
 	ck_assert(!tensor_log_softmax(NULL, 0));
 	ck_assert_str_eq(tensor_last_error(), "first");
 	tensor_clear_error();
+}
+END_TEST
+
+/* In place: the same values as tensor_softmax, in x's own buffer; and the
+ * refusals (strided, 0-d, integer, saved by the tape). */
+START_TEST(test_softmax_inplace)
+{
+	enum tensor_dtype dt = FLOATS[_i];
+	const int64_t s[] = { 5, 3, 1500 }; /* rows longer than one summing block */
+	struct tensor *x = tu_rand(dt, 3, s, 21);
+	double *want = tu_values(tensor_softmax(x, -1));
+	void *buf = x->storage->data;
+	ck_assert_int_eq(tensor_softmax_(x), TENSOR_OK);
+	ck_assert_ptr_eq(x->storage->data, buf);
+	tu_assert_close(x, want, 5 * 3 * 1500, 0, 0);
+	free(want);
+	const int64_t s34[] = { 3, 4 };
+	struct tensor *y = tu_rand(dt, 2, s34, 22);
+	tu_assert_error(tensor_softmax_(tu_strided(y)) < 0, TENSOR_ERR_SHAPE, "tensor_softmax_",
+			"contiguous");
+	tu_assert_error(tensor_softmax_(tensor_zeros(dt, TENSOR_CPU, 0, NULL)) < 0,
+			TENSOR_ERR_SHAPE, "tensor_softmax_", "at least 1 dim");
+	tu_assert_error(tensor_softmax_(tensor_zeros(TENSOR_I32, TENSOR_CPU, 2, s34)) < 0,
+			TENSOR_ERR_DTYPE, "tensor_softmax_", "i32");
+	tu_assert_error(tensor_softmax_(NULL) < 0, TENSOR_ERR_ARG, "tensor_softmax_", "NULL");
+	/* saved for backward: refused, and x is unchanged */
+	struct tensor *w = tu_rand(dt, 2, s34, 23);
+	ck_assert_int_eq(ag_requires_grad(w, true), TENSOR_OK);
+	tensor_scope_begin();
+	struct tensor *p = ag_softmax(w, 1); /* saves its output p */
+	double *before = tu_values(p);
+	tu_assert_error(tensor_softmax_(p) < 0, TENSOR_ERR_STATE, "tensor_softmax_", "autograd");
+	tu_assert_close(p, before, 12, 0, 0);
+	tensor_scope_end();
+	free(before);
+	tensor_free(w);
 }
 END_TEST
 
@@ -685,6 +722,7 @@ int main(void)
 	tcase_add_test(tc, test_softmax_precision);
 	tcase_add_loop_test(tc, test_softmax_shapes, 0, 2);
 	tcase_add_test(tc, test_softmax_errors);
+	tcase_add_loop_test(tc, test_softmax_inplace, 0, 2);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("norms");
 	tcase_add_loop_test(tc, test_layer_norm, 0, 2);
