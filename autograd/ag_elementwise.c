@@ -129,10 +129,40 @@ struct tensor *ag_binary(enum tensor_binary_op op, struct tensor *a, struct tens
 	struct ag_node *n = ag_record("binary", y, binary_backward, 2, in);
 	if (n) {
 		n->i[0] = op;
-		ag_save(n, a);
-		ag_save(n, b);
-		ag_save(n, y);
+		/* the values each gradient needs: none for add and sub; y (saved[2])
+		 * only for div and pow */
+		if (op != TENSOR_ADD && op != TENSOR_SUB) {
+			ag_save(n, a);
+			ag_save(n, b);
+		}
+		if (op == TENSOR_DIV || op == TENSOR_POW)
+			ag_save(n, y);
 	}
+	return y;
+}
+
+struct tensor *ag_add_reuse(struct tensor *a, struct tensor *b)
+{
+	if (!a || !b)
+		return NULL;
+	/* a leaf that requires grad (a parameter) or a tensor the tape saved keeps
+	 * its values; tensor_add_ refuses other layouts and devices */
+	bool leaf = a->requires_grad && !a->node;
+	if (leaf || a->storage->tape_refs > 0 || !tensor_is_contiguous(a) ||
+	    a->dtype != b->dtype || a->storage->device != b->storage->device ||
+	    b->ndim > a->ndim)
+		return ag_add(a, b);
+	for (int d = 0; d < b->ndim; d++)
+		if (b->shape[d] != 1 && b->shape[d] != a->shape[a->ndim - b->ndim + d])
+			return ag_add(a, b);
+	struct tensor *y = tensor_alias(a);
+	if (!y || tensor_add_(y, b) < 0) {
+		tensor_free(y);
+		return NULL;
+	}
+	struct ag_node *n = ag_record("binary", y, binary_backward, 2, (struct tensor *[]){ a, b });
+	if (n)
+		n->i[0] = TENSOR_ADD;
 	return y;
 }
 

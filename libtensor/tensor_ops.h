@@ -76,6 +76,10 @@ struct tensor *tensor_binary(enum tensor_binary_op op, const struct tensor *a,
 			     const struct tensor *b);
 
 struct tensor *tensor_add(const struct tensor *a, const struct tensor *b);
+/* In place: a += b, b broadcast to a. a: contiguous (else TENSOR_ERR_SHAPE,
+ * as when b does not broadcast to a's shape), not saved by the autograd tape
+ * (TENSOR_ERR_STATE); same dtype and device. */
+int tensor_add_(struct tensor *a, const struct tensor *b);
 struct tensor *tensor_sub(const struct tensor *a, const struct tensor *b);
 struct tensor *tensor_mul(const struct tensor *a, const struct tensor *b);
 struct tensor *tensor_div(const struct tensor *a, const struct tensor *b);

@@ -164,22 +164,23 @@ static struct tensor *attention_forward(const struct model_layer *l, struct tens
 }
 
 /* pre-norm: x + attn(norm1(x)), then x + ff(norm2(x));
- * post-norm: norm1(x + attn(x)), then norm2(x + ff(x)). */
+ * post-norm: norm1(x + attn(x)), then norm2(x + ff(x)). Each sum is written
+ * into the branch's buffer (the branch is not read again). */
 static struct tensor *layer_forward(const struct model_config *c, const struct model_layer *l,
 				    struct tensor *x, const struct tensor *key_mask)
 {
 	if (c->pre_norm) {
 		struct tensor *a =
 		    attention_forward(l, norm_forward(c, &l->ln1, &l->rms1, x), key_mask);
-		x = ag_add(x, nn_dropout_forward(&l->drop, a));
+		x = ag_add_reuse(nn_dropout_forward(&l->drop, a), x);
 		struct tensor *f =
 		    nn_feed_forward_forward(&l->ff, norm_forward(c, &l->ln2, &l->rms2, x));
-		return ag_add(x, nn_dropout_forward(&l->drop, f));
+		return ag_add_reuse(nn_dropout_forward(&l->drop, f), x);
 	}
 	struct tensor *a = attention_forward(l, x, key_mask);
-	x = norm_forward(c, &l->ln1, &l->rms1, ag_add(x, nn_dropout_forward(&l->drop, a)));
+	x = norm_forward(c, &l->ln1, &l->rms1, ag_add_reuse(nn_dropout_forward(&l->drop, a), x));
 	struct tensor *f = nn_feed_forward_forward(&l->ff, x);
-	return norm_forward(c, &l->ln2, &l->rms2, ag_add(x, nn_dropout_forward(&l->drop, f)));
+	return norm_forward(c, &l->ln2, &l->rms2, ag_add_reuse(nn_dropout_forward(&l->drop, f), x));
 }
 
 static bool check_inputs(const struct model_encoder *m, const struct tensor *ids,

@@ -182,6 +182,41 @@ struct select_ctx {
 	double value;
 };
 
+/* ag_add_reuse of a fresh product (its buffer reused) and x, b broadcast. */
+static struct tensor *f_add_reuse(struct tensor *const *in, void *ctx)
+{
+	(void)ctx;
+	return ag_add_reuse(ag_mul(in[0], in[1]), in[2]);
+}
+
+START_TEST(test_add_reuse)
+{
+	const int64_t s23[] = { 2, 3 }, s3[] = { 3 };
+	struct tensor *x = gc_input(2, s23, 1, -1, 1, false), *w = gc_input(2, s23, 2, -1, 1, true);
+	struct tensor *b = gc_input(1, s3, 3, -1, 1, false);
+	gc_assert("add_reuse", f_add_reuse, NULL, 3, (struct tensor *[]){ x, w, b });
+	tensor_scope_begin();
+	/* a fresh intermediate: the sum lands in its buffer, equal to ag_add */
+	struct tensor *a = ag_mul(x, w), *want = ag_add(ag_mul(x, w), b);
+	double *vw = tu_values(want);
+	struct tensor *y = ag_add_reuse(a, b);
+	ck_assert_ptr_eq(y->storage, a->storage);
+	tu_assert_close(y, vw, 6, 0, 0);
+	ck_assert(y->requires_grad && y->node != NULL);
+	/* a parameter, a tensor saved by the tape, a grown shape: new buffers */
+	struct tensor *yl = ag_add_reuse(x, b);
+	ck_assert_ptr_ne(yl->storage, x->storage);
+	struct tensor *e = ag_exp(x); /* saves its output */
+	ck_assert_ptr_ne(ag_add_reuse(e, b)->storage, e->storage);
+	struct tensor *a2 = ag_mul(x, w), *bb = ag_add_reuse(ag_mul(b, b), a2);
+	tu_assert_shape(bb, 2, s23);
+	ck_assert_ptr_ne(bb->storage, a2->storage);
+	ck_assert(ag_add_reuse(NULL, b) == NULL);
+	tensor_scope_end();
+	free(vw);
+}
+END_TEST
+
 static struct tensor *f_where(struct tensor *const *in, void *ctx)
 {
 	return ag_where(((struct select_ctx *)ctx)->cond, in[0], in[1]);
@@ -315,6 +350,7 @@ int main(void)
 	TCase *tc = tu_tcase("grad_elementwise");
 	tcase_add_test(tc, test_unary);
 	tcase_add_test(tc, test_binary);
+	tcase_add_test(tc, test_add_reuse);
 	tcase_add_test(tc, test_comparisons_not_recorded);
 	tcase_add_test(tc, test_where_masked_fill);
 	tcase_add_test(tc, test_cast);
