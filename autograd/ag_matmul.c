@@ -83,9 +83,8 @@ static int matmul_backward(struct ag_node *n, const struct tensor *g)
 	return rc;
 }
 
-struct tensor *ag_matmul(struct tensor *a, struct tensor *b)
+static struct tensor *matmul_record(struct tensor *y, struct tensor *a, struct tensor *b)
 {
-	struct tensor *y = tensor_matmul(a, b);
 	struct tensor *in[2] = { a, b };
 	struct ag_node *n = ag_record("matmul", y, matmul_backward, 2, in);
 	if (n) {
@@ -93,6 +92,16 @@ struct tensor *ag_matmul(struct tensor *a, struct tensor *b)
 		ag_save(n, b);
 	}
 	return y;
+}
+
+struct tensor *ag_matmul(struct tensor *a, struct tensor *b)
+{
+	return matmul_record(tensor_matmul(a, b), a, b);
+}
+
+struct tensor *ag_matmul_laid_out(struct tensor *a, struct tensor *b, const int *order)
+{
+	return matmul_record(tensor_matmul_laid_out(a, b, order), a, b);
 }
 
 /* ---- conv1d --------------------------------------------------------------- */

@@ -57,6 +57,9 @@ struct tensor *ag_dropout(struct tensor *x, double p, uint64_t seed, bool traini
 
 /* ---- matmul and conv1d (ag_matmul.c) -------------------------------------- */
 struct tensor *ag_matmul(struct tensor *a, struct tensor *b);
+/* ag_matmul with the result laid out in memory in the dim order `order` (see
+ * tensor_matmul_laid_out). */
+struct tensor *ag_matmul_laid_out(struct tensor *a, struct tensor *b, const int *order);
 struct tensor *ag_conv1d(struct tensor *x, struct tensor *w, struct tensor *bias, int64_t stride,
 			 int64_t padding);
 

@@ -99,8 +99,8 @@ static int call_gemm(const struct tensor_backend *be, const struct tensor *const
 	return rc;
 }
 
-/* C = A·B for Ae [batch..., m, k], Be [batch..., k, n] (broadcast views), C contiguous
- * [batch..., m, n] (C = A·B + beta C): the innermost batch dims that step with one stride in
+/* C = A·B for Ae [batch..., m, k], Be [batch..., k, n] (broadcast views), C
+ * [batch..., m, n] of any strides (C = A·B + beta C): the innermost batch dims that step with one stride in
  * A and B go to one gemm call, the outer ones are looped over. */
 static int matmul_batched(const struct tensor_backend *be, const struct tensor *ae,
 			  const struct tensor *bmat, const struct tensor *c, double beta)
@@ -111,9 +111,9 @@ static int matmul_batched(const struct tensor_backend *be, const struct tensor *
 	struct mm_call g = { .m = c->shape[nbat],
 			     .k = ae->shape[nbat + 1],
 			     .n = c->shape[nbat + 1] };
-	while (!(batch_collapse(ae, s, nbat, &g.sb[0]) && batch_collapse(bmat, s, nbat, &g.sb[1])))
+	while (!(batch_collapse(ae, s, nbat, &g.sb[0]) && batch_collapse(bmat, s, nbat, &g.sb[1]) &&
+		 batch_collapse(c, s, nbat, &g.sb[2])))
 		s++;
-	batch_collapse(c, s, nbat, &g.sb[2]);
 	int64_t outer = 1, idx[TENSOR_MAX_DIMS];
 	g.nb = 1;
 	for (int d = 0; d < nbat; d++)
@@ -218,10 +218,44 @@ static bool broadcasts_to(const struct tensor *t, int ndim, const int64_t *shape
 	return true;
 }
 
+/* A buffer for the product's shape sh [nd], laid out in the dim order `order`
+ * (NULL: row-major), returned as a view of shape sh. */
+static struct tensor *new_laid_out(const struct tensor *a, int nd, const int64_t *sh,
+				   const int *order)
+{
+	if (!order)
+		return tensor_new(a->dtype, a->storage->device, nd, sh);
+	int64_t osh[TENSOR_MAX_DIMS];
+	int inv[TENSOR_MAX_DIMS];
+	for (int d = 0; d < nd; d++) {
+		osh[d] = sh[order[d]];
+		inv[order[d]] = d;
+	}
+	struct tensor *buf = tensor_new(a->dtype, a->storage->device, nd, osh);
+	struct tensor *out = buf ? tensor_permute(buf, inv) : NULL;
+	tensor_free(buf);
+	return out;
+}
+
+/* order: a permutation of the result's dims, each once (TENSOR_ERR_ARG). */
+static int check_order(const int *order, int nd)
+{
+	int seen = 0;
+	for (int d = 0; order && d < nd; d++) {
+		if (order[d] < 0 || order[d] >= nd || (seen & (1 << order[d])))
+			return tensor_error(TENSOR_ERR_ARG,
+					    "matmul_laid_out: order is not a permutation of the "
+					    "product's %d dims",
+					    nd);
+		seen |= 1 << order[d];
+	}
+	return TENSOR_OK;
+}
+
 /* A·B, plus add (broadcast to the result) when not NULL: the result starts as add and the
- * GEMM accumulates into it. */
+ * GEMM accumulates into it. order: the result's memory layout (see new_laid_out). */
 static struct tensor *matmul_impl(const struct tensor *a, const struct tensor *b,
-				  const struct tensor *add)
+				  const struct tensor *add, const int *order)
 {
 	if (!a || !b)
 		return NULL;
@@ -249,7 +283,9 @@ static struct tensor *matmul_impl(const struct tensor *a, const struct tensor *b
 		sh[ond++] = m;
 	if (b->ndim > 1)
 		sh[ond++] = n;
-	out = tensor_new(a->dtype, a->storage->device, ond, sh);
+	if (check_order(order, ond) < 0)
+		goto done;
+	out = new_laid_out(a, ond, sh, order);
 	if (!out)
 		goto done;
 	if (add && !broadcasts_to(add, ond, sh)) {
@@ -279,6 +315,8 @@ static struct tensor *matmul_impl(const struct tensor *a, const struct tensor *b
 		st[d] = stride;
 		stride *= sh[d];
 	}
+	if (order) /* both operands at least 2-d: out has the shape sh */
+		memcpy(st, out->strides, sizeof(int64_t) * (size_t)(nbat + 2));
 	c = tensor_new_view(out, nbat + 2, sh, st, out->offset);
 	if (!ae || !bme || !c ||
 	    (tensor_numel(c) > 0 && matmul_batched(be, ae, bme, c, add ? 1.0 : 0.0) < 0)) {
@@ -296,7 +334,7 @@ done:
 
 struct tensor *tensor_matmul(const struct tensor *a, const struct tensor *b)
 {
-	return matmul_impl(a, b, NULL);
+	return matmul_impl(a, b, NULL, NULL);
 }
 
 struct tensor *tensor_matmul_add(const struct tensor *a, const struct tensor *b,
@@ -304,5 +342,21 @@ struct tensor *tensor_matmul_add(const struct tensor *a, const struct tensor *b,
 {
 	if (!c)
 		return NULL;
-	return matmul_impl(a, b, c);
+	return matmul_impl(a, b, c, NULL);
+}
+
+struct tensor *tensor_matmul_laid_out(const struct tensor *a, const struct tensor *b,
+				      const int *order)
+{
+	if (!a || !b)
+		return NULL;
+	if (!order || a->ndim < 2 || b->ndim < 2) {
+		char ba[128], bb[128];
+		tensor_error(TENSOR_ERR_ARG,
+			     "matmul_laid_out: a %s and b %s must be at least 2-d, and order "
+			     "not NULL",
+			     tensor_shape_str(a, ba, sizeof ba), tensor_shape_str(b, bb, sizeof bb));
+		return NULL;
+	}
+	return matmul_impl(a, b, NULL, order);
 }

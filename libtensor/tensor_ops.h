@@ -136,6 +136,13 @@ struct tensor *tensor_matmul(const struct tensor *a, const struct tensor *b);
  * not broadcasting to the product (TENSOR_ERR_SHAPE). */
 struct tensor *tensor_matmul_add(const struct tensor *a, const struct tensor *b,
 				 const struct tensor *c);
+/* A·B (both at least 2-d) whose memory is laid out in the dim order `order`,
+ * a permutation of the result's dims, outermost first; the result is a view
+ * with the usual shape. {0,2,1,3} stores the heads' outputs [B,H,T,d] as
+ * [B,T,H,d], so merging the heads is a view, not a copy. Errors as
+ * tensor_matmul; order not a permutation (TENSOR_ERR_ARG). */
+struct tensor *tensor_matmul_laid_out(const struct tensor *a, const struct tensor *b,
+				      const int *order);
 
 /* ---- reductions ----------------------------------------------------------- */
 

@@ -221,7 +221,8 @@ struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v
 	struct tensor *p = attention_probs(q, k, on == ON_SCORES ? scale : 1, masked);
 	if (dropout)
 		p = nn_dropout_forward(dropout, p);
-	struct tensor *out = ag_matmul(p, v); /* [B,H,T,dv] */
+	/* [B,H,T,dv] stored as [B,T,H,dv]: merging the heads is then a view */
+	struct tensor *out = ag_matmul_laid_out(p, v, (const int[]){ 0, 2, 1, 3 });
 	if (dead)
 		out = ag_masked_fill(out, dead, 0.0);
 	tensor_free(masked); /* the tape keeps its own references */

@@ -25,6 +25,12 @@ static struct tensor *f_matmul(struct tensor *const *in, void *ctx)
 	return ag_matmul(a, b);
 }
 
+static struct tensor *f_matmul_laid_out(struct tensor *const *in, void *ctx)
+{
+	(void)ctx; /* the attention heads' layout, B's batch broadcast */
+	return ag_matmul_laid_out(in[0], in[1], (const int[]){ 0, 2, 1, 3 });
+}
+
 static struct tensor *f_matmul_self(struct tensor *const *in, void *ctx)
 {
 	(void)ctx; /* x · x^T: two gradients into one input */
@@ -91,6 +97,14 @@ START_TEST(test_matmul)
 	}
 	struct spec sq = SPEC(-1, 1, 2, 3, 4);
 	check_all("matmul x x^T", f_matmul_self, NULL, 1, &sq);
+}
+END_TEST
+
+START_TEST(test_matmul_laid_out)
+{
+	const int64_t sa[4] = { 2, 3, 4, 5 }, sb[4] = { 1, 3, 5, 2 };
+	struct tensor *a = gc_input(4, sa, 1, -1, 1, false), *b = gc_input(4, sb, 2, -1, 1, true);
+	gc_assert("matmul laid out", f_matmul_laid_out, NULL, 2, (struct tensor *[]){ a, b });
 }
 END_TEST
 
@@ -668,6 +682,7 @@ int main(void)
 	TCase *tc = tu_tcase("grad_math");
 	tcase_add_test(tc, test_matmul);
 	tcase_add_test(tc, test_matmul_random_shapes);
+	tcase_add_test(tc, test_matmul_laid_out);
 	tcase_add_test(tc, test_matmul_empty);
 	tcase_add_test(tc, test_matmul_errors);
 	tcase_add_test(tc, test_conv1d);

@@ -402,6 +402,55 @@ START_TEST(test_matmul_add)
 }
 END_TEST
 
+/* The heads' layout: [B,H,T,d] stored as [B,T,H,d]; the values of
+ * tensor_matmul, with broadcast and transposed operands; and the errors. */
+START_TEST(test_matmul_laid_out)
+{
+	const int order[4] = { 0, 2, 1, 3 };
+	for (int t = 0; t < 2; t++) {
+		enum tensor_dtype dt = float_types[t];
+		double tol = dt == TENSOR_F32 ? 1e-5 : 1e-12;
+		struct tensor *p = tu_rand(dt, 4, (int64_t[]){ 2, 3, 5, 4 }, 1);
+		struct tensor *vs[3] = {
+			tu_rand(dt, 4, (int64_t[]){ 2, 3, 4, 6 }, 2),
+			tu_rand(dt, 4, (int64_t[]){ 1, 3, 4, 6 }, 3), /* broadcast batch */
+			tensor_transpose(tu_rand(dt, 4, (int64_t[]){ 2, 3, 6, 4 }, 4), 2, 3),
+		};
+		for (int i = 0; i < 3; i++) {
+			double *want = tu_values(tensor_matmul(p, vs[i]));
+			struct tensor *y = tensor_matmul_laid_out(p, vs[i], order);
+			tu_assert_shape(y, 4, (int64_t[]){ 2, 3, 5, 6 });
+			/* [B,T,H,d] in memory: strides of H and T swapped */
+			const int64_t st[4] = { 5 * 3 * 6, 6, 3 * 6, 1 };
+			for (int d = 0; d < 4; d++)
+				ck_assert_int_eq(y->strides[d], st[d]);
+			tu_assert_close(y, want, 2 * 3 * 5 * 6, tol, tol);
+			free(want);
+		}
+		/* the identity order is tensor_matmul */
+		struct tensor *a = rand3(dt, 2, 7, 3, 5), *b = rand3(dt, 2, 3, 4, 6);
+		double *w = tu_values(tensor_matmul(a, b));
+		struct tensor *y = tensor_matmul_laid_out(a, b, (const int[]){ 0, 1, 2 });
+		ck_assert(tensor_is_contiguous(y));
+		tu_assert_close(y, w, 2 * 7 * 4, tol, tol);
+		free(w);
+	}
+	struct tensor *a = rand3(TENSOR_F32, 2, 7, 3, 7), *b = rand3(TENSOR_F32, 2, 3, 4, 8);
+	tu_assert_error(!tensor_matmul_laid_out(a, b, (const int[]){ 0, 0, 2 }), TENSOR_ERR_ARG,
+			"matmul_laid_out", "permutation");
+	tu_assert_error(!tensor_matmul_laid_out(a, b, (const int[]){ 0, 1, 3 }), TENSOR_ERR_ARG,
+			"matmul_laid_out", "3 dims");
+	tu_assert_error(!tensor_matmul_laid_out(a, b, NULL), TENSOR_ERR_ARG, "matmul_laid_out",
+			"order");
+	struct tensor *v = tu_rand(TENSOR_F32, 1, (int64_t[]){ 3 }, 9);
+	tu_assert_error(!tensor_matmul_laid_out(a, v, (const int[]){ 0, 1 }), TENSOR_ERR_ARG,
+			"matmul_laid_out", "[3]");
+	tu_assert_error(!tensor_matmul_laid_out(a, a, (const int[]){ 0, 1, 2 }), TENSOR_ERR_SHAPE,
+			"matmul", NULL);
+	ck_assert(tensor_matmul_laid_out(NULL, b, (const int[]){ 0, 1, 2 }) == NULL);
+}
+END_TEST
+
 /* Outside a scope the result is a heap tensor and nothing else stays allocated. */
 START_TEST(test_matmul_heap)
 {
@@ -666,6 +715,7 @@ int main(void)
 		{ "vectors", test_vectors },	       { "empty", test_empty },
 		{ "threads", test_threads },	       { "matmul_errors", test_matmul_errors },
 		{ "matmul_add", test_matmul_add },     { "matmul_heap", test_matmul_heap },
+		{ "matmul_laid_out", test_matmul_laid_out },
 		{ "gemm_slot", test_gemm_slot },       { "conv1d", test_conv1d },
 		{ "conv1d_bias", test_conv1d_bias },   { "conv1d_patches", test_conv1d_patches },
 		{ "conv1d_empty", test_conv1d_empty }, { "conv1d_errors", test_conv1d_errors },
