@@ -137,8 +137,14 @@ static int softmax_backward(struct ag_node *n, const struct tensor *g)
 		struct tensor *s = tensor_sum(g, 1, &dim, true);
 		dx = tensor_sub(g, tensor_mul(tensor_exp(y), s));
 	} else {
-		struct tensor *s = tensor_sum(tensor_mul(g, y), 1, &dim, true);
-		dx = tensor_mul(y, tensor_sub(g, s));
+		int nd = y->ndim, d = dim < 0 ? dim + nd : dim;
+		if (nd == 0 || d == nd - 1) {
+			dx = tensor_softmax_backward(y, g);
+		} else { /* the kernel works along the last dim: bring dim there */
+			struct tensor *yt = tensor_transpose(y, d, nd - 1);
+			struct tensor *gt = tensor_transpose(g, d, nd - 1);
+			dx = tensor_transpose(tensor_softmax_backward(yt, gt), d, nd - 1);
+		}
 	}
 	return ag_accumulate(n->inputs[0], dx);
 }

@@ -53,6 +53,9 @@ struct tensor_backend {
 		    double beta);
 	/* Along the last dim; x any strides. */
 	int (*softmax)(struct tensor *out, const struct tensor *x, bool log); /* out may be x */
+	/* Softmax backward along the last dim: dx = y (g - sum(g y)); dx, y and g
+	 * contiguous, of one shape. */
+	int (*softmax_backward)(struct tensor *dx, const struct tensor *y, const struct tensor *g);
 	/* Over the last dim C; w, b [C] or NULL; mean, rstd [rows] or NULL. */
 	int (*layer_norm)(struct tensor *y, struct tensor *mean, struct tensor *rstd,
 			  const struct tensor *x, const struct tensor *w, const struct tensor *b,

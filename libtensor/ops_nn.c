@@ -78,6 +78,45 @@ struct tensor *tensor_log_softmax(const struct tensor *x, int dim)
 	return softmax_op("log_softmax", x, dim, true);
 }
 
+struct tensor *tensor_softmax_backward(const struct tensor *y, const struct tensor *g)
+{
+	char by[128], bg[128];
+	if (!y || !g)
+		return NULL;
+	if (check_float_x("softmax_backward", y) < 0 ||
+	    tensor_check_pair("softmax_backward", y, g) < 0)
+		return NULL;
+	if (!tensor_same_shape(y, g)) {
+		tensor_error(TENSOR_ERR_SHAPE, "softmax_backward: y %s and g %s differ in shape",
+			     tensor_shape_str(y, by, sizeof by), tensor_shape_str(g, bg, sizeof bg));
+		return NULL;
+	}
+	const struct tensor_backend *be = tensor_backend_get(y->storage->device);
+	if (!be)
+		return NULL;
+	if (!be->softmax_backward) { /* composed: y (g - sum(g y)) */
+		int last = -1;
+		struct tensor *gy = tensor_mul(g, y);
+		struct tensor *s = tensor_sum(gy, 1, &last, true);
+		struct tensor *d = tensor_sub(g, s);
+		struct tensor *dx = tensor_mul(y, d);
+		tensor_free(d);
+		tensor_free(s);
+		tensor_free(gy);
+		return dx;
+	}
+	struct tensor *yc = tensor_contiguous(y), *gc = tensor_contiguous(g);
+	struct tensor *dx = yc && gc ? tensor_new(y->dtype, y->storage->device, y->ndim, y->shape)
+				     : NULL;
+	if (dx && tensor_numel(dx) > 0 && be->softmax_backward(dx, yc, gc) < 0) {
+		tensor_free(dx);
+		dx = NULL;
+	}
+	tensor_free(gc);
+	tensor_free(yc);
+	return dx;
+}
+
 int tensor_softmax_(struct tensor *x)
 {
 	char bx[128];

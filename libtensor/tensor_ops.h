@@ -171,6 +171,10 @@ struct tensor *tensor_log_softmax(const struct tensor *x, int dim);
  * least 1-d (TENSOR_ERR_SHAPE), not saved by the autograd tape
  * (TENSOR_ERR_STATE). */
 int tensor_softmax_(struct tensor *x);
+/* The gradient of softmax along the last dim: y (g - sum(g y)) for y =
+ * softmax(x) and g = dL/dy, of one shape (TENSOR_ERR_SHAPE), dtype and
+ * device; one pass per row where the device has the kernel. */
+struct tensor *tensor_softmax_backward(const struct tensor *y, const struct tensor *g);
 
 /* Layer norm over the last dim C: y = (x - mean) * rstd * w + b, with
  * rstd = 1/sqrt(var + eps) (population variance). w, b: [C] or NULL. If mean /

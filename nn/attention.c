@@ -140,8 +140,7 @@ static int build_masks(const struct tensor *q, const struct tensor *key_mask, bo
 static int probs_backward(struct ag_node *n, const struct tensor *g)
 {
 	struct tensor *q = n->saved[0], *k = n->saved[1], *p = n->saved[2];
-	int last = 3;
-	struct tensor *ds = tensor_mul(p, tensor_sub(g, tensor_sum(tensor_mul(g, p), 1, &last, true)));
+	struct tensor *ds = tensor_softmax_backward(p, g);
 	if (ds && n->f[0] != 1)
 		ds = tensor_mul_scalar(ds, n->f[0]);
 	if (!ds)

@@ -282,6 +282,45 @@ START_TEST(test_softmax_inplace)
 }
 END_TEST
 
+/* The one-pass gradient against y (g - sum(g y)) in double, rows longer than
+ * one summing block, strided operands; and the errors. */
+START_TEST(test_softmax_backward)
+{
+	enum tensor_dtype dt = FLOATS[_i];
+	const int64_t s[] = { 3, 2, 1500 }, n = 3 * 2 * 1500;
+	struct tensor *y = tensor_softmax(tu_rand(dt, 3, s, 31), -1);
+	struct tensor *g = tu_rand(dt, 3, s, 32);
+	double *vy = tu_values(y), *vg = tu_values(g), *want = malloc(sizeof(double) * n);
+	ck_assert(want != NULL);
+	for (int64_t r = 0; r < 6; r++) {
+		double dot = 0;
+		for (int64_t i = 0; i < 1500; i++)
+			dot += vg[r * 1500 + i] * vy[r * 1500 + i];
+		for (int64_t i = 0; i < 1500; i++)
+			want[r * 1500 + i] = vy[r * 1500 + i] * (vg[r * 1500 + i] - dot);
+	}
+	double tol = dt == TENSOR_F32 ? 1e-6 : 1e-14;
+	tu_assert_close(tensor_softmax_backward(y, g), want, n, tol, tol);
+	tu_assert_close(tensor_softmax_backward(y, tu_strided(g)), want, n, tol, tol);
+	free(want);
+	free(vy);
+	free(vg);
+	const int64_t s34[] = { 3, 4 }, s43[] = { 4, 3 }, s30[] = { 3, 0 };
+	tu_assert_shape(tensor_softmax_backward(tensor_zeros(dt, TENSOR_CPU, 2, s30),
+						tensor_zeros(dt, TENSOR_CPU, 2, s30)),
+			2, s30);
+	struct tensor *a = tu_rand(dt, 2, s34, 33);
+	tu_assert_error(!tensor_softmax_backward(a, tu_rand(dt, 2, s43, 34)), TENSOR_ERR_SHAPE,
+			"softmax_backward", "[4,3]");
+	enum tensor_dtype other = dt == TENSOR_F32 ? TENSOR_F64 : TENSOR_F32;
+	tu_assert_error(!tensor_softmax_backward(a, tu_rand(other, 2, s34, 35)), TENSOR_ERR_DTYPE,
+			"softmax_backward", NULL);
+	tu_assert_error(!tensor_softmax_backward(tensor_zeros(TENSOR_I32, TENSOR_CPU, 2, s34), a),
+			TENSOR_ERR_DTYPE, "softmax_backward", "i32");
+	ck_assert(!tensor_softmax_backward(NULL, a));
+}
+END_TEST
+
 /* ---- layer norm and RMS norm --------------------------------------------------- */
 
 /* Naive norm of v's rows of c elements (w, b NULL or [c]). */
@@ -723,6 +762,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_softmax_shapes, 0, 2);
 	tcase_add_test(tc, test_softmax_errors);
 	tcase_add_loop_test(tc, test_softmax_inplace, 0, 2);
+	tcase_add_loop_test(tc, test_softmax_backward, 0, 2);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("norms");
 	tcase_add_loop_test(tc, test_layer_norm, 0, 2);

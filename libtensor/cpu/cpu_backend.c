@@ -177,6 +177,7 @@ const struct tensor_backend tensor_cpu_backend = {
 	.reduce = cpu_reduce,
 	.gemm = cpu_gemm,
 	.softmax = cpu_softmax,
+	.softmax_backward = cpu_softmax_backward,
 	.layer_norm = cpu_layer_norm,
 	.rms_norm = cpu_rms_norm,
 	.norm_backward = cpu_norm_backward,

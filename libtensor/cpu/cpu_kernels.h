@@ -26,6 +26,7 @@ int cpu_gemm(struct tensor *c, const struct tensor *a, const struct tensor *b, d
 	     double beta);
 /* cpu_nn.c */
 int cpu_softmax(struct tensor *out, const struct tensor *x, bool log);
+int cpu_softmax_backward(struct tensor *dx, const struct tensor *y, const struct tensor *g);
 int cpu_adamw(struct tensor *p, struct tensor *m, struct tensor *v, const struct tensor *g,
 	      const double *h);
 int cpu_layer_norm(struct tensor *y, struct tensor *mean, struct tensor *rstd,

@@ -192,6 +192,52 @@ int cpu_softmax(struct tensor *out, const struct tensor *x, bool log)
 	return TENSOR_OK;
 }
 
+/* dx = y (g - sum(g y)) over rows of n; the dot product summed as the
+ * forward sums its exponentials (float blocks, double total). */
+static void softmax_bw_row_f32(float *dx, const float *y, const float *g, int64_t n)
+{
+	double s = 0;
+	for (int64_t i0 = 0; i0 < n; i0 += SOFTMAX_BLOCK) {
+		int64_t i1 = n - i0 < SOFTMAX_BLOCK ? n : i0 + SOFTMAX_BLOCK;
+		float sb = 0;
+#pragma omp simd reduction(+ : sb)
+		for (int64_t i = i0; i < i1; i++)
+			sb += g[i] * y[i];
+		s += sb;
+	}
+	float sf = (float)s;
+#pragma omp simd
+	for (int64_t i = 0; i < n; i++)
+		dx[i] = y[i] * (g[i] - sf);
+}
+
+static void softmax_bw_row_f64(double *dx, const double *y, const double *g, int64_t n)
+{
+	double s = 0;
+	for (int64_t i = 0; i < n; i++)
+		s += g[i] * y[i];
+	for (int64_t i = 0; i < n; i++)
+		dx[i] = y[i] * (g[i] - s);
+}
+
+int cpu_softmax_backward(struct tensor *dx, const struct tensor *y, const struct tensor *g)
+{
+	int64_t n = y->ndim ? y->shape[y->ndim - 1] : 1, rows = n ? tensor_numel(y) / n : 0;
+	bool f32 = y->dtype == TENSOR_F32;
+#pragma omp parallel for num_threads(cpu_num_threads()) if (rows * n > CPU_PAR_MIN)
+	for (int64_t r = 0; r < rows; r++) {
+		if (f32)
+			softmax_bw_row_f32((float *)cpu_ptr(dx) + r * n,
+					   (const float *)cpu_ptr(y) + r * n,
+					   (const float *)cpu_ptr(g) + r * n, n);
+		else
+			softmax_bw_row_f64((double *)cpu_ptr(dx) + r * n,
+					   (const double *)cpu_ptr(y) + r * n,
+					   (const double *)cpu_ptr(g) + r * n, n);
+	}
+	return TENSOR_OK;
+}
+
 /* ---- layer norm and RMS norm ---------------------------------------------- */
 
 /* One norm: y = (x - mu) * rs * w + b with mu the row mean (0 for RMS norm)
