@@ -24,6 +24,14 @@ static struct tensor *flat_rows(const struct tensor *t)
 	return tensor_reshape(t, 2, sh);
 }
 
+struct tensor *ag_heap_matmul(const struct tensor *a, const struct tensor *b)
+{
+	tensor_heap_begin();
+	struct tensor *c = tensor_matmul(a, b);
+	tensor_heap_end();
+	return c;
+}
+
 /* dA = dC · B^T summed to A's shape. a2, b2, g2 are A, B, dC as matrix stacks
  * [..., m, k], [..., k, n], [..., m, n] (1-d operands unsqueezed). */
 static struct tensor *matmul_grad_a(const struct tensor *a, const struct tensor *a2,
@@ -43,8 +51,8 @@ static struct tensor *matmul_grad_a(const struct tensor *a, const struct tensor 
 		struct tensor *bt = flat_rows(tensor_transpose(b2, -1, -2)); /* [batch*n, k] */
 		return tensor_reshape(tensor_matmul(gm, bt), a->ndim, a->shape);
 	}
-	struct tensor *da = tensor_matmul(g2, tensor_transpose(b2, -1, -2)); /* [..., m, k] */
-	return a->ndim == 1 ? tensor_squeeze(da, -2) : da; /* batch dims: ag_accumulate sums */
+	struct tensor *bt = tensor_transpose(b2, -1, -2); /* dA [..., m, k]; batch dims: summed */
+	return a->ndim == 1 ? tensor_squeeze(tensor_matmul(g2, bt), -2) : ag_heap_matmul(g2, bt);
 }
 
 /* dB = A^T · dC summed to B's shape. */
@@ -57,8 +65,8 @@ static struct tensor *matmul_grad_b(const struct tensor *b, const struct tensor 
 		struct tensor *at = tensor_transpose(flat_rows(a2), 0, 1);
 		return tensor_reshape(tensor_matmul(at, flat_rows(g2)), b->ndim, b->shape);
 	}
-	struct tensor *db = tensor_matmul(tensor_transpose(a2, -1, -2), g2); /* [..., k, n] */
-	return b->ndim == 1 ? tensor_squeeze(db, -1) : db;
+	struct tensor *at = tensor_transpose(a2, -1, -2); /* dB [..., k, n] */
+	return b->ndim == 1 ? tensor_squeeze(tensor_matmul(at, g2), -1) : ag_heap_matmul(at, g2);
 }
 
 static int matmul_backward(struct ag_node *n, const struct tensor *g)
@@ -75,11 +83,12 @@ static int matmul_backward(struct ag_node *n, const struct tensor *g)
 		g2 = tensor_unsqueeze(g2, g2->ndim - 1); /* m = 1 */
 	if (!a2 || !b2 || !g2)
 		return tensor_last_status();
+	/* heap products are handed over as gradients (arena ones are copied) */
 	int rc = TENSOR_OK;
 	if (n->inputs[0]->requires_grad)
-		rc = ag_accumulate(n->inputs[0], matmul_grad_a(a, a2, b2, g2));
+		rc = ag_accumulate_take(n->inputs[0], matmul_grad_a(a, a2, b2, g2));
 	if (rc == TENSOR_OK && n->inputs[1]->requires_grad)
-		rc = ag_accumulate(n->inputs[1], matmul_grad_b(b, a2, b2, g2));
+		rc = ag_accumulate_take(n->inputs[1], matmul_grad_b(b, a2, b2, g2));
 	return rc;
 }
 

@@ -89,6 +89,9 @@ int ag_accumulate(struct tensor *t, const struct tensor *g);
  * intermediate with no gradient yet and g has its shape and dtype (no copy),
  * else it is added and freed. An arena g is only added. */
 int ag_accumulate_take(struct tensor *t, struct tensor *g);
+/* tensor_matmul(a, b) as a heap tensor, for a backward to hand to
+ * ag_accumulate_take (the product is not copied into the gradient). */
+struct tensor *ag_heap_matmul(const struct tensor *a, const struct tensor *b);
 /* g summed down to shape (ndim, shape) over broadcast dims. */
 struct tensor *ag_sum_to(const struct tensor *g, int ndim, const int64_t *shape);
 

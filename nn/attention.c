@@ -147,9 +147,9 @@ static int probs_backward(struct ag_node *n, const struct tensor *g)
 		return tensor_last_status();
 	int rc = TENSOR_OK;
 	if (n->inputs[0]->requires_grad)
-		rc = ag_accumulate(n->inputs[0], tensor_matmul(ds, k));
+		rc = ag_accumulate_take(n->inputs[0], ag_heap_matmul(ds, k));
 	if (rc == TENSOR_OK && n->inputs[1]->requires_grad)
-		rc = ag_accumulate(n->inputs[1], tensor_matmul(tensor_transpose(ds, 2, 3), q));
+		rc = ag_accumulate_take(n->inputs[1], ag_heap_matmul(tensor_transpose(ds, 2, 3), q));
 	return rc;
 }
 
