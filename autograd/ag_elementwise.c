@@ -148,9 +148,8 @@ struct tensor *ag_add_reuse(struct tensor *a, struct tensor *b)
 	/* a leaf that requires grad (a parameter) or a tensor the tape saved keeps
 	 * its values; tensor_add_ refuses other layouts and devices */
 	bool leaf = a->requires_grad && !a->node;
-	if (leaf || a->storage->tape_refs > 0 || !tensor_is_contiguous(a) ||
-	    a->dtype != b->dtype || a->storage->device != b->storage->device ||
-	    b->ndim > a->ndim)
+	if (leaf || a->storage->tape_refs > 0 || !tensor_is_contiguous(a) || a->dtype != b->dtype ||
+	    a->storage->device != b->storage->device || b->ndim > a->ndim)
 		return ag_add(a, b);
 	for (int d = 0; d < b->ndim; d++)
 		if (b->shape[d] != 1 && b->shape[d] != a->shape[a->ndim - b->ndim + d])

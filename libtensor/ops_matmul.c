@@ -99,9 +99,9 @@ static int call_gemm(const struct tensor_backend *be, const struct tensor *const
 	return rc;
 }
 
-/* C = A·B for Ae [batch..., m, k], Be [batch..., k, n] (broadcast views), C
- * [batch..., m, n] of any strides (C = A·B + beta C): the innermost batch dims that step with one stride in
- * A and B go to one gemm call, the outer ones are looped over. */
+/* C = A·B for Ae [batch..., m, k], Be [batch..., k, n] (broadcast views), C [batch..., m, n]
+ * of any strides (C = A·B + beta C): the innermost batch dims that step with one stride in
+ * A, B and C go to one gemm call, the outer ones are looped over. */
 static int matmul_batched(const struct tensor_backend *be, const struct tensor *ae,
 			  const struct tensor *bmat, const struct tensor *c, double beta)
 {
@@ -355,7 +355,8 @@ struct tensor *tensor_matmul_laid_out(const struct tensor *a, const struct tenso
 		tensor_error(TENSOR_ERR_ARG,
 			     "matmul_laid_out: a %s and b %s must be at least 2-d, and order "
 			     "not NULL",
-			     tensor_shape_str(a, ba, sizeof ba), tensor_shape_str(b, bb, sizeof bb));
+			     tensor_shape_str(a, ba, sizeof ba),
+			     tensor_shape_str(b, bb, sizeof bb));
 		return NULL;
 	}
 	return matmul_impl(a, b, NULL, order);

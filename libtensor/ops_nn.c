@@ -88,7 +88,8 @@ struct tensor *tensor_softmax_backward(const struct tensor *y, const struct tens
 		return NULL;
 	if (!tensor_same_shape(y, g)) {
 		tensor_error(TENSOR_ERR_SHAPE, "softmax_backward: y %s and g %s differ in shape",
-			     tensor_shape_str(y, by, sizeof by), tensor_shape_str(g, bg, sizeof bg));
+			     tensor_shape_str(y, by, sizeof by),
+			     tensor_shape_str(g, bg, sizeof bg));
 		return NULL;
 	}
 	const struct tensor_backend *be = tensor_backend_get(y->storage->device);
@@ -106,8 +107,8 @@ struct tensor *tensor_softmax_backward(const struct tensor *y, const struct tens
 		return dx;
 	}
 	struct tensor *yc = tensor_contiguous(y), *gc = tensor_contiguous(g);
-	struct tensor *dx = yc && gc ? tensor_new(y->dtype, y->storage->device, y->ndim, y->shape)
-				     : NULL;
+	struct tensor *dx =
+	    yc && gc ? tensor_new(y->dtype, y->storage->device, y->ndim, y->shape) : NULL;
 	if (dx && tensor_numel(dx) > 0 && be->softmax_backward(dx, yc, gc) < 0) {
 		tensor_free(dx);
 		dx = NULL;

@@ -149,7 +149,8 @@ static int probs_backward(struct ag_node *n, const struct tensor *g)
 	if (n->inputs[0]->requires_grad)
 		rc = ag_accumulate_take(n->inputs[0], ag_heap_matmul(ds, k));
 	if (rc == TENSOR_OK && n->inputs[1]->requires_grad)
-		rc = ag_accumulate_take(n->inputs[1], ag_heap_matmul(tensor_transpose(ds, 2, 3), q));
+		rc =
+		    ag_accumulate_take(n->inputs[1], ag_heap_matmul(tensor_transpose(ds, 2, 3), q));
 	return rc;
 }
 
@@ -177,8 +178,8 @@ static struct tensor *attention_probs(struct tensor *q, struct tensor *k, double
 		tensor_free(s);
 		return NULL;
 	}
-	struct ag_node *n = ag_record("attention_probs", s, probs_backward, 2,
-				      (struct tensor *[]){ q, k });
+	struct ag_node *n =
+	    ag_record("attention_probs", s, probs_backward, 2, (struct tensor *[]){ q, k });
 	if (n) {
 		n->f[0] = scale;
 		ag_save(n, q);

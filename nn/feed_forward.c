@@ -97,8 +97,7 @@ struct tensor *nn_feed_forward_forward(const struct nn_feed_forward *m, struct t
 	}
 	int64_t rows = tensor_numel(x) / m->dim;
 	bool dropping = m->dropout.ps && m->dropout.ps->training && m->dropout.p > 0;
-	if (!ag_grad_enabled() && !dropping && rows > 2 * FF_BLOCK_ROWS &&
-	    tensor_is_contiguous(x))
+	if (!ag_grad_enabled() && !dropping && rows > 2 * FF_BLOCK_ROWS && tensor_is_contiguous(x))
 		return forward_blocked(m, x, rows);
 	return forward_rows(m, x);
 }

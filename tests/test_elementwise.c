@@ -267,8 +267,10 @@ START_TEST(test_add_inplace)
 		ck_assert_ptr_eq(a->storage->data, buf);
 		tu_assert_close(a, want, 6, 0, 0);
 		tu_assert_error(tensor_add_(b, a) < 0, TENSOR_ERR_SHAPE, "tensor_add_", "[3]");
-		struct tensor *at = tensor_transpose(a, 0, 1), *z = tensor_zeros(dt, TENSOR_CPU, 2, s32);
-		tu_assert_error(tensor_add_(at, z) < 0, TENSOR_ERR_SHAPE, "tensor_add_", "contiguous");
+		struct tensor *at = tensor_transpose(a, 0, 1),
+			      *z = tensor_zeros(dt, TENSOR_CPU, 2, s32);
+		tu_assert_error(tensor_add_(at, z) < 0, TENSOR_ERR_SHAPE, "tensor_add_",
+				"contiguous");
 		tensor_free(at);
 		tensor_free(z);
 		tu_assert_error(tensor_add_(a, tensor_zeros(TENSOR_I32, TENSOR_CPU, 1, s3)) < 0,

@@ -51,12 +51,12 @@ static double sum_f32(const float *x, int64_t n, double shift, bool square)
 
 /* ---- softmax -------------------------------------------------------------- */
 
-/* Rows whose max is +-inf or that hold a NaN come out all NaN (as PyTorch:
- * a row of -inf has no distribution). */
 /* Exponentials are summed in float over blocks of SOFTMAX_BLOCK (so the loop
  * vectorises) and the block sums in double. */
 #define SOFTMAX_BLOCK 1024
 
+/* Rows whose max is +-inf or that hold a NaN come out all NaN (as PyTorch:
+ * a row of -inf has no distribution). */
 CPU_WIDE_CLONES
 static void softmax_row_f32(float *y, const float *x, int64_t n, bool logsm)
 {
