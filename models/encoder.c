@@ -163,24 +163,46 @@ static struct tensor *attention_forward(const struct model_layer *l, struct tens
 	return nn_linformer_forward(&l->lin, x, key_mask);
 }
 
-/* pre-norm: x + attn(norm1(x)), then x + ff(norm2(x));
- * post-norm: norm1(x + attn(x)), then norm2(x + ff(x)). Each sum is written
- * into the branch's buffer (the branch is not read again). */
-static struct tensor *layer_forward(const struct model_config *c, const struct model_layer *l,
-				    struct tensor *x, const struct tensor *key_mask)
+/* The attention half of a layer: pre-norm x + attn(norm1(x)), post-norm
+ * norm1(x + attn(x)). Each sum is written into the branch's buffer (the
+ * branch is not read again). */
+static struct tensor *attention_half(const struct model_config *c, const struct model_layer *l,
+				     struct tensor *x, const struct tensor *key_mask)
 {
 	if (c->pre_norm) {
 		struct tensor *a =
 		    attention_forward(l, norm_forward(c, &l->ln1, &l->rms1, x), key_mask);
-		x = ag_add_reuse(nn_dropout_forward(&l->drop, a), x);
+		return ag_add_reuse(nn_dropout_forward(&l->drop, a), x);
+	}
+	struct tensor *a = attention_forward(l, x, key_mask);
+	return norm_forward(c, &l->ln1, &l->rms1, ag_add_reuse(nn_dropout_forward(&l->drop, a), x));
+}
+
+/* The feed-forward half: x + ff(norm2(x)), or norm2(x + ff(x)). */
+static struct tensor *ff_half(const struct model_config *c, const struct model_layer *l,
+			      struct tensor *x)
+{
+	if (c->pre_norm) {
 		struct tensor *f =
 		    nn_feed_forward_forward(&l->ff, norm_forward(c, &l->ln2, &l->rms2, x));
 		return ag_add_reuse(nn_dropout_forward(&l->drop, f), x);
 	}
-	struct tensor *a = attention_forward(l, x, key_mask);
-	x = norm_forward(c, &l->ln1, &l->rms1, ag_add_reuse(nn_dropout_forward(&l->drop, a), x));
 	struct tensor *f = nn_feed_forward_forward(&l->ff, x);
 	return norm_forward(c, &l->ln2, &l->rms2, ag_add_reuse(nn_dropout_forward(&l->drop, f), x));
+}
+
+/* Without gradients the attention half runs in a scope of its own that keeps
+ * only its output, so the layer's peak holds one half's intermediates. */
+static struct tensor *layer_forward(const struct model_config *c, const struct model_layer *l,
+				    struct tensor *x, const struct tensor *key_mask)
+{
+	if (ag_grad_enabled())
+		return ff_half(c, l, attention_half(c, l, x, key_mask));
+	tensor_scope_begin();
+	struct tensor *h = attention_half(c, l, x, key_mask);
+	h = h ? tensor_scope_keep(h) : NULL;
+	tensor_scope_end();
+	return ff_half(c, l, h);
 }
 
 static bool check_inputs(const struct model_encoder *m, const struct tensor *ids,
@@ -259,8 +281,14 @@ struct tensor *model_encoder_forward(const struct model_encoder *m, const struct
 	if (scoped) /* every temporary dies here; only the output is kept */
 		tensor_scope_begin();
 	struct tensor *key_mask = mask ? padding_of(m, mask) : NULL;
+	if (scoped) /* the embedding lookup's own output is not kept */
+		tensor_scope_begin();
 	struct tensor *x = mask && !key_mask ? NULL : nn_embedding_forward(&m->embed, ids);
 	x = nn_dropout_forward(&m->drop, nn_position_forward(&m->pos, x));
+	if (scoped) {
+		x = x ? tensor_scope_keep(x) : NULL;
+		tensor_scope_end();
+	}
 	struct tensor *carry = NULL; /* no grad: the heap copy of the last layer output */
 	for (int64_t i = 0; x && i < c->layers; i++) {
 		if (!scoped) {

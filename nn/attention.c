@@ -285,47 +285,62 @@ static struct tensor *split_heads(struct tensor *x, int64_t heads)
 /* One head's output [B,1,T,d] as [B,T,d] (a view). */
 static struct tensor *head_rows(struct tensor *o)
 {
-	return ag_squeeze(ag_permute(o, (int[]){ 0, 2, 1, 3 }), 2);
+	return o ? ag_squeeze(ag_permute(o, (int[]){ 0, 2, 1, 3 }), 2) : NULL;
 }
 
-/* Heads one at a time, joined along the feature dim into [B,T,dim]. Without
- * grad, each head runs in an inner scope that keeps only its output, so the
- * peak holds one head's scores instead of all of them. With grad, the tape
- * needs every head's intermediates anyway, so no inner scopes. Attention
- * dropout draws one mask per head here, so in training with dropout the
- * result is not the batched one (both are valid dropout). */
-static struct tensor *heads_sequential(const struct nn_mha *m, struct tensor *q, struct tensor *k,
-				       struct tensor *v, const struct tensor *key_mask, bool causal,
-				       double scale)
+/* With grad, the tape needs every head's intermediates anyway: the heads are
+ * joined by a concat. */
+static struct tensor *by_head_recorded(struct tensor *q, struct tensor *k, struct tensor *v,
+				       const struct tensor *key_mask, bool causal, double scale,
+				       const struct nn_dropout *dropout)
 {
-	int64_t h = m->heads;
-	bool scoped = !ag_grad_enabled();
+	int64_t h = q->shape[1];
 	struct tensor **outs = calloc((size_t)h, sizeof *outs);
 	if (!outs) {
-		tensor_error(TENSOR_ERR_NOMEM, "nn_mha_forward: cannot allocate %lld head outputs",
+		tensor_error(TENSOR_ERR_NOMEM, "nn_attention_by_head: cannot allocate %lld head "
+					       "outputs",
 			     (long long)h);
 		return NULL;
 	}
 	bool ok = true;
 	for (int64_t i = 0; i < h && ok; i++) {
-		if (scoped)
-			tensor_scope_begin();
-		struct tensor *o =
-		    nn_attention(ag_narrow(q, 1, i, 1), ag_narrow(k, 1, i, 1),
-				 ag_narrow(v, 1, i, 1), key_mask, causal, scale, &m->dropout);
-		o = head_rows(o);
-		if (scoped) {
-			o = tensor_scope_keep(o);
-			tensor_scope_end();
-		}
-		outs[i] = o;
-		ok = o != NULL;
+		outs[i] = head_rows(nn_attention(ag_narrow(q, 1, i, 1), ag_narrow(k, 1, i, 1),
+						 ag_narrow(v, 1, i, 1), key_mask, causal, scale,
+						 dropout));
+		ok = outs[i] != NULL;
 	}
 	struct tensor *y = ok ? ag_concat((int)h, outs, 2) : NULL;
-	if (scoped) /* heap copies when no scope was open outside; no-op otherwise */
-		for (int64_t i = 0; i < h; i++)
-			tensor_free(outs[i]);
 	free(outs);
+	return y;
+}
+
+struct tensor *nn_attention_by_head(struct tensor *q, struct tensor *k, struct tensor *v,
+				    const struct tensor *key_mask, bool causal, double scale,
+				    const struct nn_dropout *dropout)
+{
+	if (!q || !k || !v)
+		return NULL;
+	if (check_qkv(q, k, v, key_mask, causal, scale) < 0)
+		return NULL;
+	if (ag_grad_enabled())
+		return by_head_recorded(q, k, v, key_mask, causal, scale, dropout);
+	/* without grad: each head in a scope of its own, written into its columns */
+	int64_t b = q->shape[0], h = q->shape[1], t = q->shape[2], dv = v->shape[3];
+	struct tensor *y = tensor_empty(q->dtype, q->storage->device, 3, (int64_t[]){ b, t, h * dv });
+	int rc = y ? TENSOR_OK : tensor_last_status();
+	for (int64_t i = 0; i < h && rc == TENSOR_OK; i++) {
+		tensor_scope_begin();
+		struct tensor *o = head_rows(nn_attention(tensor_narrow(q, 1, i, 1),
+							  tensor_narrow(k, 1, i, 1),
+							  tensor_narrow(v, 1, i, 1), key_mask, causal,
+							  scale, dropout));
+		rc = o ? tensor_copy_(tensor_narrow(y, 2, i * dv, dv), o) : tensor_last_status();
+		tensor_scope_end();
+	}
+	if (rc < 0) {
+		tensor_free(y);
+		return NULL;
+	}
 	return y;
 }
 
@@ -363,7 +378,7 @@ struct tensor *nn_mha_forward(const struct nn_mha *m, struct tensor *x,
 		return NULL;
 	struct tensor *y;
 	if (m->sequential_heads) {
-		y = heads_sequential(m, q, k, v, key_mask, causal, scale);
+		y = nn_attention_by_head(q, k, v, key_mask, causal, scale, &m->dropout);
 	} else {
 		struct tensor *o = nn_attention(q, k, v, key_mask, causal, scale, &m->dropout);
 		y = ag_reshape(ag_permute(o, (int[]){ 0, 2, 1, 3 }), 3,

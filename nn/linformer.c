@@ -595,44 +595,6 @@ static int project_sequence_first(const struct nn_linformer *m, struct tensor *x
 	return *k && *v ? TENSOR_OK : tensor_last_status();
 }
 
-/* Heads one at a time (as nn_mha): without grad each head runs in an inner
- * scope keeping only its output [B,T,d]; dropout masks are drawn per head. */
-static struct tensor *heads_sequential(const struct nn_linformer *m, struct tensor *q,
-				       struct tensor *k, struct tensor *v,
-				       const struct tensor *mask, double scale)
-{
-	int64_t h = m->heads;
-	bool scoped = !ag_grad_enabled();
-	struct tensor **outs = calloc((size_t)h, sizeof *outs);
-	if (!outs) {
-		tensor_error(TENSOR_ERR_NOMEM,
-			     "nn_linformer_forward: cannot allocate %lld head outputs",
-			     (long long)h);
-		return NULL;
-	}
-	bool ok = true;
-	for (int64_t i = 0; i < h && ok; i++) {
-		if (scoped)
-			tensor_scope_begin();
-		struct tensor *o =
-		    nn_attention(ag_narrow(q, 1, i, 1), ag_narrow(k, 1, i, 1),
-				 ag_narrow(v, 1, i, 1), mask, false, scale, &m->dropout);
-		o = o ? ag_squeeze(ag_permute(o, (int[]){ 0, 2, 1, 3 }), 2) : NULL;
-		if (scoped) {
-			o = o ? tensor_scope_keep(o) : NULL;
-			tensor_scope_end();
-		}
-		outs[i] = o;
-		ok = o != NULL;
-	}
-	struct tensor *y = ok ? ag_concat((int)h, outs, 2) : NULL;
-	if (scoped)
-		for (int64_t i = 0; i < h; i++)
-			tensor_free(outs[i]);
-	free(outs);
-	return y;
-}
-
 static int check_input(const struct nn_linformer *m, const struct tensor *x,
 		       const struct tensor *key_mask)
 {
@@ -698,7 +660,7 @@ struct tensor *nn_linformer_forward(const struct nn_linformer *m, struct tensor 
 	double scale = 1 / sqrt((double)d);
 	struct tensor *y;
 	if (m->sequential_heads)
-		y = heads_sequential(m, q, k, v, mask, scale);
+		y = nn_attention_by_head(q, k, v, mask, false, scale, &m->dropout);
 	else
 		y = merge_heads(nn_attention(q, k, v, mask, false, scale, &m->dropout));
 	tensor_free(mask);

@@ -195,6 +195,15 @@ void nn_feed_forward_free(struct nn_feed_forward *m);
 struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v,
 			    const struct tensor *key_mask, bool causal, double scale,
 			    const struct nn_dropout *dropout);
+/* nn_attention one head at a time, the heads' outputs joined along the
+ * features: the same arguments, and [B, T, H*dv]. Without grad each head runs
+ * in a scope of its own and is written into its columns of the result, so the
+ * peak holds one head's scores and no per-head copies. Attention dropout
+ * draws one mask per head (in training with dropout the result is not the
+ * all-heads one; both are valid dropout). */
+struct tensor *nn_attention_by_head(struct tensor *q, struct tensor *k, struct tensor *v,
+				    const struct tensor *key_mask, bool causal, double scale,
+				    const struct nn_dropout *dropout);
 
 /* Multi-head self-attention: q_proj, k_proj, v_proj, out_proj ([dim, dim]
  * each, with bias), heads | dim. x [B, T, dim] -> [B, T, dim]. Set

@@ -652,6 +652,44 @@ END_TEST
 
 /* ---- errors --------------------------------------------------------------------- */
 
+/* The heads one at a time, joined: equal to the batched call merged, with
+ * dv != d and a key mask, with and without grad; without grad the peak is the
+ * result plus one head's working set; the errors of nn_attention. */
+START_TEST(test_attention_by_head)
+{
+	const int64_t B = 2, H = 3, T = 5, S = 4, d = 3, dv = 2;
+	struct tensor *q = tu_rand(TENSOR_F64, 4, (int64_t[]){ B, H, T, d }, 51);
+	struct tensor *k = tu_rand(TENSOR_F64, 4, (int64_t[]){ B, H, S, d }, 52);
+	struct tensor *v = tu_rand(TENSOR_F64, 4, (int64_t[]){ B, H, S, dv }, 53);
+	struct tensor *m = mask_i32(B, S, (const int[]){ 0, 1, 0, 0, 1, 1, 1, 1 });
+	struct tensor *o = nn_attention(q, k, v, m, false, 0.5, NULL);
+	struct tensor *merged = tensor_reshape(tensor_permute(o, (int[]){ 0, 2, 1, 3 }), 3,
+					       (int64_t[]){ B, T, H * dv });
+	double *want = tu_values(merged);
+	struct tensor *y = nn_attention_by_head(q, k, v, m, false, 0.5, NULL);
+	tu_assert_shape(y, 3, (int64_t[]){ B, T, H * dv });
+	tu_assert_close(y, want, B * T * H * dv, 1e-12, 1e-12);
+	ag_no_grad_begin();
+	tensor_scope_begin();
+	size_t base = tensor_mem_stats(TENSOR_CPU).live_bytes;
+	tensor_mem_reset_peak(TENSOR_CPU);
+	struct tensor *yn = nn_attention_by_head(q, k, v, m, false, 0.5, NULL);
+	size_t peak = tensor_mem_stats(TENSOR_CPU).peak_bytes - base;
+	tu_assert_close(yn, want, B * T * H * dv, 1e-12, 1e-12);
+	/* the result, and one head's q*scale, probabilities, output and masks */
+	size_t result = sizeof(double) * (size_t)(B * T * H * dv);
+	size_t head = sizeof(double) * (size_t)(B * (T * d + T * S + T * dv + 2 * S + T));
+	ck_assert_msg(peak <= result + head + 4096, "peak %zu, result %zu, one head %zu", peak,
+		      result, head);
+	tensor_scope_end();
+	ag_no_grad_end();
+	free(want);
+	tu_assert_error(!nn_attention_by_head(q, v, v, NULL, false, 0.5, NULL), TENSOR_ERR_SHAPE,
+			"nn_attention", "[2,3,4,2]");
+	ck_assert(!nn_attention_by_head(NULL, k, v, NULL, false, 0.5, NULL));
+}
+END_TEST
+
 START_TEST(test_attention_errors)
 {
 	struct tensor *q = tu_rand(TENSOR_F32, 4, (int64_t[]){ 2, 3, 4, 5 }, 1);
@@ -774,6 +812,7 @@ int main(void)
 	tcase_add_test(tc, test_attention_gradients);
 	tcase_add_test(tc, test_attention_dropout_eval);
 	tcase_add_test(tc, test_attention_errors);
+	tcase_add_test(tc, test_attention_by_head);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("mha");
 	tcase_add_test(tc, test_mha_params);
