@@ -1,0 +1,637 @@
+/* models, configuration: presets, patterns and the k schedule; resolving
+ * errors; the config JSON; parameter counts against hand formulas. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models_common.h"
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static const char *const sharing_label[4] = { "none", "headwise", "kv", "layerwise" };
+
+/* ---- presets and patterns ------------------------------------------------------- */
+
+START_TEST(test_preset_defaults)
+{
+	struct model_config c;
+	ck_assert_int_eq(model_config_preset(&c, "transformer", 30522, 512), TENSOR_OK);
+	ck_assert_int_eq(c.vocab_size, 30522);
+	ck_assert_int_eq(c.max_len, 512);
+	ck_assert_int_eq(c.dim, 256);
+	ck_assert_int_eq(c.heads, 4);
+	ck_assert_int_eq(c.layers, 4);
+	ck_assert_int_eq(c.ff_hidden, 1024);
+	ck_assert_int_eq(c.activation, NN_GELU);
+	ck_assert(!c.swiglu && c.pre_norm && !c.rms_norm && c.learned_positions && c.final_norm);
+	ck_assert(c.dropout == 0.1 && c.attn_dropout == 0.1);
+	ck_assert_int_eq(c.pad_id, 0);
+	ck_assert_int_eq(c.k_schedule, MODEL_K_CONSTANT);
+	ck_assert_int_eq(c.k_first, 128);
+	ck_assert_int_eq(c.k_last, 128);
+	ck_assert_int_eq(c.sharing, NN_SHARE_HEADWISE);
+	ck_assert(!c.conv_dense && !c.shared_kv_head && !c.sequential_heads);
+	ck_assert_int_eq(c.num_classes, 2);
+	ck_assert_int_eq(c.head_hidden, 256);
+	ck_assert_int_eq(c.pooling, MODEL_POOL_MEAN);
+	ck_assert(c.tie_embeddings);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(c.attention[i], MODEL_ATTN_STANDARD);
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(c.k[i], 0); /* standard layers have no k */
+	/* k is clamped to a short max_len */
+	ck_assert_int_eq(model_config_preset(&c, "linformer", 100, 64), TENSOR_OK);
+	ck_assert_int_eq(c.k_first, 64);
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	ck_assert_int_eq(c.k[3], 64);
+}
+END_TEST
+
+START_TEST(test_preset_patterns)
+{
+	struct model_config c;
+	ck_assert_int_eq(model_config_preset(&c, "linformer", 100, 512), TENSOR_OK);
+	ck_assert_int_eq(c.layers, 4);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(c.attention[i], MODEL_ATTN_LINEAR);
+	/* uniform presets stay valid at any depth set afterwards */
+	c.layers = 7;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	ck_assert_int_eq(c.attention[6], MODEL_ATTN_LINEAR);
+	ck_assert_int_eq(c.k[6], 128);
+
+	ck_assert_int_eq(model_config_preset(&c, "conv-linformer", 100, 512), TENSOR_OK);
+	const enum model_attention cl[4] = { MODEL_ATTN_LINEAR, MODEL_ATTN_LINEAR, MODEL_ATTN_CONV,
+					     MODEL_ATTN_CONV };
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(c.attention[i], cl[i]);
+	c.layers = 6; /* deeper than the preset's pattern: refused, naming the layer */
+	tu_assert_error(model_config_resolve(&c) < 0, TENSOR_ERR_ARG, "model_config_resolve",
+			"layer 4");
+	/* name:depth; an odd depth gives the extra layer to the linear half */
+	ck_assert_int_eq(model_config_preset(&c, "conv-linformer:5", 100, 512), TENSOR_OK);
+	ck_assert_int_eq(c.layers, 5);
+	const enum model_attention cl5[5] = { MODEL_ATTN_LINEAR, MODEL_ATTN_LINEAR,
+					      MODEL_ATTN_LINEAR, MODEL_ATTN_CONV, MODEL_ATTN_CONV };
+	for (int i = 0; i < 5; i++)
+		ck_assert_int_eq(c.attention[i], cl5[i]);
+	ck_assert_int_eq(model_config_preset(&c, "Transformer:12", 100, 512), TENSOR_OK);
+	ck_assert_int_eq(c.layers, 12);
+
+	ck_assert_int_eq(model_config_preset(&c, "SLCMXR", 100, 512), TENSOR_OK);
+	ck_assert_int_eq(c.layers, 6);
+	for (int i = 0; i < 6; i++)
+		ck_assert_int_eq(c.attention[i], i);
+	ck_assert_int_eq(model_config_preset(&c, "llcc", 100, 512), TENSOR_OK);
+	ck_assert_int_eq(c.layers, 4);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(c.attention[i], cl[i]);
+	char longest[MODEL_MAX_LAYERS + 1];
+	memset(longest, 'M', MODEL_MAX_LAYERS);
+	longest[MODEL_MAX_LAYERS] = 0;
+	ck_assert_int_eq(model_config_preset(&c, longest, 100, 512), TENSOR_OK);
+	ck_assert_int_eq(c.layers, MODEL_MAX_LAYERS);
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+}
+END_TEST
+
+START_TEST(test_preset_errors)
+{
+	struct model_config c;
+	tu_assert_error(model_config_preset(NULL, "transformer", 10, 10) < 0, TENSOR_ERR_ARG,
+			"model_config_preset", NULL);
+	tu_assert_error(model_config_preset(&c, NULL, 10, 10) < 0, TENSOR_ERR_ARG,
+			"model_config_preset", NULL);
+	tu_assert_error(model_config_preset(&c, "transformer", 0, 10) < 0, TENSOR_ERR_ARG,
+			"model_config_preset", "vocab_size 0");
+	tu_assert_error(model_config_preset(&c, "transformer", 10, 0) < 0, TENSOR_ERR_ARG,
+			"model_config_preset", "max_len 0");
+	tu_assert_error(model_config_preset(&c, "bert", 10, 10) < 0, TENSOR_ERR_ARG,
+			"unknown preset 'bert'", NULL);
+	tu_assert_error(model_config_preset(&c, "", 10, 10) < 0, TENSOR_ERR_ARG,
+			"unknown preset ''", NULL);
+	tu_assert_error(model_config_preset(&c, "LLZ", 10, 10) < 0, TENSOR_ERR_ARG,
+			"unknown preset 'LLZ'", "'Z'");
+	tu_assert_error(model_config_preset(&c, "LL C", 10, 10) < 0, TENSOR_ERR_ARG, "' '", NULL);
+	char toolong[MODEL_MAX_LAYERS + 2];
+	memset(toolong, 'L', MODEL_MAX_LAYERS + 1);
+	toolong[MODEL_MAX_LAYERS + 1] = 0;
+	tu_assert_error(model_config_preset(&c, toolong, 10, 10) < 0, TENSOR_ERR_ARG,
+			"unknown preset", "1..64 letters");
+	tu_assert_error(model_config_preset(&c, "linformer:0", 10, 10) < 0, TENSOR_ERR_ARG,
+			"'linformer:0'", "layers in [1, 64]");
+	tu_assert_error(model_config_preset(&c, "linformer:65", 10, 10) < 0, TENSOR_ERR_ARG,
+			"'linformer:65'", NULL);
+	tu_assert_error(model_config_preset(&c, "linformer:x", 10, 10) < 0, TENSOR_ERR_ARG,
+			"'linformer:x'", NULL);
+	tu_assert_error(model_config_preset(&c, "LLCC:4", 10, 10) < 0, TENSOR_ERR_ARG,
+			"unknown preset 'LLCC'", "named preset only");
+}
+END_TEST
+
+START_TEST(test_k_schedule)
+{
+	struct model_config c;
+	ck_assert_int_eq(model_config_preset(&c, "linformer", 100, 512), TENSOR_OK);
+	c.k_schedule = MODEL_K_LINEAR;
+	c.k_first = 128;
+	c.k_last = 32;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	const int64_t lin[4] = { 128, 96, 64, 32 };
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(c.k[i], lin[i]);
+	/* rounding half away from zero: 10 -> 3 over 4 layers = 10, 7.67, 5.33, 3;
+	 * 4 -> 1 over 3 layers = 4, 2.5, 1 */
+	c.k_first = 10;
+	c.k_last = 3;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	const int64_t r[4] = { 10, 8, 5, 3 };
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(c.k[i], r[i]);
+	c.layers = 3;
+	c.k_first = 4;
+	c.k_last = 1;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	ck_assert_int_eq(c.k[0], 4);
+	ck_assert_int_eq(c.k[1], 3);
+	ck_assert_int_eq(c.k[2], 1);
+	ck_assert_int_eq(c.k[3], 0); /* past the depth: cleared */
+	c.k_first = 2;		     /* increasing works too: 2, 4, 6 */
+	c.k_last = 6;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	ck_assert_int_eq(c.k[1], 4);
+	c.layers = 1; /* one layer: k_first */
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	ck_assert_int_eq(c.k[0], 2);
+	ck_assert_int_eq(c.attention[1], MODEL_NATTN); /* cleared past the depth */
+	/* resolving fixed the depth: raising it now is refused, not silently standard */
+	c.layers = 4;
+	tu_assert_error(model_config_resolve(&c) < 0, TENSOR_ERR_ARG, "layer 1 has no valid", NULL);
+	/* constant ignores k_last */
+	ck_assert_int_eq(model_config_preset(&c, "linformer", 100, 512), TENSOR_OK);
+	c.k_schedule = MODEL_K_CONSTANT;
+	c.k_first = 64;
+	c.k_last = 999;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(c.k[i], 64);
+	/* explicit list; standard layers get k 0 whatever the list says */
+	ck_assert_int_eq(model_config_preset(&c, "SLLS", 100, 512), TENSOR_OK);
+	c.k_schedule = MODEL_K_LIST;
+	const int64_t list[4] = { 7, 256, 100, 9 };
+	memcpy(c.k, list, sizeof list);
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	ck_assert_int_eq(c.k[0], 0);
+	ck_assert_int_eq(c.k[1], 256);
+	ck_assert_int_eq(c.k[2], 100);
+	ck_assert_int_eq(c.k[3], 0);
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK); /* idempotent */
+	ck_assert_int_eq(c.k[1], 256);
+	/* layerwise with a decaying k is fine when one layer is projected */
+	ck_assert_int_eq(model_config_preset(&c, "SSSL", 100, 512), TENSOR_OK);
+	c.sharing = NN_SHARE_LAYERWISE;
+	c.k_schedule = MODEL_K_LINEAR;
+	c.k_first = 128;
+	c.k_last = 32;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	ck_assert_int_eq(c.k[3], 32);
+	/* and with a constant k over several layers */
+	ck_assert_int_eq(model_config_preset(&c, "CSC", 100, 512), TENSOR_OK);
+	c.sharing = NN_SHARE_LAYERWISE;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+}
+END_TEST
+
+/* A valid base to break one field at a time. */
+static struct model_config base(void)
+{
+	struct model_config c;
+	ck_assert_int_eq(model_config_preset(&c, "linformer", 100, 64), TENSOR_OK);
+	c.k_first = c.k_last = 16;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	return c;
+}
+
+#define RESOLVE_FAILS(stmt, s1, s2)                                                    \
+	do {                                                                           \
+		struct model_config c = base();                                        \
+		stmt;                                                                  \
+		tu_assert_error(model_config_resolve(&c) < 0, TENSOR_ERR_ARG, s1, s2); \
+	} while (0)
+
+START_TEST(test_resolve_errors)
+{
+	tu_assert_error(model_config_resolve(NULL) < 0, TENSOR_ERR_ARG, "model_config_resolve",
+			NULL);
+	RESOLVE_FAILS(c.vocab_size = 0, "model_config_resolve", "vocab_size 0");
+	RESOLVE_FAILS(c.max_len = -1, "max_len -1", NULL);
+	RESOLVE_FAILS(c.dim = 0, "dim 0", NULL);
+	RESOLVE_FAILS(c.heads = 0, "heads 0", NULL);
+	RESOLVE_FAILS(c.ff_hidden = 0, "ff_hidden 0", NULL);
+	RESOLVE_FAILS(c.num_classes = 0, "num_classes 0", NULL);
+	RESOLVE_FAILS(c.head_hidden = 0, "head_hidden 0", NULL);
+	RESOLVE_FAILS(c.layers = 0, "layers 0 not in [1, 64]", NULL);
+	RESOLVE_FAILS(c.layers = 65, "layers 65", NULL);
+	RESOLVE_FAILS(c.heads = 3, "heads 3 must divide dim 256", NULL);
+	RESOLVE_FAILS(c.pad_id = 100, "pad_id 100", NULL);
+	RESOLVE_FAILS(c.pad_id = -2, "pad_id -2", NULL);
+	RESOLVE_FAILS(c.dropout = 1.0, "dropout 1", NULL);
+	RESOLVE_FAILS(c.attn_dropout = -0.5, "attn_dropout -0.5", NULL);
+	RESOLVE_FAILS(c.attn_dropout = NAN, "attn_dropout nan", NULL);
+	RESOLVE_FAILS(c.activation = (enum nn_activation)99, "unknown activation 99", NULL);
+	RESOLVE_FAILS(c.k_schedule = (enum model_k_schedule)7, "unknown k_schedule 7", NULL);
+	RESOLVE_FAILS(c.sharing = (enum nn_proj_sharing)9, "unknown sharing 9", NULL);
+	RESOLVE_FAILS(c.pooling = (enum model_pooling)5, "unknown pooling 5", NULL);
+	RESOLVE_FAILS(c.attention[2] = MODEL_NATTN, "layer 2 has no valid attention kind", NULL);
+	RESOLVE_FAILS(c.k_first = 65, "layer 0 (linear): k 65 not in [1, max_len 64]", NULL);
+	RESOLVE_FAILS(c.k_first = 0, "k 0", NULL);
+	RESOLVE_FAILS((c.k_schedule = MODEL_K_LIST, c.k[0] = c.k[1] = c.k[3] = 8, c.k[2] = -1),
+		      "layer 2 (linear): k -1", NULL);
+	RESOLVE_FAILS((c.k_schedule = MODEL_K_LINEAR, c.k_last = 100), "layer 2", "k 72");
+	/* conv and pooling: n must be a multiple of k (kernel = stride = n/k) */
+	RESOLVE_FAILS((c.attention[1] = MODEL_ATTN_CONV, c.k_first = 24),
+		      "layer 1 (conv): max_len 64 is not divisible by k 24", NULL);
+	RESOLVE_FAILS((c.attention[0] = MODEL_ATTN_MEAN, c.k_first = 48), "layer 0 (mean)",
+		      "not divisible");
+	RESOLVE_FAILS((c.attention[3] = MODEL_ATTN_MAX, c.k_first = 10), "layer 3 (max)",
+		      "not divisible");
+	/* learned and random projections take any k <= n */
+	{
+		struct model_config c = base();
+		c.attention[1] = MODEL_ATTN_RANDOM;
+		c.k_first = 24;
+		ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	}
+	/* layerwise sharing: one projection for every layer, so one k and one kind */
+	RESOLVE_FAILS((c.sharing = NN_SHARE_LAYERWISE, c.k_schedule = MODEL_K_LINEAR,
+		       c.k_first = 16, c.k_last = 4),
+		      "layerwise sharing needs one k for every projected layer",
+		      "layer 1 has k 12, layer 0 has k 16");
+	RESOLVE_FAILS((c.sharing = NN_SHARE_LAYERWISE, c.k_schedule = MODEL_K_LIST, c.k[0] = 16,
+		       c.k[1] = 16, c.k[2] = 16, c.k[3] = 8),
+		      "needs one k", "layer 3 has k 8");
+	RESOLVE_FAILS((c.sharing = NN_SHARE_LAYERWISE, c.attention[2] = MODEL_ATTN_CONV),
+		      "layerwise sharing needs one projection kind",
+		      "layer 2 is conv, layer 0 is linear");
+	RESOLVE_FAILS((c.sharing = NN_SHARE_LAYERWISE, c.attention[0] = MODEL_ATTN_STANDARD,
+		       c.attention[3] = MODEL_ATTN_MEAN),
+		      "layer 3 is mean, layer 1 is linear", NULL);
+	/* standard layers do not take part in either rule */
+	{
+		struct model_config c = base();
+		c.sharing = NN_SHARE_LAYERWISE;
+		c.attention[0] = MODEL_ATTN_STANDARD;
+		ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	}
+	/* a failed resolve leaves the config unchanged */
+	struct model_config c = base(), before;
+	c.k_schedule = MODEL_K_LIST;
+	c.k[0] = 3;
+	c.k[1] = 999;
+	before = c;
+	ck_assert(model_config_resolve(&c) < 0);
+	tensor_clear_error();
+	ck_assert(memcmp(&c, &before, sizeof c) == 0);
+}
+END_TEST
+
+START_TEST(test_attention_names)
+{
+	const char *names[MODEL_NATTN] = { "standard", "linear", "conv", "mean", "max", "random" };
+	for (int a = 0; a < MODEL_NATTN; a++) {
+		ck_assert_str_eq(model_attention_name(a), names[a]);
+		ck_assert_int_eq(model_attention_parse(names[a]), a);
+	}
+	ck_assert_str_eq(model_attention_name(MODEL_NATTN), "unknown");
+	ck_assert_str_eq(model_attention_name((enum model_attention) - 1), "unknown");
+	ck_assert_int_eq(model_attention_parse("Linear"), -1);
+	ck_assert_int_eq(model_attention_parse(""), -1);
+	ck_assert_int_eq(model_attention_parse(NULL), -1);
+}
+END_TEST
+
+/* ---- JSON ------------------------------------------------------------------------ */
+
+/* to_json -> from_json gives the same config; for a resolved one, also the
+ * same (canonical) arrays past the depth, so equal models memcmp equal. */
+static void roundtrip(const struct model_config *c, bool resolved)
+{
+	char *json = model_config_to_json(c);
+	ck_assert_msg(json != NULL, "%s", tensor_last_error());
+	struct model_config back;
+	memset(&back, 0xab, sizeof back);
+	ck_assert_msg(model_config_from_json(&back, json) == TENSOR_OK, "%s: %s", json,
+		      tensor_last_error());
+	assert_config_eq(&back, c);
+	if (resolved) {
+		ck_assert(memcmp(back.attention, c->attention, sizeof c->attention) == 0);
+		ck_assert(memcmp(back.k, c->k, sizeof c->k) == 0);
+	}
+	/* and once more: the text is stable */
+	char *again = model_config_to_json(&back);
+	ck_assert_str_eq(again, json);
+	free(again);
+	free(json);
+}
+
+START_TEST(test_json_roundtrip)
+{
+	const char *presets[] = { "transformer", "linformer", "conv-linformer", "SLCMXR" };
+	for (int p = 0; p < 4; p++)
+		for (int s = 0; s < 4; s++) {
+			struct model_config c;
+			ck_assert_int_eq(model_config_preset(&c, presets[p], 1000, 512), TENSOR_OK);
+			c.sharing = (enum nn_proj_sharing)s;
+			roundtrip(&c, false);
+			if (model_config_resolve(&c) == TENSOR_OK)
+				roundtrip(&c, true);
+			tensor_clear_error();
+		}
+	/* every field away from its default */
+	struct model_config c;
+	ck_assert_int_eq(model_config_preset(&c, "LLCCM", 30522, 4096), TENSOR_OK);
+	c.dim = 96;
+	c.heads = 6;
+	c.ff_hidden = 333;
+	c.activation = NN_GELU_TANH;
+	c.swiglu = true;
+	c.pre_norm = false;
+	c.rms_norm = true;
+	c.learned_positions = false;
+	c.final_norm = false;
+	c.dropout = 0.123456789012345678;
+	c.attn_dropout = 1.0 / 3.0;
+	c.pad_id = -1;
+	c.k_schedule = MODEL_K_LIST;
+	const int64_t k[5] = { 1000, 512, 256, 128, 64 };
+	memcpy(c.k, k, sizeof k);
+	c.k_first = 3;
+	c.k_last = 17;
+	c.sharing = NN_SHARE_KV;
+	c.conv_dense = true;
+	c.shared_kv_head = true;
+	c.sequential_heads = true;
+	c.num_classes = 7;
+	c.head_hidden = 5;
+	c.pooling = MODEL_POOL_CLS;
+	c.tie_embeddings = false;
+	c.seed = 0xfedcba9876543210ull; /* beyond 2^53: written as a string */
+	roundtrip(&c, false);
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	roundtrip(&c, true);
+	c.seed = 9007199254740992ull; /* 2^53 exactly: a number */
+	roundtrip(&c, true);
+	char *json = model_config_to_json(&c);
+	ck_assert(strstr(json, "\"seed\":9007199254740992") != NULL);
+	ck_assert(strstr(json, "\"attention\":[\"linear\",\"linear\",\"conv\",\"conv\",\"mean\"]"));
+	ck_assert(strstr(json, "\"sharing\":\"kv\"") && strstr(json, "\"pooling\":\"cls\""));
+	ck_assert(strstr(json, "\"activation\":\"gelu_tanh\""));
+	free(json);
+	for (int a = 0; a < NN_NACTIVATIONS; a++) {
+		c.activation = (enum nn_activation)a;
+		roundtrip(&c, true);
+	}
+	/* the smallest config: vocab_size and max_len; the rest are the defaults */
+	struct model_config d, want;
+	ck_assert_int_eq(model_config_from_json(&d, "{\"max_len\": 64, \"vocab_size\": 50}"),
+			 TENSOR_OK);
+	ck_assert_int_eq(model_config_preset(&want, "transformer", 50, 64), TENSOR_OK);
+	assert_config_eq(&d, &want);
+	/* a hand-written one: layers before or after the arrays, any key order */
+	ck_assert_int_eq(model_config_from_json(&d, "{\"attention\":[\"conv\",\"max\"],"
+						    "\"vocab_size\":5,\"layers\":2,\"max_len\":8,"
+						    "\"seed\":\"42\",\"sharing\":\"key-value\"}"),
+			 TENSOR_OK);
+	ck_assert_int_eq(d.layers, 2);
+	ck_assert_int_eq(d.attention[0], MODEL_ATTN_CONV);
+	ck_assert_int_eq(d.attention[1], MODEL_ATTN_MAX);
+	ck_assert_int_eq(d.seed, 42);
+	ck_assert_int_eq(d.sharing, NN_SHARE_KV);
+	ck_assert_int_eq(d.k_first, 8);
+}
+END_TEST
+
+#define JSON_FAILS(text, s1, s2)                                                                 \
+	do {                                                                                     \
+		struct model_config out = base(), keep = out;                                    \
+		tu_assert_error(model_config_from_json(&out, text) < 0, TENSOR_ERR_ARG, s1, s2); \
+		ck_assert(memcmp(&out, &keep, sizeof out) == 0);                                 \
+	} while (0)
+#define VN "\"vocab_size\":10,\"max_len\":8"
+
+START_TEST(test_json_errors)
+{
+	JSON_FAILS("{", "model_config_from_json", "invalid JSON");
+	JSON_FAILS("{\"vocab_size\":10,} ", "invalid JSON", NULL);
+	JSON_FAILS("{" VN "} trailing", "invalid JSON", NULL);
+	JSON_FAILS("[1,2]", "expected a JSON object", NULL);
+	JSON_FAILS("{" VN ",\"hidden\":4}", "unknown key \"hidden\"", NULL);
+	JSON_FAILS("{" VN ",\"dim\":8,\"dim\":16}", "duplicate key \"dim\"", NULL);
+	JSON_FAILS("{\"vocab_size\":10}", "\"vocab_size\" and \"max_len\" are required", NULL);
+	JSON_FAILS("{\"max_len\":10}", "required", NULL);
+	JSON_FAILS("{\"vocab_size\":0,\"max_len\":8}", "\"vocab_size\" 0", ">= 1");
+	JSON_FAILS("{" VN ",\"dim\":\"8\"}", "\"dim\" must be an integer", NULL);
+	JSON_FAILS("{" VN ",\"dim\":8.5}", "\"dim\" = 8.5", "integer");
+	JSON_FAILS("{" VN ",\"dim\":1e300}", "\"dim\"", "2^53");
+	JSON_FAILS("{" VN ",\"heads\":null}", "\"heads\" must be an integer", NULL);
+	JSON_FAILS("{\"vocab_size\":\"10\",\"max_len\":8}", "\"vocab_size\" must be an integer",
+		   NULL);
+	JSON_FAILS("{" VN ",\"swiglu\":1}", "\"swiglu\" must be true or false", NULL);
+	JSON_FAILS("{" VN ",\"dropout\":\"0.1\"}", "\"dropout\" must be a number", NULL);
+	JSON_FAILS("{" VN ",\"dropout\":true}", "\"dropout\" must be a number", NULL);
+	JSON_FAILS("{" VN ",\"activation\":\"tanh\"}", "\"activation\" must be one of",
+		   "relu, gelu, gelu_tanh, silu");
+	JSON_FAILS("{" VN ",\"activation\":3}", "\"activation\" must be one of", NULL);
+	JSON_FAILS("{" VN ",\"k_schedule\":\"cosine\"}", "\"k_schedule\"",
+		   "constant, linear, list");
+	JSON_FAILS("{" VN ",\"sharing\":\"all\"}", "\"sharing\"", "none, headwise, kv, layerwise");
+	JSON_FAILS("{" VN ",\"pooling\":\"max\"}", "\"pooling\"", "mean, cls");
+	JSON_FAILS("{" VN ",\"layers\":0}", "\"layers\" 0 not in [1, 64]", NULL);
+	JSON_FAILS("{" VN ",\"layers\":65}", "\"layers\" 65", NULL);
+	JSON_FAILS("{" VN ",\"layers\":\"2\"}", "\"layers\" must be an integer", NULL);
+	JSON_FAILS("{" VN ",\"attention\":\"LLCC\"}", "\"attention\" must be an array", NULL);
+	JSON_FAILS("{" VN ",\"attention\":[\"linear\"]}", "\"attention\" has 1 entries",
+		   "layers = 4");
+	JSON_FAILS("{" VN ",\"layers\":2,\"attention\":[\"linear\",\"lstm\"]}",
+		   "\"attention\"[1] must be one of", NULL);
+	JSON_FAILS("{" VN ",\"layers\":2,\"attention\":[\"linear\",2]}", "\"attention\"[1]", NULL);
+	JSON_FAILS("{" VN ",\"layers\":2,\"k\":[4]}", "\"k\" has 1 entries", NULL);
+	JSON_FAILS("{" VN ",\"layers\":2,\"k\":[4,2.5]}", "\"k[1]\" = 2.5", NULL);
+	JSON_FAILS("{" VN ",\"layers\":2,\"k\":{}}", "\"k\" must be an array", NULL);
+	JSON_FAILS("{" VN ",\"seed\":-1}", "\"seed\" must be an integer in [0, 2^53]", NULL);
+	JSON_FAILS("{" VN ",\"seed\":1.5}", "\"seed\"", NULL);
+	JSON_FAILS("{" VN ",\"seed\":\"12a\"}", "\"seed\" string \"12a\"", NULL);
+	JSON_FAILS("{" VN ",\"seed\":\"-3\"}", "\"seed\" string", NULL);
+	JSON_FAILS("{" VN ",\"seed\":\"99999999999999999999\"}", "\"seed\" string", NULL);
+	JSON_FAILS("{" VN ",\"seed\":true}", "\"seed\"", NULL);
+	struct model_config c = base();
+	tu_assert_error(model_config_from_json(NULL, "{}") < 0, TENSOR_ERR_ARG,
+			"model_config_from_json", NULL);
+	tu_assert_error(model_config_from_json(&c, NULL) < 0, TENSOR_ERR_ARG,
+			"model_config_from_json", NULL);
+	/* to_json refuses what from_json could not read back */
+	tu_assert_error(model_config_to_json(NULL) == NULL, TENSOR_ERR_ARG, "model_config_to_json",
+			NULL);
+	c.layers = 0;
+	tu_assert_error(model_config_to_json(&c) == NULL, TENSOR_ERR_ARG, "model_config_to_json",
+			"layers 0");
+	c = base();
+	c.attention[1] = MODEL_NATTN;
+	tu_assert_error(model_config_to_json(&c) == NULL, TENSOR_ERR_ARG, "\"attention\"[1]", NULL);
+	c = base();
+	c.sharing = (enum nn_proj_sharing)8;
+	tu_assert_error(model_config_to_json(&c) == NULL, TENSOR_ERR_ARG, "\"sharing\"", "value 8");
+	c = base();
+	c.dropout = INFINITY;
+	tu_assert_error(model_config_to_json(&c) == NULL, TENSOR_ERR_ARG, "\"dropout\"",
+			"not finite");
+	c = base();
+	c.vocab_size = (int64_t)1 << 60;
+	tu_assert_error(model_config_to_json(&c) == NULL, TENSOR_ERR_ARG, "\"vocab_size\"", "2^53");
+	c = base();
+	c.k[2] = (int64_t)1 << 60;
+	tu_assert_error(model_config_to_json(&c) == NULL, TENSOR_ERR_ARG, "\"k\"[2]", NULL);
+}
+END_TEST
+
+/* ---- parameter counts ---------------------------------------------------------------- */
+
+/* Counts of initialised models (nn_params_count) against model_param_count. */
+static void check_count(const struct model_config *c, const char *what)
+{
+	for (int head = 0; head < 2; head++) {
+		struct nn_params ps;
+		ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 1), TENSOR_OK);
+		struct model_classifier cls;
+		struct model_mlm mlm;
+		int rc = head ? model_mlm_init(&mlm, &ps, c) : model_classifier_init(&cls, &ps, c);
+		ck_assert_msg(rc == TENSOR_OK, "%s: %s", what, tensor_last_error());
+		int64_t want = model_param_count(c, !head, head);
+		ck_assert_msg(nn_params_count(&ps) == want, "%s %s: %lld parameters, formula %lld",
+			      what, head ? "mlm" : "classifier", (long long)nn_params_count(&ps),
+			      (long long)want);
+		if (head)
+			model_mlm_free(&mlm);
+		else
+			model_classifier_free(&cls);
+		nn_params_free(&ps);
+	}
+}
+
+START_TEST(test_param_count_hand)
+{
+	/* V 11, n 8, d 8, h 2, L 2, ff 16, LayerNorm, learned positions, k 4,
+	 * classifier 8 -> 8 -> 3:
+	 * embed 11*8 = 88, positions 8*8 = 64;
+	 * per layer: norms 2*16 = 32, attention 4*(64+8) = 288, ff 2*8*16+16+8 = 280;
+	 * final norm 16; classifier 8*8+8 + 8*3+3 = 99;
+	 * MLM: dense 72, norm 16, tied bias 11 (untied + 88 weight). */
+	struct model_config c = tiny("transformer:2");
+	int64_t enc = 88 + 64 + 2 * (32 + 288 + 280) + 16;
+	ck_assert_int_eq(model_param_count(&c, false, false), enc);
+	ck_assert_int_eq(model_param_count(&c, true, false), enc + 99);
+	ck_assert_int_eq(model_param_count(&c, false, true), enc + 99);
+	ck_assert_int_eq(model_param_count(&c, true, true), enc + 198);
+	c.tie_embeddings = false;
+	ck_assert_int_eq(model_param_count(&c, false, true), enc + 99 + 88);
+	check_count(&c, "transformer untied");
+	/* Linformer, headwise: + E, F [4, 8] per layer */
+	c = tiny("linformer:2");
+	ck_assert_int_eq(model_param_count(&c, false, false), enc + 2 * 64);
+	c.sharing = NN_SHARE_NONE; /* per head: [2, 4, 8] each */
+	ck_assert_int_eq(model_param_count(&c, false, false), enc + 2 * 128);
+	c.sharing = NN_SHARE_KV; /* E = F */
+	ck_assert_int_eq(model_param_count(&c, false, false), enc + 2 * 32);
+	c.sharing = NN_SHARE_LAYERWISE; /* one for the model */
+	ck_assert_int_eq(model_param_count(&c, false, false), enc + 32);
+	c.shared_kv_head = true; /* k, v: 8 -> 4 (+4 bias) instead of 72 each */
+	ck_assert_int_eq(model_param_count(&c, false, false), enc + 32 - 2 * 2 * (72 - 36));
+	check_count(&c, "linformer layerwise shared kv head");
+	/* Conv-Linformer "LC": layer 1 conv kernel 2 over the head dim 4: E, F
+	 * each 4*4*2 + 4 = 36; dense: 8*8*2 + 8 = 136 each */
+	c = tiny("conv-linformer:2");
+	ck_assert_int_eq(model_param_count(&c, false, false), enc + 64 + 72);
+	c.conv_dense = true;
+	ck_assert_int_eq(model_param_count(&c, false, false), enc + 64 + 272);
+	check_count(&c, "conv-linformer dense");
+	/* pooling has no parameters; SwiGLU 3*8*16 per layer; RMSNorm d per norm;
+	 * sinusoidal positions none */
+	c = tiny("MX");
+	ck_assert_int_eq(model_param_count(&c, false, false), enc);
+	c.swiglu = true;
+	c.rms_norm = true;
+	c.learned_positions = false;
+	ck_assert_int_eq(model_param_count(&c, false, false), 88 + 2 * (16 + 288 + 384) + 8);
+	c.pre_norm = false; /* post-norm: no final norm */
+	ck_assert_int_eq(model_param_count(&c, false, false), 88 + 2 * (16 + 288 + 384));
+	check_count(&c, "pooling swiglu rms post-norm");
+	/* errors: the config is resolved first */
+	tu_assert_error(model_param_count(NULL, true, true) < 0, TENSOR_ERR_ARG,
+			"model_param_count", NULL);
+	c.heads = 3;
+	tu_assert_error(model_param_count(&c, true, true) < 0, TENSOR_ERR_ARG,
+			"model_config_resolve", "heads 3");
+	c = tiny("LL");
+	c.vocab_size = (int64_t)1 << 40;
+	c.dim = (int64_t)1 << 20;
+	tu_assert_error(model_param_count(&c, false, false) < 0, TENSOR_ERR_ARG,
+			"model_param_count", "beyond 2^53");
+}
+END_TEST
+
+START_TEST(test_param_count_all_modes)
+{
+	/* every pattern x sharing x option combination (layerwise with mixed kinds
+	 * is refused by resolve and skipped) */
+	const char *patterns[] = { "SS", "LL", "LC", "CC", "MX", "RR", "SLCMXR" };
+	int models = 0;
+	for (int p = 0; p < 7; p++)
+		for (int s = 0; s < 4; s++)
+			for (int opt = 0; opt < 128; opt++) {
+				struct model_config c = tiny(patterns[p]);
+				c.sharing = (enum nn_proj_sharing)s;
+				c.shared_kv_head = opt & 1;
+				c.conv_dense = opt & 2;
+				c.swiglu = opt & 4;
+				c.rms_norm = opt & 8;
+				c.tie_embeddings = opt & 16;
+				c.learned_positions = opt & 32;
+				c.pre_norm = opt & 64;
+				c.final_norm = (opt & 3) != 1;
+				if (model_config_resolve(&c) < 0) {
+					ck_assert(s == NN_SHARE_LAYERWISE && p >= 2 && p != 3 &&
+						  p != 5);
+					tensor_clear_error();
+					continue;
+				}
+				char what[96];
+				snprintf(what, sizeof what, "%s %s opt %d", patterns[p],
+					 sharing_label[s], opt);
+				check_count(&c, what);
+				models++;
+			}
+	ck_assert_int_eq(models, 7 * 4 * 128 - 3 * 128);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("models_config");
+	TCase *tc = tu_tcase("config");
+	tcase_add_test(tc, test_preset_defaults);
+	tcase_add_test(tc, test_preset_patterns);
+	tcase_add_test(tc, test_preset_errors);
+	tcase_add_test(tc, test_k_schedule);
+	tcase_add_test(tc, test_resolve_errors);
+	tcase_add_test(tc, test_attention_names);
+	tcase_add_test(tc, test_json_roundtrip);
+	tcase_add_test(tc, test_json_errors);
+	suite_add_tcase(s, tc);
+	tc = tu_tcase("counts");
+	tcase_add_test(tc, test_param_count_hand);
+	tcase_add_test(tc, test_param_count_all_modes);
+	suite_add_tcase(s, tc);
+	return tu_run(s);
+}
