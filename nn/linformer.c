@@ -460,6 +460,15 @@ static struct tensor *merge_heads(struct tensor *o)
 	return ag_reshape(ag_permute(o, (int[]){ 0, 2, 1, 3 }), 3, (int64_t[]){ b, t, h * d });
 }
 
+/* x [B,T,c] with the padded rows (key_mask != 0) set to 0. */
+static struct tensor *zero_padded_rows(struct tensor *x, const struct tensor *key_mask)
+{
+	struct tensor *m = tensor_unsqueeze(key_mask, 2); /* [B,T,1] */
+	struct tensor *y = m ? ag_masked_fill(x, m, 0.0) : NULL;
+	tensor_free(m);
+	return y;
+}
+
 /* Key or value rows x [B,H,T,c] with the padded ones (key_mask != 0) set to 0. */
 static struct tensor *zero_padded(struct tensor *x, const struct tensor *key_mask)
 {
@@ -579,7 +588,7 @@ static int project_sequence_first(const struct nn_linformer *m, struct tensor *x
 		tensor_free(c);
 		if (!keep)
 			return tensor_last_status();
-		xz = ag_mul(x, keep);
+		xz = zero_padded_rows(x, key_mask); /* a fill, not a product: NaN rows too */
 	}
 	struct tensor *e = ag_narrow(m->e_used->weight, 1, 0, t);
 	struct tensor *ex = ag_matmul(e, xz), *er = rows_kept(e, keep);
