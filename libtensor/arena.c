@@ -2,12 +2,12 @@
  * from scope to scope) and per-device live/peak accounting.
  *
  * Each open scope owns one chain of blocks per device for tensor data and one
- * host chain for headers. Ending a scope moves its blocks to a per-thread
- * cache, so a steady-state loop of identical scopes calls no allocator. Heap
- * storage of RECYCLE_MIN bytes or more takes a block of its own from a
- * per-thread heap cache and gives it back when released, so tensors created
- * and freed every step (the intermediate gradients of backward) reuse memory
- * too.
+ * host chain for headers. Heap storage of RECYCLE_MIN bytes or more takes a
+ * block of its own. Blocks no longer in use go to a per-thread free list per
+ * chain, shared by arenas and heap storage: a steady-state loop of identical
+ * steps calls no allocator, and the blocks an arena hands back during backward
+ * (tensor_scope_release_since) carry the gradients. The free list never holds
+ * more than the most ever in use, so it stays bounded when shapes change.
  *
  * Accounting: live bytes are the bytes of tensors in use (arena allocations
  * rounded to ALIGN, heap storage at its size); reserved bytes are the device
@@ -25,27 +25,27 @@
 #define RECYCLE_MIN (64u << 10)
 #define MAX_SCOPES 64
 #define HOST TENSOR_NDEVICES /* index of the header chain */
+#define NCHAINS (TENSOR_NDEVICES + 1)
 
 struct block {
 	struct block *next;
 	void *data;
 	size_t size, used;
+	uint64_t first; /* sequence number of its first scope allocation */
 };
 
 struct scope {
-	struct block *chain[TENSOR_NDEVICES + 1]; /* newest first */
+	struct block *chain[NCHAINS]; /* newest first */
 };
 
 static _Thread_local struct scope scopes[MAX_SCOPES];
 static _Thread_local int depth;
-/* Free blocks: of scopes (one list per chain), of big heap storage (per
- * device). Kept apart so that each settles at its own steady-state set. */
-static _Thread_local struct block *cache[TENSOR_NDEVICES + 1], *heap_cache[TENSOR_NDEVICES];
-/* Bytes of heap blocks of this thread in use and cached, and the most ever in
- * use: the cache never holds more than that, so it stays bounded when shapes
- * change from step to step. */
-static _Thread_local size_t heap_used[TENSOR_NDEVICES], heap_cached[TENSOR_NDEVICES],
-    heap_used_peak[TENSOR_NDEVICES];
+/* Free blocks per chain (most recent first); bytes of blocks of this thread
+ * in use (in arenas or heap storage) and cached, and the most ever in use. */
+static _Thread_local struct block *cache[NCHAINS];
+static _Thread_local size_t in_use[NCHAINS], cached[NCHAINS], in_use_peak[NCHAINS];
+/* Device allocations made in scopes so far (tensor_scope_mark). */
+static _Thread_local uint64_t alloc_seq;
 static _Thread_local int heap_mode;
 static void (*_Atomic end_hook)(int depth);
 
@@ -104,11 +104,16 @@ static void raw_free(int chain, void *p)
 		tensor_backend_get((enum tensor_device)chain)->free(p);
 }
 
+static size_t clamp_sub(size_t a, size_t b)
+{
+	return b < a ? a - b : 0; /* blocks freed by another thread: a bound, never negative */
+}
+
 /* The smallest cached block of n to max bytes, unlinked, or NULL. */
-static struct block *cache_take(struct block **list, size_t n, size_t max)
+static struct block *cache_take(int chain, size_t n, size_t max)
 {
 	struct block **best = NULL;
-	for (struct block **pp = list; *pp; pp = &(*pp)->next)
+	for (struct block **pp = &cache[chain]; *pp; pp = &(*pp)->next)
 		if ((*pp)->size >= n && (*pp)->size <= max &&
 		    (!best || (*pp)->size < (*best)->size))
 			best = pp;
@@ -116,39 +121,64 @@ static struct block *cache_take(struct block **list, size_t n, size_t max)
 		return NULL;
 	struct block *b = *best;
 	*best = b->next;
-	b->used = 0;
+	cached[chain] = clamp_sub(cached[chain], b->size);
 	return b;
 }
 
-/* A block of at least n bytes: the best-fitting cached one of at most max
- * bytes, else a new one of n bytes, at least `min`. */
-static struct block *block_get(struct block **list, int chain, size_t n, size_t min, size_t max)
+/* A block of at least n bytes for a chain: the best-fitting cached one of at
+ * most twice the size asked, else a new one; at least `min` bytes when the
+ * cache or the allocator has them, else n. */
+static struct block *block_get(int chain, size_t n, size_t min)
 {
-	struct block *b = cache_take(list, n > min ? n : min, max);
+	size_t want = n > min ? round_up(n) : min;
+	struct block *b = cache_take(chain, want, 2 * want);
 	if (!b && n < min)
-		b = cache_take(list, n, max); /* a smaller cached block still fits */
-	if (b)
-		return b;
-	size_t size = n > min ? round_up(n) : min;
-	b = malloc(sizeof *b);
-	if (!b)
-		return NULL;
-	b->data = raw_alloc(chain, size);
-	if (!b->data) {
-		free(b);
-		return NULL;
+		b = cache_take(chain, n, want); /* a smaller cached block still fits */
+	if (!b) {
+		b = malloc(sizeof *b);
+		if (!b)
+			return NULL;
+		b->data = raw_alloc(chain, want);
+		if (!b->data) {
+			free(b);
+			return NULL;
+		}
+		b->size = want;
+		if (chain != HOST)
+			count_reserved((enum tensor_device)chain, want, 0);
 	}
-	b->size = size;
 	b->used = 0;
-	if (chain != HOST)
-		count_reserved((enum tensor_device)chain, size, 0);
+	in_use[chain] += b->size;
+	if (in_use[chain] > in_use_peak[chain])
+		in_use_peak[chain] = in_use[chain];
 	return b;
 }
 
-static void block_put(struct block **list, struct block *b)
+static void block_free(int chain, struct block *b)
 {
-	b->next = *list;
-	*list = b;
+	if (chain != HOST)
+		count_reserved((enum tensor_device)chain, 0, b->size);
+	raw_free(chain, b->data);
+	free(b);
+}
+
+/* Give a block back to its chain's cache, then return the least recently
+ * cached blocks to the device while the cache holds more than the peak in use. */
+static void block_put(int chain, struct block *b)
+{
+	in_use[chain] = clamp_sub(in_use[chain], b->size);
+	b->next = cache[chain];
+	cache[chain] = b;
+	cached[chain] += b->size;
+	while (cached[chain] > in_use_peak[chain] && cache[chain]->next) {
+		struct block **pp = &cache[chain];
+		while ((*pp)->next)
+			pp = &(*pp)->next;
+		struct block *old = *pp;
+		*pp = NULL;
+		cached[chain] = clamp_sub(cached[chain], old->size);
+		block_free(chain, old);
+	}
 }
 
 static void *scope_alloc(struct scope *s, int chain, size_t n)
@@ -157,10 +187,10 @@ static void *scope_alloc(struct scope *s, int chain, size_t n)
 	struct block *b = s->chain[chain];
 	if (!b || b->size - b->used < need) {
 		struct block *head = b;
-		b = block_get(&cache[chain], chain, need, chain == HOST ? HOST_BLOCK : DEVICE_BLOCK,
-			      SIZE_MAX);
+		b = block_get(chain, need, chain == HOST ? HOST_BLOCK : DEVICE_BLOCK);
 		if (!b)
 			return NULL;
+		b->first = alloc_seq;
 		/* Keep bump-allocating in the head when it has more room left than
 		 * the new block will (a big tensor in a block of its own). */
 		if (head && head->size - head->used > b->size - need) {
@@ -173,24 +203,40 @@ static void *scope_alloc(struct scope *s, int chain, size_t n)
 	}
 	void *p = (char *)b->data + b->used;
 	b->used += need;
-	if (chain != HOST)
+	if (chain != HOST) {
+		alloc_seq++;
 		count_live((enum tensor_device)chain, need, 0);
+	}
 	return p;
+}
+
+/* Unlink the blocks of a chain from `first` on that hold none of keep's data
+ * and hand them back. */
+static void chain_release(struct block **pp, int chain, uint64_t first,
+			  const struct tensor *const *keep, int nkeep)
+{
+	while (*pp) {
+		struct block *b = *pp;
+		bool kept = b->first < first;
+		for (int i = 0; i < nkeep && !kept; i++) {
+			const char *d = keep[i] && keep[i]->storage ? keep[i]->storage->data : NULL;
+			kept = d >= (char *)b->data && d < (char *)b->data + b->size;
+		}
+		if (kept) {
+			pp = &b->next;
+			continue;
+		}
+		*pp = b->next;
+		if (chain != HOST)
+			count_live((enum tensor_device)chain, 0, b->used);
+		block_put(chain, b);
+	}
 }
 
 static void scope_release(struct scope *s)
 {
-	for (int c = 0; c <= HOST; c++) {
-		struct block *b = s->chain[c];
-		while (b) {
-			struct block *next = b->next;
-			if (c != HOST)
-				count_live((enum tensor_device)c, 0, b->used);
-			block_put(&cache[c], b);
-			b = next;
-		}
-		s->chain[c] = NULL;
-	}
+	for (int c = 0; c < NCHAINS; c++)
+		chain_release(&s->chain[c], c, 0, NULL, 0);
 }
 
 void tensor_scope_begin(void)
@@ -224,6 +270,22 @@ void tensor_scope_set_end_hook(void (*hook)(int depth))
 	atomic_store(&end_hook, hook);
 }
 
+uint64_t tensor_scope_mark(void)
+{
+	return alloc_seq;
+}
+
+void tensor_scope_release_since(int scope_depth, uint64_t mark, const struct tensor *const *keep,
+				int nkeep)
+{
+	/* Past MAX_SCOPES the deepest arena is shared with inner scopes: kept. */
+	if (scope_depth < 1 || scope_depth > depth || scope_depth >= MAX_SCOPES)
+		return;
+	struct scope *s = &scopes[scope_depth - 1];
+	for (int c = 0; c < TENSOR_NDEVICES; c++)
+		chain_release(&s->chain[c], c, mark, keep, nkeep);
+}
+
 void tensor_heap_begin(void)
 {
 	heap_mode++;
@@ -255,48 +317,6 @@ struct tensor *tensor_header_alloc(void)
 	return t;
 }
 
-/* A heap block of at least n bytes, cached or new. */
-static struct block *heap_block_get(enum tensor_device dev, size_t n)
-{
-	struct block *b = cache_take(&heap_cache[dev], n, 2 * round_up(n));
-	if (b)
-		heap_cached[dev] -= b->size;
-	else
-		b = block_get(&heap_cache[dev], dev, n, 0, 0); /* max 0: a new block */
-	if (b) {
-		heap_used[dev] += b->size;
-		if (heap_used[dev] > heap_used_peak[dev])
-			heap_used_peak[dev] = heap_used[dev];
-	}
-	return b;
-}
-
-/* The last block of a list, unlinked. */
-static struct block *list_pop_last(struct block **list)
-{
-	while ((*list)->next)
-		list = &(*list)->next;
-	struct block *b = *list;
-	*list = NULL;
-	return b;
-}
-
-static void heap_block_put(enum tensor_device dev, struct block *b)
-{
-	/* a block freed by another thread than the one that took it: the
-	 * counters of this thread are only a bound, never negative */
-	heap_used[dev] -= b->size < heap_used[dev] ? b->size : heap_used[dev];
-	block_put(&heap_cache[dev], b);
-	heap_cached[dev] += b->size;
-	while (heap_cached[dev] > heap_used_peak[dev] && heap_cache[dev]) {
-		struct block *old = list_pop_last(&heap_cache[dev]); /* the least recent */
-		heap_cached[dev] -= old->size < heap_cached[dev] ? old->size : heap_cached[dev];
-		count_reserved(dev, 0, old->size);
-		raw_free(dev, old->data);
-		free(old);
-	}
-}
-
 /* Heap storage: big data in a cached block of at most twice its size (or a
  * new block that will be cached when released), small data from the device
  * allocator. */
@@ -307,7 +327,7 @@ static struct tensor_storage *heap_storage_alloc(enum tensor_device dev, size_t 
 		return NULL;
 	h->block = NULL;
 	if (nbytes >= RECYCLE_MIN) {
-		h->block = heap_block_get(dev, nbytes);
+		h->block = block_get(dev, nbytes, 0);
 		h->st.data = h->block ? h->block->data : NULL;
 	} else {
 		h->st.data = raw_alloc(dev, nbytes);
@@ -353,7 +373,7 @@ void tensor_storage_release(struct tensor_storage *st)
 		return;
 	struct heap_storage *h = (struct heap_storage *)st;
 	if (h->block)
-		heap_block_put(st->device, h->block);
+		block_put(st->device, h->block);
 	else
 		raw_free(st->device, st->data);
 	count_live(st->device, 0, st->nbytes);
@@ -397,24 +417,15 @@ void tensor_mem_reset_peak(enum tensor_device dev)
 	}
 }
 
-static void trim(struct block **list, int chain)
-{
-	while (*list) {
-		struct block *b = *list;
-		*list = b->next;
-		if (chain != HOST)
-			count_reserved((enum tensor_device)chain, 0, b->size);
-		raw_free(chain, b->data);
-		free(b);
-	}
-}
-
 void tensor_mem_trim(void)
 {
-	for (int c = 0; c <= HOST; c++)
-		trim(&cache[c], c);
-	for (int d = 0; d < TENSOR_NDEVICES; d++) {
-		trim(&heap_cache[d], d);
-		heap_cached[d] = 0;
+	for (int c = 0; c < NCHAINS; c++) {
+		while (cache[c]) {
+			struct block *b = cache[c];
+			cache[c] = b->next;
+			block_free(c, b);
+		}
+		cached[c] = 0;
+		in_use_peak[c] = in_use[c];
 	}
 }

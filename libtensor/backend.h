@@ -54,7 +54,7 @@ struct tensor_backend {
 	/* Along the last dim; x any strides. */
 	int (*softmax)(struct tensor *out, const struct tensor *x, bool log); /* out may be x */
 	/* Softmax backward along the last dim: dx = y (g - sum(g y)); dx, y and g
-	 * contiguous, of one shape. */
+	 * contiguous, of one shape; dx may be g. */
 	int (*softmax_backward)(struct tensor *dx, const struct tensor *y, const struct tensor *g);
 	/* Over the last dim C; w, b [C] or NULL; mean, rstd [rows] or NULL. */
 	int (*layer_norm)(struct tensor *y, struct tensor *mean, struct tensor *rstd,

@@ -281,35 +281,45 @@ struct tensor *tensor_binary(enum tensor_binary_op op, const struct tensor *a,
 	return out;
 }
 
-int tensor_add_(struct tensor *a, const struct tensor *b)
+/* a op= b in place (tensor_add_, tensor_mul_); name names the op in errors. */
+static int binary_inplace(enum tensor_binary_op op, const char *name, struct tensor *a,
+			  const struct tensor *b)
 {
 	char ba[128], bb[128];
 	if (!a || !b)
-		return tensor_error(TENSOR_ERR_ARG, "tensor_add_: a or b is NULL");
-	if (check_same("tensor_add_", "inputs", a, b) < 0 ||
-	    tensor_check_writable("tensor_add_", a) < 0)
+		return tensor_error(TENSOR_ERR_ARG, "%s: a or b is NULL", name);
+	if (check_same(name, "inputs", a, b) < 0 || tensor_check_writable(name, a) < 0)
 		return tensor_last_status();
 	int64_t shape[TENSOR_MAX_DIMS];
-	int nd = tensor_broadcast_shape("tensor_add_", a, b, shape);
+	int nd = tensor_broadcast_shape(name, a, b, shape);
 	if (nd < 0)
 		return tensor_last_status();
 	bool same = nd == a->ndim;
 	for (int d = 0; same && d < nd; d++)
 		same = shape[d] == a->shape[d];
 	if (!same || !tensor_is_contiguous(a))
-		return tensor_error(TENSOR_ERR_SHAPE,
-				    "tensor_add_: a %s must be contiguous and b %s broadcast to it",
-				    tensor_shape_str(a, ba, sizeof ba),
-				    tensor_shape_str(b, bb, sizeof bb));
+		return tensor_error(
+		    TENSOR_ERR_SHAPE, "%s: a %s must be contiguous and b %s broadcast to it", name,
+		    tensor_shape_str(a, ba, sizeof ba), tensor_shape_str(b, bb, sizeof bb));
 	const struct tensor_backend *be = tensor_backend_get(a->storage->device);
-	if (!be || TENSOR_SLOT(be, binary, "tensor_add_") < 0)
+	if (!be || TENSOR_SLOT(be, binary, name) < 0)
 		return tensor_last_status();
 	struct tensor *eb = expand_to(b, nd, shape);
 	int rc = eb ? TENSOR_OK : tensor_last_status();
 	if (rc == TENSOR_OK && tensor_numel(a) > 0)
-		rc = be->binary(TENSOR_ADD, a, a, eb); /* elementwise: out may be a */
+		rc = be->binary(op, a, a, eb); /* elementwise: out may be a */
 	drop_expanded(eb, b);
 	return rc;
+}
+
+int tensor_add_(struct tensor *a, const struct tensor *b)
+{
+	return binary_inplace(TENSOR_ADD, "tensor_add_", a, b);
+}
+
+int tensor_mul_(struct tensor *a, const struct tensor *b)
+{
+	return binary_inplace(TENSOR_MUL, "tensor_mul_", a, b);
 }
 
 struct tensor *tensor_add(const struct tensor *a, const struct tensor *b)

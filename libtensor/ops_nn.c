@@ -78,34 +78,45 @@ struct tensor *tensor_log_softmax(const struct tensor *x, int dim)
 	return softmax_op("log_softmax", x, dim, true);
 }
 
-struct tensor *tensor_softmax_backward(const struct tensor *y, const struct tensor *g)
+/* The composed softmax backward of devices without the kernel: y (g - sum(g y)). */
+static struct tensor *softmax_backward_composed(const struct tensor *y, const struct tensor *g)
+{
+	int last = -1;
+	struct tensor *gy = tensor_mul(g, y);
+	struct tensor *s = tensor_sum(gy, 1, &last, true);
+	struct tensor *d = tensor_sub(g, s);
+	struct tensor *dx = tensor_mul(y, d);
+	tensor_free(d);
+	tensor_free(s);
+	tensor_free(gy);
+	return dx;
+}
+
+/* Checks of softmax_backward(y, g) (name: the op; y, g not NULL); the device's backend. */
+static const struct tensor_backend *softmax_backward_check(const char *name, const struct tensor *y,
+							   const struct tensor *g)
 {
 	char by[128], bg[128];
-	if (!y || !g)
-		return NULL;
-	if (check_float_x("softmax_backward", y) < 0 ||
-	    tensor_check_pair("softmax_backward", y, g) < 0)
+	if (check_float_x(name, y) < 0 || tensor_check_pair(name, y, g) < 0)
 		return NULL;
 	if (!tensor_same_shape(y, g)) {
-		tensor_error(TENSOR_ERR_SHAPE, "softmax_backward: y %s and g %s differ in shape",
+		tensor_error(TENSOR_ERR_SHAPE, "%s: y %s and g %s differ in shape", name,
 			     tensor_shape_str(y, by, sizeof by),
 			     tensor_shape_str(g, bg, sizeof bg));
 		return NULL;
 	}
-	const struct tensor_backend *be = tensor_backend_get(y->storage->device);
+	return tensor_backend_get(y->storage->device);
+}
+
+struct tensor *tensor_softmax_backward(const struct tensor *y, const struct tensor *g)
+{
+	if (!y || !g)
+		return NULL;
+	const struct tensor_backend *be = softmax_backward_check("softmax_backward", y, g);
 	if (!be)
 		return NULL;
-	if (!be->softmax_backward) { /* composed: y (g - sum(g y)) */
-		int last = -1;
-		struct tensor *gy = tensor_mul(g, y);
-		struct tensor *s = tensor_sum(gy, 1, &last, true);
-		struct tensor *d = tensor_sub(g, s);
-		struct tensor *dx = tensor_mul(y, d);
-		tensor_free(d);
-		tensor_free(s);
-		tensor_free(gy);
-		return dx;
-	}
+	if (!be->softmax_backward)
+		return softmax_backward_composed(y, g);
 	struct tensor *yc = tensor_contiguous(y), *gc = tensor_contiguous(g);
 	struct tensor *dx =
 	    yc && gc ? tensor_new(y->dtype, y->storage->device, y->ndim, y->shape) : NULL;
@@ -116,6 +127,34 @@ struct tensor *tensor_softmax_backward(const struct tensor *y, const struct tens
 	tensor_free(gc);
 	tensor_free(yc);
 	return dx;
+}
+
+int tensor_softmax_backward_(const struct tensor *y, struct tensor *g)
+{
+	char bg[128];
+	if (!y || !g)
+		return tensor_error(TENSOR_ERR_ARG, "tensor_softmax_backward_: y or g is NULL");
+	const struct tensor_backend *be = softmax_backward_check("tensor_softmax_backward_", y, g);
+	if (!be)
+		return tensor_last_status();
+	if (tensor_check_writable("tensor_softmax_backward_", g) < 0)
+		return tensor_last_status();
+	if (!tensor_is_contiguous(g))
+		return tensor_error(TENSOR_ERR_SHAPE,
+				    "tensor_softmax_backward_: g %s is not contiguous",
+				    tensor_shape_str(g, bg, sizeof bg));
+	if (tensor_numel(g) == 0)
+		return TENSOR_OK;
+	if (!be->softmax_backward) {
+		struct tensor *dx = softmax_backward_composed(y, g);
+		int rc = dx ? tensor_copy_(g, dx) : tensor_last_status();
+		tensor_free(dx);
+		return rc;
+	}
+	struct tensor *yc = tensor_contiguous(y);
+	int rc = yc ? be->softmax_backward(g, yc, g) : tensor_last_status();
+	tensor_free(yc);
+	return rc;
 }
 
 int tensor_softmax_(struct tensor *x)

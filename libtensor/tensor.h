@@ -223,6 +223,18 @@ void tensor_heap_end(void);
  * One hook per process; NULL removes it. */
 void tensor_scope_set_end_hook(void (*hook)(int depth));
 
+/* The count of device allocations made in scopes so far, for
+ * tensor_scope_release_since(). */
+uint64_t tensor_scope_mark(void);
+/* Release early the data of the tensors made in the scope at depth
+ * scope_depth (1 = outermost) since mark, except the blocks that also hold
+ * data made before it or keep[0..nkeep)'s data (keep may hold NULLs). The
+ * headers stay; reading a released tensor's data is an error the library
+ * cannot detect, so this is for owners of the whole scope, such as
+ * ag_backward_release(). No-op for a depth not open or past the nesting
+ * limit (64). */
+void tensor_scope_release_since(int scope_depth, uint64_t mark, const struct tensor *const *keep,
+				int nkeep);
 struct tensor_mem_stats {
 	size_t live_bytes;	    /* heap storage + arena bytes in use */
 	size_t peak_bytes;	    /* max of live_bytes since the last reset */
@@ -239,7 +251,8 @@ struct tensor_mem_stats tensor_mem_stats(enum tensor_device dev);
 /* Set peak_bytes to the current live_bytes and peak_reserved_bytes to the
  * current reserved_bytes. */
 void tensor_mem_reset_peak(enum tensor_device dev);
-/* Return cached arena blocks of this thread to the device (when no scope). */
+/* Return the blocks this thread keeps for reuse (of ended scopes and freed
+ * heap tensors) to the device; blocks in use stay. */
 void tensor_mem_trim(void);
 
 /* ---- threads and CPU backend info ----------------------------------------- */

@@ -76,10 +76,11 @@ struct tensor *tensor_binary(enum tensor_binary_op op, const struct tensor *a,
 			     const struct tensor *b);
 
 struct tensor *tensor_add(const struct tensor *a, const struct tensor *b);
-/* In place: a += b, b broadcast to a. a: contiguous (else TENSOR_ERR_SHAPE,
- * as when b does not broadcast to a's shape), not saved by the autograd tape
- * (TENSOR_ERR_STATE); same dtype and device. */
+/* In place: a += b (tensor_mul_: a *= b), b broadcast to a. a: contiguous
+ * (else TENSOR_ERR_SHAPE, as when b does not broadcast to a's shape), not
+ * saved by the autograd tape (TENSOR_ERR_STATE); same dtype and device. */
 int tensor_add_(struct tensor *a, const struct tensor *b);
+int tensor_mul_(struct tensor *a, const struct tensor *b);
 struct tensor *tensor_sub(const struct tensor *a, const struct tensor *b);
 struct tensor *tensor_mul(const struct tensor *a, const struct tensor *b);
 struct tensor *tensor_div(const struct tensor *a, const struct tensor *b);
@@ -175,6 +176,9 @@ int tensor_softmax_(struct tensor *x);
  * softmax(x) and g = dL/dy, of one shape (TENSOR_ERR_SHAPE), dtype and
  * device; one pass per row where the device has the kernel. */
 struct tensor *tensor_softmax_backward(const struct tensor *y, const struct tensor *g);
+/* The same in place: g = y (g - sum(g y)). g: contiguous (TENSOR_ERR_SHAPE),
+ * not saved by the autograd tape (TENSOR_ERR_STATE). */
+int tensor_softmax_backward_(const struct tensor *y, struct tensor *g);
 
 /* Layer norm over the last dim C: y = (x - mean) * rstd * w + b, with
  * rstd = 1/sqrt(var + eps) (population variance). w, b: [C] or NULL. If mean /

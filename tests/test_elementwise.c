@@ -248,14 +248,22 @@ START_TEST(test_unary_ops)
 }
 END_TEST
 
-/* a += b in a's own buffer, b broadcast; and the refusals. */
-START_TEST(test_add_inplace)
+/* a += b and a *= b in a's own buffer, b broadcast; and the refusals. */
+START_TEST(test_add_mul_inplace)
 {
 	const int64_t s23[] = { 2, 3 }, s3[] = { 3 }, s32[] = { 3, 2 };
 	const double va[] = { 1, 2, 3, 4, 5, 6 }, vb[] = { 10, 20, 30 };
-	const double want[] = { 11, 22, 33, 14, 25, 36 };
-	for (int k = 0; k < 2; k++) {
-		enum tensor_dtype dt = k ? TENSOR_F64 : TENSOR_F32;
+	static const struct {
+		int (*op)(struct tensor *, const struct tensor *);
+		const char *name;
+		double want[6];
+	} ops[] = { { tensor_add_, "tensor_add_", { 11, 22, 33, 14, 25, 36 } },
+		    { tensor_mul_, "tensor_mul_", { 10, 40, 90, 40, 100, 180 } } };
+	for (int k = 0; k < 4; k++) {
+		enum tensor_dtype dt = k % 2 ? TENSOR_F64 : TENSOR_F32;
+		const char *name = ops[k / 2].name;
+		const double *want = ops[k / 2].want;
+		int (*op)(struct tensor *, const struct tensor *) = ops[k / 2].op;
 		struct tensor *a64 = tensor_from_data(TENSOR_F64, TENSOR_CPU, 2, s23, va);
 		struct tensor *b64 = tensor_from_data(TENSOR_F64, TENSOR_CPU, 1, s3, vb);
 		struct tensor *a = tensor_cast(a64, dt), *b = tensor_cast(b64, dt);
@@ -263,19 +271,18 @@ START_TEST(test_add_inplace)
 		tensor_free(a64);
 		tensor_free(b64);
 		void *buf = a->storage->data;
-		ck_assert_int_eq(tensor_add_(a, b), TENSOR_OK);
+		ck_assert_int_eq(op(a, b), TENSOR_OK);
 		ck_assert_ptr_eq(a->storage->data, buf);
 		tu_assert_close(a, want, 6, 0, 0);
-		tu_assert_error(tensor_add_(b, a) < 0, TENSOR_ERR_SHAPE, "tensor_add_", "[3]");
+		tu_assert_error(op(b, a) < 0, TENSOR_ERR_SHAPE, name, "[3]");
 		struct tensor *at = tensor_transpose(a, 0, 1),
 			      *z = tensor_zeros(dt, TENSOR_CPU, 2, s32);
-		tu_assert_error(tensor_add_(at, z) < 0, TENSOR_ERR_SHAPE, "tensor_add_",
-				"contiguous");
+		tu_assert_error(op(at, z) < 0, TENSOR_ERR_SHAPE, name, "contiguous");
 		tensor_free(at);
 		tensor_free(z);
-		tu_assert_error(tensor_add_(a, tensor_zeros(TENSOR_I32, TENSOR_CPU, 1, s3)) < 0,
-				TENSOR_ERR_DTYPE, "tensor_add_", NULL);
-		tu_assert_error(tensor_add_(NULL, b) < 0, TENSOR_ERR_ARG, "tensor_add_", "NULL");
+		tu_assert_error(op(a, tensor_zeros(TENSOR_I32, TENSOR_CPU, 1, s3)) < 0,
+				TENSOR_ERR_DTYPE, name, NULL);
+		tu_assert_error(op(NULL, b) < 0, TENSOR_ERR_ARG, name, "NULL");
 		tu_assert_close(a, want, 6, 0, 0); /* refusals change nothing */
 		tensor_free(a);
 		tensor_free(b);
@@ -984,7 +991,7 @@ int main(void)
 	TCase *tc = tu_tcase("unary");
 	tcase_add_test(tc, test_unary_ops);
 	tcase_add_test(tc, test_scalar_ops);
-	tcase_add_test(tc, test_add_inplace);
+	tcase_add_test(tc, test_add_mul_inplace);
 	tcase_add_test(tc, test_unary_extremes);
 	tcase_add_test(tc, test_unary_int);
 	tcase_add_test(tc, test_unary_errors);

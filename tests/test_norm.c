@@ -302,6 +302,10 @@ START_TEST(test_softmax_backward)
 	double tol = dt == TENSOR_F32 ? 1e-6 : 1e-14;
 	tu_assert_close(tensor_softmax_backward(y, g), want, n, tol, tol);
 	tu_assert_close(tensor_softmax_backward(y, tu_strided(g)), want, n, tol, tol);
+	void *buf = g->storage->data; /* in place: the same values in g's buffer */
+	ck_assert_int_eq(tensor_softmax_backward_(tu_strided(y), g), TENSOR_OK);
+	ck_assert_ptr_eq(g->storage->data, buf);
+	tu_assert_close(g, want, n, tol, tol);
 	free(want);
 	free(vy);
 	free(vg);
@@ -318,6 +322,16 @@ START_TEST(test_softmax_backward)
 	tu_assert_error(!tensor_softmax_backward(tensor_zeros(TENSOR_I32, TENSOR_CPU, 2, s34), a),
 			TENSOR_ERR_DTYPE, "softmax_backward", "i32");
 	ck_assert(!tensor_softmax_backward(NULL, a));
+	struct tensor *g34 = tu_rand(dt, 2, s34, 36), *gt = tensor_transpose(g34, 0, 1);
+	tu_assert_error(tensor_softmax_backward_(a, gt) < 0, TENSOR_ERR_SHAPE,
+			"tensor_softmax_backward_", "[3,4]");
+	tu_assert_error(tensor_softmax_backward_(tu_rand(dt, 2, s43, 37), gt) < 0, TENSOR_ERR_SHAPE,
+			"tensor_softmax_backward_", "contiguous");
+	tu_assert_error(tensor_softmax_backward_(a, NULL) < 0, TENSOR_ERR_ARG,
+			"tensor_softmax_backward_", "NULL");
+	ck_assert_int_eq(tensor_softmax_backward_(tensor_zeros(dt, TENSOR_CPU, 2, s30),
+						  tensor_zeros(dt, TENSOR_CPU, 2, s30)),
+			 TENSOR_OK);
 }
 END_TEST
 

@@ -401,6 +401,41 @@ START_TEST(test_peak_bytes)
 }
 END_TEST
 
+/* tensor_scope_release_since hands back the blocks made after the mark (not
+ * those also holding older data, nor a kept tensor's), and the next heap
+ * tensor of that size reuses one without the allocator; trim returns it. */
+START_TEST(test_scope_release_since)
+{
+	const int64_t big[] = { 3 << 20 }, small[] = { 16 }; /* 12 MiB: a block each */
+	const size_t bytes = (size_t)12 << 20;
+	struct tensor *before = tensor_full(TENSOR_F32, TENSOR_CPU, 1, small, 1);
+	uint64_t mark = tensor_scope_mark();
+	struct tensor *b1 = tensor_full(TENSOR_F32, TENSOR_CPU, 1, big, 2);
+	struct tensor *b2 = tensor_full(TENSOR_F32, TENSOR_CPU, 1, big, 3);
+	struct tensor *after = tensor_full(TENSOR_F32, TENSOR_CPU, 1, small, 4);
+	ck_assert(before && b1 && b2 && after && tensor_scope_mark() > mark);
+	size_t live = tensor_mem_stats(TENSOR_CPU).live_bytes;
+	tensor_scope_release_since(0, mark, NULL, 0); /* depths not open: nothing */
+	tensor_scope_release_since(2, mark, NULL, 0);
+	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes, live);
+	tensor_scope_release_since(1, mark, (const struct tensor *[]){ NULL, b2 }, 2);
+	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes, live - bytes);
+	ck_assert(tensor_get(b2, (int64_t[]){ (3 << 20) - 1 }) == 3);
+	ck_assert(tensor_get(before, (int64_t[]){ 15 }) == 1);
+	ck_assert(tensor_get(after, (int64_t[]){ 15 }) == 4); /* in before's block */
+	size_t allocs = tensor_mem_stats(TENSOR_CPU).n_device_allocs;
+	tensor_heap_begin();
+	struct tensor *h = tensor_zeros(TENSOR_F32, TENSOR_CPU, 1, big);
+	tensor_heap_end();
+	ck_assert(h && tensor_get(h, (int64_t[]){ 0 }) == 0);
+	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).n_device_allocs, allocs);
+	size_t reserved = tensor_mem_stats(TENSOR_CPU).reserved_bytes;
+	tensor_free(h);
+	tensor_mem_trim();
+	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).reserved_bytes, reserved - bytes);
+}
+END_TEST
+
 static int hook_depths[4], hook_calls;
 static void record_depth(int depth)
 {
@@ -566,6 +601,7 @@ int main(void)
 	tcase_add_test(tc, test_heap_and_keep_to_heap);
 	tcase_add_test(tc, test_steady_state_no_malloc);
 	tcase_add_test(tc, test_peak_bytes);
+	tcase_add_test(tc, test_scope_release_since);
 	tcase_add_test(tc, test_heap_mode_hook_writable);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("random");
