@@ -36,9 +36,6 @@ static struct tensor *unary_derivative(const struct ag_node *n)
 		    tensor_gt(x, tensor_zeros(x->dtype, x->storage->device, 0, NULL)),
 		    tensor_lt(x, tensor_zeros(x->dtype, x->storage->device, 0, NULL)));
 	case TENSOR_RELU: return tensor_gt(x, tensor_zeros(x->dtype, x->storage->device, 0, NULL));
-	case TENSOR_GELU: return tensor_unary(TENSOR_GELU_GRAD, x, 0);
-	case TENSOR_GELU_TANH: return tensor_unary(TENSOR_GELU_TANH_GRAD, x, 0);
-	case TENSOR_SILU: return tensor_unary(TENSOR_SILU_GRAD, x, 0);
 	case TENSOR_SIGMOID: return tensor_mul(y, tensor_add_scalar(tensor_neg(y), 1));
 	case TENSOR_SQUARE: return tensor_mul_scalar(x, 2);
 	case TENSOR_RECIPROCAL: return tensor_neg(tensor_unary(TENSOR_SQUARE, y, 0));
@@ -52,10 +49,53 @@ static struct tensor *unary_derivative(const struct ag_node *n)
 	}
 }
 
+/* g *= op'(x) in place for the activations with a one-pass derivative
+ * (grad_op), a chunk at a time: the derivative never exists whole. */
+static int mul_derivative_(struct tensor *g, const struct tensor *x, enum tensor_unary_op grad_op)
+{
+	enum { CHUNK = 1 << 20 };
+	int64_t numel = tensor_numel(g);
+	int rc = TENSOR_OK;
+	for (int64_t i = 0; i < numel && rc == TENSOR_OK; i += CHUNK) {
+		int64_t len = numel - i < CHUNK ? numel - i : CHUNK;
+		tensor_scope_begin();
+		struct tensor *d = tensor_unary(
+		    grad_op, tensor_narrow(tensor_reshape(x, 1, &numel), 0, i, len), 0);
+		rc = d ? tensor_mul_(tensor_narrow(tensor_reshape(g, 1, &numel), 0, i, len), d)
+		       : tensor_last_status();
+		tensor_scope_end();
+	}
+	return rc;
+}
+
+/* GELU and SiLU: x's gradient made in dout's memory when the node can take
+ * it, else in one copy of dout. */
+static int activation_backward(struct ag_node *n, const struct tensor *dout,
+			       enum tensor_unary_op grad_op)
+{
+	struct tensor *g = ag_dout_take(n);
+	if (!g) {
+		tensor_heap_begin();
+		g = tensor_clone(dout);
+		tensor_heap_end();
+	}
+	if (!g || mul_derivative_(g, n->saved[0], grad_op) < 0) {
+		tensor_free(g);
+		return tensor_last_status();
+	}
+	return ag_accumulate_take(n->inputs[0], g);
+}
+
 /* The derivative lives in the node's backward scope, or on the heap (then it
  * is freed here). */
 static int unary_backward(struct ag_node *n, const struct tensor *dout)
 {
+	switch ((enum tensor_unary_op)n->i[0]) {
+	case TENSOR_GELU: return activation_backward(n, dout, TENSOR_GELU_GRAD);
+	case TENSOR_GELU_TANH: return activation_backward(n, dout, TENSOR_GELU_TANH_GRAD);
+	case TENSOR_SILU: return activation_backward(n, dout, TENSOR_SILU_GRAD);
+	default: break;
+	}
 	struct tensor *d = unary_derivative(n);
 	tensor_heap_begin(); /* handed over as x's gradient, not copied */
 	struct tensor *dx = tensor_mul(dout, d);
@@ -85,11 +125,15 @@ static int binary_backward(struct ag_node *n, const struct tensor *g)
 	struct tensor *a = n->saved[0], *b = n->saved[1], *y = n->saved[2];
 	struct tensor *ga = NULL, *gb = NULL;
 	switch ((enum tensor_binary_op)n->i[0]) {
-	case TENSOR_ADD: ga = gb = (struct tensor *)g; break;
-	case TENSOR_SUB:
-		ga = (struct tensor *)g;
-		gb = tensor_neg(g);
-		break;
+	case TENSOR_ADD:
+	case TENSOR_SUB: {
+		/* b's gradient first, then g itself becomes a's when it can be taken */
+		int rc = ag_accumulate(n->inputs[1], n->i[0] == TENSOR_ADD ? g : tensor_neg(g));
+		if (rc < 0)
+			return rc;
+		struct tensor *own = ag_dout_take(n);
+		return own ? ag_accumulate_take(n->inputs[0], own) : ag_accumulate(n->inputs[0], g);
+	}
 	case TENSOR_MUL:
 		ga = tensor_mul(g, b);
 		gb = tensor_mul(g, a);

@@ -4,19 +4,35 @@
 
 /* ---- index_select, gather --------------------------------------------------- */
 
-/* dsrc = zeros(src) with dout added back through the saved index:
- * index_add_ for index_select (i[1] = 0), scatter_add_ for gather (i[1] = 1). */
+/* dout added back through the saved index, index_add_ for index_select
+ * (i[1] = 0), scatter_add_ for gather (i[1] = 1): straight into the gradient
+ * of a leaf that has one (an embedding table's), else into zeros(src) made on
+ * the heap and handed over. */
 static int indexed_backward(struct ag_node *n, const struct tensor *g)
 {
 	struct tensor *src = n->inputs[0];
 	const struct tensor *idx = n->saved[0];
 	int dim = (int)n->i[0];
-	struct tensor *dsrc = tensor_zeros(src->dtype, src->storage->device, src->ndim, src->shape);
-	if (!dsrc)
-		return tensor_last_status();
+	struct tensor *leaf = src->grad;
+	bool direct = leaf && !src->node && leaf->dtype == g->dtype && tensor_is_contiguous(leaf) &&
+		      tensor_same_shape(leaf, src);
+	struct tensor *dsrc = leaf;
+	if (!direct) {
+		tensor_heap_begin();
+		dsrc = tensor_zeros(src->dtype, src->storage->device, src->ndim, src->shape);
+		tensor_heap_end();
+		if (!dsrc)
+			return tensor_last_status();
+	}
 	int rc =
 	    n->i[1] ? tensor_scatter_add_(dsrc, dim, idx, g) : tensor_index_add_(dsrc, dim, idx, g);
-	return rc < 0 ? rc : ag_accumulate(src, dsrc);
+	if (direct)
+		return rc;
+	if (rc < 0) {
+		tensor_free(dsrc);
+		return rc;
+	}
+	return ag_accumulate_take(src, dsrc);
 }
 
 static struct tensor *record_indexed(const char *op, struct tensor *src, int dim,

@@ -32,6 +32,17 @@ int ag_requires_grad(struct tensor *t, bool on);
  * Errors: out does not require grad, dout shape mismatch, a saved tensor was
  * modified (TENSOR_ERR_STATE), and any op error during backward. */
 int ag_backward(struct tensor *out, const struct tensor *dout);
+/* As ag_backward, and hands the forward's memory back while it runs, as a
+ * framework that frees saved tensors does: the data the current scope made
+ * after its first recorded op's output is released as soon as no node still
+ * to run can need it, and the gradients reuse it, so a training step's peak is
+ * about the forward's, not forward plus backward. Afterwards, of that data
+ * only out's and dout's may be read (headers, shapes and the scope stay
+ * usable; read the loss before when it is not out); tensors made before, in
+ * outer scopes or on the heap are untouched. Without a scope open it is
+ * ag_backward. Same errors as ag_backward. Relies on every node referring
+ * only to its inputs, output and ag_save'd tensors. */
+int ag_backward_release(struct tensor *out, const struct tensor *dout);
 /* Zero t->grad in place (no-op if it has none). */
 int ag_zero_grad(struct tensor *t);
 /* Forget all recorded nodes of this thread without running backward. */
@@ -68,6 +79,8 @@ struct ag_node {
 	double f[4];  /* small float parameters (scale, eps, ...) */
 	int64_t i[8]; /* small int parameters (dims, sizes, ...) */
 	int depth;    /* scope depth at recording */
+	uint64_t mark; /* tensor_scope_mark() at recording */
+	uint64_t end;  /* the latest mark at this node's and earlier nodes' ag_save */
 };
 
 /* Record out = op(inputs...) if grad mode is on and an input requires grad:
@@ -89,6 +102,12 @@ int ag_accumulate(struct tensor *t, const struct tensor *g);
  * intermediate with no gradient yet and g has its shape and dtype (no copy),
  * else it is added and freed. An arena g is only added. */
 int ag_accumulate_take(struct tensor *t, struct tensor *g);
+/* n's output gradient (the dout of its backward) handed over to the backward
+ * when nothing else holds it (a contiguous heap tensor with one reference),
+ * so that an input's gradient can be made in its memory; NULL otherwise, and
+ * dout stays the node's. Give a taken tensor to ag_accumulate_take (or free
+ * it). */
+struct tensor *ag_dout_take(struct ag_node *n);
 /* tensor_matmul(a, b) as a heap tensor, for a backward to hand to
  * ag_accumulate_take (the product is not copied into the gradient). */
 struct tensor *ag_heap_matmul(const struct tensor *a, const struct tensor *b);

@@ -115,7 +115,9 @@ struct ag_node *ag_record(const char *op, struct tensor *out, ag_backward_fn bac
 			       .backward = backward,
 			       .out = out,
 			       .ninputs = ninputs,
-			       .depth = tensor_scope_depth() };
+			       .depth = tensor_scope_depth(),
+			       .mark = tensor_scope_mark() };
+	n->end = size > 1 && node_at(size - 2)->end > n->mark ? node_at(size - 2)->end : n->mark;
 	for (int i = 0; i < ninputs; i++)
 		n->inputs[i] = inputs[i];
 	out->requires_grad = true;
@@ -138,6 +140,14 @@ struct tensor *ag_save(struct ag_node *n, struct tensor *t)
 		return NULL;
 	alias->storage->tape_refs++;
 	n->saved[n->nsaved++] = alias;
+	/* t was made before now: n and the nodes after it end at now or later */
+	uint64_t now = tensor_scope_mark();
+	for (int k = size - 1; k >= 0; k--) {
+		struct ag_node *m = node_at(k);
+		m->end = m->end > now ? m->end : now;
+		if (m == n)
+			break;
+	}
 	return t;
 }
 
@@ -223,6 +233,8 @@ int ag_accumulate(struct tensor *t, const struct tensor *g)
 		if (!t->grad)
 			return tensor_last_status();
 	}
+	if (tensor_is_contiguous(t->grad) && t->grad->storage->tape_refs == 0)
+		return tensor_add_(t->grad, gs);
 	struct tensor *sum = tensor_add(t->grad, gs);
 	return sum ? tensor_copy_(t->grad, sum) : tensor_last_status();
 }
@@ -239,6 +251,16 @@ int ag_accumulate_take(struct tensor *t, struct tensor *g)
 	if (owned)
 		tensor_free(g);
 	return rc;
+}
+
+struct tensor *ag_dout_take(struct ag_node *n)
+{
+	struct tensor *g = n && n->out ? n->out->grad : NULL;
+	if (!g || g->in_arena || g->storage->in_arena || g->storage->refcount != 1 ||
+	    !tensor_is_contiguous(g))
+		return NULL;
+	n->out->grad = NULL;
+	return g;
 }
 
 /* Argument errors leave the tape as it is, so the caller can retry. */
@@ -261,12 +283,23 @@ static int check_backward_args(const struct tensor *out, const struct tensor *do
 	return TENSOR_OK;
 }
 
-static int run_backward(struct tensor *out, const struct tensor *dout)
+/* Backward over the tape. release_depth > 0: once node k (recorded at that
+ * scope depth) has run, the data made in that scope since node k-1's end goes
+ * back (tensor_scope_release_since), out's and dout's excepted. Every tensor
+ * a node refers to (inputs, output, saved) was made before its end, so none
+ * that a node still to run needs goes; the first node of the scope releases
+ * from its recording on, keeping what was made before it. */
+static int run_backward(struct tensor *out, const struct tensor *dout, int release_depth)
 {
+	tensor_heap_begin(); /* not a block of the scope for one number */
 	struct tensor *seed =
 	    dout ? (struct tensor *)dout
 		 : tensor_ones(out->dtype, out->storage->device, out->ndim, out->shape);
+	tensor_heap_end();
+	const struct tensor *keep[2] = { out, dout };
 	int rc = ag_accumulate(out, seed);
+	if (seed != dout)
+		tensor_free(seed);
 	for (int k = size - 1; k >= 0 && rc == TENSOR_OK; k--) {
 		struct ag_node *n = node_at(k);
 		if (n->out->node == n && n->out->grad) {
@@ -278,11 +311,16 @@ static int run_backward(struct tensor *out, const struct tensor *dout)
 			tensor_scope_end();
 			drop_grad(n->out);
 		}
+		if (release_depth > 0 && n->depth == release_depth) {
+			bool first = k == 0 || node_at(k - 1)->depth != release_depth;
+			tensor_scope_release_since(release_depth,
+						   first ? n->mark : node_at(k - 1)->end, keep, 2);
+		}
 	}
 	return rc;
 }
 
-int ag_backward(struct tensor *out, const struct tensor *dout)
+static int backward(struct tensor *out, const struct tensor *dout, bool release)
 {
 	if (!out)
 		return tensor_last_status() ? tensor_last_status() : TENSOR_ERR_ARG;
@@ -293,11 +331,22 @@ int ag_backward(struct tensor *out, const struct tensor *dout)
 	 * gradients are heap tensors: an intermediate's is freed as soon as its
 	 * node has run, a leaf's persists (ag_accumulate). Backward records
 	 * nothing. */
+	int release_depth = release ? tensor_scope_depth() : 0;
 	tensor_scope_begin();
 	ag_no_grad_begin();
-	rc = run_backward(out, dout);
+	rc = run_backward(out, dout, release_depth);
 	ag_no_grad_end();
 	ag_tape_reset();
 	tensor_scope_end();
 	return rc;
+}
+
+int ag_backward(struct tensor *out, const struct tensor *dout)
+{
+	return backward(out, dout, false);
+}
+
+int ag_backward_release(struct tensor *out, const struct tensor *dout)
+{
+	return backward(out, dout, true);
 }

@@ -134,23 +134,37 @@ static int build_masks(const struct tensor *q, const struct tensor *key_mask, bo
 	return TENSOR_OK;
 }
 
-/* dp -> ds = p (dp - sum(dp p)) times the scale; then dq = ds k and
- * dk = ds^T q. Masked keys need no fill: p is exactly 0 there, except in rows
- * with no visible key, whose output (zeroed) sends back dp = 0. */
+/* prod (a heap matmul product) times scale, handed to t's gradient. */
+static int take_scaled(struct tensor *t, struct tensor *prod, const struct tensor *scale)
+{
+	if (prod && scale && tensor_mul_(prod, scale) < 0) {
+		tensor_free(prod);
+		return tensor_last_status();
+	}
+	return ag_accumulate_take(t, prod);
+}
+
+/* dp -> ds = p (dp - sum(dp p)), in dp's memory when the node can take it;
+ * then dq = ds k and dk = ds^T q, times the scale. Masked keys need no fill:
+ * p is exactly 0 there, except in rows with no visible key, whose output
+ * (zeroed) sends back dp = 0. */
 static int probs_backward(struct ag_node *n, const struct tensor *g)
 {
 	struct tensor *q = n->saved[0], *k = n->saved[1], *p = n->saved[2];
-	struct tensor *ds = tensor_softmax_backward(p, g);
-	if (ds && n->f[0] != 1)
-		ds = tensor_mul_scalar(ds, n->f[0]);
-	if (!ds)
+	struct tensor *own = ag_dout_take(n), *ds = own;
+	if (own ? tensor_softmax_backward_(p, own) < 0 : !(ds = tensor_softmax_backward(p, g))) {
+		tensor_free(own);
 		return tensor_last_status();
-	int rc = TENSOR_OK;
-	if (n->inputs[0]->requires_grad)
-		rc = ag_accumulate_take(n->inputs[0], ag_heap_matmul(ds, k));
+	}
+	struct tensor *scale =
+	    n->f[0] != 1 ? tensor_full(p->dtype, p->storage->device, 0, NULL, n->f[0]) : NULL;
+	int rc = n->f[0] != 1 && !scale ? tensor_last_status() : TENSOR_OK;
+	if (rc == TENSOR_OK && n->inputs[0]->requires_grad)
+		rc = take_scaled(n->inputs[0], ag_heap_matmul(ds, k), scale);
 	if (rc == TENSOR_OK && n->inputs[1]->requires_grad)
 		rc =
-		    ag_accumulate_take(n->inputs[1], ag_heap_matmul(tensor_transpose(ds, 2, 3), q));
+		    take_scaled(n->inputs[1], ag_heap_matmul(tensor_transpose(ds, 2, 3), q), scale);
+	tensor_free(own);
 	return rc;
 }
 

@@ -253,6 +253,128 @@ START_TEST(test_memory_flat_across_steps)
 }
 END_TEST
 
+/* ag_backward_release: ag_backward's gradients bit for bit; after it the
+ * forward's chain of 4 MiB tensors is gone before the scope ends, while out
+ * and what was made before the first op stay readable. */
+START_TEST(test_backward_release)
+{
+	const int64_t s[] = { 512, 2048 };
+	const size_t one = 512 * 2048 * sizeof(float);
+	struct tensor *x = tensor_rand_normal(TENSOR_F32, TENSOR_CPU, 2, s, 5, 0, 1);
+	ag_requires_grad(x, true);
+	double *grads[2];
+	size_t after[2], start = 0;
+	for (int mode = 0; mode < 2; mode++) {
+		tensor_scope_begin();
+		start = tensor_mem_stats(TENSOR_CPU).live_bytes;
+		struct tensor *before = tensor_full(TENSOR_F32, TENSOR_CPU, 1, (int64_t[]){ 4 }, 7);
+		struct tensor *h = x;
+		for (int i = 0; i < 8; i++)
+			h = i % 2 ? ag_gelu(h) : ag_tanh(h);
+		struct tensor *loss = ag_sum(h, 0, NULL, false);
+		double value = tensor_get(loss, NULL);
+		ck_assert_int_eq(mode ? ag_backward_release(loss, NULL) : ag_backward(loss, NULL),
+				 TENSOR_OK);
+		after[mode] = tensor_mem_stats(TENSOR_CPU).live_bytes;
+		ck_assert(tensor_get(loss, NULL) == value);
+		ck_assert(tensor_get(before, (int64_t[]){ 3 }) == 7);
+		grads[mode] = tu_values(x->grad);
+		tensor_free(x->grad);
+		x->grad = NULL;
+		tensor_scope_end();
+	}
+	ck_assert(memcmp(grads[0], grads[1], sizeof(double) * 512 * 2048) == 0);
+	ck_assert_uint_ge(after[0], start + 9 * one); /* the chain and x's gradient */
+	/* x's gradient, and the first op's output (made before that op's node) */
+	ck_assert_uint_lt(after[1], start + 3 * one);
+	free(grads[0]);
+	free(grads[1]);
+	tensor_free(x);
+}
+END_TEST
+
+/* Nodes of an outer scope run too, and the outer scope's tensors stay; with
+ * no scope open it is ag_backward; argument errors leave the tape. */
+START_TEST(test_backward_release_scopes)
+{
+	struct tensor *x = gc_input(2, S34, 9, -1, 1, false);
+	struct tensor *y = ag_mul_scalar(x, 3); /* in the fixture's scope */
+	double *vy = tu_values(y), *vx = tu_values(x), want[12];
+	tensor_scope_begin();
+	struct tensor *loss = ag_sum(ag_tanh(y), 0, NULL, false);
+	ck_assert_int_eq(ag_backward_release(loss, NULL), TENSOR_OK);
+	tensor_scope_end();
+	for (int i = 0; i < 12; i++)
+		want[i] = 3 * (1 - tanh(vy[i]) * tanh(vy[i]));
+	tu_assert_close(x->grad, want, 12, 1e-14, 0);
+	for (int i = 0; i < 12; i++)
+		ck_assert(tensor_get(y, (int64_t[]){ i / 4, i % 4 }) == 3 * vx[i]);
+	ck_assert_int_eq(tensor_scope_end(), TENSOR_OK); /* no scope: heap tensors */
+	x = tensor_from_data(TENSOR_F64, TENSOR_CPU, 2, S34, vx);
+	ag_requires_grad(x, true);
+	struct tensor *z = ag_sum(ag_mul(x, x), 0, NULL, false);
+	ck_assert_int_eq(ag_backward_release(z, NULL), TENSOR_OK);
+	for (int i = 0; i < 12; i++)
+		want[i] = 2 * vx[i];
+	tu_assert_close(x->grad, want, 12, 0, 0);
+	tensor_free(z);
+	struct tensor *c = tensor_zeros(TENSOR_F64, TENSOR_CPU, 0, NULL);
+	struct tensor *w = ag_mul(x, x);
+	tu_assert_error(ag_backward_release(c, NULL) < 0, TENSOR_ERR_ARG, "does not require grad",
+			NULL);
+	ck_assert_int_eq(ag_tape_size(), 1);
+	ag_tape_reset();
+	tensor_free(w);
+	tensor_free(c);
+	tensor_free(x->grad);
+	tensor_free(x);
+	free(vx);
+	free(vy);
+	tensor_scope_begin();
+}
+END_TEST
+
+/* A custom identity op whose backward takes its dout (ag_dout_take) and hands
+ * it on while keeping a second reference: the gelu before it then cannot take
+ * that gradient in turn and must not change it. */
+static struct tensor *held;
+static int hold_backward(struct ag_node *n, const struct tensor *g)
+{
+	struct tensor *own = ag_dout_take(n);
+	ck_assert(own != NULL && own == g && n->out->grad == NULL);
+	tensor_heap_begin();
+	held = tensor_alias(own);
+	tensor_heap_end();
+	return ag_accumulate_take(n->inputs[0], own);
+}
+
+START_TEST(test_dout_take)
+{
+	struct tensor *x = gc_input(2, S34, 11, -2, 2, false);
+	struct tensor *c = gc_input(2, S34, 12, -1, 1, false);
+	double *vc = tu_values(c), *got[2];
+	for (int hold = 0; hold < 2; hold++) {
+		struct tensor *y = ag_gelu(x);
+		if (hold) {
+			struct tensor *alias = tensor_alias(y);
+			ck_assert(ag_record("hold", alias, hold_backward, 1, &y) != NULL);
+			y = alias;
+		}
+		ck_assert_int_eq(ag_backward(ag_sum(ag_mul(y, c), 0, NULL, false), NULL),
+				 TENSOR_OK);
+		got[hold] = tu_values(x->grad);
+		tensor_free(x->grad);
+		x->grad = NULL;
+	}
+	ck_assert(memcmp(got[0], got[1], sizeof(double) * 12) == 0);
+	tu_assert_close(held, vc, 12, 0, 0); /* the shared gradient is as it was */
+	tensor_free(held);
+	free(got[0]);
+	free(got[1]);
+	free(vc);
+}
+END_TEST
+
 /* A planted bug: y = x^2 with a backward of 3x instead of 2x. */
 static int wrong_square_backward(struct ag_node *n, const struct tensor *g)
 {
@@ -355,6 +477,9 @@ int main(void)
 	tcase_add_test(tc, test_backward_frees_as_it_goes);
 	tcase_add_test(tc, test_accumulate_take);
 	tcase_add_test(tc, test_memory_flat_across_steps);
+	tcase_add_test(tc, test_backward_release);
+	tcase_add_test(tc, test_backward_release_scopes);
+	tcase_add_test(tc, test_dout_take);
 	tcase_add_test(tc, test_checker_catches_wrong_backward);
 	tcase_add_test(tc, test_mlp_trains);
 	suite_add_tcase(s, tc);

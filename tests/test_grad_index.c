@@ -200,6 +200,14 @@ START_TEST(test_index_select_duplicates)
 			for (int k = 0; k < 3; k++)
 				want[rows[j] * 3 + k] += vd[j * 3 + k];
 		tu_assert_close(x->grad, want, 12, 1e-14, 0);
+		/* again: added straight into the leaf's gradient; then through an
+		 * intermediate (2 x), whose gradient is made apart and handed over */
+		ck_assert_int_eq(ag_backward(ag_index_select(x, 0, idx), d), TENSOR_OK);
+		ck_assert_int_eq(ag_backward(ag_index_select(ag_mul_scalar(x, 2), 0, idx), d),
+				 TENSOR_OK);
+		for (int i = 0; i < 12; i++)
+			want[i] *= 4;
+		tu_assert_close(x->grad, want, 12, 1e-14, 0);
 		free(vd);
 		free_grads(1, &x);
 	}
