@@ -20,7 +20,7 @@ static const char CSV_HEADER[] = "impl,model,n,k,batch,tokens_per_s,step_seconds
 				 "backward_s,optimizer_s";
 
 struct options {
-	const char *n_list, *models, *sharing, *csv;
+	const char *n_list, *models, *sharing, *csv, *backward;
 	int64_t k, batch, warmup, reps, threads, dim, heads, layers, ff, vocab, sgemm_size, seed;
 	double max_seconds, lr, mem_fraction;
 };
@@ -29,6 +29,7 @@ static struct options opt = {
 	.n_list = "128,512,2048",
 	.models = "transformer,linformer,conv-linformer",
 	.sharing = "headwise",
+	.backward = "release",
 	.k = 128,
 	.batch = 16,
 	.warmup = 2,
@@ -59,6 +60,8 @@ static struct flag flags[] = {
 	INT("k", k, 1, 1 << 24, "K", "projected length of the Linformer layers (at most n)"),
 	CHO("sharing", sharing, "none|headwise|kv|layerwise",
 	    "projection sharing of the Linformer (conv-linformer: not layerwise)"),
+	CHO("backward", backward, "release|keep",
+	    "ag_backward_release (activations freed during backward) or ag_backward"),
 	INT("batch", batch, 1, 1 << 16, "B", "sequences per step"),
 	INT("dim", dim, 1, 1 << 16, "D", "model width"),
 	INT("heads", heads, 1, 1024, "H", "attention heads (must divide --dim)"),
@@ -190,8 +193,8 @@ static void build_config(struct model_config *c, const char *model, int64_t n)
 			   "%s at n %lld: %s", model, (long long)n, tensor_last_error());
 }
 
-/* One training step on (ids, labels): forward, loss, backward, AdamW, in a scope. */
-/* One training step; adds the seconds of each phase to phase_s. */
+/* One training step on (ids, labels): forward, loss, backward, AdamW, in a scope; adds the
+ * seconds of each phase to phase_s. */
 static void train_step(struct model_classifier *m, struct nn_params *ps, struct nn_adamw *adamw,
 		       const struct tensor *ids, const struct tensor *labels, double *phase_s)
 {
@@ -202,7 +205,8 @@ static void train_step(struct model_classifier *m, struct nn_params *ps, struct 
 	struct tensor *logits = model_classifier_forward(m, ids, NULL);
 	struct tensor *loss = nn_cross_entropy(logits, labels, -1, 0.0);
 	double t1 = bench_clock();
-	if (!loss || ag_backward(loss, NULL) < 0)
+	bool release = !strcmp(opt.backward, "release");
+	if (!loss || (release ? ag_backward_release(loss, NULL) : ag_backward(loss, NULL)) < 0)
 		bench_die(PROG, "training step");
 	double t2 = bench_clock();
 	if (nn_adamw_step(adamw) < 0)

@@ -693,9 +693,12 @@ static int run_train(int argc, char **argv)
 			double acc = loss ? nn_accuracy(logits, batch.labels, -1) : -1;
 			struct tensor *scaled =
 			    ag_mul_scalar(loss, (double)batch.size / (double)group);
-			if (!scaled || acc < 0 || ag_backward(scaled, NULL) < 0)
+			if (!scaled || acc < 0)
 				train_die(PROG, "training step");
+			/* read before backward releases the forward's memory */
 			w.loss += tensor_get(loss, NULL) * (double)batch.size;
+			if (ag_backward_release(scaled, NULL) < 0)
+				train_die(PROG, "training step");
 			w.correct += acc * (double)batch.size;
 			w.examples += batch.size;
 			w.padded += batch.size * n;

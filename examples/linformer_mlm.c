@@ -553,9 +553,12 @@ static void train_step(struct run *r, int64_t step, int64_t first, int64_t last,
 		tensor_scope_begin();
 		struct tensor *loss = mlm_loss(&r->model, in[i], batch[i].mask, lab[i], M[i]);
 		struct tensor *scaled = ag_mul_scalar(loss, (double)M[i] / (double)total);
-		if (!scaled || ag_backward(scaled, NULL) < 0)
+		if (!scaled)
 			train_die(PROG, "training step");
+		/* read before backward releases the forward's memory */
 		w->loss += tensor_get(loss, NULL) * (double)M[i];
+		if (ag_backward_release(scaled, NULL) < 0)
+			train_die(PROG, "training step");
 		tensor_scope_end();
 	}
 	w->predicted += total;

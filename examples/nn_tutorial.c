@@ -324,7 +324,8 @@ int main(int argc, char **argv)
 		struct batch b = make_batch(pick, BATCH);
 		struct tensor *logits = langid_forward(&model, b.ids, b.mask, b.len);
 		struct tensor *l = nn_cross_entropy(logits, b.labels, -1, 0.0);
-		if (nn_params_zero_grad(&ps) < 0 || ag_backward(l, NULL) < 0)
+		/* backward hands the forward's memory back as it goes; l stays readable */
+		if (nn_params_zero_grad(&ps) < 0 || ag_backward_release(l, NULL) < 0)
 			die("training step"); /* the first error anywhere in the forward pass */
 		double norm = nn_clip_grad_norm(&ps, 1.0);
 		opt.lr = nn_schedule_lr(&sched, step);

@@ -60,7 +60,8 @@ int64_t nn_params_count(const struct nn_params *ps);
 /* Move every parameter into one contiguous buffer (ps->flat) and give each a
  * gradient that is a view of one flat gradient buffer (ps->flat_grad), so
  * zeroing and optimizer steps are single passes. Values are preserved;
- * parameter pointers stay valid. Call once, after all parameters exist. */
+ * parameter pointers stay valid; the parameters' first storage goes back to
+ * the device (tensor_mem_trim). Call once, after all parameters exist. */
 int nn_params_pack(struct nn_params *ps);
 /* Zero every gradient (one memset when packed). */
 int nn_params_zero_grad(struct nn_params *ps);

@@ -179,6 +179,7 @@ int nn_params_pack(struct nn_params *ps)
 	}
 	ps->flat = flat;
 	ps->flat_grad = grad;
+	tensor_mem_trim(); /* the blocks of the parameters' first storage */
 	return TENSOR_OK;
 }
 
