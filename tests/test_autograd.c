@@ -309,6 +309,7 @@ START_TEST(test_backward_release_scopes)
 	tu_assert_close(x->grad, want, 12, 1e-14, 0);
 	for (int i = 0; i < 12; i++)
 		ck_assert(tensor_get(y, (int64_t[]){ i / 4, i % 4 }) == 3 * vx[i]);
+	tensor_free(x->grad);
 	ck_assert_int_eq(tensor_scope_end(), TENSOR_OK); /* no scope: heap tensors */
 	x = tensor_from_data(TENSOR_F64, TENSOR_CPU, 2, S34, vx);
 	ag_requires_grad(x, true);
