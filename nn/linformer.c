@@ -636,44 +636,88 @@ static int check_input(const struct nn_linformer *m, const struct tensor *x,
 	return TENSOR_OK;
 }
 
-struct tensor *nn_linformer_forward(const struct nn_linformer *m, struct tensor *x,
-				    const struct tensor *key_mask)
+int nn_linformer_keys_values(const struct nn_linformer *m, struct tensor *x,
+			     const struct tensor *key_mask, struct nn_linformer_kv *kv)
 {
+	*kv = (struct nn_linformer_kv){ 0 };
 	if (!x)
-		return NULL;
+		return tensor_last_status() ? tensor_last_status() : TENSOR_ERR_ARG;
 	if (check_input(m, x, key_mask) < 0)
-		return NULL;
+		return tensor_last_status();
 	int64_t b = x->shape[0], h = m->heads, d = m->dim / h;
-	struct tensor *q = split_heads(nn_linear_forward(&m->q_proj, x), h), *k, *v;
+	struct tensor *k, *v;
 	if (sequence_first(m, x->shape[1])) {
 		if (project_sequence_first(m, x, key_mask, &k, &v) < 0)
-			return NULL;
+			return tensor_last_status();
 	} else {
 		k = project(m, m->e_used, nn_linear_forward(&m->k_proj, x), key_mask);
 		v = project(m, m->f_used, nn_linear_forward(&m->v_proj, x), key_mask);
 	}
-	if (!q || !k || !v)
-		return NULL;
+	if (!k || !v)
+		return tensor_last_status();
 	int64_t kv_shape[4] = { b, h, m->k, d };
 	if (k->shape[1] != h) /* one shared key/value head */
 		k = ag_expand(k, 4, kv_shape);
 	if (v->shape[1] != h)
 		v = ag_expand(v, 4, kv_shape);
-	struct tensor *mask = NULL;
 	bool none = true;
 	if (windowed(m->e_used->kind)) {
-		mask = slot_mask(m, x, key_mask, &none);
-		if (!mask && !none)
-			return NULL;
+		kv->mask = slot_mask(m, x, key_mask, &none);
+		if (!kv->mask && !none)
+			return tensor_last_status();
 	}
-	double scale = 1 / sqrt((double)d);
+	kv->k = k;
+	kv->v = v;
+	return k && v ? TENSOR_OK : tensor_last_status();
+}
+
+struct tensor *nn_linformer_attend(const struct nn_linformer *m, struct tensor *rows,
+				   const struct nn_linformer_kv *kv, int64_t b0)
+{
+	if (!rows)
+		return NULL;
+	char br[128], bk[128];
+	if (!m || m->dim < 1 || !kv || !kv->k || !kv->v) {
+		tensor_error(TENSOR_ERR_ARG, "nn_linformer_attend: module or keys/values missing");
+		return NULL;
+	}
+	int64_t nb = rows->ndim == 3 ? rows->shape[0] : 0, h = m->heads;
+	if (rows->ndim != 3 || rows->shape[2] != m->dim || b0 < 0 || nb < 1 ||
+	    b0 + nb > kv->k->shape[0]) {
+		tensor_error(TENSOR_ERR_SHAPE,
+			     "nn_linformer_attend: rows %s must be [B',R,%lld] of sequences "
+			     "%lld.. of keys %s",
+			     tensor_shape_str(rows, br, sizeof br), (long long)m->dim,
+			     (long long)b0, tensor_shape_str(kv->k, bk, sizeof bk));
+		return NULL;
+	}
+	struct tensor *k = kv->k, *v = kv->v, *mask = kv->mask;
+	if (nb != k->shape[0]) { /* the rows' sequences of the keys and values */
+		k = ag_narrow(k, 0, b0, nb);
+		v = ag_narrow(v, 0, b0, nb);
+		mask = mask ? tensor_narrow(mask, 0, b0, nb) : NULL;
+	}
+	struct tensor *q = split_heads(nn_linear_forward(&m->q_proj, rows), h);
+	double scale = 1 / sqrt((double)(m->dim / h));
 	struct tensor *y;
 	if (m->sequential_heads)
 		y = nn_attention_by_head(q, k, v, mask, false, scale, &m->dropout);
 	else
 		y = merge_heads(nn_attention(q, k, v, mask, false, scale, &m->dropout));
-	tensor_free(mask);
+	if (mask != kv->mask)
+		tensor_free(mask);
 	return nn_linear_forward(&m->out_proj, y);
+}
+
+struct tensor *nn_linformer_forward(const struct nn_linformer *m, struct tensor *x,
+				    const struct tensor *key_mask)
+{
+	struct nn_linformer_kv kv;
+	if (nn_linformer_keys_values(m, x, key_mask, &kv) < 0)
+		return NULL;
+	struct tensor *y = nn_linformer_attend(m, x, &kv, 0);
+	tensor_free(kv.mask);
+	return y;
 }
 
 void nn_linformer_free(struct nn_linformer *m)

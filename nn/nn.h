@@ -138,6 +138,10 @@ struct nn_position {
 int nn_position_init(struct nn_position *m, struct nn_params *ps, const char *name,
 		     int64_t max_len, int64_t dim, bool learned);
 struct tensor *nn_position_forward(const struct nn_position *m, struct tensor *x);
+/* The same, written into x's buffer where ag_add_reuse can (without
+ * gradients, x itself comes back, updated): for an x the caller owns and
+ * does not read again, such as an embedding lookup's output. */
+struct tensor *nn_position_forward_reuse(const struct nn_position *m, struct tensor *x);
 void nn_position_free(struct nn_position *m);
 
 /* LayerNorm over the last dim: weight [dim] = 1, bias [dim] = 0 (no decay). */
@@ -304,6 +308,20 @@ int nn_linformer_init(struct nn_linformer *m, struct nn_params *ps, const char *
 /* x [B, T, dim], T <= n; key_mask [B, T] (nonzero = padding) or NULL. */
 struct tensor *nn_linformer_forward(const struct nn_linformer *m, struct tensor *x,
 				    const struct tensor *key_mask);
+/* The forward in two halves, for callers that run query rows in blocks: the
+ * keys and values [B, heads, k, d] (and, for CONV/MEAN/MAX with padding, the
+ * slot mask [B, k]) read every position of x; then rows [B', R, dim], the
+ * queries of sequences b0 .. b0+B'-1 (any R), attend to them through the
+ * output projection -> [B', R, dim]. nn_linformer_forward(x) is
+ * attend(x, keys_values(x), 0). Errors: as nn_linformer_forward; rows not
+ * [B', R, dim] or past the keys' batch (TENSOR_ERR_SHAPE). */
+struct nn_linformer_kv {
+	struct tensor *k, *v, *mask;
+};
+int nn_linformer_keys_values(const struct nn_linformer *m, struct tensor *x,
+			     const struct tensor *key_mask, struct nn_linformer_kv *kv);
+struct tensor *nn_linformer_attend(const struct nn_linformer *m, struct tensor *rows,
+				   const struct nn_linformer_kv *kv, int64_t b0);
 void nn_linformer_free(struct nn_linformer *m);
 
 /* ---- losses and metrics (loss.c) ------------------------------------------ */
