@@ -257,6 +257,123 @@ static struct tensor *padding_of(const struct model_encoder *m, const struct ten
 	return pad;
 }
 
+#define ROW_BLOCK 1024 /* query rows per block of layer_in_blocks */
+
+static bool dropping(const struct nn_dropout *d)
+{
+	return d->ps && d->ps->training && d->p > 0;
+}
+
+/* The rows [b0, b0+nb) x [r0, r0+nr) of x [B,T,dim]: one sequence's run of
+ * rows, or whole sequences, so the view is contiguous. */
+static struct tensor *row_block(struct tensor *x, int64_t b0, int64_t nb, int64_t r0, int64_t nr)
+{
+	struct tensor *seqs = tensor_narrow(x, 0, b0, nb);
+	return nr == x->shape[1] ? seqs : tensor_narrow(seqs, 1, r0, nr);
+}
+
+/* fn on each block of up to ROW_BLOCK rows of x [B,T,dim] (with the index of
+ * its first sequence), each in a scope of its own; the first error stops. */
+static int for_row_blocks(struct tensor *x, int (*fn)(struct tensor *xb, int64_t b0, void *ctx),
+			  void *ctx)
+{
+	int64_t b = x->shape[0], t = x->shape[1];
+	int64_t nr = t < ROW_BLOCK ? t : ROW_BLOCK, seqs = t < ROW_BLOCK ? ROW_BLOCK / t : 1;
+	int rc = TENSOR_OK;
+	for (int64_t b0 = 0; b0 < b && rc == TENSOR_OK; b0 += seqs) {
+		int64_t nb = b - b0 < seqs ? b - b0 : seqs;
+		for (int64_t r0 = 0; r0 < t && rc == TENSOR_OK; r0 += nr) {
+			tensor_scope_begin();
+			rc = fn(row_block(x, b0, nb, r0, t - r0 < nr ? t - r0 : nr), b0, ctx);
+			tensor_scope_end();
+		}
+	}
+	return rc;
+}
+
+struct block_ctx {
+	const struct model_config *c;
+	const struct model_layer *l;
+	const struct nn_linformer_kv *kv;
+};
+
+/* A half's residual in place: xb += branch (pre-norm), or xb = norm(branch +
+ * xb) (post-norm; branch is used up). */
+static int residual_into(const struct model_config *c, const struct nn_layer_norm *ln,
+			 const struct nn_rms_norm *rms, struct tensor *branch, struct tensor *xb)
+{
+	if (!branch)
+		return tensor_last_status();
+	if (c->pre_norm)
+		return tensor_add_(xb, branch);
+	struct tensor *y =
+	    tensor_add_(branch, xb) == TENSOR_OK ? norm_forward(c, ln, rms, branch) : NULL;
+	return y ? tensor_copy_(xb, y) : tensor_last_status();
+}
+
+/* One block of query rows xb (of sequences b0..) through the layer, in place:
+ * x + attn(norm1(x)) then x + ff(norm2(x)), or the post-norm order. The
+ * attention half has a scope of its own, so its temporaries are gone before
+ * the feed-forward's come. */
+static int block_forward(struct tensor *xb, int64_t b0, void *ctx)
+{
+	const struct block_ctx *bc = ctx;
+	const struct model_config *c = bc->c;
+	const struct model_layer *l = bc->l;
+	tensor_scope_begin();
+	struct tensor *in = c->pre_norm ? norm_forward(c, &l->ln1, &l->rms1, xb) : xb;
+	int rc =
+	    residual_into(c, &l->ln1, &l->rms1, nn_linformer_attend(&l->lin, in, bc->kv, b0), xb);
+	tensor_scope_end();
+	if (rc < 0)
+		return rc;
+	in = c->pre_norm ? norm_forward(c, &l->ln2, &l->rms2, xb) : xb;
+	return residual_into(c, &l->ln2, &l->rms2, nn_feed_forward_forward(&l->ff, in), xb);
+}
+
+/* Without gradients or dropout, a layer of projected attention in place in x
+ * (the caller's own): the keys and values first, from all positions; then
+ * each block of query rows through attention and the feed-forward. The peak
+ * is x, one normalised copy for the keys and values, and one block's working
+ * set, instead of a handful of [B,T,dim] tensors. Query rows are independent
+ * once the keys and values are projected to k: the result is the unblocked
+ * one. */
+static int layer_in_blocks(const struct model_config *c, const struct model_layer *l,
+			   struct tensor *x, const struct tensor *key_mask)
+{
+	struct nn_linformer_kv kv;
+	tensor_scope_begin(); /* the layer's: the keys and values */
+	tensor_scope_begin(); /* what only the keys and values need */
+	int rc = nn_linformer_keys_values(
+	    &l->lin, c->pre_norm ? norm_forward(c, &l->ln1, &l->rms1, x) : x, key_mask, &kv);
+	if (rc == TENSOR_OK) {
+		kv.k = tensor_scope_keep(kv.k);
+		kv.v = tensor_scope_keep(kv.v);
+		kv.mask = kv.mask ? tensor_scope_keep(kv.mask) : NULL;
+		rc = kv.k && kv.v ? TENSOR_OK : tensor_last_status();
+	}
+	tensor_scope_end();
+	if (rc == TENSOR_OK)
+		rc = for_row_blocks(x, block_forward, &(struct block_ctx){ c, l, &kv });
+	tensor_scope_end();
+	return rc;
+}
+
+/* The final norm of the no-grad path, in place, a block at a time. */
+static int final_norm_block(struct tensor *xb, int64_t b0, void *ctx)
+{
+	const struct model_encoder *m = ctx;
+	(void)b0;
+	struct tensor *y = norm_forward(&m->cfg, &m->final_ln, &m->final_rms, xb);
+	return y ? tensor_copy_(xb, y) : tensor_last_status();
+}
+
+static bool blockable(const struct model_layer *l)
+{
+	return l->kind != MODEL_ATTN_STANDARD && !dropping(&l->drop) &&
+	       !dropping(&l->lin.dropout) && !dropping(&l->ff.dropout);
+}
+
 /* One layer in a scope of its own whose only survivor is the output, copied
  * to the heap (so the previous layer's output can be freed at once). */
 static struct tensor *layer_scoped(const struct model_config *c, const struct model_layer *l,
@@ -271,42 +388,62 @@ static struct tensor *layer_scoped(const struct model_config *c, const struct mo
 	return out;
 }
 
+/* Without gradients: the embedding's output, made in the caller's scope (or
+ * on the heap), is the residual stream; layers of projected attention update
+ * it in place (layer_in_blocks), as does the final norm; other layers run in
+ * a scope of their own and hand over a heap copy (layer_scoped). Every
+ * temporary dies in this function's scope; the stream comes back as it is,
+ * or kept when a layer ran apart. */
+static struct tensor *forward_no_grad(const struct model_encoder *m, const struct tensor *ids,
+				      const struct tensor *mask)
+{
+	const struct model_config *c = &m->cfg;
+	struct tensor *own =
+	    nn_position_forward_reuse(&m->pos, nn_embedding_forward(&m->embed, ids));
+	tensor_scope_begin();
+	struct tensor *key_mask = mask ? padding_of(m, mask) : NULL;
+	struct tensor *x = mask && !key_mask ? NULL : nn_dropout_forward(&m->drop, own);
+	struct tensor *carry = NULL; /* the heap output of the last layer run apart */
+	for (int64_t i = 0; x && i < c->layers; i++) {
+		const struct model_layer *l = &m->layers[i];
+		if ((x == own || x == carry) && blockable(l)) {
+			if (layer_in_blocks(c, l, x, key_mask) < 0)
+				x = NULL;
+			continue;
+		}
+		x = layer_scoped(c, l, x, key_mask);
+		tensor_free(carry);
+		carry = x;
+	}
+	if (x && c->pre_norm && c->final_norm) {
+		if (x == own || x == carry)
+			x = for_row_blocks(x, final_norm_block, (void *)m) < 0 ? NULL : x;
+		else
+			x = norm_forward(c, &m->final_ln, &m->final_rms, x);
+	}
+	struct tensor *y = x == own ? own : x ? tensor_scope_keep(x) : NULL;
+	tensor_scope_end();
+	tensor_free(carry);
+	if (y != own)
+		tensor_free(own); /* heap without a scope; else the caller's scope has it */
+	return y;
+}
+
 struct tensor *model_encoder_forward(const struct model_encoder *m, const struct tensor *ids,
 				     const struct tensor *mask)
 {
 	if (!ids || !check_inputs(m, ids, mask))
 		return NULL;
+	if (!ag_grad_enabled())
+		return forward_no_grad(m, ids, mask);
 	const struct model_config *c = &m->cfg;
-	bool scoped = !ag_grad_enabled();
-	if (scoped) /* every temporary dies here; only the output is kept */
-		tensor_scope_begin();
 	struct tensor *key_mask = mask ? padding_of(m, mask) : NULL;
-	if (scoped) /* the embedding lookup's own output is not kept */
-		tensor_scope_begin();
 	struct tensor *x = mask && !key_mask ? NULL : nn_embedding_forward(&m->embed, ids);
-	x = nn_dropout_forward(&m->drop, nn_position_forward(&m->pos, x));
-	if (scoped) {
-		x = x ? tensor_scope_keep(x) : NULL;
-		tensor_scope_end();
-	}
-	struct tensor *carry = NULL; /* no grad: the heap copy of the last layer output */
-	for (int64_t i = 0; x && i < c->layers; i++) {
-		if (!scoped) {
-			x = layer_forward(c, &m->layers[i], x, key_mask);
-			continue;
-		}
-		x = layer_scoped(c, &m->layers[i], x, key_mask);
-		tensor_free(carry);
-		carry = x;
-	}
+	x = nn_dropout_forward(&m->drop, nn_position_forward_reuse(&m->pos, x));
+	for (int64_t i = 0; x && i < c->layers; i++)
+		x = layer_forward(c, &m->layers[i], x, key_mask);
 	if (c->pre_norm && c->final_norm)
 		x = norm_forward(c, &m->final_ln, &m->final_rms, x);
-	if (scoped) {
-		struct tensor *y = x ? tensor_scope_keep(x) : NULL;
-		tensor_scope_end();
-		tensor_free(carry);
-		x = y;
-	}
 	return x;
 }
 

@@ -68,8 +68,9 @@ static struct tensor *masked_mean(struct tensor *h, const struct tensor *mask)
 	struct tensor *w = tensor_ne(c, zero);				  /* [B,T] */
 	struct tensor *cnt = tensor_sum(w, 1, (int[]){ 1 }, true);	  /* [B,1] */
 	struct tensor *den = tensor_maximum(cnt, one);			  /* >= 1 */
-	struct tensor *w3 = tensor_unsqueeze(w, 2);			  /* [B,T,1] */
-	struct tensor *s = ag_sum(ag_mul(h, w3), 1, (int[]){ 1 }, false); /* [B,d] */
+	struct tensor *w3 = tensor_unsqueeze(w, 1);			  /* [B,1,T] */
+	/* the weighted sum as a product, with no [B,T,d] temporary */
+	struct tensor *s = ag_squeeze(ag_matmul(w3, h), 1); /* [B,d] */
 	struct tensor *y = den ? ag_div(s, den) : NULL;
 	tensor_free(c);
 	tensor_free(zero);

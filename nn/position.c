@@ -66,7 +66,9 @@ int nn_position_init(struct nn_position *m, struct nn_params *ps, const char *na
 	return TENSOR_OK;
 }
 
-struct tensor *nn_position_forward(const struct nn_position *m, struct tensor *x)
+/* x + the table's first T rows; when reuse, into x's buffer (ag_add_reuse;
+ * without gradients, x itself is returned). */
+static struct tensor *position_add(const struct nn_position *m, struct tensor *x, bool reuse)
 {
 	if (!x)
 		return NULL;
@@ -96,7 +98,24 @@ struct tensor *nn_position_forward(const struct nn_position *m, struct tensor *x
 		    tensor_shape_str(x, bx, sizeof bx), (long long)T, (long long)m->max_len);
 		return NULL;
 	}
-	return ag_add(x, ag_narrow(m->weight, 0, 0, T));
+	if (reuse && !ag_grad_enabled()) { /* x itself, updated */
+		struct tensor *table = tensor_narrow(m->weight, 0, 0, T);
+		int rc = table ? tensor_add_(x, table) : tensor_last_status();
+		tensor_free(table);
+		return rc == TENSOR_OK ? x : NULL;
+	}
+	struct tensor *table = ag_narrow(m->weight, 0, 0, T);
+	return reuse ? ag_add_reuse(x, table) : ag_add(x, table);
+}
+
+struct tensor *nn_position_forward(const struct nn_position *m, struct tensor *x)
+{
+	return position_add(m, x, false);
+}
+
+struct tensor *nn_position_forward_reuse(const struct nn_position *m, struct tensor *x)
+{
+	return position_add(m, x, true);
 }
 
 void nn_position_free(struct nn_position *m)

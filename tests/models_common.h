@@ -1,13 +1,15 @@
-/* Helpers shared by test_models.c and test_models_config.c. */
+/* Helpers shared by test_models.c, test_models_config.c and test_inference.c. */
 #ifndef CFORMER_TESTS_MODELS_COMMON_H
 #define CFORMER_TESTS_MODELS_COMMON_H
+
+#include <stdlib.h>
 
 #include "models.h"
 #include "testutil.h"
 
 /* The tiny model of the gradient checks: vocab 11, n 8, dim 8, 2 heads, k 4,
  * no dropout; preset is a named preset with a depth or a pattern. */
-static struct model_config tiny(const char *preset)
+static inline struct model_config tiny(const char *preset)
 {
 	struct model_config c;
 	ck_assert_msg(model_config_preset(&c, preset, 11, 8) == TENSOR_OK, "%s: %s", preset,
@@ -24,7 +26,7 @@ static struct model_config tiny(const char *preset)
 }
 
 /* Field-by-field equality of two configs (the used part of the arrays). */
-static void assert_config_eq(const struct model_config *a, const struct model_config *b)
+static inline void assert_config_eq(const struct model_config *a, const struct model_config *b)
 {
 #define EQ(f) ck_assert_msg(a->f == b->f, "field " #f " differs")
 	EQ(vocab_size);
@@ -60,6 +62,54 @@ static void assert_config_eq(const struct model_config *a, const struct model_co
 			      (long long)i);
 		ck_assert_msg(a->k[i] == b->k[i], "k[%lld] differs", (long long)i);
 	}
+}
+
+static inline struct tensor *ids_tensor(int64_t B, int64_t T, const int64_t *v)
+{
+	struct tensor *t = tensor_from_data(TENSOR_I64, TENSOR_CPU, 2, (int64_t[]){ B, T }, v);
+	ck_assert(t != NULL);
+	return t;
+}
+
+/* Random ids in [1, vocab) (0 is the padding id), seeded. */
+static inline struct tensor *rand_ids(int64_t B, int64_t T, int64_t vocab, uint64_t seed)
+{
+	int64_t *v = malloc(sizeof *v * (size_t)(B * T));
+	uint64_t s = seed * 2654435761u + 12345;
+	for (int64_t i = 0; i < B * T; i++) {
+		s = s * 6364136223846793005ull + 1442695040888963407ull;
+		v[i] = 1 + (int64_t)((s >> 33) % (uint64_t)(vocab - 1));
+	}
+	struct tensor *t = ids_tensor(B, T, v);
+	free(v);
+	return t;
+}
+
+/* Mask [B,T] (i64) with len[b] real tokens at the start of row b. */
+static inline struct tensor *prefix_mask(int64_t B, int64_t T, const int64_t *len)
+{
+	int64_t *v = calloc((size_t)(B * T), sizeof *v);
+	for (int64_t b = 0; b < B; b++)
+		for (int64_t t = 0; t < len[b] && t < T; t++)
+			v[b * T + t] = 1;
+	struct tensor *m = ids_tensor(B, T, v);
+	free(v);
+	return m;
+}
+
+static inline void assert_same(const struct tensor *a, const struct tensor *b, double tol)
+{
+	ck_assert_msg(a != NULL && b != NULL, "%s", tensor_last_error());
+	ck_assert(tensor_same_shape(a, b));
+	double *vb = tu_values(b);
+	tu_assert_close(a, vb, tensor_numel(b), tol, tol);
+	free(vb);
+}
+
+static inline void drop_params(struct nn_params *ps)
+{
+	ag_tape_reset();
+	nn_params_free(ps);
 }
 
 #endif

@@ -14,48 +14,6 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static struct tensor *ids_tensor(int64_t B, int64_t T, const int64_t *v)
-{
-	struct tensor *t = tensor_from_data(TENSOR_I64, TENSOR_CPU, 2, (int64_t[]){ B, T }, v);
-	ck_assert(t != NULL);
-	return t;
-}
-
-/* Random ids in [1, vocab) (0 is the padding id), seeded. */
-static struct tensor *rand_ids(int64_t B, int64_t T, int64_t vocab, uint64_t seed)
-{
-	int64_t *v = malloc(sizeof *v * (size_t)(B * T));
-	uint64_t s = seed * 2654435761u + 12345;
-	for (int64_t i = 0; i < B * T; i++) {
-		s = s * 6364136223846793005ull + 1442695040888963407ull;
-		v[i] = 1 + (int64_t)((s >> 33) % (uint64_t)(vocab - 1));
-	}
-	struct tensor *t = ids_tensor(B, T, v);
-	free(v);
-	return t;
-}
-
-/* Mask [B,T] (i64) with len[b] real tokens at the start of row b. */
-static struct tensor *prefix_mask(int64_t B, int64_t T, const int64_t *len)
-{
-	int64_t *v = calloc((size_t)(B * T), sizeof *v);
-	for (int64_t b = 0; b < B; b++)
-		for (int64_t t = 0; t < len[b] && t < T; t++)
-			v[b * T + t] = 1;
-	struct tensor *m = ids_tensor(B, T, v);
-	free(v);
-	return m;
-}
-
-static void assert_same(const struct tensor *a, const struct tensor *b, double tol)
-{
-	ck_assert_msg(a != NULL && b != NULL, "%s", tensor_last_error());
-	ck_assert(tensor_same_shape(a, b));
-	double *vb = tu_values(b);
-	tu_assert_close(a, vb, tensor_numel(b), tol, tol);
-	free(vb);
-}
-
 static double max_abs_diff(const struct tensor *a, const struct tensor *b)
 {
 	double *va = tu_values(a), *vb = tu_values(b), d = 0;
@@ -64,12 +22,6 @@ static double max_abs_diff(const struct tensor *a, const struct tensor *b)
 	free(va);
 	free(vb);
 	return d;
-}
-
-static void drop_params(struct nn_params *ps)
-{
-	ag_tape_reset();
-	nn_params_free(ps);
 }
 
 /* ---- shapes, names, summary ------------------------------------------------------------ */
