@@ -86,7 +86,8 @@ static const char SYNOPSIS[] =
     "layerwise sharing, for each n and k, at batch 1 and at the largest batch that fits\n"
     "--budget-gib. Prints markdown tables (rows, then the Transformer/Linformer ratios).";
 static const char EPILOG[] =
-    "The largest batch: the peaks at batch 1 and 2 give peak(b) = base + b * per_seq, and\n"
+    "The largest batch: the peaks at batch 1 and 2 (then 4, 8, .. while the slope grows by\n"
+    "over 5%) give peak(b) = base + b * per_seq, and\n"
     "b_max = floor((budget - base) / per_seq), run if it fits the budget, the machine's free\n"
     "memory and the time guard. A configuration whose batch-1 estimate (dominant terms: the\n"
     "n x n scores of a head for the Transformer) exceeds the budget is reported over_budget\n"
@@ -232,9 +233,9 @@ static void set_status(struct row *r, enum status s, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* The budget's batch from the batch-1 measurement: peaks at batch 1 and 2 extrapolated
- * linearly, then run if it fits the budget, the machine and the time guard. Returns the
- * longest forward pass it ran, in seconds. */
+/* The budget's batch from the batch-1 measurement: peaks at batch 1, 2 (and 4, 8, ..
+ * while the slope grows) extrapolated linearly, then run if it fits the budget, the
+ * machine and the time guard. Returns the longest forward pass it ran, in seconds. */
 static double run_max(const struct model_encoder *enc, const struct measure *m1, struct row *r)
 {
 	double budget = opt.budget_gib * BENCH_GIB;
@@ -243,19 +244,38 @@ static double run_max(const struct model_encoder *enc, const struct measure *m1,
 		return 0;
 	}
 	struct measure m2 = run_forward(enc, 2, 0);
-	double per_seq = m2.peak - m1->peak, base = m1->peak - per_seq;
+	double per_seq = m2.peak - m1->peak, limit = machine_limit();
 	if (per_seq <= 0) {
 		set_status(r, ST_NOT_RUN, "peak did not grow from batch 1 to 2");
 		return m2.longest;
 	}
+	/* Doubling the batch while the slope still grows by over 5%: at small batches a
+	 * working set that does not grow with the batch (a block of rows) can set the peak
+	 * before the per-sequence part does. Only while twice the extrapolation fits the
+	 * machine and a pass stays under a quarter of the time guard. */
+	int64_t bm = 2;
+	for (int64_t bn = 4; bn <= 64; bn *= 2) {
+		double at = m2.peak + (double)(bn - bm) * per_seq;
+		if (2 * at > limit || m2.best / (double)bm * (double)bn > opt.max_seconds / 4)
+			break;
+		struct measure mn = run_forward(enc, bn, 0);
+		double slope = (mn.peak - m2.peak) / (double)(bn - bm);
+		m2 = mn;
+		bm = bn;
+		bool settled = slope <= per_seq * 1.05;
+		per_seq = slope > per_seq ? slope : per_seq;
+		if (settled)
+			break;
+	}
+	double base = m2.peak - (double)bm * per_seq;
 	r->per_seq = per_seq;
 	int64_t b = (int64_t)floor((budget - base) / per_seq);
 	bool capped = opt.max_batch > 0 && b > opt.max_batch;
 	if (capped)
 		b = opt.max_batch;
 	r->batch = b;
-	double need = base + (double)b * per_seq, limit = machine_limit();
-	double est_s = m2.best / 2 * (double)b;
+	double need = base + (double)b * per_seq;
+	double est_s = m2.best / (double)bm * (double)b;
 	if (need > limit) {
 		set_status(r, ST_NOT_RUN, "needs %.1f MiB, the machine has %.1f MiB to spare",
 			   need / BENCH_MIB, limit / BENCH_MIB);
