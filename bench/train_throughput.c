@@ -128,9 +128,13 @@ static double forward_flops_per_token(const struct model_config *c)
 			break;
 		case MODEL_ATTN_CONV: {
 			/* kernel = stride = n/k: per window [1, (n/k) c] x [(n/k) c, c], c the
-			 * channels (the head dim, or every key/value channel when dense) */
+			 * channels (the head dim, or every key/value channel when dense);
+			 * nothing when nn_linformer folds a per-head conv into the k and v
+			 * weights (their product takes the k, v projections' place) */
 			double ch = c->conv_dense ? kv : dh, groups = kv / ch;
-			total += 2 * 2 * ch * ch * groups + 2 * 2 * k * d;
+			if (c->conv_dense || c->shared_kv_head)
+				total += 2 * 2 * ch * ch * groups;
+			total += 2 * 2 * k * d;
 			break;
 		}
 		default: total += 2 * 2 * k * d; break; /* pooling: no matmul */

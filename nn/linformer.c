@@ -169,6 +169,12 @@ static struct tensor *pad_to(struct tensor *x, int64_t n)
 	return y;
 }
 
+/* x [B,T,c] padded with zero rows to [B,n,c] (x itself when T == n). */
+static struct tensor *pad_rows(struct tensor *x, int64_t n)
+{
+	return x ? ag_squeeze(pad_to(ag_unsqueeze(x, 1), n), 1) : NULL;
+}
+
 /* Conv1d with kernel = stride = kern as one GEMM over windows (what
  * tensor_conv1d computes, without moving channels in front of the sequence):
  * y[.., j, o] = sum_{r,c} w[o, c, r] x[.., j kern + r, c] + bias[o]. x
@@ -569,6 +575,64 @@ static struct tensor *rows_kept(struct tensor *e, struct tensor *keep)
 	return keep ? ag_matmul(e, keep) : ag_sum(e, 1, (int[]){ 1 }, true);
 }
 
+/* [B,T] of 1 for the real rows (key_mask == 0) and 0 for padding, in dtype dt. */
+static struct tensor *real_rows(const struct tensor *key_mask, enum tensor_dtype dt)
+{
+	struct tensor *c = tensor_cast(key_mask, dt);
+	struct tensor *zero = c ? tensor_zeros(dt, c->storage->device, 0, NULL) : NULL;
+	struct tensor *real = zero ? tensor_eq(c, zero) : NULL;
+	tensor_free(zero);
+	tensor_free(c);
+	return real;
+}
+
+/* Whether the conv projection p is folded into the key/value weights: a conv
+ * per head (kernel = stride = n/k, weights shared by the heads) after the
+ * k/v linear layer is one linear map of each window of x, so neither the
+ * [B,T,kv] keys or values nor their windows need to exist. */
+static bool conv_folded(const struct nn_linformer *m, const struct nn_seq_proj *p)
+{
+	return p->kind == NN_PROJ_CONV && !p->dense && !m->shared_kv_head;
+}
+
+/* Keys or values [B,h,k,d] of lin then the conv p, folded (see conv_folded):
+ * y[b,j] = xw[b,j] M + kw[b,j] bb + bias, where xw [B,k,kern dim] are the
+ * windows of x (padded rows zeroed, zero rows past T), kw [B,k,kern] marks
+ * their real rows, M[(r,i),(h,o)] = sum_c W[h d + c, i] w[o,c,r] and
+ * bb[r,(h,o)] = sum_c b[h d + c] w[o,c,r] (W, b: lin's; w: the conv's). */
+static struct tensor *project_conv_folded(const struct nn_linformer *m, const struct nn_seq_proj *p,
+					  const struct nn_linear *lin, struct tensor *x,
+					  const struct tensor *key_mask)
+{
+	int64_t b = x->shape[0], t = x->shape[1], dim = m->dim, h = m->heads, d = lin->out / h;
+	int64_t n = p->n, k = p->k, kern = n / k;
+	/* W^T per head [1,h,dim,d] and w per window offset [kern,1,d,d]: views */
+	struct tensor *wh = ag_reshape(lin->weight, 3, (int64_t[]){ h, d, dim });
+	struct tensor *wt = ag_unsqueeze(ag_permute(wh, (int[]){ 0, 2, 1 }), 0);
+	struct tensor *wr = ag_unsqueeze(ag_permute(p->weight, (int[]){ 2, 1, 0 }), 1);
+	struct tensor *mw = ag_reshape(ag_permute(ag_matmul(wt, wr), (int[]){ 0, 2, 1, 3 }), 2,
+				       (int64_t[]){ kern * dim, h * d });
+	struct tensor *xz = pad_rows(key_mask ? zero_padded_rows(x, key_mask) : x, n);
+	struct tensor *y =
+	    xz ? ag_matmul(ag_reshape(xz, 3, (int64_t[]){ b, k, kern * dim }), mw) : NULL;
+	if (y && lin->bias) { /* with no padding at all, every kw is 1 */
+		struct tensor *bh = ag_reshape(lin->bias, 4, (int64_t[]){ 1, h, 1, d });
+		struct tensor *bb = ag_reshape(ag_matmul(bh, wr), 2, (int64_t[]){ kern, h * d });
+		struct tensor *real =
+		    key_mask ? real_rows(key_mask, x->dtype)
+		    : t < n  ? tensor_ones(x->dtype, x->storage->device, 2, (int64_t[]){ b, t })
+			     : NULL;
+		struct tensor *kw = real ? pad_rows(tensor_unsqueeze(real, 2), n) : NULL;
+		struct tensor *kv = kw ? tensor_view(kw, 3, (int64_t[]){ b, k, kern }) : NULL;
+		y = ag_add(y, kv ? ag_matmul(kv, bb) : ag_sum(bb, 1, (int[]){ 0 }, false));
+		tensor_free(kv);
+		tensor_free(kw);
+		tensor_free(real);
+	}
+	struct tensor *y4 = y ? ag_reshape(y, 4, (int64_t[]){ b, k, h, d }) : NULL;
+	return ag_permute(ag_add(y4, p->bias), (int[]){ 0, 2, 1, 3 });
+}
+
 /* Keys and values [B,hk,k,d] in the sequence-first order (see sequence_first):
  * padded rows of x zeroed, E x and F x (once when E is F), then the weights. */
 static int project_sequence_first(const struct nn_linformer *m, struct tensor *x,
@@ -579,13 +643,9 @@ static int project_sequence_first(const struct nn_linformer *m, struct tensor *x
 	struct tensor *keep = NULL, *xz = x;
 	*k = *v = NULL;
 	if (key_mask) { /* keep [B,T,1]: 1 for a real row, 0 for padding */
-		struct tensor *c = tensor_cast(key_mask, x->dtype);
-		struct tensor *zero = tensor_zeros(x->dtype, x->storage->device, 0, NULL);
-		struct tensor *real = c && zero ? tensor_eq(c, zero) : NULL;
+		struct tensor *real = real_rows(key_mask, x->dtype);
 		keep = real ? tensor_unsqueeze(real, 2) : NULL;
 		tensor_free(real);
-		tensor_free(zero);
-		tensor_free(c);
 		if (!keep)
 			return tensor_last_status();
 		xz = zero_padded_rows(x, key_mask); /* a fill, not a product: NaN rows too */
@@ -649,6 +709,9 @@ int nn_linformer_keys_values(const struct nn_linformer *m, struct tensor *x,
 	if (sequence_first(m, x->shape[1])) {
 		if (project_sequence_first(m, x, key_mask, &k, &v) < 0)
 			return tensor_last_status();
+	} else if (conv_folded(m, m->e_used)) {
+		k = project_conv_folded(m, m->e_used, &m->k_proj, x, key_mask);
+		v = project_conv_folded(m, m->f_used, &m->v_proj, x, key_mask);
 	} else {
 		k = project(m, m->e_used, nn_linear_forward(&m->k_proj, x), key_mask);
 		v = project(m, m->f_used, nn_linear_forward(&m->v_proj, x), key_mask);
