@@ -314,7 +314,10 @@ static int residual_into(const struct model_config *c, const struct nn_layer_nor
 /* One block of query rows xb (of sequences b0..) through the layer, in place:
  * x + attn(norm1(x)) then x + ff(norm2(x)), or the post-norm order. The
  * attention half has a scope of its own, so its temporaries are gone before
- * the feed-forward's come. */
+ * the feed-forward's come. norm1 of the block's rows is computed again rather
+ * than kept from the keys and values: keeping the whole normalised stream
+ * through the blocks would cost T x dim floats per sequence for one norm pass
+ * (about 1.5% of the forward). */
 static int block_forward(struct tensor *xb, int64_t b0, void *ctx)
 {
 	const struct block_ctx *bc = ctx;
