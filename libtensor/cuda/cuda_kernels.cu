@@ -51,7 +51,7 @@ __global__ static void fill_kernel(cuda_geom dst, int64_t n, double value, doubl
 {
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
 	     i += (int64_t)gridDim.x * blockDim.x)
-		store(at(dst, i), dst.dtype, value + step * (double)i);
+		store(at(dst, i), dst.dtype, __dadd_rn(value, __dmul_rn(step, (double)i)));
 }
 
 __global__ static void random_kernel(cuda_geom dst, int64_t n, int normal, uint64_t seed,
@@ -60,10 +60,13 @@ __global__ static void random_kernel(cuda_geom dst, int64_t n, int normal, uint6
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
 	     i += (int64_t)gridDim.x * blockDim.x) {
 		double v;
+		/* _rn: a product and a sum rounded apart, as the CPU computes them
+		 * (nvcc would fuse them into one FMA, and the bits would differ) */
 		if (normal) {
-			v = a + b * random_normal(seed, (uint64_t)i);
+			v = __dadd_rn(a, __dmul_rn(b, random_normal(seed, (uint64_t)i)));
 		} else {
-			v = a + (b - a) * random_uniform(seed, (uint64_t)i);
+			v = __dadd_rn(
+			    a, __dmul_rn(__dsub_rn(b, a), random_uniform(seed, (uint64_t)i)));
 			if (dst.dtype == F32 && (float)v >= (float)b && b > a)
 				v = nextafterf((float)b, (float)a);
 		}
