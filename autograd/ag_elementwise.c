@@ -55,16 +55,18 @@ static int mul_derivative_(struct tensor *g, const struct tensor *x, enum tensor
 {
 	enum { CHUNK = 1 << 20 };
 	int64_t numel = tensor_numel(g);
-	int rc = TENSOR_OK;
+	/* flat once (a non-contiguous x is copied here, not once per chunk) */
+	struct tensor *xf = tensor_reshape(x, 1, &numel), *gf = tensor_reshape(g, 1, &numel);
+	int rc = xf && gf ? TENSOR_OK : tensor_last_status();
 	for (int64_t i = 0; i < numel && rc == TENSOR_OK; i += CHUNK) {
 		int64_t len = numel - i < CHUNK ? numel - i : CHUNK;
 		tensor_scope_begin();
-		struct tensor *d = tensor_unary(
-		    grad_op, tensor_narrow(tensor_reshape(x, 1, &numel), 0, i, len), 0);
-		rc = d ? tensor_mul_(tensor_narrow(tensor_reshape(g, 1, &numel), 0, i, len), d)
-		       : tensor_last_status();
+		struct tensor *d = tensor_unary(grad_op, tensor_narrow(xf, 0, i, len), 0);
+		rc = d ? tensor_mul_(tensor_narrow(gf, 0, i, len), d) : tensor_last_status();
 		tensor_scope_end();
 	}
+	tensor_free(xf);
+	tensor_free(gf);
 	return rc;
 }
 

@@ -2,7 +2,8 @@
  * values, then any rows of queries) against its forward; the encoder's
  * blocked layers against the grad-mode forward (several row blocks, blocks of
  * whole sequences, padding, post-norm, conv projections, a Transformer layer
- * before, no scope open); the peak per sequence; the errors. */
+ * before, no scope open); positions added in place; the peak per sequence;
+ * the errors. */
 #include <stdio.h>
 
 #include "models_common.h"
@@ -75,6 +76,40 @@ START_TEST(test_attend_errors)
 			TENSOR_ERR_SHAPE, "nn_linformer_forward", "[2,12,4]");
 	ck_assert(!none.k && !none.v && !none.mask);
 	nn_linformer_free(&m);
+	nn_params_free(&ps);
+}
+END_TEST
+
+/* nn_position_forward_reuse: the values of nn_position_forward; without
+ * gradients in x's own buffer (x itself comes back), with them a new node;
+ * the errors of the forward. */
+START_TEST(test_position_reuse)
+{
+	struct nn_params ps;
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 2), TENSOR_OK);
+	struct nn_position pos;
+	ck_assert_int_eq(nn_position_init(&pos, &ps, "pos", 6, 4, true), TENSOR_OK);
+	const int64_t s[] = { 2, 5, 4 };
+	struct tensor *x = tu_rand(TENSOR_F64, 3, s, 8);
+	struct tensor *want = nn_position_forward(&pos, x);
+	ag_no_grad_begin();
+	struct tensor *y = nn_position_forward_reuse(&pos, tensor_clone(x));
+	ag_no_grad_end();
+	assert_same(y, want, 0);
+	struct tensor *x2 = tensor_clone(x);
+	ag_no_grad_begin();
+	ck_assert_ptr_eq(nn_position_forward_reuse(&pos, x2), x2);
+	ag_no_grad_end();
+	struct tensor *g = nn_position_forward_reuse(&pos, ag_mul_scalar(x, 1));
+	ck_assert(g != NULL && g->requires_grad); /* the table is a parameter */
+	assert_same(g, want, 0);
+	ag_tape_reset();
+	struct tensor *too_long = tu_rand(TENSOR_F64, 3, (int64_t[]){ 1, 7, 4 }, 9);
+	ag_no_grad_begin();
+	tu_assert_error(!nn_position_forward_reuse(&pos, too_long), TENSOR_ERR_SHAPE,
+			"nn_position_forward", "max_len 6");
+	ag_no_grad_end();
+	nn_position_free(&pos);
 	nn_params_free(&ps);
 }
 END_TEST
@@ -211,6 +246,7 @@ int main(void)
 	TCase *tc = tu_tcase("linformer halves");
 	tcase_add_test(tc, test_attend_rows_equal_forward);
 	tcase_add_test(tc, test_attend_errors);
+	tcase_add_test(tc, test_position_reuse);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("encoder blocks");
 	tcase_add_test(tc, test_encoder_blocks_equal_plain);
