@@ -1,142 +1,11 @@
 /* Elementwise ops against naive loop references: unary and scalar ops, broadcasting binary
- * ops and comparisons, where, masked_fill, integer dtypes, empty tensors, errors. */
+ * ops and comparisons, integer dtypes, empty tensors, errors (where and masked_fill:
+ * test_where.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "testutil.h"
-
-#define LEN(a) ((int)(sizeof(a) / sizeof((a)[0])))
-
-static const enum tensor_dtype float_dts[] = { TENSOR_F32, TENSOR_F64 };
-static const enum tensor_dtype int_dts[] = { TENSOR_I32, TENSOR_I64 };
-static const enum tensor_dtype all_dts[] = { TENSOR_F32, TENSOR_F64, TENSOR_I32, TENSOR_I64 };
-
-/* ---- helpers --------------------------------------------------------------- */
-
-static int64_t numel_of(int nd, const int64_t *shape)
-{
-	int64_t n = 1;
-	for (int i = 0; i < nd; i++)
-		n *= shape[i];
-	return n;
-}
-
-/* A contiguous tensor of dtype dt holding v[] (row-major), rounded to dt. */
-static struct tensor *make(enum tensor_dtype dt, int nd, const int64_t *shape, const double *v)
-{
-	int64_t n = numel_of(nd, shape);
-	size_t es = tensor_dtype_size(dt);
-	char *buf = malloc((size_t)n * es + 8);
-	ck_assert(buf != NULL);
-	for (int64_t i = 0; i < n; i++) {
-		char *p = buf + (size_t)i * es;
-		switch (dt) {
-		case TENSOR_F32: *(float *)p = (float)v[i]; break;
-		case TENSOR_F64: *(double *)p = v[i]; break;
-		case TENSOR_I32: *(int32_t *)p = (int32_t)v[i]; break;
-		default: *(int64_t *)p = (int64_t)v[i]; break;
-		}
-	}
-	struct tensor *t = tensor_from_data(dt, TENSOR_CPU, nd, shape, buf);
-	free(buf);
-	ck_assert_msg(t != NULL, "%s", tensor_last_error());
-	return t;
-}
-
-/* Values v[i] = f(u) for u uniform in [-1, 1), seeded. */
-static double *rand_values(int64_t n, uint64_t seed)
-{
-	const int64_t s[1] = { n };
-	double *v = tu_values(tu_rand(TENSOR_F64, 1, s, seed));
-	return v;
-}
-
-enum layout { CONTIG, STRIDED, TRANSPOSED, SLICED, NLAYOUTS };
-static const char *const layout_name[] = { "contiguous", "strided", "transposed", "sliced" };
-
-/* c's values in layout lay: a view with reversed strides, a transposed view of
- * the last two dims, or every other element of a wider buffer (inner stride 2,
- * offset 1). Falls back to another layout where the dims do not allow it. */
-static struct tensor *in_layout(const struct tensor *c, enum layout lay)
-{
-	int nd = c->ndim;
-	int64_t s[TENSOR_MAX_DIMS];
-	struct tensor *view;
-	if (lay == TRANSPOSED && nd < 2)
-		lay = SLICED;
-	if (lay == SLICED && nd < 1)
-		lay = CONTIG;
-	memcpy(s, c->shape, sizeof(int64_t) * (size_t)nd);
-	switch (lay) {
-	case CONTIG: return (struct tensor *)c;
-	case STRIDED: return tu_strided(c);
-	case TRANSPOSED:
-		s[nd - 2] = c->shape[nd - 1];
-		s[nd - 1] = c->shape[nd - 2];
-		view = tensor_transpose(tensor_zeros(c->dtype, TENSOR_CPU, nd, s), nd - 2, nd - 1);
-		break;
-	default:
-		s[nd - 1] = 2 * c->shape[nd - 1] + 1;
-		view = tensor_slice(tensor_zeros(c->dtype, TENSOR_CPU, nd, s), nd - 1, 1, s[nd - 1],
-				    2);
-		break;
-	}
-	ck_assert_msg(view != NULL, "%s", tensor_last_error());
-	ck_assert_int_eq(tensor_copy_(view, c), TENSOR_OK);
-	return view;
-}
-
-/* Assert got (contiguous, shape (nd, shape), dtype dt) holds want[] within
- * tol (1 + |want|) (NaN matches NaN, inf matches inf of the same sign), and
- * name the case ctx when it does not. */
-static void assert_values(const char *ctx, const struct tensor *got, enum tensor_dtype dt, int nd,
-			  const int64_t *shape, const double *want, double tol)
-{
-	ck_assert_msg(got != NULL, "%s: NULL: %s", ctx, tensor_last_error());
-	tu_assert_shape(got, nd, shape);
-	ck_assert_msg(got->dtype == dt, "%s: dtype %s", ctx, tensor_dtype_name(got->dtype));
-	ck_assert_msg(tensor_is_contiguous(got), "%s: result not contiguous", ctx);
-	int64_t n = numel_of(nd, shape);
-	double *v = tu_values(got);
-	for (int64_t i = 0; i < n; i++) {
-		double g = v[i], w = want[i];
-		bool ok = (isnan(w) && isnan(g)) || (isinf(w) && g == w) ||
-			  fabs(g - w) <= tol + tol * fabs(w);
-		if (!ok) {
-			free(v);
-			ck_abort_msg("%s: element %lld: got %.10g, want %.10g", ctx, (long long)i,
-				     g, w);
-		}
-	}
-	free(v);
-}
-
-static double tol_of(enum tensor_dtype dt)
-{
-	return dt == TENSOR_F32 ? tu_tol(dt) : 1e-12;
-}
-
-/* Row-major position in t (of rank <= nd, broadcast to nd dims) of the
- * broadcast multi-index idx. */
-static int64_t bcast_index(const struct tensor *t, int nd, const int64_t *idx)
-{
-	int64_t r = 0;
-	for (int d = 0; d < t->ndim; d++) {
-		int64_t i = idx[nd - t->ndim + d];
-		r = r * t->shape[d] + (t->shape[d] == 1 ? 0 : i);
-	}
-	return r;
-}
-
-/* Exact int64 contents of an integer tensor (tu_values goes through double). */
-static void int_values(const struct tensor *t, int64_t *out)
-{
-	struct tensor *c = tensor_cast(t, TENSOR_I64);
-	ck_assert(c != NULL);
-	ck_assert_int_eq(tensor_to_host(c, out, sizeof(int64_t) * (size_t)tensor_numel(c)),
-			 TENSOR_OK);
-}
+#include "elementwise_common.h"
 
 /* ---- unary ----------------------------------------------------------------- */
 
@@ -524,29 +393,6 @@ static void check_binary(const char *ctx, const struct tensor *got, enum tensor_
 	free(want);
 }
 
-/* Operand values for op: multiples of 1/4 in [-1, 1] (so comparisons see
- * ties), shifted away from 0 for a divisor and positive for a power base. */
-static struct tensor *binary_input(enum tensor_dtype dt, enum tensor_binary_op op, bool rhs, int nd,
-				   const int64_t *shape, uint64_t seed)
-{
-	int64_t n = numel_of(nd, shape);
-	double *v = rand_values(n ? n : 1, seed);
-	bool is_int = dt == TENSOR_I32 || dt == TENSOR_I64;
-	for (int64_t i = 0; i < n; i++) {
-		double q = round(4 * v[i]) / 4;
-		if (is_int)
-			q = round(6 * v[i]);
-		else if (op == TENSOR_DIV && rhs)
-			q = q < 0 ? q - 0.25 : q + 0.25;
-		else if (op == TENSOR_POW && !rhs)
-			q = fabs(q) + 0.25;
-		v[i] = op == TENSOR_POW && rhs ? 2 * q : q;
-	}
-	struct tensor *t = make(dt, nd, shape, v);
-	free(v);
-	return t;
-}
-
 static const struct shape_pair {
 	int na, nb, nout;
 	int64_t a[4], b[4], out[4];
@@ -692,163 +538,6 @@ START_TEST(test_binary_errors)
 }
 END_TEST
 
-/* ---- where, masked_fill ---------------------------------------------------- */
-
-/* Condition values with zeros, -0.0 (false) and negatives and NaN (true). */
-static struct tensor *cond_input(enum tensor_dtype dt, int nd, const int64_t *shape, uint64_t seed)
-{
-	int64_t n = numel_of(nd, shape);
-	double *v = rand_values(n ? n : 1, seed);
-	bool is_float = dt == TENSOR_F32 || dt == TENSOR_F64;
-	for (int64_t i = 0; i < n; i++) {
-		double q = round(2 * v[i]); /* -2 .. 2, about a third zeros */
-		if (is_float && i % 7 == 3)
-			q = -0.0;
-		if (is_float && i % 11 == 5)
-			q = NAN;
-		v[i] = q;
-	}
-	struct tensor *t = make(dt, nd, shape, v);
-	free(v);
-	return t;
-}
-
-static void check_where(const char *ctx, const struct tensor *got, const struct tensor *c,
-			const struct tensor *a, const struct tensor *b, int nd,
-			const int64_t *shape)
-{
-	double *vc = tu_values(c), *va = tu_values(a), *vb = tu_values(b);
-	int64_t n = numel_of(nd, shape), idx[TENSOR_MAX_DIMS];
-	double *want = malloc(sizeof(double) * (size_t)(n ? n : 1));
-	for (int64_t i = 0; i < n; i++) {
-		tu_unravel(i, nd, shape, idx);
-		want[i] = vc[bcast_index(c, nd, idx)] != 0 ? va[bcast_index(a, nd, idx)]
-							   : vb[bcast_index(b, nd, idx)];
-	}
-	assert_values(ctx, got, a->dtype, nd, shape, want, 0);
-	free(vc);
-	free(va);
-	free(vb);
-	free(want);
-}
-
-START_TEST(test_where)
-{
-	const int64_t sc[3] = { 2, 1, 4 }, sa[2] = { 3, 1 }, sb[1] = { 4 }, so[3] = { 2, 3, 4 };
-	int seed = 0;
-	for (int kc = 0; kc < LEN(all_dts); kc++) {
-		for (int kv = 0; kv < LEN(all_dts); kv++) {
-			struct tensor *cc = cond_input(all_dts[kc], 3, sc, seed++);
-			struct tensor *ac =
-			    binary_input(all_dts[kv], TENSOR_ADD, false, 2, sa, seed++);
-			struct tensor *bc =
-			    binary_input(all_dts[kv], TENSOR_ADD, true, 1, sb, seed++);
-			for (int lay = 0; lay < NLAYOUTS; lay++) {
-				struct tensor *c = in_layout(cc, lay), *a = in_layout(ac, lay);
-				struct tensor *b = in_layout(bc, (lay + 1) % NLAYOUTS);
-				char ctx[128];
-				snprintf(ctx, sizeof ctx, "where cond %s values %s %s",
-					 tensor_dtype_name(all_dts[kc]),
-					 tensor_dtype_name(all_dts[kv]), layout_name[lay]);
-				check_where(ctx, tensor_where(c, a, b), c, a, b, 3, so);
-				/* same shapes, no broadcasting */
-				struct tensor *cf =
-				    in_layout(cond_input(all_dts[kc], 3, so, seed++), lay);
-				struct tensor *af =
-				    binary_input(all_dts[kv], TENSOR_ADD, 0, 3, so, 1);
-				check_where(ctx, tensor_where(cf, af, a), cf, af, a, 3, so);
-			}
-		}
-	}
-	/* i64 values are moved exactly */
-	const int64_t big[2] = { (1LL << 60) + 1, -(1LL << 62) - 1 }, s2[1] = { 2 };
-	const int32_t cv[2] = { 0, 5 };
-	struct tensor *x = tensor_from_data(TENSOR_I64, TENSOR_CPU, 1, s2, big);
-	struct tensor *c = tensor_from_data(TENSOR_I32, TENSOR_CPU, 1, s2, cv);
-	int64_t got[2];
-	int_values(tensor_where(c, x, tensor_neg(x)), got);
-	ck_assert_int_eq(got[0], -big[0]);
-	ck_assert_int_eq(got[1], big[1]);
-}
-END_TEST
-
-START_TEST(test_masked_fill)
-{
-	const int64_t sx[3] = { 2, 3, 4 };
-	static const struct {
-		int nd;
-		int64_t shape[3];
-		enum tensor_dtype dt;
-		int layout;
-	} masks[] = {
-		{ 2, { 3, 1 }, TENSOR_I32, CONTIG },	 { 1, { 4 }, TENSOR_F32, CONTIG },
-		{ 3, { 2, 3, 4 }, TENSOR_I64, STRIDED }, { 3, { 2, 1, 4 }, TENSOR_F64, SLICED },
-		{ 1, { 1 }, TENSOR_I32, CONTIG },	 { 0, { 0 }, TENSOR_F32, CONTIG },
-	};
-	const double values[] = { -INFINITY, 7.5, 0 };
-	for (int k = 0; k < LEN(all_dts); k++) {
-		enum tensor_dtype dt = all_dts[k];
-		bool is_int = dt == TENSOR_I32 || dt == TENSOR_I64;
-		struct tensor *xc = binary_input(dt, TENSOR_ADD, false, 3, sx, 70 + k);
-		for (int m = 0; m < LEN(masks); m++) {
-			struct tensor *mask =
-			    in_layout(cond_input(masks[m].dt, masks[m].nd, masks[m].shape, 80 + m),
-				      masks[m].layout);
-			for (int v = 0; v < LEN(values); v++) {
-				double value = is_int ? -3 * v - 1 : values[v];
-				struct tensor *x = in_layout(xc, (m + v) % NLAYOUTS);
-				struct tensor *fill = tensor_full(dt, TENSOR_CPU, 0, NULL, value);
-				char ctx[128];
-				snprintf(ctx, sizeof ctx, "masked_fill %s mask %d value %g",
-					 tensor_dtype_name(dt), m, value);
-				check_where(ctx, tensor_masked_fill(x, mask, value), mask, fill, x,
-					    3, sx);
-			}
-		}
-	}
-	/* exact for i64 */
-	const int64_t big[2] = { (1LL << 60) + 1, 4 }, s2[1] = { 2 }, s1[1] = { 1 };
-	const int32_t one[1] = { 1 };
-	int64_t got[2];
-	int_values(tensor_masked_fill(tensor_from_data(TENSOR_I64, TENSOR_CPU, 1, s2, big),
-				      tensor_from_data(TENSOR_I32, TENSOR_CPU, 1, s1, one),
-				      -(0x1p60)),
-		   got);
-	ck_assert_int_eq(got[0], -(1LL << 60));
-	ck_assert_int_eq(got[1], -(1LL << 60));
-}
-END_TEST
-
-START_TEST(test_where_errors)
-{
-	const int64_t s25[2] = { 2, 5 }, s31[2] = { 3, 1 }, s4[1] = { 4 }, sx[3] = { 2, 3, 4 };
-	struct tensor *c = tensor_zeros(TENSOR_I32, TENSOR_CPU, 2, s25);
-	struct tensor *a = tensor_zeros(TENSOR_F32, TENSOR_CPU, 2, s31);
-	struct tensor *b = tensor_zeros(TENSOR_F32, TENSOR_CPU, 1, s4);
-	tu_assert_error(!tensor_where(c, a, b), TENSOR_ERR_SHAPE,
-			"where: ", "cond [2,5], a [3,1] and b [4]");
-	struct tensor *d = tensor_zeros(TENSOR_F64, TENSOR_CPU, 1, s4);
-	tu_assert_error(!tensor_where(b, a, d), TENSOR_ERR_DTYPE,
-			"where: ", "[3,1] f32 and [4] f64");
-
-	struct tensor *x = tensor_zeros(TENSOR_F32, TENSOR_CPU, 3, sx);
-	const int64_t s5[1] = { 5 }, s2234[4] = { 2, 2, 3, 4 }, s34[2] = { 3, 4 };
-	tu_assert_error(!tensor_masked_fill(x, tensor_zeros(TENSOR_I32, TENSOR_CPU, 1, s5), 0),
-			TENSOR_ERR_SHAPE, "masked_fill",
-			"mask [5] does not broadcast to x [2,3,4]");
-	tu_assert_error(!tensor_masked_fill(x, tensor_zeros(TENSOR_I32, TENSOR_CPU, 4, s2234), 0),
-			TENSOR_ERR_SHAPE, "masked_fill", "mask [2,2,3,4]");
-	/* the output has x's shape: a mask wider than x is an error */
-	tu_assert_error(!tensor_masked_fill(a, tensor_zeros(TENSOR_F32, TENSOR_CPU, 2, s34), 0),
-			TENSOR_ERR_SHAPE, "masked_fill",
-			"mask [3,4] does not broadcast to x [3,1]");
-	struct tensor *xi = tensor_zeros(TENSOR_I32, TENSOR_CPU, 3, sx);
-	tu_assert_error(!tensor_masked_fill(xi, b, 0.5), TENSOR_ERR_ARG, "masked_fill", "i32");
-	tu_assert_error(!tensor_masked_fill(xi, b, -INFINITY), TENSOR_ERR_ARG, "masked_fill",
-			"[2,3,4]");
-}
-END_TEST
-
 /* ---- empty tensors, NULL inputs, heap results -------------------------------- */
 
 START_TEST(test_empty)
@@ -975,9 +664,6 @@ START_TEST(test_large)
 			    0.5);
 		check_binary("long row - scalar", tensor_sub(v, c), TENSOR_SUB, v, c, 1, s1);
 		check_binary("long row lt", tensor_lt(v, c), TENSOR_LT, v, c, 1, s1);
-
-		struct tensor *cond = cond_input(TENSOR_I32, 2, s2, 10);
-		check_where("large where", tensor_where(cond, x, bias), cond, x, bias, 2, s2);
 	}
 	struct tensor *xi = tensor_arange(TENSOR_I64, TENSOR_CPU, -70000, 70000, 1);
 	check_unary("large i64 abs", tensor_abs(xi), xi, TENSOR_ABS, 0);
@@ -1001,11 +687,6 @@ int main(void)
 	tcase_add_test(tc, test_binary_int);
 	tcase_add_test(tc, test_binary_special_layouts);
 	tcase_add_test(tc, test_binary_errors);
-	suite_add_tcase(s, tc);
-	tc = tu_tcase("where");
-	tcase_add_test(tc, test_where);
-	tcase_add_test(tc, test_masked_fill);
-	tcase_add_test(tc, test_where_errors);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("misc");
 	tcase_add_test(tc, test_empty);

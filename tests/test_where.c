@@ -1,0 +1,188 @@
+/* where and masked_fill against naive loop references: every dtype of the
+ * condition and the values, broadcasting, layouts, and the errors. */
+#include "elementwise_common.h"
+
+/* ---- where, masked_fill ---------------------------------------------------- */
+
+/* Condition values with zeros, -0.0 (false) and negatives and NaN (true). */
+static struct tensor *cond_input(enum tensor_dtype dt, int nd, const int64_t *shape, uint64_t seed)
+{
+	int64_t n = numel_of(nd, shape);
+	double *v = rand_values(n ? n : 1, seed);
+	bool is_float = dt == TENSOR_F32 || dt == TENSOR_F64;
+	for (int64_t i = 0; i < n; i++) {
+		double q = round(2 * v[i]); /* -2 .. 2, about a third zeros */
+		if (is_float && i % 7 == 3)
+			q = -0.0;
+		if (is_float && i % 11 == 5)
+			q = NAN;
+		v[i] = q;
+	}
+	struct tensor *t = make(dt, nd, shape, v);
+	free(v);
+	return t;
+}
+
+static void check_where(const char *ctx, const struct tensor *got, const struct tensor *c,
+			const struct tensor *a, const struct tensor *b, int nd,
+			const int64_t *shape)
+{
+	double *vc = tu_values(c), *va = tu_values(a), *vb = tu_values(b);
+	int64_t n = numel_of(nd, shape), idx[TENSOR_MAX_DIMS];
+	double *want = malloc(sizeof(double) * (size_t)(n ? n : 1));
+	for (int64_t i = 0; i < n; i++) {
+		tu_unravel(i, nd, shape, idx);
+		want[i] = vc[bcast_index(c, nd, idx)] != 0 ? va[bcast_index(a, nd, idx)]
+							   : vb[bcast_index(b, nd, idx)];
+	}
+	assert_values(ctx, got, a->dtype, nd, shape, want, 0);
+	free(vc);
+	free(va);
+	free(vb);
+	free(want);
+}
+
+START_TEST(test_where)
+{
+	const int64_t sc[3] = { 2, 1, 4 }, sa[2] = { 3, 1 }, sb[1] = { 4 }, so[3] = { 2, 3, 4 };
+	int seed = 0;
+	for (int kc = 0; kc < LEN(all_dts); kc++) {
+		for (int kv = 0; kv < LEN(all_dts); kv++) {
+			struct tensor *cc = cond_input(all_dts[kc], 3, sc, seed++);
+			struct tensor *ac =
+			    binary_input(all_dts[kv], TENSOR_ADD, false, 2, sa, seed++);
+			struct tensor *bc =
+			    binary_input(all_dts[kv], TENSOR_ADD, true, 1, sb, seed++);
+			for (int lay = 0; lay < NLAYOUTS; lay++) {
+				struct tensor *c = in_layout(cc, lay), *a = in_layout(ac, lay);
+				struct tensor *b = in_layout(bc, (lay + 1) % NLAYOUTS);
+				char ctx[128];
+				snprintf(ctx, sizeof ctx, "where cond %s values %s %s",
+					 tensor_dtype_name(all_dts[kc]),
+					 tensor_dtype_name(all_dts[kv]), layout_name[lay]);
+				check_where(ctx, tensor_where(c, a, b), c, a, b, 3, so);
+				/* same shapes, no broadcasting */
+				struct tensor *cf =
+				    in_layout(cond_input(all_dts[kc], 3, so, seed++), lay);
+				struct tensor *af =
+				    binary_input(all_dts[kv], TENSOR_ADD, 0, 3, so, 1);
+				check_where(ctx, tensor_where(cf, af, a), cf, af, a, 3, so);
+			}
+		}
+	}
+	/* i64 values are moved exactly */
+	const int64_t big[2] = { (1LL << 60) + 1, -(1LL << 62) - 1 }, s2[1] = { 2 };
+	const int32_t cv[2] = { 0, 5 };
+	struct tensor *x = tensor_from_data(TENSOR_I64, TENSOR_CPU, 1, s2, big);
+	struct tensor *c = tensor_from_data(TENSOR_I32, TENSOR_CPU, 1, s2, cv);
+	int64_t got[2];
+	int_values(tensor_where(c, x, tensor_neg(x)), got);
+	ck_assert_int_eq(got[0], -big[0]);
+	ck_assert_int_eq(got[1], big[1]);
+}
+END_TEST
+
+START_TEST(test_masked_fill)
+{
+	const int64_t sx[3] = { 2, 3, 4 };
+	static const struct {
+		int nd;
+		int64_t shape[3];
+		enum tensor_dtype dt;
+		int layout;
+	} masks[] = {
+		{ 2, { 3, 1 }, TENSOR_I32, CONTIG },	 { 1, { 4 }, TENSOR_F32, CONTIG },
+		{ 3, { 2, 3, 4 }, TENSOR_I64, STRIDED }, { 3, { 2, 1, 4 }, TENSOR_F64, SLICED },
+		{ 1, { 1 }, TENSOR_I32, CONTIG },	 { 0, { 0 }, TENSOR_F32, CONTIG },
+	};
+	const double values[] = { -INFINITY, 7.5, 0 };
+	for (int k = 0; k < LEN(all_dts); k++) {
+		enum tensor_dtype dt = all_dts[k];
+		bool is_int = dt == TENSOR_I32 || dt == TENSOR_I64;
+		struct tensor *xc = binary_input(dt, TENSOR_ADD, false, 3, sx, 70 + k);
+		for (int m = 0; m < LEN(masks); m++) {
+			struct tensor *mask =
+			    in_layout(cond_input(masks[m].dt, masks[m].nd, masks[m].shape, 80 + m),
+				      masks[m].layout);
+			for (int v = 0; v < LEN(values); v++) {
+				double value = is_int ? -3 * v - 1 : values[v];
+				struct tensor *x = in_layout(xc, (m + v) % NLAYOUTS);
+				struct tensor *fill = tensor_full(dt, TENSOR_CPU, 0, NULL, value);
+				char ctx[128];
+				snprintf(ctx, sizeof ctx, "masked_fill %s mask %d value %g",
+					 tensor_dtype_name(dt), m, value);
+				check_where(ctx, tensor_masked_fill(x, mask, value), mask, fill, x,
+					    3, sx);
+			}
+		}
+	}
+	/* exact for i64 */
+	const int64_t big[2] = { (1LL << 60) + 1, 4 }, s2[1] = { 2 }, s1[1] = { 1 };
+	const int32_t one[1] = { 1 };
+	int64_t got[2];
+	int_values(tensor_masked_fill(tensor_from_data(TENSOR_I64, TENSOR_CPU, 1, s2, big),
+				      tensor_from_data(TENSOR_I32, TENSOR_CPU, 1, s1, one),
+				      -(0x1p60)),
+		   got);
+	ck_assert_int_eq(got[0], -(1LL << 60));
+	ck_assert_int_eq(got[1], -(1LL << 60));
+}
+END_TEST
+
+START_TEST(test_where_errors)
+{
+	const int64_t s25[2] = { 2, 5 }, s31[2] = { 3, 1 }, s4[1] = { 4 }, sx[3] = { 2, 3, 4 };
+	struct tensor *c = tensor_zeros(TENSOR_I32, TENSOR_CPU, 2, s25);
+	struct tensor *a = tensor_zeros(TENSOR_F32, TENSOR_CPU, 2, s31);
+	struct tensor *b = tensor_zeros(TENSOR_F32, TENSOR_CPU, 1, s4);
+	tu_assert_error(!tensor_where(c, a, b), TENSOR_ERR_SHAPE,
+			"where: ", "cond [2,5], a [3,1] and b [4]");
+	struct tensor *d = tensor_zeros(TENSOR_F64, TENSOR_CPU, 1, s4);
+	tu_assert_error(!tensor_where(b, a, d), TENSOR_ERR_DTYPE,
+			"where: ", "[3,1] f32 and [4] f64");
+
+	struct tensor *x = tensor_zeros(TENSOR_F32, TENSOR_CPU, 3, sx);
+	const int64_t s5[1] = { 5 }, s2234[4] = { 2, 2, 3, 4 }, s34[2] = { 3, 4 };
+	tu_assert_error(!tensor_masked_fill(x, tensor_zeros(TENSOR_I32, TENSOR_CPU, 1, s5), 0),
+			TENSOR_ERR_SHAPE, "masked_fill",
+			"mask [5] does not broadcast to x [2,3,4]");
+	tu_assert_error(!tensor_masked_fill(x, tensor_zeros(TENSOR_I32, TENSOR_CPU, 4, s2234), 0),
+			TENSOR_ERR_SHAPE, "masked_fill", "mask [2,2,3,4]");
+	/* the output has x's shape: a mask wider than x is an error */
+	tu_assert_error(!tensor_masked_fill(a, tensor_zeros(TENSOR_F32, TENSOR_CPU, 2, s34), 0),
+			TENSOR_ERR_SHAPE, "masked_fill",
+			"mask [3,4] does not broadcast to x [3,1]");
+	struct tensor *xi = tensor_zeros(TENSOR_I32, TENSOR_CPU, 3, sx);
+	tu_assert_error(!tensor_masked_fill(xi, b, 0.5), TENSOR_ERR_ARG, "masked_fill", "i32");
+	tu_assert_error(!tensor_masked_fill(xi, b, -INFINITY), TENSOR_ERR_ARG, "masked_fill",
+			"[2,3,4]");
+}
+END_TEST
+
+/* The OpenMP path (where on large tensors; the rest of it in
+ * test_elementwise.c: test_large). */
+START_TEST(test_where_large)
+{
+	tensor_set_num_threads(3);
+	const int64_t s2[2] = { 512, 256 }, sb[1] = { 256 };
+	for (int k = 0; k < LEN(float_dts); k++) {
+		enum tensor_dtype dt = float_dts[k];
+		struct tensor *x = tu_rand(dt, 2, s2, 3), *bias = tu_rand(dt, 1, sb, 6);
+		struct tensor *cond = cond_input(TENSOR_I32, 2, s2, 10);
+		check_where("large where", tensor_where(cond, x, bias), cond, x, bias, 2, s2);
+	}
+	tensor_set_num_threads(0);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("where");
+	TCase *tc = tu_tcase("where");
+	tcase_add_test(tc, test_where);
+	tcase_add_test(tc, test_masked_fill);
+	tcase_add_test(tc, test_where_errors);
+	tcase_add_test(tc, test_where_large);
+	suite_add_tcase(s, tc);
+	return tu_run(s);
+}
