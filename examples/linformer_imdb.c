@@ -33,7 +33,7 @@ struct options {
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_train, max_test;
 	int64_t log_every, stop_after;
 	double embed_std, lr, beta1, beta2, min_lr, warmup, weight_decay, clip, val_fraction;
-	bool decay_all, resume, eval_only;
+	bool decay_all, resume, eval_only, no_bucket;
 };
 
 static struct options opt = {
@@ -76,6 +76,9 @@ static struct flag flags[] = {
 	    "dropout of attention probabilities"),
 	MODEL_FLAGS_TOKENIZER(opt.enc),
 	INT("batch", batch, 1, 1 << 16, "B", "reviews per batch"),
+	BOOL("no-bucket", no_bucket,
+	     "batches of n tokens in random order (default: reviews of similar length batched "
+	     "together, each batch as wide as its longest review)"),
 	INT("accum", accum, 1, 1 << 16, "A", "batches accumulated per optimizer step"),
 	INT("epochs", epochs, 1, 1 << 20, "E", "training epochs"),
 	INT("steps", steps, 0, (double)(1LL << 40), "S", "optimizer steps (0: from --epochs)"),
@@ -133,7 +136,8 @@ static const char EPILOG[] =
     "  linformer_imdb --data DIR/aclImdb --model linformer --n 512 --k 128 --dim 128 \\\n"
     "      --layers 2 --ff 512 --epochs 3 --lr 1e-3     (about 50 minutes on 2 cores)\n"
     "Compare --model transformer / linformer / conv-linformer at the same --n; tokens/s counts\n"
-    "padded tokens (batch x n per second). Interrupt with Ctrl-C (or SIGTERM): the step\n"
+    "batch x width per second, padding included (with --no-bucket the width is n). Interrupt with "
+    "Ctrl-C (or SIGTERM): the step\n"
     "finishes, last.safetensors is saved and the command to resume is printed; a resumed run\n"
     "ends exactly as an uninterrupted one (with the same --threads). Logs: tensorboard --logdir\n"
     "DIR. Then: --eval-only --checkpoint CKPT, or --predict TEXT --checkpoint CKPT.\n";
@@ -297,7 +301,7 @@ static int run_eval_only(void)
 	model_flags_tokenizer(&tok, &opt.enc, c.vocab_size, flags, NFLAGS, PROG);
 	model_summary(&c, nn_params_count(&ps), stdout);
 	load_split("test", opt.max_test, &test);
-	if (text_batcher_init(&b, &test, &tok, c.max_len, opt.batch, 0, false, false) < 0)
+	if (train_batcher_init(&b, &test, &tok, c.max_len, opt.batch, 0, false, !opt.no_bucket) < 0)
 		train_die(PROG, "tokenizing the test split");
 	printf("%s (step %lld) on %lld test reviews of %s\n", opt.checkpoint, (long long)step,
 	       (long long)test.n, opt.data);
@@ -526,10 +530,11 @@ static int64_t setup(struct run *r)
 	text_dataset_free(&all);
 	load_split("test", opt.max_test, &r->test);
 	int64_t n = r->cfg.max_len;
-	if (text_batcher_init(&r->btrain, &r->train, &r->tok, n, opt.batch, (uint64_t)opt.seed,
-			      true, false) < 0 ||
-	    text_batcher_init(&r->bval, &r->val, &r->tok, n, opt.batch, 0, false, false) < 0 ||
-	    text_batcher_init(&r->btest, &r->test, &r->tok, n, opt.batch, 0, false, false) < 0)
+	bool bucket = !opt.no_bucket;
+	if (train_batcher_init(&r->btrain, &r->train, &r->tok, n, opt.batch, (uint64_t)opt.seed,
+			       true, bucket) < 0 ||
+	    train_batcher_init(&r->bval, &r->val, &r->tok, n, opt.batch, 0, false, bucket) < 0 ||
+	    train_batcher_init(&r->btest, &r->test, &r->tok, n, opt.batch, 0, false, bucket) < 0)
 		train_die(PROG, "tokenizing the reviews");
 	r->nb = text_batcher_num_batches(&r->btrain);
 	r->spe = (r->nb + opt.accum - 1) / opt.accum;
@@ -663,7 +668,7 @@ static int run_train(int argc, char **argv)
 	struct run r = { 0 };
 	r.start = train_clock();
 	int64_t step = setup(&r);
-	int64_t B = opt.batch, n = r.cfg.max_len, steps_run = 0;
+	int64_t B = opt.batch, steps_run = 0;
 	double train_time = 0;
 	int64_t padded_all = 0, real_all = 0, saved = -1;
 	for (int64_t e = 0; e < step / r.spe; e++)
@@ -701,7 +706,7 @@ static int run_train(int argc, char **argv)
 				train_die(PROG, "training step");
 			w.correct += acc * (double)batch.size;
 			w.examples += batch.size;
-			w.padded += batch.size * n;
+			w.padded += batch.size * batch.ids->shape[1];
 			for (int64_t i = 0; i < batch.size; i++)
 				w.real += r.btrain.lengths[r.btrain.order[mb * B + i]];
 			tensor_scope_end();
@@ -781,8 +786,8 @@ static int run_train(int argc, char **argv)
 	log_scalar(&r, "test/loss", t.loss, step);
 	log_scalar(&r, "test/acc", t.acc, step);
 	char el[32];
-	printf("best validation accuracy %.4f (epoch %lld); wall time %s; %.0f tokens/s (padded, "
-	       "batch x n per second; %.0f real tokens/s); peak memory %.1f MB\n",
+	printf("best validation accuracy %.4f (epoch %lld); wall time %s; %.0f tokens/s (batch x "
+	       "width per second; %.0f real tokens/s); peak memory %.1f MB\n",
 	       r.best_val, (long long)r.best_epoch, progress_duration(elapsed(&r), el, sizeof el),
 	       train_time > 0 ? (double)padded_all / train_time : 0.0,
 	       train_time > 0 ? (double)real_all / train_time : 0.0, train_peak_mb());

@@ -34,7 +34,7 @@ struct options {
 	const char *schedule, *data, *corpus, *decode, *log_dir, *checkpoint_dir, *checkpoint;
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_docs, log_every;
 	double embed_std, mask_prob, lr, min_lr, warmup, weight_decay, clip, val_fraction;
-	bool no_chunk, eval_only;
+	bool no_chunk, eval_only, no_bucket;
 };
 
 /* The tables read better aligned by hand. */
@@ -77,6 +77,9 @@ static struct flag flags[] = {
 	CHO("decode", decode, "masked|full", "MLM head on the selected positions only (the same "
 					     "loss, less work) or [B*n, vocab] logits"),
 	INT("batch", batch, 1, 1 << 16, "B", "sequences per batch"),
+	BOOL("no-bucket", no_bucket,
+	     "batches of n tokens in random order (default: sequences of similar length batched "
+	     "together, each batch as wide as its longest sequence)"),
 	INT("accum", accum, 1, 4096, "A", "batches accumulated per optimizer step"),
 	INT("epochs", epochs, 1, 1 << 20, "E", "training epochs"),
 	INT("steps", steps, 0, (double)(1LL << 40), "S", "optimizer steps (0: from --epochs)"),
@@ -116,7 +119,8 @@ static const char EPILOG[] =
     "checkpoint; pass the same --tokenizer/--vocab):\n"
     "  linformer_imdb --init-from LOG_DIR/best.safetensors\n"
     "Perplexity is exp(mean cross-entropy) over the predicted tokens; validation uses the same\n"
-    "masks every epoch. tokens/s counts padded tokens (batch x n per second).\n";
+    "masks every epoch. tokens/s counts batch x width per second, padding included (with\n"
+    "--no-bucket the width is n).\n";
 
 /* ---- model configuration ------------------------------------------------------------------ */
 
@@ -390,7 +394,7 @@ static int run_eval_only(void)
 	model_flags_tokenizer(&tok, &opt.enc, c.vocab_size, flags, NFLAGS, PROG);
 	model_summary(&c, nn_params_count(&ps), stdout);
 	load_data(&tok, c.max_len, &train, &val);
-	if (text_batcher_init(&b, &val, &tok, c.max_len, opt.batch, 0, false, false) < 0)
+	if (train_batcher_init(&b, &val, &tok, c.max_len, opt.batch, 0, false, !opt.no_bucket) < 0)
 		train_die(PROG, "tokenizing the held-out text");
 	struct eval_result r = evaluate(&m, &ps, &b, &tok);
 	printf("%s (step %lld): validation loss %.4f perplexity %.3f (%lld predicted tokens)\n",
@@ -468,9 +472,10 @@ static void setup(struct run *r)
 	model_flags_tokenizer(&r->tok, &opt.enc, 0, flags, NFLAGS, PROG);
 	build_config(&r->cfg, &r->tok);
 	load_data(&r->tok, opt.enc.n, &r->train, &r->val);
-	if (text_batcher_init(&r->btrain, &r->train, &r->tok, opt.enc.n, opt.batch,
-			      (uint64_t)opt.seed, true, false) < 0 ||
-	    text_batcher_init(&r->bval, &r->val, &r->tok, opt.enc.n, opt.batch, 0, false, false) <
+	bool bucket = !opt.no_bucket;
+	if (train_batcher_init(&r->btrain, &r->train, &r->tok, opt.enc.n, opt.batch,
+			       (uint64_t)opt.seed, true, bucket) < 0 ||
+	    train_batcher_init(&r->bval, &r->val, &r->tok, opt.enc.n, opt.batch, 0, false, bucket) <
 		0)
 		train_die(PROG, "tokenizing the text");
 	r->nb = text_batcher_num_batches(&r->btrain);
@@ -545,7 +550,7 @@ static void train_step(struct run *r, int64_t step, int64_t first, int64_t last,
 		M[mb - first] = mask_batch(&r->tok, &batch[mb - first], train_mask_seed(base + mb),
 					   &in[mb - first], &lab[mb - first]);
 		total += M[mb - first];
-		w->padded += batch[mb - first].size * opt.enc.n;
+		w->padded += batch[mb - first].size * batch[mb - first].ids->shape[1];
 	}
 	for (int64_t i = 0; i < last - first && total; i++) {
 		if (!M[i])
@@ -658,7 +663,7 @@ static int run_train(void)
 	progress_end(&r.bar);
 	char el[32];
 	printf("train loss %.4f -> %.4f (perplexity %.1f -> %.1f); validation perplexity %.3f, "
-	       "best %.3f (epoch %lld)\nwall time %s; %.0f tokens/s (padded, batch x n per "
+	       "best %.3f (epoch %lld)\nwall time %s; %.0f tokens/s (batch x width per "
 	       "second); peak memory %.1f MB\n",
 	       first_loss, last_loss, exp(first_loss), exp(last_loss), exp(v.loss), exp(r.best_val),
 	       (long long)r.best_epoch, progress_duration(elapsed(&r), el, sizeof el),

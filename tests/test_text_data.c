@@ -735,6 +735,53 @@ START_TEST(test_batcher_cached)
 }
 END_TEST
 
+/* trim: each batch is as wide as its longest example and equals the first
+ * columns of the untrimmed batch; the columns dropped are padding only. */
+START_TEST(test_batcher_trim)
+{
+	struct text_tokenizer tok = byte_tok();
+	const int64_t n = 203, L = 96;
+	struct text_dataset ds = varied(n);
+	struct text_batcher ref, b;
+	ck_assert_int_eq(text_batcher_init(&ref, &ds, &tok, L, 8, 5, true, true), TENSOR_OK);
+	ck_assert_int_eq(text_batcher_init(&b, &ds, &tok, L, 8, 5, true, true), TENSOR_OK);
+	b.trim = true;
+	int64_t narrower = 0;
+	for (int64_t i = 0; i < text_batcher_num_batches(&b); i++) {
+		struct text_batch x, y;
+		ck_assert_int_eq(text_batcher_get(&ref, i, &x), TENSOR_OK);
+		ck_assert_int_eq(text_batcher_get(&b, i, &y), TENSOR_OK);
+		ck_assert_int_eq(y.size, x.size);
+		ck_assert_int_eq(y.ids->shape[0], x.size);
+		int64_t w = y.ids->shape[1], longest = 0;
+		ck_assert_int_eq(y.mask->shape[1], w);
+		const int64_t *xi = i64(x.ids), *xm = i64(x.mask), *yi = i64(y.ids),
+			      *ym = i64(y.mask);
+		for (int64_t r = 0; r < x.size; r++) {
+			int64_t real = 0;
+			for (int64_t c = 0; c < L; c++) {
+				real += xm[r * L + c];
+				if (c < w) {
+					ck_assert_int_eq(yi[r * w + c], xi[r * L + c]);
+					ck_assert_int_eq(ym[r * w + c], xm[r * L + c]);
+				} else {
+					ck_assert_int_eq(xm[r * L + c], 0);
+				}
+			}
+			longest = real > longest ? real : longest;
+		}
+		ck_assert_int_eq(w, longest);
+		narrower += w < L;
+		ck_assert(memcmp(i64(x.labels), i64(y.labels), (size_t)x.size * sizeof(int64_t)) ==
+			  0);
+	}
+	ck_assert_int_gt(narrower, 5);
+	text_batcher_free(&ref);
+	text_batcher_free(&b);
+	text_dataset_free(&ds);
+}
+END_TEST
+
 START_TEST(test_batcher_errors)
 {
 	struct text_tokenizer tok = byte_tok();
@@ -1102,6 +1149,7 @@ int main(void)
 	tcase_add_test(tc, test_batcher_shuffle);
 	tcase_add_test(tc, test_batcher_bucket);
 	tcase_add_test(tc, test_batcher_cached);
+	tcase_add_test(tc, test_batcher_trim);
 	tcase_add_test(tc, test_batcher_errors);
 	tcase_add_test(tc, test_batcher_heap);
 	suite_add_tcase(s, tc);

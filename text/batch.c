@@ -213,7 +213,9 @@ int text_batcher_get(const struct text_batcher *b, int64_t i, struct text_batch 
 				    "text_batcher_get: batch %lld out of range, expected 0..%lld",
 				    (long long)i, (long long)nb - 1);
 	int64_t s = i * b->batch_size, e = s + b->batch_size < b->n ? s + b->batch_size : b->n;
-	int64_t bs = e - s, L = b->seq_len;
+	int64_t bs = e - s, stride = b->seq_len, L = b->trim ? 1 : stride;
+	for (int64_t r = 0; b->trim && r < bs; r++)
+		L = b->lengths[b->order[s + r]] > L ? b->lengths[b->order[s + r]] : L;
 	int64_t shape[2] = { bs, L };
 	struct tensor *ids = tensor_empty(TENSOR_I64, TENSOR_CPU, 2, shape);
 	struct tensor *mask = tensor_empty(TENSOR_I64, TENSOR_CPU, 2, shape);
@@ -227,8 +229,8 @@ int text_batcher_get(const struct text_batcher *b, int64_t i, struct text_batch 
 	int64_t *pi = tensor_data(ids), *pm = tensor_data(mask), *pl = tensor_data(labels);
 	for (int64_t r = 0; r < bs; r++) {
 		int64_t ex = b->order[s + r];
-		const int32_t *si = b->ids + (size_t)ex * (size_t)L;
-		const int32_t *sm = b->mask + (size_t)ex * (size_t)L;
+		const int32_t *si = b->ids + (size_t)ex * (size_t)stride;
+		const int32_t *sm = b->mask + (size_t)ex * (size_t)stride;
 		for (int64_t c = 0; c < L; c++) {
 			pi[r * L + c] = si[c];
 			pm[r * L + c] = sm[c];

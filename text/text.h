@@ -101,8 +101,9 @@ int text_dataset_split(const struct text_dataset *ds, double fraction, uint64_t 
 
 /* ---- batching (batch.c) ---------------------------------------------------- */
 
-/* A batch of B sequences of length n: ids [B, n] i64, mask [B, n] i64 (1 =
- * real token), labels [B] i64; tensors in the current scope. */
+/* A batch of B sequences of length w: ids [B, w] i64, mask [B, w] i64 (1 =
+ * real token), labels [B] i64; tensors in the current scope. w is the
+ * batcher's seq_len, or with trim the batch's longest example. */
 struct text_batch {
 	struct tensor *ids, *mask, *labels;
 	int64_t size;
@@ -114,12 +115,14 @@ struct text_batch {
  * (sorted within windows of 50 batches, then the full batches shuffled). The
  * last batch may be smaller and stays last. Labels are the examples' labels
  * (-1 unlabelled). text_batcher_get's tensors are heap tensors outside any
- * scope. */
+ * scope. Set trim after init to serve each batch only as wide as its longest
+ * example (with bucket this drops most of the padding; a model that masks
+ * padding computes the same outputs on the narrower batch). */
 struct text_batcher {
 	const struct text_tokenizer *tok;
 	int64_t n, seq_len, batch_size, epoch;
 	uint64_t seed;
-	bool shuffle, bucket;
+	bool shuffle, bucket, trim;
 	int32_t *ids, *mask;  /* [n, seq_len] cached encodings */
 	int32_t *labels, *lengths;
 	int64_t *order;       /* this epoch's example order */

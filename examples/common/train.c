@@ -135,6 +135,16 @@ int train_stop_signal(void)
 
 /* ---- optimizer step --------------------------------------------------------------------- */
 
+int train_batcher_init(struct text_batcher *b, const struct text_dataset *ds,
+		       const struct text_tokenizer *tok, int64_t n, int64_t batch, uint64_t seed,
+		       bool train, bool bucket)
+{
+	int st = text_batcher_init(b, ds, tok, n, batch, seed, train, bucket);
+	if (st == TENSOR_OK)
+		b->trim = bucket;
+	return st;
+}
+
 double train_optimizer_step(struct nn_params *ps, struct nn_adamw *opt,
 			    const struct nn_schedule *sched, int64_t step, double clip)
 {

@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "models.h"
+#include "text.h"
 
 /* Print "<prog>: <what>: <tensor_last_error()>" to stderr and exit 1. */
 void train_die(const char *prog, const char *what) __attribute__((noreturn));
@@ -27,6 +28,13 @@ char *train_read_file(const char *path);
  * signal kills the program at once. */
 void train_signals_install(void);
 int train_stop_signal(void);
+
+/* text_batcher_init of ds, with bucket: batches of similar length, each only
+ * as wide as its longest example (trim); train: reshuffled each epoch from
+ * seed (else the fixed order). Returns a status. */
+int train_batcher_init(struct text_batcher *b, const struct text_dataset *ds,
+		       const struct text_tokenizer *tok, int64_t n, int64_t batch, uint64_t seed,
+		       bool train, bool bucket);
 
 /* One optimizer update from the accumulated gradients: opt->lr from the
  * schedule at step, gradients clipped to a global norm of clip (clip <= 0:
