@@ -7,14 +7,6 @@
 
 /* ---- unary ---------------------------------------------------------------- */
 
-/* next, after freeing old: a step of a heap chain, where each temporary is
- * freed as soon as the next one exists (pass only tensors the chain made). */
-static struct tensor *then(struct tensor *old, struct tensor *next)
-{
-	tensor_free(old);
-	return next;
-}
-
 /* d out / d x for out = op(x), written with tensor ops. */
 static struct tensor *unary_derivative(const struct ag_node *n)
 {
@@ -352,41 +344,26 @@ struct tensor *ag_cast(struct tensor *x, enum tensor_dtype dt)
 	return y;
 }
 
-/* The scaled keep mask of dropout, keep[i] / (1 - p) with keep[i] = 1 where
- * uniform(seed, i) >= p: a pure function of (seed, shape), so backward draws
- * it again instead of saving it. A heap tensor (the caller frees it), made
- * with one temporary alive at a time. */
-static struct tensor *dropout_mask(const struct tensor *x, double p, uint64_t seed)
-{
-	enum tensor_device dev = x->storage->device;
-	tensor_heap_begin();
-	struct tensor *u = tensor_rand_uniform(x->dtype, dev, x->ndim, x->shape, seed, 0, 1);
-	struct tensor *pt = tensor_full(x->dtype, dev, 0, NULL, p);
-	struct tensor *keep = tensor_ge(u, pt);
-	tensor_free(u);
-	tensor_free(pt);
-	keep = then(keep, tensor_mul_scalar(keep, 1.0 / (1.0 - p)));
-	tensor_heap_end();
-	return keep;
-}
-
-/* x * mask, the mask freed at once. */
-static struct tensor *dropout_apply(const struct tensor *x, double p, uint64_t seed)
-{
-	struct tensor *mask = dropout_mask(x, p, seed);
-	struct tensor *y = tensor_mul(x, mask);
-	tensor_free(mask);
-	return y;
-}
-
-/* Node: f[0] = p, i[0] = seed; nothing saved. */
+/* Node: f[0] = p, i[0] = seed; nothing saved: the mask is a pure function of
+ * (shape, p, seed), so backward applies the same one to dout (in place when
+ * it can take it). */
 static int dropout_backward(struct ag_node *n, const struct tensor *g)
 {
-	return ag_accumulate(n->inputs[0], dropout_apply(g, n->f[0], (uint64_t)n->i[0]));
+	double p = n->f[0];
+	uint64_t seed = (uint64_t)n->i[0];
+	struct tensor *own = ag_dout_take(n);
+	if (own) {
+		if (tensor_dropout_(own, p, seed) < 0) {
+			tensor_free(own);
+			return tensor_last_status();
+		}
+		return ag_accumulate_take(n->inputs[0], own);
+	}
+	return ag_accumulate(n->inputs[0], tensor_dropout(g, p, seed));
 }
 
-/* A training step keeps one tensor per dropout (its output): the mask is
- * drawn again in backward. */
+/* tensor_dropout on the tape. A training step keeps one tensor per dropout
+ * (its output): the mask is drawn again in backward. */
 struct tensor *ag_dropout(struct tensor *x, double p, uint64_t seed, bool training)
 {
 	if (!x)
@@ -397,7 +374,7 @@ struct tensor *ag_dropout(struct tensor *x, double p, uint64_t seed, bool traini
 	}
 	if (!training || p == 0)
 		return x;
-	struct tensor *y = dropout_apply(x, p, seed);
+	struct tensor *y = tensor_dropout(x, p, seed);
 	struct ag_node *n = ag_record("dropout", y, dropout_backward, 1, &x);
 	if (n) {
 		n->f[0] = p;

@@ -1,4 +1,4 @@
-/* Softmax, log-softmax, layer norm and RMS norm (and their backward) front-ends. */
+/* Softmax, dropout, layer norm and RMS norm (and their backward) front-ends. */
 #include <math.h>
 
 #include "backend.h"
@@ -173,6 +173,53 @@ int tensor_softmax_(struct tensor *x)
 	if (!be || TENSOR_SLOT(be, softmax, "tensor_softmax_") < 0)
 		return tensor_last_status();
 	return be->softmax(x, x, false);
+}
+
+/* ---- dropout -------------------------------------------------------------- */
+
+/* Checks of dropout (op: its name, x not NULL); the device's backend. */
+static const struct tensor_backend *dropout_check(const char *op, const struct tensor *x, double p)
+{
+	if (check_float_x(op, x) < 0)
+		return NULL;
+	if (!(p >= 0 && p < 1)) {
+		tensor_error(TENSOR_ERR_ARG, "%s: p %g, expected 0 <= p < 1", op, p);
+		return NULL;
+	}
+	const struct tensor_backend *be = tensor_backend_get(x->storage->device);
+	return be && TENSOR_SLOT(be, dropout, op) == TENSOR_OK ? be : NULL;
+}
+
+struct tensor *tensor_dropout(const struct tensor *x, double p, uint64_t seed)
+{
+	if (!x) {
+		tensor_error(TENSOR_ERR_ARG, "tensor_dropout: x is NULL");
+		return NULL;
+	}
+	const struct tensor_backend *be = dropout_check("tensor_dropout", x, p);
+	struct tensor *xc = be ? tensor_contiguous(x) : NULL;
+	struct tensor *out =
+	    xc ? tensor_new(x->dtype, x->storage->device, x->ndim, x->shape) : NULL;
+	if (out && tensor_numel(out) > 0 && be->dropout(out, xc, p, seed) < 0) {
+		tensor_free(out);
+		out = NULL;
+	}
+	tensor_free(xc);
+	return out;
+}
+
+int tensor_dropout_(struct tensor *x, double p, uint64_t seed)
+{
+	char bx[128];
+	if (!x)
+		return tensor_error(TENSOR_ERR_ARG, "tensor_dropout_: x is NULL");
+	const struct tensor_backend *be = dropout_check("tensor_dropout_", x, p);
+	if (!be || tensor_check_writable("tensor_dropout_", x) < 0)
+		return tensor_last_status();
+	if (!tensor_is_contiguous(x))
+		return tensor_error(TENSOR_ERR_SHAPE, "tensor_dropout_: x %s is not contiguous",
+				    tensor_shape_str(x, bx, sizeof bx));
+	return tensor_numel(x) > 0 ? be->dropout(x, x, p, seed) : TENSOR_OK;
 }
 
 /* ---- layer norm and RMS norm ---------------------------------------------- */

@@ -25,32 +25,47 @@ RANDOM_FN uint32_t philox_mulhilo(uint32_t a, uint32_t b, uint32_t *hi)
 	return (uint32_t)p;
 }
 
+#define PHILOX_ROUNDS 10
+#define PHILOX_KEY_STEP0 0x9E3779B9u
+#define PHILOX_KEY_STEP1 0xBB67AE85u
+
+/* One round on the counter words c[0..3] under key (k0, k1). */
+RANDOM_FN void philox_round(uint32_t *c0, uint32_t *c1, uint32_t *c2, uint32_t *c3, uint32_t k0,
+			    uint32_t k1)
+{
+	uint32_t hi0, hi1;
+	uint32_t lo0 = philox_mulhilo(0xD2511F53u, *c0, &hi0);
+	uint32_t lo1 = philox_mulhilo(0xCD9E8D57u, *c2, &hi1);
+	*c0 = hi1 ^ *c1 ^ k0;
+	*c1 = lo1;
+	*c2 = hi0 ^ *c3 ^ k1;
+	*c3 = lo0;
+}
+
 /* Four 32-bit words for counter (index, 0) under key seed. */
 RANDOM_FN struct philox4 philox4x32(uint64_t seed, uint64_t index)
 {
 	uint32_t c0 = (uint32_t)index, c1 = (uint32_t)(index >> 32), c2 = 0, c3 = 0;
 	uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-	for (int r = 0; r < 10; r++) {
-		uint32_t hi0, hi1;
-		uint32_t lo0 = philox_mulhilo(0xD2511F53u, c0, &hi0);
-		uint32_t lo1 = philox_mulhilo(0xCD9E8D57u, c2, &hi1);
-		uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
-		c0 = n0;
-		c1 = lo1;
-		c2 = n2;
-		c3 = lo0;
-		k0 += 0x9E3779B9u;
-		k1 += 0xBB67AE85u;
+	for (int r = 0; r < PHILOX_ROUNDS; r++) {
+		philox_round(&c0, &c1, &c2, &c3, k0, k1);
+		k0 += PHILOX_KEY_STEP0;
+		k1 += PHILOX_KEY_STEP1;
 	}
 	struct philox4 out = { { c0, c1, c2, c3 } };
 	return out;
 }
 
+/* The 53 random bits of a uniform draw from two words. */
+RANDOM_FN uint64_t philox_bits53(uint32_t hi, uint32_t lo)
+{
+	return (((uint64_t)hi << 21) ^ (lo >> 11)) & ((1ull << 53) - 1);
+}
+
 /* Uniform double in [0, 1) with 53 random bits from two words. */
 RANDOM_FN double philox_unit(uint32_t hi, uint32_t lo)
 {
-	uint64_t bits = ((uint64_t)hi << 21) ^ (lo >> 11);
-	return (double)(bits & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
+	return (double)philox_bits53(hi, lo) * (1.0 / 9007199254740992.0);
 }
 
 /* Element i of a uniform [0,1) stream. */

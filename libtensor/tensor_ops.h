@@ -180,6 +180,16 @@ struct tensor *tensor_softmax_backward(const struct tensor *y, const struct tens
  * not saved by the autograd tape (TENSOR_ERR_STATE). */
 int tensor_softmax_backward_(const struct tensor *y, struct tensor *g);
 
+/* Dropout in one pass: x * keep / (1 - p) with keep[i] = (uniform(seed, i)
+ * >= p), uniform(seed, i) the draw tensor_rand_uniform(F64, ..., seed, 0, 1)
+ * puts at row-major index i. A pure function of (x, p, seed): the same mask
+ * for every tensor of x's shape, on every device and thread count. x: f32 or
+ * f64 (TENSOR_ERR_DTYPE); 0 <= p < 1 (TENSOR_ERR_ARG). */
+struct tensor *tensor_dropout(const struct tensor *x, double p, uint64_t seed);
+/* The same in place. x: contiguous (TENSOR_ERR_SHAPE), not saved by the
+ * autograd tape (TENSOR_ERR_STATE). */
+int tensor_dropout_(struct tensor *x, double p, uint64_t seed);
+
 /* Layer norm over the last dim C: y = (x - mean) * rstd * w + b, with
  * rstd = 1/sqrt(var + eps) (population variance). w, b: [C] or NULL. If mean /
  * rstd are not NULL they receive [..., 1] tensors (what backward needs). */

@@ -42,6 +42,23 @@ START_TEST(test_random_parity)
 }
 END_TEST
 
+/* The same mask and values as the CPU, out of place and in place. */
+START_TEST(test_dropout_parity)
+{
+	const int64_t s[] = { 67, 1031 };
+	const enum tensor_dtype dts[] = { TENSOR_F32, TENSOR_F64 };
+	for (int k = 0; k < 2; k++) {
+		struct tensor *cpu = tu_rand(dts[k], 2, s, 3);
+		struct tensor *gpu = tensor_to_device(cpu, TENSOR_CUDA);
+		ck_assert_msg(gpu != NULL, "%s", tensor_last_error());
+		struct tensor *want = tensor_dropout(cpu, 0.3, 99);
+		assert_same(tensor_dropout(gpu, 0.3, 99), want);
+		ck_assert_int_eq(tensor_dropout_(gpu, 0.3, 99), TENSOR_OK);
+		assert_same(gpu, want);
+	}
+}
+END_TEST
+
 START_TEST(test_copy_fill_parity)
 {
 	const int64_t s[] = { 5, 6, 7 };
@@ -92,6 +109,7 @@ int main(void)
 	TCase *tc = tu_tcase("parity");
 	tcase_add_test(tc, test_random_parity);
 	tcase_add_test(tc, test_copy_fill_parity);
+	tcase_add_test(tc, test_dropout_parity);
 	tcase_add_test(tc, test_mixing_devices_is_an_error);
 	suite_add_tcase(s, tc);
 	return tu_run(s);

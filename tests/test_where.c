@@ -1,5 +1,6 @@
-/* where and masked_fill against naive loop references: every dtype of the
- * condition and the values, broadcasting, layouts, and the errors. */
+/* where, masked_fill and dropout against naive loop references: every dtype
+ * of the condition and the values, broadcasting, layouts, and the errors. */
+#include "autograd.h"
 #include "elementwise_common.h"
 
 /* ---- where, masked_fill ---------------------------------------------------- */
@@ -175,6 +176,90 @@ START_TEST(test_where_large)
 }
 END_TEST
 
+/* ---- dropout --------------------------------------------------------------- */
+
+/* x * (u >= p) / (1 - p) with u the f64 uniform draws of (seed, index). */
+static double *dropout_ref(const struct tensor *x, double p, uint64_t seed)
+{
+	struct tensor *u =
+	    tensor_rand_uniform(TENSOR_F64, TENSOR_CPU, x->ndim, x->shape, seed, 0, 1);
+	double *vx = tu_values(x), *vu = tu_values(u);
+	int64_t n = tensor_numel(x);
+	for (int64_t i = 0; i < n; i++) {
+		double scale = x->dtype == TENSOR_F32 ? (double)(float)(1 / (1 - p)) : 1 / (1 - p);
+		double y = vx[i] * (vu[i] >= p ? scale : 0);
+		vx[i] = x->dtype == TENSOR_F32 ? (double)(float)y : y;
+	}
+	free(vu);
+	return vx;
+}
+
+/* Exactly the reference in every layout, dtype and p, across chunk and
+ * thread boundaries (65,536 elements a chunk); in place the same. */
+START_TEST(test_dropout)
+{
+	const int64_t shapes[][2] = { { 3, 7 }, { 37, 29 }, { 257, 513 } };
+	const double ps[] = { 0, 0.1, 0.5, 0.9 };
+	tensor_set_num_threads(3);
+	for (int k = 0; k < LEN(float_dts); k++)
+		for (int si = 0; si < LEN(shapes); si++)
+			for (int pi = 0; pi < LEN(ps); pi++) {
+				enum tensor_dtype dt = float_dts[k];
+				struct tensor *x = tu_rand(dt, 2, shapes[si], 40 + si);
+				uint64_t seed = 0x123456789abcull + (uint64_t)pi;
+				double *want = dropout_ref(x, ps[pi], seed);
+				char ctx[96];
+				for (int lay = 0; lay < NLAYOUTS; lay++) {
+					snprintf(ctx, sizeof ctx, "dropout %s %s [%lld,%lld] p %g",
+						 tensor_dtype_name(dt), layout_name[lay],
+						 (long long)shapes[si][0], (long long)shapes[si][1],
+						 ps[pi]);
+					assert_values(
+					    ctx, tensor_dropout(in_layout(x, lay), ps[pi], seed),
+					    dt, 2, shapes[si], want, 0);
+				}
+				struct tensor *y = tensor_clone(x);
+				ck_assert_int_eq(tensor_dropout_(y, ps[pi], seed), TENSOR_OK);
+				assert_values("dropout in place", y, dt, 2, shapes[si], want, 0);
+				int64_t n = tensor_numel(x), dropped = 0;
+				for (int64_t i = 0; i < n; i++)
+					dropped += want[i] == 0;
+				double rate = (double)dropped / (double)n;
+				if (n > 1000)
+					ck_assert_msg(fabs(rate - ps[pi]) < 0.05,
+						      "dropped %g at p %g", rate, ps[pi]);
+				free(want);
+			}
+	tensor_set_num_threads(0);
+}
+END_TEST
+
+START_TEST(test_dropout_errors)
+{
+	const int64_t s23[2] = { 2, 3 };
+	struct tensor *x = tu_rand(TENSOR_F32, 2, s23, 1);
+	tu_assert_error(!tensor_dropout(NULL, 0.5, 1), TENSOR_ERR_ARG, "tensor_dropout", "NULL");
+	tu_assert_error(!tensor_dropout(x, 1, 1), TENSOR_ERR_ARG, "tensor_dropout",
+			"p 1, expected 0 <= p < 1");
+	tu_assert_error(!tensor_dropout(x, -0.1, 1), TENSOR_ERR_ARG, "tensor_dropout", "p -0.1");
+	tu_assert_error(!tensor_dropout(x, NAN, 1), TENSOR_ERR_ARG, "tensor_dropout", "p nan");
+	tu_assert_error(!tensor_dropout(tensor_zeros(TENSOR_I64, TENSOR_CPU, 2, s23), 0.5, 1),
+			TENSOR_ERR_DTYPE, "tensor_dropout", "x [2,3] is i64, expected f32 or f64");
+	tu_assert_error(tensor_dropout_(NULL, 0.5, 1), TENSOR_ERR_ARG, "tensor_dropout_", "NULL");
+	tu_assert_error(tensor_dropout_(tensor_transpose(x, 0, 1), 0.5, 1), TENSOR_ERR_SHAPE,
+			"tensor_dropout_", "x [3,2] is not contiguous");
+	tu_assert_error(tensor_dropout_(x, 1.5, 1), TENSOR_ERR_ARG, "tensor_dropout_", "p 1.5");
+	/* a tensor the tape saves is not overwritten */
+	struct tensor *w = tu_rand(TENSOR_F32, 2, s23, 2);
+	w->requires_grad = true;
+	struct tensor *e = ag_exp(w); /* saves its output */
+	double before = tensor_get(e, (int64_t[]){ 0, 0 });
+	tu_assert_error(tensor_dropout_(e, 0.5, 1), TENSOR_ERR_STATE, "tensor_dropout_", "saved");
+	ck_assert(tensor_get(e, (int64_t[]){ 0, 0 }) == before);
+	ag_tape_reset();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("where");
@@ -183,6 +268,8 @@ int main(void)
 	tcase_add_test(tc, test_masked_fill);
 	tcase_add_test(tc, test_where_errors);
 	tcase_add_test(tc, test_where_large);
+	tcase_add_test(tc, test_dropout);
+	tcase_add_test(tc, test_dropout_errors);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

@@ -171,6 +171,7 @@ const struct tensor_backend tensor_cpu_backend = {
 	.fill = cpu_fill,
 	.arange = cpu_arange,
 	.random = cpu_random,
+	.dropout = cpu_dropout,
 	.unary = cpu_unary,
 	.binary = cpu_binary,
 	.where = cpu_where,

@@ -13,6 +13,7 @@ int cpu_copy(struct tensor *dst, const struct tensor *src);
 int cpu_fill(struct tensor *dst, double value);
 int cpu_arange(struct tensor *dst, double start, double step);
 int cpu_random(struct tensor *dst, enum tensor_random_kind kind, uint64_t seed, double a, double b);
+int cpu_dropout(struct tensor *out, const struct tensor *x, double p, uint64_t seed);
 /* cpu_elementwise.c */
 int cpu_unary(enum tensor_unary_op op, struct tensor *out, const struct tensor *x, double alpha);
 int cpu_binary(enum tensor_binary_op op, struct tensor *out, const struct tensor *a,

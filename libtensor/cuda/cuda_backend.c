@@ -103,6 +103,15 @@ static int cuda_random(struct tensor *dst, enum tensor_random_kind kind, uint64_
 		     "random kernel");
 }
 
+static int cuda_dropout(struct tensor *out, const struct tensor *x, double p, uint64_t seed)
+{
+	size_t es = tensor_dtype_size(x->dtype);
+	return check(cuda_launch_dropout((char *)out->storage->data + out->offset * es,
+					 (const char *)x->storage->data + x->offset * es,
+					 tensor_numel(out), out->dtype == TENSOR_F32, p, seed),
+		     "dropout kernel");
+}
+
 const struct tensor_backend tensor_cuda_backend = {
 	.name = "cuda",
 	.alloc = cuda_alloc,
@@ -115,4 +124,5 @@ const struct tensor_backend tensor_cuda_backend = {
 	.fill = cuda_fill,
 	.arange = cuda_arange,
 	.random = cuda_random,
+	.dropout = cuda_dropout,
 };

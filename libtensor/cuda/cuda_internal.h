@@ -25,6 +25,8 @@ int cuda_launch_copy(struct cuda_geom dst, struct cuda_geom src, int64_t n);
 int cuda_launch_fill(struct cuda_geom dst, int64_t n, double value, double step);
 int cuda_launch_random(struct cuda_geom dst, int64_t n, int normal, uint64_t seed, double a,
 		       double b);
+/* Contiguous out, x of n elements (f32 if f32, else f64); out may be x. */
+int cuda_launch_dropout(void *out, const void *x, int64_t n, int f32, double p, uint64_t seed);
 
 #ifdef __cplusplus
 }

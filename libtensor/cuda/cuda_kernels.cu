@@ -1,5 +1,5 @@
 // CUDA kernels of the CUDA backend: strided copy with dtype conversion, fill,
-// arange and the counter-based random fills (same numbers as the CPU).
+// arange, the counter-based random fills and dropout (same numbers as the CPU).
 #include <cuda_runtime.h>
 
 #include "../random.h"
@@ -74,6 +74,21 @@ __global__ static void random_kernel(cuda_geom dst, int64_t n, int normal, uint6
 	}
 }
 
+/* out = x * keep * scale over contiguous x, keep = uniform(seed, i) >= p as
+ * the CPU decides it; the product rounded in x's dtype. out may be x. */
+__global__ static void dropout_kernel(void *out, const void *x, int64_t n, int f32, double p,
+				      uint64_t seed, double scale)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+	     i += (int64_t)gridDim.x * blockDim.x) {
+		double keep = random_uniform(seed, (uint64_t)i) >= p ? 1.0 : 0.0;
+		if (f32)
+			((float *)out)[i] = __fmul_rn(((const float *)x)[i], (float)(keep * scale));
+		else
+			((double *)out)[i] = __dmul_rn(((const double *)x)[i], keep * scale);
+	}
+}
+
 static dim3 grid_for(int64_t n)
 {
 	int64_t blocks = (n + 255) / 256;
@@ -96,5 +111,12 @@ extern "C" int cuda_launch_random(cuda_geom dst, int64_t n, int normal, uint64_t
 				  double a, double b)
 {
 	random_kernel<<<grid_for(n), 256>>>(dst, n, normal, seed, a, b);
+	return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_launch_dropout(void *out, const void *x, int64_t n, int f32, double p,
+				   uint64_t seed)
+{
+	dropout_kernel<<<grid_for(n), 256>>>(out, x, n, f32, p, seed, 1.0 / (1.0 - p));
 	return (int)cudaGetLastError();
 }
