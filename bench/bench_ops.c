@@ -257,6 +257,16 @@ static void bench_matmul(const struct opts *o, double peak1)
 
 /* ---- elementwise ------------------------------------------------------------------------ */
 
+/* Dropout as it was before the one-pass op: uniform draws, a compare, a scale, a product. */
+static struct tensor *dropout_composed(const struct tensor *x, double p, uint64_t seed)
+{
+	struct tensor *u = tensor_rand_uniform(x->dtype, TENSOR_CPU, x->ndim, x->shape, seed, 0, 1);
+	struct tensor *pt = tensor_full(x->dtype, TENSOR_CPU, 0, NULL, p);
+	struct tensor *keep = tensor_ge(u, pt);
+	struct tensor *mask = tensor_mul_scalar(keep, 1 / (1 - p));
+	return tensor_mul(x, mask);
+}
+
 static void bench_elementwise(const struct opts *o)
 {
 	int64_t n = o->quick ? (4 << 20) : (16 << 20);
@@ -264,12 +274,18 @@ static void bench_elementwise(const struct opts *o)
 	struct tensor *a = rnd(1, &n, 3), *b = rnd(1, &n, 4);
 	/* softmax over rows of 128: the Linformer's score rows at k = 128 */
 	struct tensor *rows = tensor_view(a, 2, (int64_t[]){ n / 128, 128 });
-	const char *names[5] = { "add", "mul", "exp", "gelu", "softmax (rows of 128)" };
-	int nin[5] = { 2, 2, 1, 1, 1 };
+	const char *names[] = { "add",
+				"mul",
+				"exp",
+				"gelu",
+				"softmax (rows of 128)",
+				"dropout p 0.1 (one pass)",
+				"dropout p 0.1 composed (rand, ge, scale, mul)" };
+	int nin[] = { 2, 2, 1, 1, 1, 1, 1 };
 	printf("## elementwise (f32, %lld elements, %d threads, best of %d)\n\n", (long long)n,
 	       o->threads, o->reps);
 	printf("| op | ms | GB/s |\n|---|---:|---:|\n");
-	for (int op = 0; op < 5; op++) {
+	for (int op = 0; op < (int)(sizeof nin / sizeof nin[0]); op++) {
 		double best = 1e30;
 		const char *err = NULL;
 		for (int r = 0; r <= o->reps && !err; r++) {
@@ -279,7 +295,9 @@ static void bench_elementwise(const struct opts *o)
 					   : op == 1 ? tensor_mul(a, b)
 					   : op == 2 ? tensor_exp(a)
 					   : op == 3 ? tensor_gelu(a)
-						     : tensor_softmax(rows, 1);
+					   : op == 4 ? tensor_softmax(rows, 1)
+					   : op == 5 ? tensor_dropout(a, 0.1, (uint64_t)r)
+						     : dropout_composed(a, 0.1, (uint64_t)r);
 			double t = now() - t0;
 			if (!y)
 				err = tensor_last_error();
