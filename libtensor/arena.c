@@ -6,8 +6,9 @@
  * block of its own. Blocks no longer in use go to a per-thread free list per
  * chain, shared by arenas and heap storage: a steady-state loop of identical
  * steps calls no allocator, and the blocks an arena hands back during backward
- * (tensor_scope_release_since) carry the gradients. The free list never holds
- * more than the most ever in use, so it stays bounded when shapes change.
+ * (tensor_scope_release_since) carry the gradients. Blocks come in size
+ * classes, and the free list never holds more than twice the most ever in
+ * use, so it stays bounded when shapes change.
  *
  * Accounting: live bytes are the bytes of tensors in use (arena allocations
  * rounded to ALIGN, heap storage at its size); reserved bytes are the device
@@ -125,12 +126,25 @@ static struct block *cache_take(int chain, size_t n, size_t max)
 	return b;
 }
 
+/* The size of a block for n bytes: from RECYCLE_MIN on, n rounded up to a
+ * quarter of its power of two (at most 25% more), so that tensors whose
+ * shapes change from step to step (batches as wide as their longest example)
+ * ask for a few sizes that the free list serves again, instead of fresh pages
+ * from the system each step. */
+static size_t size_class(size_t n)
+{
+	if (n < RECYCLE_MIN)
+		return n;
+	size_t quarter = ((size_t)1 << (63 - __builtin_clzll((unsigned long long)n))) / 4;
+	return (n + quarter - 1) / quarter * quarter;
+}
+
 /* A block of at least n bytes for a chain: the best-fitting cached one of at
- * most twice the size asked, else a new one; at least `min` bytes when the
- * cache or the allocator has them, else n. */
+ * most twice the size asked, else a new one of the size class; at least `min`
+ * bytes when the cache or the allocator has them, else n. */
 static struct block *block_get(int chain, size_t n, size_t min)
 {
-	size_t want = n > min ? round_up(n) : min;
+	size_t want = n > min ? size_class(round_up(n)) : min;
 	struct block *b = cache_take(chain, want, 2 * want);
 	if (!b && n < min)
 		b = cache_take(chain, n, want); /* a smaller cached block still fits */
@@ -163,14 +177,16 @@ static void block_free(int chain, struct block *b)
 }
 
 /* Give a block back to its chain's cache, then return the least recently
- * cached blocks to the device while the cache holds more than the peak in use. */
+ * cached blocks to the device while the cache holds more than twice the peak in
+ * use (with the peak itself as the bound, steps of varying shapes kept
+ * freeing blocks they needed again a step later). */
 static void block_put(int chain, struct block *b)
 {
 	in_use[chain] = clamp_sub(in_use[chain], b->size);
 	b->next = cache[chain];
 	cache[chain] = b;
 	cached[chain] += b->size;
-	while (cached[chain] > in_use_peak[chain] && cache[chain]->next) {
+	while (cached[chain] > 2 * in_use_peak[chain] && cache[chain]->next) {
 		struct block **pp = &cache[chain];
 		while ((*pp)->next)
 			pp = &(*pp)->next;
