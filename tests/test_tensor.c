@@ -436,6 +436,31 @@ START_TEST(test_scope_release_since)
 }
 END_TEST
 
+/* Blocks come in size classes, a quarter of a power of two apart: a heap
+ * tensor a little larger than a freed one of the same class takes its block
+ * again; one past the class needs a new block. */
+START_TEST(test_size_classes)
+{
+	tensor_mem_trim();
+	size_t allocs = tensor_mem_stats(TENSOR_CPU).n_device_allocs;
+	/* 10.0 and 10.4 MB round up to 5 x 2 MiB; 10.8 MB to 6 x 2 MiB */
+	const int64_t n[] = { 2500000, 2600000, 2700000 };
+	size_t grow[3] = { 1, 0, 1 };
+	for (int i = 0; i < 3; i++) {
+		tensor_heap_begin();
+		struct tensor *t = tensor_full(TENSOR_F32, TENSOR_CPU, 1, &n[i], 1);
+		tensor_heap_end();
+		ck_assert(t && tensor_get(t, (int64_t[]){ n[i] - 1 }) == 1);
+		size_t now = tensor_mem_stats(TENSOR_CPU).n_device_allocs;
+		ck_assert_msg(now == allocs + grow[i], "tensor %d: %zu allocations, expected %zu", i,
+			      now - allocs, grow[i]);
+		allocs = now;
+		tensor_free(t);
+	}
+	tensor_mem_trim();
+}
+END_TEST
+
 static int hook_depths[4], hook_calls;
 static void record_depth(int depth)
 {
@@ -602,6 +627,7 @@ int main(void)
 	tcase_add_test(tc, test_steady_state_no_malloc);
 	tcase_add_test(tc, test_peak_bytes);
 	tcase_add_test(tc, test_scope_release_since);
+	tcase_add_test(tc, test_size_classes);
 	tcase_add_test(tc, test_heap_mode_hook_writable);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("random");
