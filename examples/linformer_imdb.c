@@ -408,7 +408,7 @@ struct run {
 	struct model_classifier model;
 	struct nn_adamw adamw;
 	struct nn_schedule sched;
-	int64_t nb, spe, total, epochs; /* batches and steps per epoch, steps, epochs */
+	int64_t spe, total, epochs; /* steps per epoch, steps, epochs */
 	double best_val, elapsed0;	/* best validation accuracy; elapsed before resuming */
 	int64_t best_epoch;
 	char log_dir[1024], ckpt_dir[1024];
@@ -531,13 +531,14 @@ static int64_t setup(struct run *r)
 	load_split("test", opt.max_test, &r->test);
 	int64_t n = r->cfg.max_len;
 	bool bucket = !opt.no_bucket;
-	if (train_batcher_init(&r->btrain, &r->train, &r->tok, n, opt.batch, (uint64_t)opt.seed,
-			       true, bucket) < 0 ||
+	/* one batch of the training batcher per optimizer step, cut into --accum
+	 * micro-batches: accumulating sees the examples one big batch would */
+	if (train_batcher_init(&r->btrain, &r->train, &r->tok, n, opt.batch * opt.accum,
+			       (uint64_t)opt.seed, true, bucket) < 0 ||
 	    train_batcher_init(&r->bval, &r->val, &r->tok, n, opt.batch, 0, false, bucket) < 0 ||
 	    train_batcher_init(&r->btest, &r->test, &r->tok, n, opt.batch, 0, false, bucket) < 0)
 		train_die(PROG, "tokenizing the reviews");
-	r->nb = text_batcher_num_batches(&r->btrain);
-	r->spe = (r->nb + opt.accum - 1) / opt.accum;
+	r->spe = text_batcher_num_batches(&r->btrain);
 	r->total = opt.steps ? opt.steps : opt.epochs * r->spe;
 	r->epochs = (r->total + r->spe - 1) / r->spe;
 
@@ -680,37 +681,37 @@ static int run_train(int argc, char **argv)
 		int64_t epoch = step / r.spe, j = step % r.spe;
 		if (r.btrain.epoch < epoch)
 			text_batcher_next_epoch(&r.btrain);
-		int64_t first = j * opt.accum,
-			last = first + opt.accum < r.nb ? first + opt.accum : r.nb;
-		int64_t group = (last * B < r.train.n ? last * B : r.train.n) - first * B;
 		double t0 = train_clock(), lr = nn_schedule_lr(&r.sched, step);
 		tensor_scope_begin();
+		struct text_batch group;
+		if (text_batcher_get(&r.btrain, j, &group) < 0)
+			train_die(PROG, "training batch");
 		if (nn_params_zero_grad(&r.ps) < 0)
 			train_die(PROG, "zero_grad");
-		for (int64_t mb = first; mb < last; mb++) {
-			struct text_batch batch;
+		for (int64_t s0 = 0; s0 < group.size; s0 += B) {
+			int64_t size = group.size - s0 < B ? group.size - s0 : B;
 			tensor_scope_begin();
-			if (text_batcher_get(&r.btrain, mb, &batch) < 0)
-				train_die(PROG, "training batch");
-			struct tensor *logits =
-			    model_classifier_forward(&r.model, batch.ids, batch.mask);
-			struct tensor *loss = nn_cross_entropy(logits, batch.labels, -1, 0.0);
-			double acc = loss ? nn_accuracy(logits, batch.labels, -1) : -1;
+			struct tensor *ids = tensor_narrow(group.ids, 0, s0, size);
+			struct tensor *mask = tensor_narrow(group.mask, 0, s0, size);
+			struct tensor *labels = tensor_narrow(group.labels, 0, s0, size);
+			struct tensor *logits = model_classifier_forward(&r.model, ids, mask);
+			struct tensor *loss = nn_cross_entropy(logits, labels, -1, 0.0);
+			double acc = loss ? nn_accuracy(logits, labels, -1) : -1;
 			struct tensor *scaled =
-			    ag_mul_scalar(loss, (double)batch.size / (double)group);
+			    ag_mul_scalar(loss, (double)size / (double)group.size);
 			if (!scaled || acc < 0)
 				train_die(PROG, "training step");
 			/* read before backward releases the forward's memory */
-			w.loss += tensor_get(loss, NULL) * (double)batch.size;
+			w.loss += tensor_get(loss, NULL) * (double)size;
 			if (ag_backward_release(scaled, NULL) < 0)
 				train_die(PROG, "training step");
-			w.correct += acc * (double)batch.size;
-			w.examples += batch.size;
-			w.padded += batch.size * batch.ids->shape[1];
-			for (int64_t i = 0; i < batch.size; i++)
-				w.real += r.btrain.lengths[r.btrain.order[mb * B + i]];
+			w.correct += acc * (double)size;
+			w.examples += size;
+			w.padded += size * ids->shape[1];
 			tensor_scope_end();
 		}
+		for (int64_t i = 0; i < group.size; i++)
+			w.real += r.btrain.lengths[r.btrain.order[j * r.btrain.batch_size + i]];
 		double norm = train_optimizer_step(&r.ps, &r.adamw, &r.sched, step, opt.clip);
 		if (norm < 0)
 			train_die(PROG, "optimizer step");

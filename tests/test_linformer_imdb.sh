@@ -86,7 +86,7 @@ for f in "$tmp"/a/*.tmp; do
 done
 grep -q '^test: loss [0-9.]* accuracy [0-9.]* ([0-9]*/24 reviews)$' "$tmp/a.out" ||
 	fail "no test accuracy line in the output"
-if ! grep -q 'tokens/s (padded' "$tmp/a.out" ||
+if ! grep -q 'tokens/s (batch x width' "$tmp/a.out" ||
 	! grep -q 'peak memory [0-9.]* MB' "$tmp/a.out"; then
 	fail "no tokens/s and peak memory summary"
 fi
