@@ -105,9 +105,11 @@ and run from there, or pass --bin DIR"
 
 # run_one NAME PROGRAM ARGS...: one training run into OUT/runs/NAME (its log dir), unless a
 # previous run there completed (a "done" file) with the same command and --force was not given.
+# Batches are n tokens wide (--no-bucket), so each run's costs are those of its sequence length.
 run_one() {
 	local name=$1 prog=$2 dir=$OUT/runs/$1 cmd
 	shift 2
+	set -- "$@" --no-bucket
 	cmd="$(basename "$prog") $* $EXTRA --threads $THREADS"
 	if [ -e "$dir/done" ] && [ "$(cat "$dir/done")" = "$cmd" ] && [ "$FORCE" = 0 ]; then
 		note "$name: done before, reusing"
