@@ -31,7 +31,7 @@ struct options {
 	const char *init_from, *checkpoint, *predict, *predict_file;
 	int64_t head_hidden;
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_train, max_test;
-	int64_t log_every, stop_after;
+	int64_t log_every, stop_after, keep_tail;
 	double embed_std, lr, beta1, beta2, min_lr, warmup, weight_decay, clip, val_fraction;
 	bool decay_all, resume, eval_only, no_bucket;
 };
@@ -75,6 +75,9 @@ static struct flag flags[] = {
 	DBL("attn-dropout", enc.attn_dropout, 0, 1, FLAG_MAX_OPEN, "P",
 	    "dropout of attention probabilities"),
 	MODEL_FLAGS_TOKENIZER(opt.enc),
+	INT("keep-tail", keep_tail, 0, 1 << 30, "T",
+	    "a review over n - 2 tokens keeps its last T tokens and the first ones before "
+	    "them (0: the first n - 2; pass it again with --eval-only and --predict)"),
 	INT("batch", batch, 1, 1 << 16, "B", "reviews per batch"),
 	BOOL("no-bucket", no_bucket,
 	     "batches of n tokens in random order (default: reviews of similar length batched "
@@ -143,6 +146,13 @@ static const char EPILOG[] =
     "DIR. Then: --eval-only --checkpoint CKPT, or --predict TEXT --checkpoint CKPT.\n";
 
 /* ---- model configuration ------------------------------------------------------------------ */
+
+/* The tokenizer of the flags (model_flags_tokenizer) with --keep-tail. */
+static void load_tokenizer(struct text_tokenizer *tok, int64_t vocab_size)
+{
+	model_flags_tokenizer(tok, &opt.enc, vocab_size, flags, NFLAGS, PROG);
+	tok->keep_tail = opt.keep_tail;
+}
 
 /* The classifier configuration the flags describe, for the tokenizer's vocabulary. */
 static void build_config(struct model_config *c, const struct text_tokenizer *tok)
@@ -298,7 +308,7 @@ static int run_eval_only(void)
 	struct text_batcher b;
 	int64_t step;
 	load_model(opt.checkpoint, &c, &ps, &m, &step);
-	model_flags_tokenizer(&tok, &opt.enc, c.vocab_size, flags, NFLAGS, PROG);
+	load_tokenizer(&tok, c.vocab_size);
 	model_summary(&c, nn_params_count(&ps), stdout);
 	load_split("test", opt.max_test, &test);
 	if (train_batcher_init(&b, &test, &tok, c.max_len, opt.batch, 0, false, !opt.no_bucket) < 0)
@@ -359,7 +369,7 @@ static int run_predict(void)
 		fclose(f);
 	}
 	load_model(opt.checkpoint, &c, &ps, &m, &step);
-	model_flags_tokenizer(&tok, &opt.enc, c.vocab_size, flags, NFLAGS, PROG);
+	load_tokenizer(&tok, c.vocab_size);
 	fprintf(stderr, "%s: %s (step %lld): one line per review: P(neg) P(pos)\n", PROG,
 		opt.checkpoint, (long long)step);
 	int64_t n = c.max_len, C = c.num_classes;
@@ -512,7 +522,7 @@ static void csv_row(struct run *r, int64_t step, int64_t epoch, const char *spli
 /* Data, tokenizer, model, optimizer, schedule, log files; returns the first step to run. */
 static int64_t setup(struct run *r)
 {
-	model_flags_tokenizer(&r->tok, &opt.enc, 0, flags, NFLAGS, PROG);
+	load_tokenizer(&r->tok, 0);
 	build_config(&r->cfg, &r->tok);
 	struct model_config pre;
 	if (opt.init_from) {

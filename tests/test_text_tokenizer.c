@@ -552,6 +552,51 @@ START_TEST(test_encode_matches_tokenize)
 }
 END_TEST
 
+/* With keep_tail, every n gives [CLS] + the first room - tail and the last
+ * tail tokens of text_tokenize (all of them if they fit) + [SEP] + pads. */
+START_TEST(test_encode_head_tail)
+{
+	struct text_tokenizer tok;
+	load_bert(&tok);
+	const char *text = "The opening is slow, the middle drags; but the ending: 10/10, "
+			   "a café-bar masterpiece!";
+	int32_t *full = NULL;
+	size_t nf = 0;
+	ck_assert_int_eq(text_tokenize(&tok, text, strlen(text), &full, &nf), TENSOR_OK);
+	ck_assert(nf > 20 && nf < 60);
+	const int64_t tails[] = { 1, 7, 1000 };
+	int32_t ids[64], mask[64];
+	for (int t = 0; t < 3; t++) {
+		tok.keep_tail = tails[t];
+		for (int64_t n = 2; n < 64; n++) {
+			int64_t length;
+			ck_assert_int_eq(
+			    text_encode(&tok, text, strlen(text), n, ids, mask, &length),
+			    TENSOR_OK);
+			size_t room = (size_t)n - 2, k = room < nf ? room : nf;
+			size_t tail = nf <= room		? 0
+				      : (size_t)tails[t] < room ? (size_t)tails[t]
+								: room;
+			ck_assert_int_eq(length, (int64_t)k + 2);
+			ck_assert(ids[0] == 101 && ids[k + 1] == 102);
+			for (size_t i = 0; i < k - tail; i++)
+				ck_assert_int_eq(ids[1 + i], full[i]);
+			for (size_t i = 0; i < tail; i++)
+				ck_assert_int_eq(ids[1 + k - tail + i], full[nf - tail + i]);
+			for (int64_t i = 0; i < n; i++)
+				ck_assert_int_eq(mask[i], i < length);
+		}
+	}
+	/* n = 7: the first two tokens, then the last three */
+	tok.keep_tail = 3;
+	ck_assert_int_eq(text_encode(&tok, text, strlen(text), 7, ids, mask, NULL), TENSOR_OK);
+	ck_assert(ids[1] == full[0] && ids[2] == full[1] && ids[3] == full[nf - 3] &&
+		  ids[5] == full[nf - 1] && ids[6] == 102);
+	free(full);
+	text_tokenizer_free(&tok);
+}
+END_TEST
+
 /* Truncation never turns a word that is [UNK] into its matching prefix. */
 START_TEST(test_encode_truncates_after_unk)
 {
@@ -584,6 +629,9 @@ START_TEST(test_encode_errors)
 			TENSOR_ERR_ARG, "text_encode", "text is NULL");
 	tu_assert_error(text_encode(NULL, "a", 1, 4, ids, mask, &length) != TENSOR_OK,
 			TENSOR_ERR_ARG, "text_encode", "tok is NULL");
+	tok.keep_tail = -1;
+	tu_assert_error(text_encode(&tok, "a", 1, 4, ids, mask, &length) != TENSOR_OK,
+			TENSOR_ERR_ARG, "text_encode", "keep_tail = -1, expected >= 0");
 	for (int i = 0; i < 4; i++)
 		ck_assert(ids[i] == -7 && mask[i] == -7);
 	ck_assert_int_eq(length, -7);
@@ -833,6 +881,7 @@ int main(void)
 	tc = tu_tcase("encode");
 	tcase_add_test(tc, test_encode);
 	tcase_add_test(tc, test_encode_matches_tokenize);
+	tcase_add_test(tc, test_encode_head_tail);
 	tcase_add_test(tc, test_encode_truncates_after_unk);
 	tcase_add_test(tc, test_encode_errors);
 	suite_add_tcase(s, tc);

@@ -25,6 +25,10 @@ struct text_tokenizer {
 	int32_t vocab_size;
 	int32_t pad_id, unk_id, cls_id, sep_id, mask_id;
 	struct text_vocab *vocab; /* WordPiece only */
+	/* text_encode's truncation: a text over n - 2 tokens keeps its last
+	 * min(keep_tail, n - 2) tokens and as many first ones as fit before them
+	 * (head + tail; 0, as loaded: the first n - 2). Set it after loading. */
+	int64_t keep_tail;
 };
 
 /* BERT uncased WordPiece from a vocab.txt (one token per line, id = line
@@ -53,10 +57,11 @@ void text_tokenizer_free(struct text_tokenizer *tok);
  * with free()). */
 int text_tokenize(const struct text_tokenizer *tok, const char *text, size_t len,
 		  int32_t **ids, size_t *n);
-/* Model input of length n: [CLS] tokens [SEP], tokens truncated to n - 2,
- * then [PAD] up to n; mask[i] = 1 for real tokens, 0 for padding. Writes n
- * ids and n mask values; *length (may be NULL) receives the real length.
- * n >= 2. */
+/* Model input of length n: [CLS] tokens [SEP], tokens truncated to n - 2
+ * (the first ones, or head + tail with tok->keep_tail), then [PAD] up to n;
+ * mask[i] = 1 for real tokens, 0 for padding. Writes n ids and n mask
+ * values; *length (may be NULL) receives the real length. n >= 2,
+ * tok->keep_tail >= 0. */
 int text_encode(const struct text_tokenizer *tok, const char *text, size_t len, int64_t n,
 		int32_t *ids, int32_t *mask, int64_t *length);
 /* The string of token id, or NULL with an error if out of range: WordPiece

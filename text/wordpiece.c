@@ -581,6 +581,28 @@ int text_tokenize(const struct text_tokenizer *tok, const char *text, size_t len
 	return st;
 }
 
+/* All of text's tokens, then the first room - tail and the last tail of them
+ * (tail = min(keep_tail, room)) into ids[0 .. *kept). */
+static int encode_head_tail(const struct text_tokenizer *tok, const char *text, size_t len,
+			    size_t room, int32_t *ids, size_t *kept)
+{
+	int32_t *all = NULL;
+	size_t total = 0;
+	int st = text_tokenize(tok, text, len, &all, &total);
+	if (st) {
+		free(all);
+		return st;
+	}
+	size_t tail = (uint64_t)tok->keep_tail < room ? (size_t)tok->keep_tail : room;
+	size_t head = total > room ? room - tail : total;
+	memcpy(ids, all, head * sizeof *ids);
+	if (total > room)
+		memcpy(ids + head, all + total - tail, tail * sizeof *ids);
+	*kept = total > room ? room : total;
+	free(all);
+	return TENSOR_OK;
+}
+
 int text_encode(const struct text_tokenizer *tok, const char *text, size_t len, int64_t n,
 		int32_t *ids, int32_t *mask, int64_t *length)
 {
@@ -597,11 +619,20 @@ int text_encode(const struct text_tokenizer *tok, const char *text, size_t len, 
 		    TENSOR_ERR_ARG,
 		    "text_encode: n = %lld, expected >= 2 (room for [CLS] and [SEP])",
 		    (long long)n);
-	struct text_ids o = { .a = ids + 1, .cap = (size_t)n - 2, .max = (size_t)n - 2 };
-	st = run_tokenizer(tok, text, len, &o);
+	if (tok->keep_tail < 0)
+		return tensor_error(TENSOR_ERR_ARG, "text_encode: keep_tail = %lld, expected >= 0",
+				    (long long)tok->keep_tail);
+	size_t room = (size_t)n - 2, kept;
+	if (tok->keep_tail == 0) { /* stop tokenising once the head is full */
+		struct text_ids o = { .a = ids + 1, .cap = room, .max = room };
+		st = run_tokenizer(tok, text, len, &o);
+		kept = o.len;
+	} else {
+		st = encode_head_tail(tok, text, len, room, ids + 1, &kept);
+	}
 	if (st)
 		return st;
-	size_t real = o.len + 2;
+	size_t real = kept + 2;
 	ids[0] = tok->cls_id;
 	ids[real - 1] = tok->sep_id;
 	for (size_t i = 0; i < (size_t)n; i++) {
