@@ -33,6 +33,7 @@ struct options {
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_train, max_test;
 	int64_t log_every, stop_after, keep_tail;
 	double embed_std, lr, beta1, beta2, min_lr, warmup, weight_decay, clip, val_fraction;
+	double token_mask;
 	bool decay_all, resume, eval_only, no_bucket;
 };
 
@@ -74,6 +75,9 @@ static struct flag flags[] = {
 	    "dropout of embeddings, residuals, feed-forward and head"),
 	DBL("attn-dropout", enc.attn_dropout, 0, 1, FLAG_MAX_OPEN, "P",
 	    "dropout of attention probabilities"),
+	DBL("token-mask", token_mask, 0, 1, FLAG_MAX_OPEN, "P",
+	    "training reviews' tokens corrupted with probability P as BERT's MLM input (80% "
+	    "[MASK], 10% random, 10% kept; 0: none)"),
 	MODEL_FLAGS_TOKENIZER(opt.enc),
 	INT("keep-tail", keep_tail, 0, 1 << 30, "T",
 	    "a review over n - 2 tokens keeps its last T tokens and the first ones before "
@@ -696,6 +700,12 @@ static int run_train(int argc, char **argv)
 		struct text_batch group;
 		if (text_batcher_get(&r.btrain, j, &group) < 0)
 			train_die(PROG, "training batch");
+		struct tensor *unused;
+		if (opt.token_mask > 0 &&
+		    text_mlm_mask(&r.tok, &group, opt.token_mask,
+				  (uint64_t)opt.seed * 1000003u + (uint64_t)step, &group.ids,
+				  &unused) < 0)
+			train_die(PROG, "masking tokens");
 		if (nn_params_zero_grad(&r.ps) < 0)
 			train_die(PROG, "zero_grad");
 		for (int64_t s0 = 0; s0 < group.size; s0 += B) {

@@ -144,6 +144,21 @@ else
 	paste "$tmp/x1.tb" "$tmp/x2.tb" | sed 's/^/  | /'
 fi
 
+# --token-mask corrupts the training input: the first loss changes, deterministically
+for r in m1 m2; do
+	# shellcheck disable=SC2086
+	run $r $ACC --batch 8 --token-mask 0.5 --log-dir "$tmp/$r"
+	check $r "--token-mask 0.5" || true
+done
+l1=$("$tbdump" "$tmp"/x1/events.* | awk '$1 == "train/loss" && $2 == 1 { print $3 }')
+m1=$("$tbdump" "$tmp"/m1/events.* | awk '$1 == "train/loss" && $2 == 1 { print $3 }')
+m2=$("$tbdump" "$tmp"/m2/events.* | awk '$1 == "train/loss" && $2 == 1 { print $3 }')
+if [ -n "$l1" ] && [ -n "$m1" ] && [ "$m1" != "$l1" ] && [ "$m1" = "$m2" ]; then
+	echo "ok: --token-mask changes the loss ($l1 -> $m1), the same each run"
+else
+	fail "--token-mask losses: plain '$l1', masked '$m1' and '$m2'"
+fi
+
 # ---- the loss falls: 12 reviews memorised with WordPiece tokens, no dropout ---------------
 run w --max-train 16 --max-test 8 --val-fraction 0.25 --n 64 --k 16 --dim 32 --heads 2 \
 	--layers 2 --ff 64 --batch 4 --epochs 12 --lr 3e-3 --dropout 0 --attn-dropout 0 \
@@ -253,6 +268,21 @@ if check pf "predict-file"; then
 		[ "$(wc -l <"$tmp/pf.out")" -ne 3 ]; then
 		fail "predict-file printed: $(cat "$tmp/pf.out")"
 	fi
+fi
+# --keep-tail: a review longer than n - 2 bytes is read by its end too; a short one as before
+long="Slow, dull, and far too long at the start, it drags on and on. Yet the ending is superb!"
+short="Superb!"
+for t in 0 20; do
+	for txt in long short; do
+		"$prog" --predict "${!txt}" --checkpoint "$tmp/a/best.safetensors" --keep-tail $t \
+			--threads 1 >"$tmp/kt-$txt-$t.out" 2>&1 || fail "--keep-tail $t: $(cat "$tmp/kt-$txt-$t.out")"
+	done
+done
+if ! cmp -s "$tmp/kt-long-0.out" "$tmp/kt-long-20.out" &&
+	cmp -s "$tmp/kt-short-0.out" "$tmp/kt-short-20.out"; then
+	echo "ok: --keep-tail reads a long review's end"
+else
+	fail "--keep-tail: long $(cat "$tmp/kt-long-0.out") / $(cat "$tmp/kt-long-20.out"), short $(cat "$tmp/kt-short-0.out") / $(cat "$tmp/kt-short-20.out")"
 fi
 expect 1 "this tokenizer 30522" --eval-only --checkpoint "$tmp/a/last.safetensors" \
 	--tokenizer wordpiece
