@@ -519,7 +519,9 @@ START_TEST(test_encode)
 }
 END_TEST
 
-/* Encoding at every n equals [CLS] + prefix of text_tokenize + [SEP] + pads. */
+/* Encoding at every n equals [CLS] + tokens of text_tokenize + [SEP] + pads: the first
+ * room = n - 2 of them, or with keep_tail the first room - tail and the last tail
+ * (tail = min(keep_tail, room)); all of them if they fit. */
 START_TEST(test_encode_matches_tokenize)
 {
 	struct text_tokenizer tok;
@@ -529,46 +531,12 @@ START_TEST(test_encode_matches_tokenize)
 	int32_t *full = NULL;
 	size_t nf = 0;
 	ck_assert_int_eq(text_tokenize(&tok, text, strlen(text), &full, &nf), TENSOR_OK);
-	ck_assert(nf > 30);
+	ck_assert(nf > 30 && nf < 78);
+	const int64_t tails[] = { 0, 1, 7, 1000 };
 	int32_t ids[80], mask[80];
-	for (int64_t n = 2; n < 80; n++) {
-		int64_t length;
-		ck_assert_int_eq(text_encode(&tok, text, strlen(text), n, ids, mask, &length),
-				 TENSOR_OK);
-		size_t k = (size_t)n - 2 < nf ? (size_t)n - 2 : nf;
-		ck_assert_int_eq(length, (int64_t)k + 2);
-		ck_assert_int_eq(ids[0], 101);
-		for (size_t i = 0; i < k; i++)
-			ck_assert_int_eq(ids[1 + i], full[i]);
-		ck_assert_int_eq(ids[k + 1], 102);
-		for (int64_t i = 0; i < n; i++) {
-			ck_assert_int_eq(mask[i], i < length);
-			if (i >= length)
-				ck_assert_int_eq(ids[i], 0);
-		}
-	}
-	free(full);
-	text_tokenizer_free(&tok);
-}
-END_TEST
-
-/* With keep_tail, every n gives [CLS] + the first room - tail and the last
- * tail tokens of text_tokenize (all of them if they fit) + [SEP] + pads. */
-START_TEST(test_encode_head_tail)
-{
-	struct text_tokenizer tok;
-	load_bert(&tok);
-	const char *text = "The opening is slow, the middle drags; but the ending: 10/10, "
-			   "a café-bar masterpiece!";
-	int32_t *full = NULL;
-	size_t nf = 0;
-	ck_assert_int_eq(text_tokenize(&tok, text, strlen(text), &full, &nf), TENSOR_OK);
-	ck_assert(nf > 20 && nf < 60);
-	const int64_t tails[] = { 1, 7, 1000 };
-	int32_t ids[64], mask[64];
-	for (int t = 0; t < 3; t++) {
+	for (int t = 0; t < 4; t++) {
 		tok.keep_tail = tails[t];
-		for (int64_t n = 2; n < 64; n++) {
+		for (int64_t n = 2; n < 80; n++) {
 			int64_t length;
 			ck_assert_int_eq(
 			    text_encode(&tok, text, strlen(text), n, ids, mask, &length),
@@ -583,8 +551,11 @@ START_TEST(test_encode_head_tail)
 				ck_assert_int_eq(ids[1 + i], full[i]);
 			for (size_t i = 0; i < tail; i++)
 				ck_assert_int_eq(ids[1 + k - tail + i], full[nf - tail + i]);
-			for (int64_t i = 0; i < n; i++)
+			for (int64_t i = 0; i < n; i++) {
 				ck_assert_int_eq(mask[i], i < length);
+				if (i >= length)
+					ck_assert_int_eq(ids[i], 0);
+			}
 		}
 	}
 	/* n = 7: the first two tokens, then the last three */
@@ -881,7 +852,6 @@ int main(void)
 	tc = tu_tcase("encode");
 	tcase_add_test(tc, test_encode);
 	tcase_add_test(tc, test_encode_matches_tokenize);
-	tcase_add_test(tc, test_encode_head_tail);
 	tcase_add_test(tc, test_encode_truncates_after_unk);
 	tcase_add_test(tc, test_encode_errors);
 	suite_add_tcase(s, tc);
