@@ -1,4 +1,4 @@
-/* CPU copy (with dtype conversion), fill, arange, random fills and dropout. */
+/* CPU copy (with dtype conversion), fill, arange and random fills. */
 #include <math.h>
 #include <string.h>
 
@@ -83,74 +83,5 @@ int cpu_random(struct tensor *dst, enum tensor_random_kind kind, uint64_t seed, 
 		FOR_EACH_INDEX(dst, uniform_value(dt, seed, idx, a, b));
 	else
 		FOR_EACH_INDEX(dst, a + b * random_normal(seed, idx));
-	return TENSOR_OK;
-}
-
-/* ---- dropout -------------------------------------------------------------- */
-
-enum { LANES = 16, DROPOUT_CHUNK = 1 << 16 };
-
-/* bits[l] = random_uniform(seed, i0 + l) * 2^53 for l < LANES: random.h's
- * Philox run on LANES counters side by side, so that the rounds vectorize. */
-static inline __attribute__((always_inline)) void uniform_bits(uint64_t seed, uint64_t i0,
-							       uint64_t *bits)
-{
-	uint32_t c0[LANES], c1[LANES], c2[LANES], c3[LANES];
-	for (int l = 0; l < LANES; l++) {
-		c0[l] = (uint32_t)(i0 + (uint64_t)l);
-		c1[l] = (uint32_t)((i0 + (uint64_t)l) >> 32);
-		c2[l] = c3[l] = 0;
-	}
-	uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-	for (int r = 0; r < PHILOX_ROUNDS; r++) {
-#pragma omp simd
-		for (int l = 0; l < LANES; l++)
-			philox_round(&c0[l], &c1[l], &c2[l], &c3[l], k0, k1);
-		k0 += PHILOX_KEY_STEP0;
-		k1 += PHILOX_KEY_STEP1;
-	}
-	for (int l = 0; l < LANES; l++)
-		bits[l] = philox_bits53(c0[l], c1[l]);
-}
-
-/* y[i] = x[i] * (uniform(seed, first + i) >= p ? scale : 0) for i < n, with
- * keep <=> bits >= thresh = ceil(p 2^53). y may be x. */
-#define DEFINE_DROPOUT(T)                                                                    \
-	CPU_WIDE_CLONES static void dropout_##T(T *y, const T *x, int64_t n, uint64_t first, \
-						uint64_t seed, uint64_t thresh, T scale)     \
-	{                                                                                    \
-		for (int64_t s = 0; s < n; s += LANES) {                                     \
-			uint64_t bits[LANES];                                                \
-			uniform_bits(seed, first + (uint64_t)s, bits);                       \
-			T f[LANES]; /* branch-free: the keep bit as a number */              \
-			for (int l = 0; l < LANES; l++)                                      \
-				f[l] = (T)(bits[l] >= thresh) * scale;                       \
-			int64_t m = n - s < LANES ? n - s : LANES;                           \
-			for (int64_t l = 0; l < m; l++)                                      \
-				y[s + l] = x[s + l] * f[l];                                  \
-		}                                                                            \
-	}
-DEFINE_DROPOUT(float)
-DEFINE_DROPOUT(double)
-
-int cpu_dropout(struct tensor *out, const struct tensor *x, double p, uint64_t seed)
-{
-	int64_t n = tensor_numel(out), chunks = (n + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;
-	uint64_t thresh = (uint64_t)ceil(p * 9007199254740992.0);
-	double scale = 1.0 / (1.0 - p);
-	bool f32 = out->dtype == TENSOR_F32;
-	char *po = tensor_data(out);
-	const char *px = tensor_data(x);
-	size_t es = f32 ? sizeof(float) : sizeof(double);
-#pragma omp parallel for num_threads(cpu_num_threads()) if (chunks > 1)
-	for (int64_t c = 0; c < chunks; c++) {
-		int64_t s = c * DROPOUT_CHUNK, m = n - s < DROPOUT_CHUNK ? n - s : DROPOUT_CHUNK;
-		void *y = po + (size_t)s * es;
-		const void *xs = px + (size_t)s * es;
-		if (f32)
-			dropout_float(y, xs, m, (uint64_t)s, seed, thresh, (float)scale);
-		else
-			dropout_double(y, xs, m, (uint64_t)s, seed, thresh, scale);
-	}
 	return TENSOR_OK;
 }

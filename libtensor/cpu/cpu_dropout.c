@@ -1,0 +1,152 @@
+/* CPU dropout in one pass: y = x * (uniform(seed, i) >= p) / (1 - p), with
+ * random.h's Philox stream (the same draws as tensor_rand_uniform and CUDA).
+ * Philox runs on LANES counters side by side: in portable C that the compiler
+ * vectorizes (well with AVX-512), and with AVX2 intrinsics, where the
+ * compiler's version spends most of its time packing 32-bit halves. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "../random.h"
+#include "cpu_kernels.h"
+#include "cpu_math.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define CPU_DROPOUT_AVX2 1
+#endif
+
+enum { LANES = 16, DROPOUT_CHUNK = 1 << 16 };
+
+/* bits[l] = random_uniform(seed, i0 + l) * 2^53 for l < LANES. */
+static inline __attribute__((always_inline)) void uniform_bits(uint64_t seed, uint64_t i0,
+							       int64_t *bits)
+{
+	uint32_t c0[LANES], c1[LANES], c2[LANES], c3[LANES];
+	for (int l = 0; l < LANES; l++) {
+		c0[l] = (uint32_t)(i0 + (uint64_t)l);
+		c1[l] = (uint32_t)((i0 + (uint64_t)l) >> 32);
+		c2[l] = c3[l] = 0;
+	}
+	uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+	for (int r = 0; r < PHILOX_ROUNDS; r++) {
+#pragma omp simd
+		for (int l = 0; l < LANES; l++)
+			philox_round(&c0[l], &c1[l], &c2[l], &c3[l], k0, k1);
+		k0 += PHILOX_KEY_STEP0;
+		k1 += PHILOX_KEY_STEP1;
+	}
+	for (int l = 0; l < LANES; l++)
+		bits[l] = (int64_t)philox_bits53(c0[l], c1[l]);
+}
+
+#ifdef CPU_DROPOUT_AVX2
+/* One Philox round on four counters, each 32-bit word in a 64-bit lane: the
+ * two 32 x 32 -> 64 products are one vpmuludq each. */
+#define PHILOX_ROUND_AVX2(c0, c1, c2, c3)                                                    \
+	do {                                                                                 \
+		__m256i p0 = _mm256_mul_epu32(c0, m0), p2 = _mm256_mul_epu32(c2, m2);        \
+		c0 = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p2, 32), c1), vk0); \
+		c1 = _mm256_and_si256(p2, lo32);                                             \
+		c2 = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), c3), vk1); \
+		c3 = _mm256_and_si256(p0, lo32);                                             \
+	} while (0)
+
+/* uniform_bits, eight counters at a time in two sets of registers (two
+ * chains of rounds side by side; more spill on AVX2's 16 registers). */
+__attribute__((target("avx2"), always_inline)) static inline void
+uniform_bits_avx2(uint64_t seed, uint64_t i0, int64_t *bits)
+{
+	const __m256i lo32 = _mm256_set1_epi64x(0xFFFFFFFFll),
+		      step = _mm256_setr_epi64x(0, 1, 2, 3);
+	const __m256i m0 = _mm256_set1_epi64x(0xD2511F53ll), m2 = _mm256_set1_epi64x(0xCD9E8D57ll);
+	const __m256i mask53 = _mm256_set1_epi64x((1ll << 53) - 1);
+	for (int g = 0; g < LANES; g += 8) {
+		__m256i ia =
+		    _mm256_add_epi64(_mm256_set1_epi64x((int64_t)(i0 + (uint64_t)g)), step);
+		__m256i ib = _mm256_add_epi64(ia, _mm256_set1_epi64x(4));
+		__m256i a0 = _mm256_and_si256(ia, lo32), a1 = _mm256_srli_epi64(ia, 32);
+		__m256i b0 = _mm256_and_si256(ib, lo32), b1 = _mm256_srli_epi64(ib, 32);
+		__m256i a2 = _mm256_setzero_si256(), a3 = a2, b2 = a2, b3 = a2;
+		uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+		for (int r = 0; r < PHILOX_ROUNDS; r++) {
+			__m256i vk0 = _mm256_set1_epi64x(k0), vk1 = _mm256_set1_epi64x(k1);
+			PHILOX_ROUND_AVX2(a0, a1, a2, a3);
+			PHILOX_ROUND_AVX2(b0, b1, b2, b3);
+			k0 += PHILOX_KEY_STEP0;
+			k1 += PHILOX_KEY_STEP1;
+		}
+		/* philox_bits53(c0, c1) */
+		a0 = _mm256_xor_si256(_mm256_slli_epi64(a0, 21), _mm256_srli_epi64(a1, 11));
+		b0 = _mm256_xor_si256(_mm256_slli_epi64(b0, 21), _mm256_srli_epi64(b1, 11));
+		_mm256_storeu_si256((__m256i *)(bits + g), _mm256_and_si256(a0, mask53));
+		_mm256_storeu_si256((__m256i *)(bits + g + 4), _mm256_and_si256(b0, mask53));
+	}
+}
+#endif
+
+/* y[i] = x[i] * (uniform(seed, first + i) >= p ? scale : 0) for i < n, with
+ * keep <=> bits >= thresh = ceil(p 2^53) (both below 2^63, so a signed
+ * compare, which AVX2 has). y may be x. */
+#define DEFINE_DROPOUT(T, NAME, ATTR, BITS)                                               \
+	ATTR static void NAME(T *y, const T *x, int64_t n, uint64_t first, uint64_t seed, \
+			      int64_t thresh, T scale)                                    \
+	{                                                                                 \
+		for (int64_t s = 0; s < n; s += LANES) {                                  \
+			int64_t bits[LANES];                                              \
+			BITS(seed, first + (uint64_t)s, bits);                            \
+			T f[LANES]; /* branch-free: the keep bit as a number */           \
+			for (int l = 0; l < LANES; l++)                                   \
+				f[l] = bits[l] >= thresh ? scale : (T)0;                  \
+			if (n - s >= LANES) /* a fixed count: vectorized */               \
+				for (int l = 0; l < LANES; l++)                           \
+					y[s + l] = x[s + l] * f[l];                       \
+			else                                                              \
+				for (int64_t l = 0; l < n - s; l++)                       \
+					y[s + l] = x[s + l] * f[l];                       \
+		}                                                                         \
+	}
+DEFINE_DROPOUT(float, dropout_float, CPU_WIDE_CLONES, uniform_bits)
+DEFINE_DROPOUT(double, dropout_double, CPU_WIDE_CLONES, uniform_bits)
+#ifdef CPU_DROPOUT_AVX2
+DEFINE_DROPOUT(float, dropout_float_avx2, __attribute__((target("avx2"))), uniform_bits_avx2)
+DEFINE_DROPOUT(double, dropout_double_avx2, __attribute__((target("avx2"))), uniform_bits_avx2)
+#endif
+
+int cpu_dropout(struct tensor *out, const struct tensor *x, double p, uint64_t seed)
+{
+	int64_t n = tensor_numel(out), chunks = (n + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;
+	int64_t thresh = (int64_t)ceil(p * 9007199254740992.0);
+	double scale = 1.0 / (1.0 - p);
+	bool f32 = out->dtype == TENSOR_F32;
+	char *po = tensor_data(out);
+	const char *px = tensor_data(x);
+	size_t es = f32 ? sizeof(float) : sizeof(double);
+	/* AVX-512 runs the portable loop's widest clone; AVX2 the intrinsics,
+	 * unless CFORMER_PORTABLE_DROPOUT is set (the tests run both). */
+	bool avx2 = false;
+#ifdef CPU_DROPOUT_AVX2
+	avx2 = __builtin_cpu_supports("avx2") && !__builtin_cpu_supports("avx512f") &&
+	       !getenv("CFORMER_PORTABLE_DROPOUT");
+#endif
+#pragma omp parallel for num_threads(cpu_num_threads()) if (chunks > 1)
+	for (int64_t c = 0; c < chunks; c++) {
+		int64_t s = c * DROPOUT_CHUNK, m = n - s < DROPOUT_CHUNK ? n - s : DROPOUT_CHUNK;
+		void *y = po + (size_t)s * es;
+		const void *xs = px + (size_t)s * es;
+#ifdef CPU_DROPOUT_AVX2
+		if (avx2) {
+			if (f32)
+				dropout_float_avx2(y, xs, m, (uint64_t)s, seed, thresh,
+						   (float)scale);
+			else
+				dropout_double_avx2(y, xs, m, (uint64_t)s, seed, thresh, scale);
+			continue;
+		}
+#endif
+		if (f32)
+			dropout_float(y, xs, m, (uint64_t)s, seed, thresh, (float)scale);
+		else
+			dropout_double(y, xs, m, (uint64_t)s, seed, thresh, scale);
+	}
+	return TENSOR_OK;
+}
