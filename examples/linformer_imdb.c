@@ -27,7 +27,7 @@ enum { NCSV = sizeof CSV_COLS / sizeof CSV_COLS[0] };
 
 struct options {
 	struct model_flags enc;
-	const char *pooling, *schedule, *data, *log_dir, *checkpoint_dir;
+	const char *pooling, *schedule, *data, *val_split, *log_dir, *checkpoint_dir;
 	const char *init_from, *checkpoint, *predict, *predict_file;
 	int64_t head_hidden;
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_train, max_test;
@@ -42,6 +42,7 @@ static struct options opt = {
 	.pooling = "mean",
 	.schedule = "cosine",
 	.data = CFORMER_DATA_DIR "/aclImdb_subset",
+	.val_split = "random",
 	.batch = 32,
 	.accum = 1,
 	.epochs = 6,
@@ -105,6 +106,9 @@ static struct flag flags[] = {
 	DBL("val-fraction", val_fraction, 0, 0.5, FLAG_MIN_OPEN, "F",
 	    "training reviews held out for validation"),
 	INT("split-seed", split_seed, 0, 9007199254740992.0, "S", "seed of the validation split"),
+	CHO("val-split", val_split, "random|movie",
+	    "validation reviews drawn one by one, or whole movies (the movies of aclImdb's "
+	    "urls_*.txt), so that none is also in training, as none of the test set's is"),
 	INT("max-train", max_train, 0, 1 << 30, "N",
 	    "use N training reviews, a seeded sample (0: all)"),
 	INT("max-test", max_test, 0, 1 << 30, "N", "use N test reviews, a seeded sample (0: all)"),
@@ -423,7 +427,7 @@ struct run {
 	struct nn_adamw adamw;
 	struct nn_schedule sched;
 	int64_t spe, total, epochs; /* steps per epoch, steps, epochs */
-	double best_val, elapsed0;	/* best validation accuracy; elapsed before resuming */
+	double best_val, elapsed0;  /* best validation accuracy; elapsed before resuming */
 	int64_t best_epoch;
 	char log_dir[1024], ckpt_dir[1024];
 	struct csvlog csv;
@@ -536,9 +540,12 @@ static int64_t setup(struct run *r)
 	}
 	struct text_dataset all;
 	load_split("train", opt.max_train, &all);
-	if (text_dataset_split(&all, opt.val_fraction, (uint64_t)opt.split_seed, &r->train,
-			       &r->val) < 0 ||
-	    r->train.n < 1 || r->val.n < 1)
+	int (*split)(const struct text_dataset *, double, uint64_t, struct text_dataset *,
+		     struct text_dataset *) =
+	    strcmp(opt.val_split, "movie") == 0 ? text_dataset_split_groups : text_dataset_split;
+	if (split(&all, opt.val_fraction, (uint64_t)opt.split_seed, &r->train, &r->val) < 0)
+		flags_fail(PROG, "val-split", "%s", tensor_last_error());
+	if (r->train.n < 1 || r->val.n < 1)
 		flags_fail(PROG, "val-fraction", "%g of %lld reviews leaves an empty split",
 			   opt.val_fraction, (long long)all.n);
 	text_dataset_free(&all);

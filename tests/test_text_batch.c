@@ -100,7 +100,7 @@ static struct text_dataset varied(int64_t n)
 		for (int64_t j = 0; j < len; j++)
 			t[j] = (char)('a' + (i + j) % 26);
 		t[len] = '\0';
-		ds.items[i] = (struct text_example){ t, (int32_t)i, 0 };
+		ds.items[i] = (struct text_example){ .text = t, .label = (int32_t)i };
 	}
 	return ds;
 }

@@ -1,4 +1,5 @@
-/* Tests of the text/ readers: aclImdb and plain text, and the seeded split.
+/* Tests of the text/ readers: aclImdb (with each review's movie) and plain
+ * text, and the seeded splits, by example and by movie.
  * Fixtures: tests/data/imdb_*, lines_tiny; examples/data/aclImdb_subset (real
  * reviews). */
 #define _XOPEN_SOURCE 700
@@ -124,6 +125,29 @@ START_TEST(test_imdb_test_split)
 }
 END_TEST
 
+/* Each review's movie from urls_neg.txt / urls_pos.txt (line id + 1; the
+ * pos file has CRLF endings and no final newline): groups number the
+ * distinct URLs in sorted order, across both labels; the test split has no
+ * urls files, so no groups. */
+START_TEST(test_imdb_groups)
+{
+	/* neg 2, 7, 10 -> tt..2, tt..7, tt..1; pos 0, 3, 11, 25 -> tt..1,
+	 * tt..3, tt..2, tt..3 */
+	static const int64_t want[] = { 2, 4, 1, 1, 3, 2, 3 };
+	struct text_dataset ds;
+	ck_assert_int_eq(text_imdb_load(data_path("imdb_tiny"), "train", &ds), TENSOR_OK);
+	ck_assert_int_eq(ds.n, 7);
+	for (int i = 0; i < 7; i++)
+		ck_assert_msg(ds.items[i].group == want[i], "review %d: group %lld, want %lld", i,
+			      (long long)ds.items[i].group, (long long)want[i]);
+	text_dataset_free(&ds);
+	ck_assert_int_eq(text_imdb_load(data_path("imdb_tiny"), "test", &ds), TENSOR_OK);
+	for (int i = 0; i < ds.n; i++)
+		ck_assert_int_eq(ds.items[i].group, 0);
+	text_dataset_free(&ds);
+}
+END_TEST
+
 /* A failing load records the status and message and leaves out untouched. */
 static void assert_load_error(const char *dir, const char *split, int status, const char *s1,
 			      const char *s2)
@@ -159,6 +183,29 @@ START_TEST(test_imdb_errors_fixtures)
 	assert_load_error(data_path("imdb_tiny"), NULL, TENSOR_ERR_ARG, "text_imdb_load", "NULL");
 	ck_assert_int_eq(text_imdb_load(data_path("imdb_tiny"), "train", NULL), TENSOR_ERR_ARG);
 	tu_assert_error(true, TENSOR_ERR_ARG, "text_imdb_load", "NULL");
+}
+END_TEST
+
+/* urls files that do not cover a review: too short, a blank line; a label
+ * folder without one leaves its reviews without a group. */
+START_TEST(test_imdb_urls_errors)
+{
+	char *root = tree_new(), p[1024];
+	put_text(root, "train/neg/1_2.txt", "Bad.");
+	put_text(root, "train/pos/0_8.txt", "Good.");
+	put_text(root, "train/urls_neg.txt", "http://a\n");
+	snprintf(p, sizeof(p), "%s/train/urls_neg.txt", root);
+	assert_load_error(root, "train", TENSOR_ERR_IO, p, "has 1 lines, review id 1 needs line 2");
+	put_text(root, "train/urls_neg.txt", "http://a\n\r\nhttp://c\n");
+	assert_load_error(root, "train", TENSOR_ERR_IO, p, "line 2 (review id 1) is blank");
+	put_text(root, "train/urls_neg.txt", "http://a\nhttp://b\n");
+	struct text_dataset ds;
+	ck_assert_int_eq(text_imdb_load(root, "train", &ds), TENSOR_OK);
+	ck_assert_int_eq(ds.n, 2);
+	ck_assert_int_eq(ds.items[0].group, 1); /* neg id 1: http://b, the only URL */
+	ck_assert_int_eq(ds.items[1].group, 0); /* no urls_pos.txt */
+	text_dataset_free(&ds);
+	tree_remove(root);
 }
 END_TEST
 
@@ -273,8 +320,9 @@ static struct text_dataset numbered(int64_t n)
 	for (int64_t i = 0; i < n; i++) {
 		char buf[32];
 		snprintf(buf, sizeof(buf), "doc %lld", (long long)i);
-		ds.items[i] =
-		    (struct text_example){ strdup(buf), (int32_t)(i % 2), (int32_t)(i % 10 + 1) };
+		ds.items[i] = (struct text_example){ .text = strdup(buf),
+						     .label = (int32_t)(i % 2),
+						     .rating = (int32_t)(i % 10 + 1) };
 	}
 	return ds;
 }
@@ -361,6 +409,97 @@ START_TEST(test_split_errors)
 	struct text_dataset broken = { NULL, 3 };
 	tu_assert_error(text_dataset_split(&broken, 0.1, 1, &tr, &va) == TENSOR_ERR_ARG,
 			TENSOR_ERR_ARG, "text_dataset_split", "invalid dataset");
+	text_dataset_free(&ds);
+}
+END_TEST
+
+/* numbered(n) in 37 movies of 1 to 10 reviews (group = 1 + i mod 37 for the
+ * first 185, the rest in group 1). */
+static struct text_dataset in_movies(int64_t n)
+{
+	struct text_dataset ds = numbered(n);
+	for (int64_t i = 0; i < n; i++)
+		ds.items[i].group = i < 185 ? 1 + i % 37 : 1;
+	return ds;
+}
+
+/* A split by movie: no movie on both sides, val has at least round(f n)
+ * reviews and less than that plus its largest movie, both keep the original
+ * order and together hold every review once. Returns val's size. */
+static int64_t check_group_split(const struct text_dataset *ds, double f, uint64_t seed,
+				 char *val_groups)
+{
+	struct text_dataset tr, va;
+	ck_assert_int_eq(text_dataset_split_groups(ds, f, seed, &tr, &va), TENSOR_OK);
+	int64_t k = (int64_t)(f * (double)ds->n + 0.5), biggest = 0, size[64] = { 0 };
+	for (int64_t i = 0; i < ds->n; i++)
+		size[ds->items[i].group]++;
+	for (int g = 0; g < 64; g++)
+		biggest = size[g] > biggest ? size[g] : biggest;
+	ck_assert_int_ge(va.n, k);
+	ck_assert_int_lt(va.n, k + (k ? biggest : 1));
+	ck_assert_int_eq(tr.n + va.n, ds->n);
+	char side[64] = { 0 }; /* 1 train, 2 val */
+	char *seen = calloc((size_t)ds->n + 1, 1);
+	struct text_dataset *parts[2] = { &tr, &va };
+	for (int p = 0; p < 2; p++) {
+		int64_t prev = -1;
+		for (int64_t i = 0; i < parts[p]->n; i++) {
+			const struct text_example *ex = &parts[p]->items[i];
+			int64_t d = doc_index(ex);
+			ck_assert(d > prev && !seen[d]);
+			prev = d;
+			seen[d] = 1;
+			ck_assert_int_eq(ex->group, ds->items[d].group);
+			ck_assert_msg(side[ex->group] == 0 || side[ex->group] == p + 1,
+				      "movie %lld on both sides", (long long)ex->group);
+			side[ex->group] = (char)(p + 1);
+		}
+	}
+	if (val_groups)
+		for (int g = 0; g < 64; g++)
+			val_groups[g] = side[g] == 2;
+	free(seen);
+	int64_t n = va.n;
+	text_dataset_free(&tr);
+	text_dataset_free(&va);
+	return n;
+}
+
+START_TEST(test_split_groups)
+{
+	struct text_dataset ds = in_movies(200);
+	char a[64], b[64], c[64];
+	check_group_split(&ds, 0.1, 42, a);
+	check_group_split(&ds, 0.1, 42, b);
+	check_group_split(&ds, 0.1, 43, c);
+	ck_assert(memcmp(a, b, sizeof(a)) == 0); /* the seed decides */
+	ck_assert(memcmp(a, c, sizeof(a)) != 0);
+	ck_assert_int_eq(check_group_split(&ds, 0.0, 1, NULL), 0);
+	check_group_split(&ds, 0.3, 7, NULL);
+	ck_assert_int_eq(check_group_split(&ds, 0.999, 7, NULL), 200); /* every movie */
+	text_dataset_free(&ds);
+	struct text_dataset empty = { NULL, 0 };
+	ck_assert_int_eq(check_group_split(&empty, 0.5, 5, NULL), 0);
+}
+END_TEST
+
+START_TEST(test_split_groups_errors)
+{
+	struct text_dataset ds = in_movies(10), tr = { NULL, 77 }, va = { NULL, 77 };
+	ds.items[3].group = 0;
+	tu_assert_error(text_dataset_split_groups(&ds, 0.1, 1, &tr, &va) == TENSOR_ERR_ARG,
+			TENSOR_ERR_ARG, "text_dataset_split_groups",
+			"example 3 has no group (group 0, expected > 0");
+	ds.items[3].group = -2;
+	tu_assert_error(text_dataset_split_groups(&ds, 0.1, 1, &tr, &va) == TENSOR_ERR_ARG,
+			TENSOR_ERR_ARG, "text_dataset_split_groups", "group -2");
+	ds.items[3].group = 4;
+	tu_assert_error(text_dataset_split_groups(&ds, 1.0, 1, &tr, &va) == TENSOR_ERR_ARG,
+			TENSOR_ERR_ARG, "text_dataset_split_groups", "expected [0, 1)");
+	tu_assert_error(text_dataset_split_groups(&ds, 0.1, 1, NULL, &va) == TENSOR_ERR_ARG,
+			TENSOR_ERR_ARG, "text_dataset_split_groups", "NULL");
+	ck_assert(tr.n == 77 && va.n == 77);
 	text_dataset_free(&ds);
 }
 END_TEST
@@ -455,6 +594,8 @@ int main(void)
 	TCase *tc = tu_tcase("imdb");
 	tcase_add_test(tc, test_imdb_train);
 	tcase_add_test(tc, test_imdb_test_split);
+	tcase_add_test(tc, test_imdb_groups);
+	tcase_add_test(tc, test_imdb_urls_errors);
 	tcase_add_test(tc, test_imdb_errors_fixtures);
 	tcase_add_test(tc, test_imdb_malformed_names);
 	tcase_add_test(tc, test_imdb_bad_content);
@@ -463,6 +604,8 @@ int main(void)
 	tc = tu_tcase("split");
 	tcase_add_test(tc, test_split);
 	tcase_add_test(tc, test_split_errors);
+	tcase_add_test(tc, test_split_groups);
+	tcase_add_test(tc, test_split_groups_errors);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("lines");
 	tcase_add_test(tc, test_lines_file);

@@ -1,5 +1,5 @@
-/* The aclImdb reader (train|test/neg|pos/<id>_<rating>.txt), text_dataset_free
- * and the seeded validation split. */
+/* The aclImdb reader (train|test/neg|pos/<id>_<rating>.txt, each review's
+ * movie from urls_neg|pos.txt) and text_dataset_free. */
 #define _POSIX_C_SOURCE 200809L
 #include "text.h"
 
@@ -9,8 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-#include "random.h"
 
 struct imdb_file {
 	int64_t id;
@@ -220,6 +218,100 @@ static int read_review(const char *path, char **out)
 	return TENSOR_OK;
 }
 
+struct url_key {
+	char *url;
+	int64_t item; /* index into the dataset */
+};
+
+static int url_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct url_key *)a)->url, ((const struct url_key *)b)->url);
+}
+
+/* Appends to keys the URL of each review of files[0..n) (sorted ids), the
+ * first at dataset index item0: line id + 1 of path. No such file: nothing. */
+static int read_urls(const char *path, const struct imdb_file *files, size_t n, int64_t item0,
+		     struct url_key *keys, size_t *nkeys)
+{
+	FILE *fp = fopen(path, "rb");
+	if (!fp)
+		return errno == ENOENT
+			   ? TENSOR_OK
+			   : tensor_error(TENSOR_ERR_IO, "text_imdb_load: cannot open '%s': %s",
+					  path, strerror(errno));
+	char *line = NULL;
+	size_t cap = 0, f = 0;
+	int64_t lineno = 0;
+	int st = TENSOR_OK;
+	ssize_t len;
+	while (f < n && (len = getline(&line, &cap, fp)) >= 0) {
+		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+			line[--len] = '\0';
+		if (files[f].id != lineno++)
+			continue;
+		if (len == 0) {
+			st = tensor_error(
+			    TENSOR_ERR_IO,
+			    "text_imdb_load: '%s' line %lld (review id %lld) is blank, "
+			    "expected the review's movie URL",
+			    path, (long long)lineno, (long long)files[f].id);
+			break;
+		}
+		char *url = strdup(line);
+		if (!url) {
+			st = tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+			break;
+		}
+		keys[(*nkeys)++] = (struct url_key){ url, item0 + (int64_t)f++ };
+	}
+	if (st == TENSOR_OK && ferror(fp))
+		st = tensor_error(TENSOR_ERR_IO, "text_imdb_load: cannot read '%s': %s", path,
+				  strerror(errno));
+	else if (st == TENSOR_OK && f < n)
+		st = tensor_error(TENSOR_ERR_IO,
+				  "text_imdb_load: '%s' has %lld lines, review id %lld needs line "
+				  "%lld",
+				  path, (long long)lineno, (long long)files[f].id,
+				  (long long)files[f].id + 1);
+	free(line);
+	fclose(fp);
+	return st;
+}
+
+/* Each review's movie: ds->items[i].group = 1 + the rank of its URL among
+ * the split's distinct URLs (urls_neg.txt, urls_pos.txt); 0 where a label
+ * folder has no urls file. */
+static int read_groups(const char *split_dir, const char *const labels[2],
+		       struct imdb_file *const files[2], const size_t nfiles[2],
+		       struct text_dataset *ds)
+{
+	struct url_key *keys = calloc(nfiles[0] + nfiles[1] + 1, sizeof(*keys));
+	if (!keys)
+		return tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+	size_t nkeys = 0;
+	int st = TENSOR_OK;
+	for (int l = 0; l < 2 && st == TENSOR_OK; l++) {
+		char name[16];
+		snprintf(name, sizeof name, "urls_%s.txt", labels[l]);
+		char *p = path_join(split_dir, name, NULL);
+		st = p ? read_urls(p, files[l], nfiles[l], l ? (int64_t)nfiles[0] : 0, keys, &nkeys)
+		       : tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+		free(p);
+	}
+	if (st == TENSOR_OK) {
+		qsort(keys, nkeys, sizeof(*keys), url_cmp);
+		int64_t group = 0;
+		for (size_t i = 0; i < nkeys; i++) {
+			group += i == 0 || strcmp(keys[i].url, keys[i - 1].url) != 0;
+			ds->items[keys[i].item].group = group;
+		}
+	}
+	for (size_t i = 0; i < nkeys; i++)
+		free(keys[i].url);
+	free(keys);
+	return st;
+}
+
 int text_imdb_load(const char *dir, const char *split, struct text_dataset *out)
 {
 	if (!dir || !split || !out)
@@ -253,7 +345,6 @@ int text_imdb_load(const char *dir, const char *split, struct text_dataset *out)
 		       : tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
 		free(p);
 	}
-	free(split_dir);
 
 	struct text_dataset ds = { NULL, 0 };
 	size_t total = nfiles[0] + nfiles[1];
@@ -272,6 +363,9 @@ int text_imdb_load(const char *dir, const char *split, struct text_dataset *out)
 				ds.n++;
 			}
 		}
+	if (st == TENSOR_OK && ds.n)
+		st = read_groups(split_dir, labels, files, nfiles, &ds);
+	free(split_dir);
 	for (int l = 0; l < 2; l++)
 		files_free(files[l], nfiles[l]);
 	if (st != TENSOR_OK) {
@@ -291,73 +385,4 @@ void text_dataset_free(struct text_dataset *ds)
 	free(ds->items);
 	ds->items = NULL;
 	ds->n = 0;
-}
-
-/* Copy the examples whose flag equals want, in order. */
-static int copy_flagged(const struct text_dataset *ds, const unsigned char *flag, int want,
-			int64_t n, struct text_dataset *out)
-{
-	out->items = n ? calloc((size_t)n, sizeof(*out->items)) : NULL;
-	out->n = 0;
-	if (n && !out->items)
-		return tensor_error(TENSOR_ERR_NOMEM, "text_dataset_split: out of memory");
-	for (int64_t i = 0; i < ds->n; i++) {
-		if (flag[i] != want)
-			continue;
-		struct text_example *ex = &out->items[out->n];
-		*ex = ds->items[i];
-		ex->text = strdup(ds->items[i].text ? ds->items[i].text : "");
-		if (!ex->text)
-			return tensor_error(TENSOR_ERR_NOMEM, "text_dataset_split: out of memory");
-		out->n++;
-	}
-	return TENSOR_OK;
-}
-
-int text_dataset_split(const struct text_dataset *ds, double fraction, uint64_t seed,
-		       struct text_dataset *train, struct text_dataset *val)
-{
-	if (!ds || !train || !val)
-		return tensor_error(TENSOR_ERR_ARG, "text_dataset_split: NULL argument");
-	if (!(fraction >= 0.0 && fraction < 1.0))
-		return tensor_error(TENSOR_ERR_ARG,
-				    "text_dataset_split: fraction %g, expected [0, 1)", fraction);
-	if (ds->n < 0 || (ds->n > 0 && !ds->items))
-		return tensor_error(TENSOR_ERR_ARG, "text_dataset_split: invalid dataset (n %lld)",
-				    (long long)ds->n);
-	int64_t n = ds->n, k = (int64_t)(fraction * (double)n + 0.5);
-	if (k > n)
-		k = n;
-	int64_t *perm = malloc(sizeof(*perm) * (size_t)(n ? n : 1));
-	unsigned char *flag = calloc((size_t)(n ? n : 1), 1);
-	if (!perm || !flag) {
-		free(perm);
-		free(flag);
-		return tensor_error(TENSOR_ERR_NOMEM, "text_dataset_split: out of memory");
-	}
-	/* Fisher-Yates from the counter-based generator: draw i is (seed, i). */
-	for (int64_t i = 0; i < n; i++)
-		perm[i] = i;
-	for (int64_t i = n - 1; i > 0; i--) {
-		int64_t j = (int64_t)(random_uniform(seed, (uint64_t)i) * (double)(i + 1));
-		int64_t t = perm[i];
-		perm[i] = perm[j];
-		perm[j] = t;
-	}
-	for (int64_t i = 0; i < k; i++)
-		flag[perm[i]] = 1;
-	free(perm);
-	struct text_dataset tr = { NULL, 0 }, va = { NULL, 0 };
-	int st = copy_flagged(ds, flag, 0, n - k, &tr);
-	if (st == TENSOR_OK)
-		st = copy_flagged(ds, flag, 1, k, &va);
-	free(flag);
-	if (st != TENSOR_OK) {
-		text_dataset_free(&tr);
-		text_dataset_free(&va);
-		return st;
-	}
-	*train = tr;
-	*val = va;
-	return TENSOR_OK;
 }

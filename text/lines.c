@@ -76,7 +76,7 @@ static int push(struct text_dataset *ds, size_t *cap, const char *s, size_t n)
 		return tensor_error(TENSOR_ERR_NOMEM, "text_lines_load: out of memory");
 	memcpy(t, s, n);
 	t[n] = '\0';
-	ds->items[ds->n++] = (struct text_example){ t, -1, 0 };
+	ds->items[ds->n++] = (struct text_example){ .text = t, .label = -1 };
 	return TENSOR_OK;
 }
 

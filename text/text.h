@@ -55,8 +55,8 @@ void text_tokenizer_free(struct text_tokenizer *tok);
 /* Token ids of text (len bytes, any bytes), no specials, appended to *ids
  * (a growable array: *ids NULL or from an earlier call, *n its length; free
  * with free()). */
-int text_tokenize(const struct text_tokenizer *tok, const char *text, size_t len,
-		  int32_t **ids, size_t *n);
+int text_tokenize(const struct text_tokenizer *tok, const char *text, size_t len, int32_t **ids,
+		  size_t *n);
 /* Model input of length n: [CLS] tokens [SEP], tokens truncated to n - 2
  * (the first ones, or head + tail with tok->keep_tail), then [PAD] up to n;
  * mask[i] = 1 for real tokens, 0 for padding. Writes n ids and n mask
@@ -67,15 +67,15 @@ int text_encode(const struct text_tokenizer *tok, const char *text, size_t len, 
 /* The string of token id, or NULL with an error if out of range: WordPiece
  * returns the vocabulary's string (owned by tok; buf unused); the byte
  * tokenizer writes "[PAD]"-style names or "<0xHH>" into buf (len >= 7). */
-const char *text_token_string(const struct text_tokenizer *tok, int32_t id, char *buf,
-			      size_t len);
+const char *text_token_string(const struct text_tokenizer *tok, int32_t id, char *buf, size_t len);
 
 /* ---- datasets (imdb.c, lines.c) -------------------------------------------- */
 
 struct text_example {
-	char *text;  /* UTF-8, owned */
-	int32_t label; /* class (IMDB: 0 neg, 1 pos); -1 if unlabelled */
+	char *text;	/* UTF-8, owned */
+	int32_t label;	/* class (IMDB: 0 neg, 1 pos); -1 if unlabelled */
 	int32_t rating; /* IMDB star rating 1-10; 0 if none */
+	int64_t group;	/* examples that belong together (IMDB: the movie), > 0; 0 if none */
 };
 
 struct text_dataset {
@@ -87,10 +87,14 @@ struct text_dataset {
  * or "test". Labels neg 0 / pos 1; <id> and <rating> decimal without leading
  * zeros, rating 1-4 in neg and 7-10 in pos; "<br />", "<br/>", "<br>" (any
  * case) become one space; other bytes are kept (no UTF-8 check); dot-files
- * are skipped; order: neg then pos, each by numeric id. Errors (IO) name the
- * missing directory or the file: malformed name, rating outside its folder's
- * range, duplicate id, NUL byte, unreadable; a split other than train/test is
- * TENSOR_ERR_ARG. *out is written only on success. */
+ * are skipped; order: neg then pos, each by numeric id. Each review's group
+ * is its movie: line id + 1 of <split>/urls_neg.txt or urls_pos.txt (the
+ * dataset's movie URLs), numbered 1.. in URL order over the split; 0 where
+ * that file is absent. Errors (IO) name the missing directory or the file:
+ * malformed name, rating outside its folder's range, duplicate id, NUL byte,
+ * unreadable, a urls file too short or with a blank line for a review; a
+ * split other than train/test is TENSOR_ERR_ARG. *out is written only on
+ * success. */
 int text_imdb_load(const char *dir, const char *split, struct text_dataset *out);
 /* Plain text. A file: one document per non-blank line (a trailing \r is
  * dropped). A directory: one document per *.txt file in it (not recursive,
@@ -103,6 +107,12 @@ void text_dataset_free(struct text_dataset *ds);
  * copies the texts. fraction in [0, 1). */
 int text_dataset_split(const struct text_dataset *ds, double fraction, uint64_t seed,
 		       struct text_dataset *train, struct text_dataset *val);
+/* The same by whole groups (IMDB: movies), so that no group is in both
+ * parts: groups are taken in the order of a permutation of seed until val
+ * holds at least round(fraction * n) examples. Every example needs a group
+ * > 0 (else TENSOR_ERR_ARG naming the first without one). */
+int text_dataset_split_groups(const struct text_dataset *ds, double fraction, uint64_t seed,
+			      struct text_dataset *train, struct text_dataset *val);
 
 /* ---- batching (batch.c) ---------------------------------------------------- */
 
@@ -128,9 +138,9 @@ struct text_batcher {
 	int64_t n, seq_len, batch_size, epoch;
 	uint64_t seed;
 	bool shuffle, bucket, trim;
-	int32_t *ids, *mask;  /* [n, seq_len] cached encodings */
+	int32_t *ids, *mask; /* [n, seq_len] cached encodings */
 	int32_t *labels, *lengths;
-	int64_t *order;       /* this epoch's example order */
+	int64_t *order; /* this epoch's example order */
 };
 int text_batcher_init(struct text_batcher *b, const struct text_dataset *ds,
 		      const struct text_tokenizer *tok, int64_t seq_len, int64_t batch_size,
