@@ -111,15 +111,6 @@ static inline void lf_drop(struct lf *f)
 	nn_params_free(&f->ps);
 }
 
-static inline void assert_same(const struct tensor *a, const struct tensor *b, double tol)
-{
-	ck_assert_msg(a != NULL && b != NULL, "%s", tensor_last_error());
-	ck_assert(tensor_same_shape(a, b));
-	double *vb = tu_values(b);
-	tu_assert_close(a, vb, tensor_numel(b), tol, tol);
-	free(vb);
-}
-
 static inline const char *cfg_str(const struct cfg *c, char *buf, size_t len)
 {
 	snprintf(buf, len, "%s/%s%s%s k %lld n %lld", nn_proj_kind_name(c->kind),

@@ -97,15 +97,6 @@ static inline struct tensor *prefix_mask(int64_t B, int64_t T, const int64_t *le
 	return m;
 }
 
-static inline void assert_same(const struct tensor *a, const struct tensor *b, double tol)
-{
-	ck_assert_msg(a != NULL && b != NULL, "%s", tensor_last_error());
-	ck_assert(tensor_same_shape(a, b));
-	double *vb = tu_values(b);
-	tu_assert_close(a, vb, tensor_numel(b), tol, tol);
-	free(vb);
-}
-
 static inline void drop_params(struct nn_params *ps)
 {
 	ag_tape_reset();

@@ -41,11 +41,11 @@ START_TEST(test_attend_rows_equal_forward)
 				struct tensor *got = nn_linformer_attend(&m, rows, &kv, b);
 				struct tensor *ref =
 				    tensor_narrow(tensor_narrow(want, 0, b, 1), 1, r, nr);
-				assert_same(got, ref, 1e-12);
+				tu_assert_same(got, ref, 1e-12);
 			}
 		/* sequences 1..2 at once */
-		assert_same(nn_linformer_attend(&m, tensor_narrow(x, 0, 1, 2), &kv, 1),
-			    tensor_narrow(want, 0, 1, 2), 1e-12);
+		tu_assert_same(nn_linformer_attend(&m, tensor_narrow(x, 0, 1, 2), &kv, 1),
+			       tensor_narrow(want, 0, 1, 2), 1e-12);
 		nn_linformer_free(&m);
 		nn_params_free(&ps);
 	}
@@ -95,14 +95,14 @@ START_TEST(test_position_reuse)
 	ag_no_grad_begin();
 	struct tensor *y = nn_position_forward_reuse(&pos, tensor_clone(x));
 	ag_no_grad_end();
-	assert_same(y, want, 0);
+	tu_assert_same(y, want, 0);
 	struct tensor *x2 = tensor_clone(x);
 	ag_no_grad_begin();
 	ck_assert_ptr_eq(nn_position_forward_reuse(&pos, x2), x2);
 	ag_no_grad_end();
 	struct tensor *g = nn_position_forward_reuse(&pos, ag_mul_scalar(x, 1));
 	ck_assert(g != NULL && g->requires_grad); /* the table is a parameter */
-	assert_same(g, want, 0);
+	tu_assert_same(g, want, 0);
 	ag_tape_reset();
 	struct tensor *too_long = tu_rand(TENSOR_F64, 3, (int64_t[]){ 1, 7, 4 }, 9);
 	ag_no_grad_begin();
@@ -151,7 +151,7 @@ static void check_blocked(struct model_config c, int64_t B, int64_t T, bool padd
 	struct tensor *got = model_encoder_forward(&m, ids, padded ? mask : NULL);
 	ag_no_grad_end();
 	ck_assert_msg(got != NULL, "%s", tensor_last_error());
-	assert_same(got, want, 2e-5);
+	tu_assert_same(got, want, 2e-5);
 	model_encoder_free(&m);
 	drop_params(&ps);
 }

@@ -448,7 +448,7 @@ START_TEST(test_no_grad_same_logits_lower_peak)
 		size_t nograd = forward_peak(&m, ids, false, &yn);
 		ck_assert_msg(nograd * 4 < grad, "%s: no-grad peak %zu, grad peak %zu", presets[p],
 			      nograd, grad);
-		assert_same(yn, yg, 0);
+		tu_assert_same(yn, yg, 0);
 		/* the no-grad peak is one layer's working set: a 2-layer model needs
 		 * as much */
 		c.layers = 2;
@@ -498,7 +498,7 @@ START_TEST(test_no_grad_outside_scopes)
 	ck_assert(y && h && z && !y->in_arena && !h->in_arena && !z->in_arena);
 	tensor_scope_begin();
 	struct tensor *y2 = model_classifier_forward(&m, ids, mask);
-	assert_same(y, y2, 1e-6);
+	tu_assert_same(y, y2, 1e-6);
 	ag_tape_reset();
 	tensor_scope_end();
 	tensor_free(y);
@@ -582,7 +582,7 @@ START_TEST(test_padding_invariance)
 					tensor_fill_(
 					    tensor_narrow(tensor_select(ids2, 0, b), 0, t, 1),
 					    (double)(1 + t % 9));
-			assert_same(model_classifier_forward(&m, ids2, mask), y, 1e-12);
+			tu_assert_same(model_classifier_forward(&m, ids2, mask), y, 1e-12);
 			free(vy);
 			model_classifier_free(&m);
 			drop_params(&ps);
@@ -734,8 +734,8 @@ START_TEST(test_dropout_modes)
 	ck_assert(max_abs_diff(a, b) > 1e-6);
 	nn_params_train(&ps, false);
 	struct tensor *e = model_classifier_forward(&m, ids, NULL);
-	assert_same(model_classifier_forward(&m, ids, NULL), e, 0);
-	assert_same(e, model_classifier_forward(&m0, ids, NULL), 0);
+	tu_assert_same(model_classifier_forward(&m, ids, NULL), e, 0);
+	tu_assert_same(e, model_classifier_forward(&m0, ids, NULL), 0);
 	model_classifier_free(&m);
 	model_classifier_free(&m0);
 	drop_params(&ps);
@@ -804,7 +804,7 @@ START_TEST(test_checkpoint_rebuild)
 			      tensor_last_error());
 		ck_assert_int_eq(step, 5);
 		ck_assert(max_abs_diff(r1->value, r2->value) == 0);
-		assert_same(model_classifier_forward(&m2, ids, mask), y, 0);
+		tu_assert_same(model_classifier_forward(&m2, ids, mask), y, 0);
 		model_classifier_free(&m);
 		model_classifier_free(&m2);
 		drop_params(&ps);
@@ -938,8 +938,8 @@ START_TEST(test_forward_errors)
 	ck_assert_int_eq(tensor_scope_depth(), depth);
 	/* masks of any numeric dtype; still works after all that */
 	struct tensor *fm = tensor_ones(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){ 2, 4 });
-	assert_same(model_classifier_forward(&m, ids, fm), model_classifier_forward(&m, ids, NULL),
-		    1e-6);
+	tu_assert_same(model_classifier_forward(&m, ids, fm),
+		       model_classifier_forward(&m, ids, NULL), 1e-6);
 	model_classifier_free(&m);
 	model_mlm_free(&lm);
 	drop_params(&ps);

@@ -132,15 +132,6 @@ static void mha_drop(struct nn_mha *m, struct nn_params *ps)
 	nn_params_free(ps);
 }
 
-static void assert_same(const struct tensor *a, const struct tensor *b, double tol)
-{
-	ck_assert(a != NULL && b != NULL);
-	ck_assert(tensor_same_shape(a, b));
-	double *vb = tu_values(b);
-	tu_assert_close(a, vb, tensor_numel(b), tol, tol);
-	free(vb);
-}
-
 /* ---- nn_attention forward ------------------------------------------------------ */
 
 /* One configuration against the loops, for both dtypes and contiguous and
@@ -488,7 +479,7 @@ START_TEST(test_mha_key_padding)
 				struct tensor *yb = nn_mha_forward(&m, xb, NULL, causal);
 				struct tensor *real =
 				    tensor_narrow(tensor_narrow(y, 0, b, 1), 1, 0, len[b]);
-				assert_same(real, yb, 1e-12);
+				tu_assert_same(real, yb, 1e-12);
 			}
 			mha_drop(&m, &ps);
 		}
@@ -513,7 +504,7 @@ START_TEST(test_mha_causal)
 		    TENSOR_OK);
 		struct tensor *y = nn_mha_forward(&m, x, NULL, true);
 		struct tensor *y2 = nn_mha_forward(&m, x2, NULL, true);
-		assert_same(tensor_narrow(y2, 1, 0, P), tensor_narrow(y, 1, 0, P), 1e-14);
+		tu_assert_same(tensor_narrow(y2, 1, 0, P), tensor_narrow(y, 1, 0, P), 1e-14);
 		double *a = tu_values(tensor_narrow(y, 1, P, T - P)),
 		       *b = tu_values(tensor_narrow(y2, 1, P, T - P));
 		for (int64_t i = 0; i < B * (T - P) * dim; i++)
@@ -552,8 +543,8 @@ START_TEST(test_mha_sequential_equals_batched)
 			ag_no_grad_begin(); /* the scoped no-grad path too */
 			struct tensor *yn = nn_mha_forward(&m, x, km, causal);
 			ag_no_grad_end();
-			assert_same(ys, y, di ? 1e-12 : 1e-6);
-			assert_same(yn, y, di ? 1e-12 : 1e-6);
+			tu_assert_same(ys, y, di ? 1e-12 : 1e-6);
+			tu_assert_same(yn, y, di ? 1e-12 : 1e-6);
 			mha_drop(&m, &ps);
 		}
 }
@@ -592,7 +583,7 @@ START_TEST(test_mha_sequential_lower_peak)
 	ck_assert_msg(batched >= 2 * scores, "batched peak %zu", batched);
 	ck_assert_msg(seq < batched / 3 && seq < scores, "sequential peak %zu vs batched %zu", seq,
 		      batched);
-	assert_same(ys, y, 1e-6);
+	tu_assert_same(ys, y, 1e-6);
 	mha_drop(&m, &ps);
 }
 END_TEST
@@ -619,7 +610,7 @@ START_TEST(test_mha_dropout)
 	nn_params_train(&ps, false);
 	for (int seq = 0; seq < 2; seq++) {
 		m.sequential_heads = seq;
-		assert_same(nn_mha_forward(&m, x, NULL, false), y0, 1e-14);
+		tu_assert_same(nn_mha_forward(&m, x, NULL, false), y0, 1e-14);
 	}
 	mha_drop(&m, &ps);
 	mha_drop(&m0, &ps0);
@@ -645,7 +636,7 @@ START_TEST(test_attention_dropout_eval)
 	free(a);
 	free(b);
 	nn_params_train(&ps, false);
-	assert_same(nn_attention(q, k, v, NULL, true, 0.5, &dr), ref, 0);
+	tu_assert_same(nn_attention(q, k, v, NULL, true, 0.5, &dr), ref, 0);
 	nn_params_free(&ps);
 }
 END_TEST

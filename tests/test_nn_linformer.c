@@ -289,7 +289,7 @@ START_TEST(test_equiv_identity)
 					    tu_rand(dt, 3, (int64_t[]){ B, n, dim }, 3);
 					struct tensor *want = nn_mha_forward(&a, x, NULL, false);
 					struct tensor *got = nn_linformer_forward(&f.m, x, NULL);
-					assert_same(got, want, di ? 1e-12 : 2e-6);
+					tu_assert_same(got, want, di ? 1e-12 : 2e-6);
 					lf_drop(&f);
 					ag_tape_reset();
 					nn_params_free(&ps);
@@ -382,7 +382,7 @@ START_TEST(test_equiv_kernel1)
 				struct tensor *x = tu_rand(dt, 3, (int64_t[]){ B, T, dim }, 6);
 				struct tensor *want = nn_mha_forward(&a, x, mask, false);
 				struct tensor *got = nn_linformer_forward(&f.m, x, mask);
-				assert_same(got, want, di ? 1e-12 : 2e-6);
+				tu_assert_same(got, want, di ? 1e-12 : 2e-6);
 				lf_drop(&f);
 				ag_tape_reset();
 				nn_params_free(&ps);
@@ -472,10 +472,10 @@ START_TEST(test_padding_values_ignored)
 		struct tensor *m = mask_i32(B, T, mv);
 		struct tensor *y = nn_linformer_forward(&f.m, x, m);
 		struct tensor *y2 = nn_linformer_forward(&f.m, x2, m);
-		assert_same(tensor_narrow(tensor_narrow(y2, 0, 0, 1), 1, 0, 4),
-			    tensor_narrow(tensor_narrow(y, 0, 0, 1), 1, 0, 4), 1e-12);
-		assert_same(tensor_narrow(tensor_narrow(y2, 0, 1, 1), 1, 0, 2),
-			    tensor_narrow(tensor_narrow(y, 0, 1, 1), 1, 0, 2), 1e-12);
+		tu_assert_same(tensor_narrow(tensor_narrow(y2, 0, 0, 1), 1, 0, 4),
+			       tensor_narrow(tensor_narrow(y, 0, 0, 1), 1, 0, 4), 1e-12);
+		tu_assert_same(tensor_narrow(tensor_narrow(y2, 0, 1, 1), 1, 0, 2),
+			       tensor_narrow(tensor_narrow(y, 0, 1, 1), 1, 0, 2), 1e-12);
 		lf_drop(&f);
 	}
 }
@@ -585,8 +585,8 @@ START_TEST(test_sequential_equals_batched)
 					ag_no_grad_begin(); /* the inner-scope path */
 					struct tensor *yn = nn_linformer_forward(&f.m, x, km);
 					ag_no_grad_end();
-					assert_same(ys, y, di ? 1e-12 : 1e-6);
-					assert_same(yn, y, di ? 1e-12 : 1e-6);
+					tu_assert_same(ys, y, di ? 1e-12 : 1e-6);
+					tu_assert_same(yn, y, di ? 1e-12 : 1e-6);
 				}
 				lf_drop(&f);
 			}
@@ -619,7 +619,7 @@ START_TEST(test_dropout)
 		before = f.ps.rng_counter;
 		for (int seq = 0; seq < 2; seq++) {
 			f.m.sequential_heads = seq;
-			assert_same(nn_linformer_forward(&f.m, x, NULL), y0, 1e-14);
+			tu_assert_same(nn_linformer_forward(&f.m, x, NULL), y0, 1e-14);
 		}
 		ck_assert(f.ps.rng_counter == before);
 		lf_drop(&f);

@@ -166,7 +166,7 @@ START_TEST(test_seq_proj_init_values)
 	ck_assert_int_eq(
 	    nn_seq_proj_init(&rnd2, &ps2, "r", NN_PROJ_RANDOM, 512, 64, 1, false, 0, false),
 	    TENSOR_OK);
-	assert_same(rnd2.weight, rnd.weight, 0);
+	tu_assert_same(rnd2.weight, rnd.weight, 0);
 	nn_params_free(&ps2);
 	nn_params_free(&ps);
 }
@@ -475,8 +475,8 @@ START_TEST(test_shared_kv_head)
 					      tensor_narrow(qb, 0, 0, d)),
 				 TENSOR_OK);
 		struct tensor *y2 = nn_linformer_forward(&f.m, x, NULL);
-		assert_same(tensor_narrow(y2, 2, 0, d), tensor_narrow(y, 2, d, d), 1e-12);
-		assert_same(tensor_narrow(y2, 2, d, d), tensor_narrow(y, 2, 0, d), 1e-12);
+		tu_assert_same(tensor_narrow(y2, 2, 0, d), tensor_narrow(y, 2, d, d), 1e-12);
+		tu_assert_same(tensor_narrow(y2, 2, d, d), tensor_narrow(y, 2, 0, d), 1e-12);
 		lf_drop(&f);
 	}
 }
@@ -545,8 +545,8 @@ START_TEST(test_random_fixed_under_adamw)
 				 TENSOR_OK);
 		ck_assert_int_eq(nn_adamw_step(&opt), TENSOR_OK);
 	}
-	assert_same(f.m.e.weight, e0, 0);
-	assert_same(f.m.f.weight, f0, 0);
+	tu_assert_same(f.m.e.weight, e0, 0);
+	tu_assert_same(f.m.f.weight, f0, 0);
 	double *a = tu_values(f.m.q_proj.weight), *b = tu_values(q0), diff = 0;
 	for (int64_t i = 0; i < 64; i++)
 		diff = fmax(diff, fabs(a[i] - b[i]));
@@ -578,11 +578,11 @@ START_TEST(test_random_in_checkpoint)
 	ck_assert_msg(rc == TENSOR_OK, "%s", tensor_last_error());
 	rc = nn_checkpoint_load(path, &b.ps, NULL, NULL);
 	ck_assert_msg(rc == TENSOR_OK, "%s", tensor_last_error());
-	assert_same(b.m.e.weight, a.m.e.weight, 0);
-	assert_same(b.m.f.weight, a.m.f.weight, 0);
+	tu_assert_same(b.m.e.weight, a.m.e.weight, 0);
+	tu_assert_same(b.m.f.weight, a.m.f.weight, 0);
 	ck_assert(!b.m.e.weight->requires_grad); /* still fixed */
 	struct tensor *x = tu_rand(TENSOR_F32, 3, (int64_t[]){ 2, 6, 8 }, 30);
-	assert_same(nn_linformer_forward(&b.m, x, NULL), nn_linformer_forward(&a.m, x, NULL), 0);
+	tu_assert_same(nn_linformer_forward(&b.m, x, NULL), nn_linformer_forward(&a.m, x, NULL), 0);
 	unlink(path);
 	lf_drop(&a);
 	lf_drop(&b);

@@ -13,9 +13,9 @@ START_TEST(test_register_and_find)
 	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 7), TENSOR_OK);
 	char name[NN_NAME_MAX];
 	struct tensor *w = nn_param_new(&ps, nn_namef(name, "layers.3", "attn.%s", "q_proj.weight"),
-					2, (int64_t[]){4, 3}, false);
+					2, (int64_t[]){ 4, 3 }, false);
 	ck_assert_str_eq(name, "layers.3.attn.q_proj.weight");
-	struct tensor *b = nn_param_new(&ps, nn_name(name, "", "bias"), 1, (int64_t[]){4}, true);
+	struct tensor *b = nn_param_new(&ps, nn_name(name, "", "bias"), 1, (int64_t[]){ 4 }, true);
 	ck_assert(w && b);
 	ck_assert(!w->in_arena && w->requires_grad); /* heap leaves, even inside a scope */
 	ck_assert_int_eq(ps.n, 2);
@@ -30,15 +30,15 @@ START_TEST(test_register_and_find)
 	nn_params_init(&other, TENSOR_F32, TENSOR_CPU, 8);
 	ck_assert(nn_param_seed(&ps, "a") != nn_param_seed(&other, "a"));
 	/* errors */
-	tu_assert_error(!nn_param_new(&ps, "bias", 1, (int64_t[]){2}, true), TENSOR_ERR_ARG,
+	tu_assert_error(!nn_param_new(&ps, "bias", 1, (int64_t[]){ 2 }, true), TENSOR_ERR_ARG,
 			"nn_param_new", "already exists");
-	tu_assert_error(!nn_param_new(&ps, "", 1, (int64_t[]){2}, true), TENSOR_ERR_ARG,
+	tu_assert_error(!nn_param_new(&ps, "", 1, (int64_t[]){ 2 }, true), TENSOR_ERR_ARG,
 			"nn_param_new", "name");
 	char long_name[200];
 	memset(long_name, 'x', sizeof long_name - 1);
 	long_name[sizeof long_name - 1] = '\0';
 	tu_assert_error(!nn_name(name, long_name, "weight"), TENSOR_ERR_ARG, "longer than", NULL);
-	tu_assert_error(!nn_param_new(&ps, "neg", 1, (int64_t[]){-2}, false), TENSOR_ERR_SHAPE,
+	tu_assert_error(!nn_param_new(&ps, "neg", 1, (int64_t[]){ -2 }, false), TENSOR_ERR_SHAPE,
 			"[-2]", NULL);
 	tu_assert_error(nn_params_init(&other, TENSOR_I32, TENSOR_CPU, 1) < 0, TENSOR_ERR_DTYPE,
 			"nn_params_init", "i32");
@@ -51,8 +51,8 @@ START_TEST(test_pack_keeps_values_and_links_grads)
 {
 	struct nn_params ps;
 	nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 1);
-	struct tensor *a = nn_param_new(&ps, "a", 2, (int64_t[]){2, 3}, false);
-	struct tensor *b = nn_param_new(&ps, "b", 1, (int64_t[]){5}, true);
+	struct tensor *a = nn_param_new(&ps, "a", 2, (int64_t[]){ 2, 3 }, false);
+	struct tensor *b = nn_param_new(&ps, "b", 1, (int64_t[]){ 5 }, true);
 	nn_init_normal(a, 0, 1, 11);
 	nn_init_uniform(b, -1, 1, 12);
 	double *va = tu_values(a), *vb = tu_values(b);
@@ -69,7 +69,7 @@ START_TEST(test_pack_keeps_values_and_links_grads)
 	tu_assert_close(a, va, 6, 0, 0);
 	tu_assert_close(b, vb, 5, 0, 0);
 	ck_assert_ptr_eq(a->grad->storage, ps.flat_grad->storage);
-	double ones[6] = {1, 1, 1, 1, 1, 1};
+	double ones[6] = { 1, 1, 1, 1, 1, 1 };
 	tu_assert_close(a->grad, ones, 6, 0, 0);
 	/* backward accumulates into the flat gradient buffer */
 	tensor_scope_begin();
@@ -81,11 +81,11 @@ START_TEST(test_pack_keeps_values_and_links_grads)
 		ck_assert(flat[i] == (i < 6 ? 1 : 3));
 	free(flat);
 	ck_assert_int_eq(nn_params_zero_grad(&ps), TENSOR_OK);
-	double zeros[11] = {0};
+	double zeros[11] = { 0 };
 	tu_assert_close(ps.flat_grad, zeros, 11, 0, 0);
 	/* packing twice is a no-op; adding after packing is refused */
 	ck_assert_int_eq(nn_params_pack(&ps), TENSOR_OK);
-	tu_assert_error(!nn_param_new(&ps, "late", 1, (int64_t[]){1}, false), TENSOR_ERR_STATE,
+	tu_assert_error(!nn_param_new(&ps, "late", 1, (int64_t[]){ 1 }, false), TENSOR_ERR_STATE,
 			"late", "after nn_params_pack");
 	free(va);
 	free(vb);
@@ -99,8 +99,8 @@ START_TEST(test_pack_no_leak)
 	size_t live0 = tensor_mem_stats(TENSOR_CPU).live_bytes;
 	struct nn_params ps;
 	nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 1);
-	nn_param_new(&ps, "w", 2, (int64_t[]){8, 8}, false);
-	nn_param_new(&ps, "b", 1, (int64_t[]){8}, true);
+	nn_param_new(&ps, "w", 2, (int64_t[]){ 8, 8 }, false);
+	nn_param_new(&ps, "b", 1, (int64_t[]){ 8 }, true);
 	ck_assert_int_eq(nn_params_pack(&ps), TENSOR_OK);
 	/* the flat value and gradient buffers only: old storage was released */
 	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes, live0 + 2 * 72 * sizeof(float));
@@ -128,7 +128,7 @@ END_TEST
 
 START_TEST(test_rebase_errors)
 {
-	const int64_t s4[] = {4}, s2[] = {2};
+	const int64_t s4[] = { 4 }, s2[] = { 2 };
 	ck_assert_int_eq(tensor_scope_end(), TENSOR_OK);
 	struct tensor *base = tensor_zeros(TENSOR_F32, TENSOR_CPU, 1, s4);
 	struct tensor *t = tensor_ones(TENSOR_F32, TENSOR_CPU, 1, s2);
@@ -136,9 +136,10 @@ START_TEST(test_rebase_errors)
 	tu_assert_error(tensor_rebase_(t, base, 3) < 0, TENSOR_ERR_SHAPE, "rebase_", "offset 3");
 	tu_assert_error(tensor_rebase_(d, base, 0) < 0, TENSOR_ERR_ARG, "rebase_", "f64");
 	ck_assert_int_eq(tensor_rebase_(t, base, 1), TENSOR_OK);
-	ck_assert(tensor_get(base, (int64_t[]){1}) == 1 && tensor_get(base, (int64_t[]){3}) == 0);
+	ck_assert(tensor_get(base, (int64_t[]){ 1 }) == 1 &&
+		  tensor_get(base, (int64_t[]){ 3 }) == 0);
 	tensor_free(base); /* t keeps the storage alive */
-	ck_assert(tensor_get(t, (int64_t[]){1}) == 1);
+	ck_assert(tensor_get(t, (int64_t[]){ 1 }) == 1);
 	tensor_free(t);
 	tensor_free(d);
 	tensor_scope_begin();
@@ -170,7 +171,7 @@ static double max_abs(const struct tensor *t)
 
 START_TEST(test_initialisers)
 {
-	const int64_t shape[] = {200, 100, 3}; /* fan_in 300, fan_out 600 */
+	const int64_t shape[] = { 200, 100, 3 }; /* fan_in 300, fan_out 600 */
 	struct tensor *t = tensor_zeros(TENSOR_F64, TENSOR_CPU, 3, shape);
 	double mean, sd, a;
 	ck_assert_int_eq(nn_init_xavier_uniform(t, 1.0, 1), TENSOR_OK);
@@ -204,10 +205,10 @@ START_TEST(test_initialisers)
 	free(vt);
 	free(vu);
 	/* errors */
-	struct tensor *v1 = tensor_zeros(TENSOR_F32, TENSOR_CPU, 1, (int64_t[]){5});
+	struct tensor *v1 = tensor_zeros(TENSOR_F32, TENSOR_CPU, 1, (int64_t[]){ 5 });
 	tu_assert_error(nn_init_xavier_uniform(v1, 1, 1) < 0, TENSOR_ERR_SHAPE,
 			"nn_init_xavier_uniform", "[5]");
-	struct tensor *ints = tensor_zeros(TENSOR_I32, TENSOR_CPU, 2, (int64_t[]){2, 2});
+	struct tensor *ints = tensor_zeros(TENSOR_I32, TENSOR_CPU, 2, (int64_t[]){ 2, 2 });
 	tu_assert_error(nn_init_kaiming_normal(ints, 0, true, 1) < 0, TENSOR_ERR_DTYPE,
 			"nn_init_kaiming_normal", "i32");
 	tu_assert_error(nn_init_normal(v1, 0, -1, 1) < 0, TENSOR_ERR_ARG, "std >= 0", NULL);

@@ -452,8 +452,8 @@ START_TEST(test_size_classes)
 		tensor_heap_end();
 		ck_assert(t && tensor_get(t, (int64_t[]){ n[i] - 1 }) == 1);
 		size_t now = tensor_mem_stats(TENSOR_CPU).n_device_allocs;
-		ck_assert_msg(now == allocs + grow[i], "tensor %d: %zu allocations, expected %zu", i,
-			      now - allocs, grow[i]);
+		ck_assert_msg(now == allocs + grow[i], "tensor %d: %zu allocations, expected %zu",
+			      i, now - allocs, grow[i]);
 		allocs = now;
 		tensor_free(t);
 	}

@@ -106,6 +106,15 @@ void tu_assert_close(const struct tensor *got, const double *want, int64_t n, do
 	free(v);
 }
 
+void tu_assert_same(const struct tensor *a, const struct tensor *b, double tol)
+{
+	ck_assert_msg(a != NULL && b != NULL, "%s", tensor_last_error());
+	ck_assert(tensor_same_shape(a, b));
+	double *vb = tu_values(b);
+	tu_assert_close(a, vb, tensor_numel(b), tol, tol);
+	free(vb);
+}
+
 void tu_assert_error(bool failed, int status, const char *sub1, const char *sub2)
 {
 	const char *msg = tensor_last_error();

@@ -32,6 +32,9 @@ void tu_assert_shape(const struct tensor *got, int ndim, const int64_t *shape);
  * elements (NaN matches NaN, inf matches inf of the same sign). */
 void tu_assert_close(const struct tensor *got, const double *want, int64_t n, double atol,
 		     double rtol);
+/* Assert that a and b (neither NULL: else the last error is shown) have one
+ * shape and values within tol + tol |b| of each other. */
+void tu_assert_same(const struct tensor *a, const struct tensor *b, double tol);
 /* Assert a failure: `failed` true, the recorded status equals `status` and the
  * message contains each non-NULL substring. Clears the error. */
 void tu_assert_error(bool failed, int status, const char *sub1, const char *sub2);
