@@ -441,17 +441,22 @@ struct tensor *tensor_where(const struct tensor *cond, const struct tensor *a,
 	return where_run(be, nd, shape, cond, a, b);
 }
 
-struct tensor *tensor_masked_fill(const struct tensor *x, const struct tensor *mask, double value)
+/* Checks of masked_fill (name: the op): x and mask not NULL, one device, mask
+ * broadcasting to x, value fitting an integer x; the device's backend. */
+static const struct tensor_backend *masked_fill_check(const char *name, const struct tensor *x,
+						      const struct tensor *mask, double value)
 {
-	if (!x || !mask)
-		return NULL;
 	char bx[128], bm[128];
+	if (!x || !mask) {
+		tensor_error(TENSOR_ERR_ARG, "%s: x or mask is NULL", name);
+		return NULL;
+	}
 	tensor_shape_str(x, bx, sizeof bx);
 	tensor_shape_str(mask, bm, sizeof bm);
 	if (x->storage->device != mask->storage->device) {
 		tensor_error(TENSOR_ERR_DEVICE,
-			     "masked_fill: x and mask on different devices: %s on %s and %s on %s",
-			     bx, tensor_device_name(x->storage->device), bm,
+			     "%s: x and mask on different devices: %s on %s and %s on %s", name, bx,
+			     tensor_device_name(x->storage->device), bm,
 			     tensor_device_name(mask->storage->device));
 		return NULL;
 	}
@@ -462,26 +467,53 @@ struct tensor *tensor_masked_fill(const struct tensor *x, const struct tensor *m
 	}
 	if (!fits) {
 		tensor_error(TENSOR_ERR_SHAPE,
-			     "masked_fill: mask %s does not broadcast to x %s, expected mask dims "
+			     "%s: mask %s does not broadcast to x %s, expected mask dims "
 			     "equal to x's trailing dims or 1",
-			     bm, bx);
+			     name, bm, bx);
 		return NULL;
 	}
 	if (!is_float(x->dtype) && !int_holds(x->dtype, value)) {
-		tensor_error(
-		    TENSOR_ERR_ARG,
-		    "masked_fill: value %g does not fit x %s %s, expected an integer in the "
-		    "dtype's range",
-		    value, tensor_dtype_name(x->dtype), bx);
+		tensor_error(TENSOR_ERR_ARG,
+			     "%s: value %g does not fit x %s %s, expected an integer in the "
+			     "dtype's range",
+			     name, value, tensor_dtype_name(x->dtype), bx);
 		return NULL;
 	}
 	const struct tensor_backend *be = tensor_backend_get(x->storage->device);
-	if (!be || TENSOR_SLOT(be, where, "masked_fill") < 0)
+	return be && TENSOR_SLOT(be, where, name) == TENSOR_OK ? be : NULL;
+}
+
+struct tensor *tensor_masked_fill(const struct tensor *x, const struct tensor *mask, double value)
+{
+	if (!x || !mask)
 		return NULL;
-	struct tensor *fill = tensor_full(x->dtype, x->storage->device, 0, NULL, value);
+	const struct tensor_backend *be = masked_fill_check("masked_fill", x, mask, value);
+	struct tensor *fill = be ? tensor_full(x->dtype, x->storage->device, 0, NULL, value) : NULL;
 	if (!fill)
 		return NULL;
 	struct tensor *out = where_run(be, x->ndim, x->shape, mask, fill, x);
 	tensor_free(fill);
 	return out;
+}
+
+int tensor_masked_fill_(struct tensor *x, const struct tensor *mask, double value)
+{
+	static const char name[] = "tensor_masked_fill_";
+	char bx[128];
+	const struct tensor_backend *be = masked_fill_check(name, x, mask, value);
+	if (!be || tensor_check_writable(name, x) < 0)
+		return tensor_last_status();
+	if (!tensor_is_contiguous(x))
+		return tensor_error(TENSOR_ERR_SHAPE, "%s: x %s is not contiguous", name,
+				    tensor_shape_str(x, bx, sizeof bx));
+	struct tensor *fill = tensor_full(x->dtype, x->storage->device, 0, NULL, value);
+	struct tensor *em = fill ? expand_to(mask, x->ndim, x->shape) : NULL;
+	struct tensor *ef = em ? expand_to(fill, x->ndim, x->shape) : NULL;
+	int rc = ef ? TENSOR_OK : tensor_last_status();
+	if (rc == TENSOR_OK && tensor_numel(x) > 0)
+		rc = be->where(x, em, ef, x); /* elementwise: out may be b */
+	drop_expanded(ef, fill);
+	drop_expanded(em, mask);
+	tensor_free(fill);
+	return rc;
 }

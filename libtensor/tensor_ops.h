@@ -119,6 +119,9 @@ struct tensor *tensor_where(const struct tensor *cond, const struct tensor *a,
 /* x with value where mask != 0 (mask, of any dtype, broadcasts to x's shape;
  * for integer x, value must fit the dtype). */
 struct tensor *tensor_masked_fill(const struct tensor *x, const struct tensor *mask, double value);
+/* The same in place: x contiguous (else TENSOR_ERR_SHAPE) and not saved by
+ * the autograd tape (TENSOR_ERR_STATE). */
+int tensor_masked_fill_(struct tensor *x, const struct tensor *mask, double value);
 /* Convert to dtype (float to int truncates toward zero). */
 struct tensor *tensor_cast(const struct tensor *x, enum tensor_dtype dt);
 

@@ -169,26 +169,27 @@ static int probs_backward(struct ag_node *n, const struct tensor *g)
 }
 
 /* p = softmax(q k^T * scale, masked keys at MASKED_SCORE) [B,H,T,S] as one
- * node: the scores are normalised in their own buffer, so backward keeps q, k
- * and p, not the scores as well (with a mask or a scale, one scores-sized
- * temporary stays until the scope ends). */
+ * node: the scores are scaled, masked and normalised in their own buffer, so
+ * the node makes one scores-sized tensor and backward keeps q, k and p. */
 static struct tensor *attention_probs(struct tensor *q, struct tensor *k, double scale,
 				      struct tensor *masked)
 {
 	struct tensor *kt = tensor_transpose(k, 2, 3); /* [B,H,d,S], no copy */
 	struct tensor *s = tensor_matmul(q, kt);
 	tensor_free(kt);
-	if (s && scale != 1) {
-		struct tensor *scaled = tensor_mul_scalar(s, scale);
-		tensor_free(s);
-		s = scaled;
+	if (!s)
+		return NULL;
+	int rc = TENSOR_OK;
+	if (scale != 1) {
+		struct tensor *sc = tensor_full(s->dtype, s->storage->device, 0, NULL, scale);
+		rc = sc ? tensor_mul_(s, sc) : tensor_last_status();
+		tensor_free(sc);
 	}
-	if (s && masked) {
-		struct tensor *filled = tensor_masked_fill(s, masked, MASKED_SCORE);
-		tensor_free(s);
-		s = filled;
-	}
-	if (s && tensor_softmax_(s) < 0) {
+	if (rc == TENSOR_OK && masked)
+		rc = tensor_masked_fill_(s, masked, MASKED_SCORE);
+	if (rc == TENSOR_OK)
+		rc = tensor_softmax_(s);
+	if (rc != TENSOR_OK) {
 		tensor_free(s);
 		return NULL;
 	}

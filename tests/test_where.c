@@ -114,6 +114,12 @@ START_TEST(test_masked_fill)
 					 tensor_dtype_name(dt), m, value);
 				check_where(ctx, tensor_masked_fill(x, mask, value), mask, fill, x,
 					    3, sx);
+				/* in place: the same values in x's own (contiguous) memory */
+				struct tensor *y = tensor_clone(x);
+				void *data = tensor_data(y);
+				ck_assert_int_eq(tensor_masked_fill_(y, mask, value), TENSOR_OK);
+				ck_assert_ptr_eq(tensor_data(y), data);
+				check_where(ctx, y, mask, fill, x, 3, sx);
 			}
 		}
 	}
@@ -157,6 +163,29 @@ START_TEST(test_where_errors)
 	tu_assert_error(!tensor_masked_fill(xi, b, 0.5), TENSOR_ERR_ARG, "masked_fill", "i32");
 	tu_assert_error(!tensor_masked_fill(xi, b, -INFINITY), TENSOR_ERR_ARG, "masked_fill",
 			"[2,3,4]");
+	/* in place: the same checks, x contiguous and not saved for backward */
+	struct tensor *m4 = tensor_zeros(TENSOR_I32, TENSOR_CPU, 1, s4);
+	tu_assert_error(tensor_masked_fill_(x, tensor_zeros(TENSOR_I32, TENSOR_CPU, 1, s5), 0) ==
+			    TENSOR_ERR_SHAPE,
+			TENSOR_ERR_SHAPE, "tensor_masked_fill_",
+			"mask [5] does not broadcast to x [2,3,4]");
+	tu_assert_error(tensor_masked_fill_(xi, m4, 0.5) == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
+			"tensor_masked_fill_", "value 0.5 does not fit x i32");
+	tu_assert_error(tensor_masked_fill_(tensor_transpose(x, 0, 2),
+					    tensor_zeros(TENSOR_I32, TENSOR_CPU, 0, NULL),
+					    0) == TENSOR_ERR_SHAPE,
+			TENSOR_ERR_SHAPE, "tensor_masked_fill_", "x [4,3,2] is not contiguous");
+	tu_assert_error(tensor_masked_fill_(NULL, m4, 0) == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
+			"tensor_masked_fill_", "NULL");
+	tu_assert_error(tensor_masked_fill_(x, NULL, 0) == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
+			"tensor_masked_fill_", "NULL");
+	struct tensor *leaf = tensor_zeros(TENSOR_F32, TENSOR_CPU, 1, s4);
+	ck_assert_int_eq(ag_requires_grad(leaf, true), TENSOR_OK);
+	struct tensor *saved = ag_mul(leaf, leaf); /* saves leaf */
+	ck_assert_ptr_nonnull(saved);
+	tu_assert_error(tensor_masked_fill_(leaf, m4, 0) == TENSOR_ERR_STATE, TENSOR_ERR_STATE,
+			"tensor_masked_fill_", "saved by the autograd tape");
+	ag_tape_reset();
 }
 END_TEST
 

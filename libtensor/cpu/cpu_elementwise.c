@@ -467,14 +467,15 @@ EW_INLINE bool nonzero(const char *p, enum tensor_dtype dt)
 	}
 }
 
-/* Elements are moved as bytes (es is 4 or 8), so every dtype is exact. */
+/* Elements are moved as bytes (es is 4 or 8), so every dtype is exact; out
+ * may be b (tensor_masked_fill_), hence memmove. */
 EW_INLINE void where_row(char *const *p, const int64_t *bs, int64_t n, size_t es,
 			 enum tensor_dtype cdt)
 {
 	for (int64_t i = 0; i < n; i++) {
 		const char *src =
 		    nonzero(p[1] + i * bs[1], cdt) ? p[2] + i * bs[2] : p[3] + i * bs[3];
-		memcpy(p[0] + i * bs[0], src, es);
+		memmove(p[0] + i * bs[0], src, es);
 	}
 }
 
