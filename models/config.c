@@ -240,9 +240,10 @@ int model_config_resolve(struct model_config *c)
 			return RESOLVE_ERR("layer %lld (%s): k %lld not in [1, max_len %lld]",
 					   (long long)i, attn_names[a], (long long)k[i],
 					   (long long)c->max_len);
-		if (needs_divisor(a) && c->max_len % k[i] != 0)
+		if ((needs_divisor(a) || c->mask_empty_slots) && c->max_len % k[i] != 0)
 			return RESOLVE_ERR("layer %lld (%s): max_len %lld is not divisible by k "
-					   "%lld (kernel = stride = n/k must be an integer)",
+					   "%lld (kernel = stride = n/k, or the slots' windows "
+					   "of mask_empty_slots, must be an integer)",
 					   (long long)i, attn_names[a], (long long)c->max_len,
 					   (long long)k[i]);
 		if (first < 0) {
@@ -306,6 +307,7 @@ static const struct field fields[] = {
 	FLD(sharing, F_SHARE),
 	FLD(conv_dense, F_BOOL),
 	FLD(xavier_projections, F_BOOL),
+	FLD(mask_empty_slots, F_BOOL),
 	FLD(shared_kv_head, F_BOOL),
 	FLD(sequential_heads, F_BOOL),
 	FLD(num_classes, F_INT),

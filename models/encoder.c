@@ -69,6 +69,7 @@ static int layer_init(struct model_layer *l, struct nn_params *ps, const struct 
 				       c->shared_kv_head, c->attn_dropout,
 				       layerwise ? shared : NULL);
 		l->lin.sequential_heads = c->sequential_heads;
+		l->lin.mask_empty_slots = c->mask_empty_slots;
 		if (rc == TENSOR_OK && !layerwise)
 			rc = window_init(c, &l->lin.e, &l->lin.f);
 	}

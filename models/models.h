@@ -49,6 +49,11 @@ struct model_config {
 	/* learned projections start as window means plus MODEL_PROJ_INIT_NOISE x
 	 * xavier noise (nn_seq_proj_init_windows); true: xavier noise alone */
 	bool xavier_projections;
+	/* learned and random projections too mask, in the softmax, the projected
+	 * slots whose window (of the window-mean initialisation: n/k positions)
+	 * holds only padding or positions past T, as conv and pooling
+	 * projections always do; needs n % k == 0 */
+	bool mask_empty_slots;
 	/* heads */
 	int64_t num_classes, head_hidden; /* classifier: dim -> head_hidden -> classes */
 	enum model_pooling pooling;

@@ -724,7 +724,7 @@ int nn_linformer_keys_values(const struct nn_linformer *m, struct tensor *x,
 	if (v->shape[1] != h)
 		v = ag_expand(v, 4, kv_shape);
 	bool none = true;
-	if (windowed(m->e_used->kind)) {
+	if (windowed(m->e_used->kind) || (m->mask_empty_slots && m->n % m->k == 0)) {
 		kv->mask = slot_mask(m, x, key_mask, &none);
 		if (!kv->mask && !none)
 			return tensor_last_status();

@@ -296,6 +296,9 @@ struct nn_linformer {
 	int64_t dim, heads, n, k;
 	enum nn_proj_sharing sharing;
 	bool shared_kv_head, sequential_heads;
+	/* set after init: a learned or random projection (n % k == 0) masks the
+	 * slots of windows with no real token as conv and pooling ones do */
+	bool mask_empty_slots;
 };
 /* shared: the layerwise projection (required with NN_SHARE_LAYERWISE, else
  * NULL; built with per_head false). An initialised struct points into itself

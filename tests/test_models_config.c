@@ -257,6 +257,10 @@ START_TEST(test_resolve_errors)
 		      "not divisible");
 	RESOLVE_FAILS((c.attention[3] = MODEL_ATTN_MAX, c.k_first = 10), "layer 3 (max)",
 		      "not divisible");
+	/* ... and so do learned ones that mask their empty slots (windows of n/k) */
+	RESOLVE_FAILS((c.mask_empty_slots = true, c.k_first = 24),
+		      "layer 0 (linear): max_len 64 is not divisible by k 24",
+		      "slots' windows of mask_empty_slots");
 	/* learned and random projections take any k <= n */
 	{
 		struct model_config c = base();

@@ -131,7 +131,7 @@ static double *ref_linformer(const struct nn_linformer *m, const double *x, cons
 					q4[((b * H + h) * T + t) * d + c] =
 					    q[(b * T + t) * dim + h * d + c];
 	double *sm = NULL;
-	if (windowed(m->e_used->kind)) {
+	if (windowed(m->e_used->kind) || m->mask_empty_slots) {
 		sm = malloc(sizeof(double) * (size_t)(B * K));
 		for (int64_t b = 0; b < B; b++)
 			for (int64_t j = 0; j < K; j++) {
@@ -195,36 +195,46 @@ START_TEST(test_linformer_reference)
 					cfg_str(&c, name, sizeof name);
 					struct lf f;
 					lf_make(&f, dt, c);
-					for (int mi = di ? 0 : 1; mi < 3; mi++) {
-						/* no mask T = n (f64 only); mask T = 6; no
+					/* learned and random also with their empty
+					 * slots masked */
+					for (int es = 0; es < (windowed(c.kind) ? 1 : 2); es++)
+						for (int mi = di ? 0 : 1; mi < 3; mi++) {
+							f.m.mask_empty_slots = es;
+							/* no mask T = n (f64 only); mask T = 6; no
 						 * mask T = 5, x strided */
-						int64_t T = mi == 0 ? n : mi == 1 ? 6 : 5;
-						struct tensor *mask =
-						    mi == 1 ? mask_i32(B, T, mv) : NULL;
-						struct tensor *x = tu_rand(
-						    dt, 3, (int64_t[]){ B, T, dim }, 9 + mi);
-						double *vx = tu_values(x);
-						double *vm = mask ? tu_values(mask) : NULL;
-						if (mi == 2)
-							x = tu_strided(x);
-						struct tensor *y =
-						    nn_linformer_forward(&f.m, x, mask);
-						ck_assert_msg(y != NULL, "%s: %s", name,
-							      tensor_last_error());
-						tu_assert_shape(y, 3, (int64_t[]){ B, T, dim });
-						double *want = ref_linformer(&f.m, vx, vm, B, T);
-						double *got = tu_values(y);
-						for (int64_t i = 0; i < B * T * dim; i++)
-							ck_assert_msg(
-							    fabs(got[i] - want[i]) <=
-								tu_tol(dt) * (1 + fabs(want[i])),
-							    "%s mask %d [%lld]: %g vs %g", name, mi,
-							    (long long)i, got[i], want[i]);
-						free(got);
-						free(want);
-						free(vx);
-						free(vm);
-					}
+							int64_t T = mi == 0 ? n : mi == 1 ? 6 : 5;
+							struct tensor *mask =
+							    mi == 1 ? mask_i32(B, T, mv) : NULL;
+							struct tensor *x =
+							    tu_rand(dt, 3, (int64_t[]){ B, T, dim },
+								    9 + mi);
+							double *vx = tu_values(x);
+							double *vm = mask ? tu_values(mask) : NULL;
+							if (mi == 2)
+								x = tu_strided(x);
+							struct tensor *y =
+							    nn_linformer_forward(&f.m, x, mask);
+							ck_assert_msg(y != NULL, "%s: %s", name,
+								      tensor_last_error());
+							tu_assert_shape(y, 3,
+									(int64_t[]){ B, T, dim });
+							double *want =
+							    ref_linformer(&f.m, vx, vm, B, T);
+							double *got = tu_values(y);
+							for (int64_t i = 0; i < B * T * dim; i++)
+								ck_assert_msg(
+								    fabs(got[i] - want[i]) <=
+									tu_tol(dt) *
+									    (1 + fabs(want[i])),
+								    "%s mask %d empty slots %d "
+								    "[%lld]: %g vs %g",
+								    name, mi, es, (long long)i,
+								    got[i], want[i]);
+							free(got);
+							free(want);
+							free(vx);
+							free(vm);
+						}
 					lf_drop(&f);
 				}
 }
@@ -504,22 +514,24 @@ START_TEST(test_gradients)
 	const struct {
 		enum nn_proj_kind kind;
 		enum nn_proj_sharing sharing;
-		bool dense, skv, seq, masked;
+		bool dense, skv, seq, masked, empty_slots;
 	} cases[] = {
-		{ NN_PROJ_LINEAR, NN_SHARE_HEADWISE, false, false, false, false },
-		{ NN_PROJ_LINEAR, NN_SHARE_NONE, false, true, true, true },
-		{ NN_PROJ_RANDOM, NN_SHARE_NONE, false, false, false, true },
-		{ NN_PROJ_RANDOM, NN_SHARE_KV, false, true, false, false },
-		{ NN_PROJ_CONV, NN_SHARE_HEADWISE, false, false, false, true },
-		{ NN_PROJ_CONV, NN_SHARE_HEADWISE, false, true, false, false },
-		{ NN_PROJ_CONV, NN_SHARE_KV, true, false, true, true },
-		{ NN_PROJ_MEAN, NN_SHARE_HEADWISE, false, false, false, true },
-		{ NN_PROJ_MEAN, NN_SHARE_NONE, false, true, true, false },
-		{ NN_PROJ_MAX, NN_SHARE_HEADWISE, false, true, false, true },
-		{ NN_PROJ_MAX, NN_SHARE_KV, false, false, false, false },
-		{ NN_PROJ_LINEAR, NN_SHARE_LAYERWISE, false, false, false, true },
-		{ NN_PROJ_CONV, NN_SHARE_LAYERWISE, true, false, false, false },
-		{ NN_PROJ_LINEAR, NN_SHARE_KV, false, false, true, true },
+		{ NN_PROJ_LINEAR, NN_SHARE_HEADWISE, false, false, false, false, false },
+		{ NN_PROJ_LINEAR, NN_SHARE_NONE, false, true, true, true, false },
+		{ NN_PROJ_RANDOM, NN_SHARE_NONE, false, false, false, true, false },
+		{ NN_PROJ_RANDOM, NN_SHARE_KV, false, true, false, false, false },
+		{ NN_PROJ_CONV, NN_SHARE_HEADWISE, false, false, false, true, false },
+		{ NN_PROJ_CONV, NN_SHARE_HEADWISE, false, true, false, false, false },
+		{ NN_PROJ_CONV, NN_SHARE_KV, true, false, true, true, false },
+		{ NN_PROJ_MEAN, NN_SHARE_HEADWISE, false, false, false, true, false },
+		{ NN_PROJ_MEAN, NN_SHARE_NONE, false, true, true, false, false },
+		{ NN_PROJ_MAX, NN_SHARE_HEADWISE, false, true, false, true, false },
+		{ NN_PROJ_MAX, NN_SHARE_KV, false, false, false, false, false },
+		{ NN_PROJ_LINEAR, NN_SHARE_LAYERWISE, false, false, false, true, false },
+		{ NN_PROJ_CONV, NN_SHARE_LAYERWISE, true, false, false, false, false },
+		{ NN_PROJ_LINEAR, NN_SHARE_KV, false, false, true, true, false },
+		{ NN_PROJ_LINEAR, NN_SHARE_HEADWISE, false, false, false, true, true },
+		{ NN_PROJ_RANDOM, NN_SHARE_NONE, false, false, true, true, true },
 	};
 	for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
 		bool mi = cases[ci].masked;
@@ -533,6 +545,9 @@ START_TEST(test_gradients)
 		struct lf f;
 		lf_make(&f, TENSOR_F64, c);
 		f.m.sequential_heads = cases[ci].seq;
+		f.m.mask_empty_slots = cases[ci].empty_slots;
+		if (f.m.mask_empty_slots)
+			strcat(name, " empty slots masked");
 		int64_t T = mi ? 3 : n;
 		struct tensor *x = gc_input(3, (int64_t[]){ B, T, dim }, 18, -1.5, 1.5, mi == 0);
 		struct tensor *in[24] = { x };

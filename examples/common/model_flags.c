@@ -93,6 +93,7 @@ void model_flags_config(struct model_config *c, const struct model_flags *m,
 	c->learned_positions = !strcmp(m->positions, "learned");
 	c->conv_dense = m->conv_dense;
 	c->xavier_projections = m->xavier_projections;
+	c->mask_empty_slots = m->mask_empty_slots;
 	c->shared_kv_head = m->shared_kv_head;
 	c->dropout = m->dropout;
 	c->attn_dropout = m->attn_dropout;

@@ -26,7 +26,7 @@ struct model_flags {
 	const char *tokenizer, *vocab;
 	int64_t n, k, k_last, dim, heads, layers, ff;
 	double dropout, attn_dropout;
-	bool swiglu, post_norm, conv_dense, shared_kv_head, xavier_projections;
+	bool swiglu, post_norm, conv_dense, shared_kv_head, xavier_projections, mask_empty_slots;
 };
 
 /* The defaults both programs use, for a struct model_flags initializer; each adds its own
@@ -75,6 +75,9 @@ struct model_flags {
 		      "conv projections mix every channel (not per head)"),                        \
 	FLAG_DEF_BOOL("xavier-proj", &(m).xavier_projections,                                      \
 		      "learned projections start as xavier noise, not window means"),              \
+	FLAG_DEF_BOOL("mask-empty-slots", &(m).mask_empty_slots,                                   \
+		      "learned projections mask the slots of windows with no real token, as "      \
+		      "conv ones do"),                                                             \
 	FLAG_DEF_BOOL("shared-kv-head", &(m).shared_kv_head,                                       \
 		      "one key/value head shared by all query heads")
 /* The entries of --tokenizer and --vocab. */
