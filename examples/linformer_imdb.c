@@ -33,7 +33,7 @@ struct options {
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_train, max_test;
 	int64_t log_every, stop_after, keep_tail;
 	double embed_std, lr, beta1, beta2, min_lr, warmup, weight_decay, clip, val_fraction;
-	double token_mask;
+	double token_mask, pooled_test;
 	bool decay_all, resume, eval_only, no_bucket;
 };
 
@@ -109,6 +109,10 @@ static struct flag flags[] = {
 	CHO("val-split", val_split, "random|movie",
 	    "validation reviews drawn one by one, or whole movies (the movies of aclImdb's "
 	    "urls_*.txt), so that none is also in training, as none of the test set's is"),
+	DBL("pooled-test", pooled_test, 0, 0.9, 0, "F",
+	    "pool the train and test reviews and hold out a seeded fraction F of all of them "
+	    "as the test set (0: aclImdb's test split); the protocol of studies that split the "
+	    "50,000 reviews at random, whose test reviews share movies with training"),
 	INT("max-train", max_train, 0, 1 << 30, "N",
 	    "use N training reviews, a seeded sample (0: all)"),
 	INT("max-test", max_test, 0, 1 << 30, "N", "use N test reviews, a seeded sample (0: all)"),
@@ -244,23 +248,54 @@ static void load_model(const char *path, struct model_config *c, struct nn_param
 
 /* ---- data -------------------------------------------------------------------------------- */
 
-/* Split "train" or "test" of --data, cut to a seeded sample of max reviews if 0 < max < all. */
-static void load_split(const char *split, int64_t max, struct text_dataset *out)
+/* Split "train" or "test" of --data. */
+static void load_split(const char *split, struct text_dataset *out)
 {
-	struct text_dataset all, rest;
 	char what[1200];
 	snprintf(what, sizeof what, "reading the %s split of --data %s", split, opt.data);
-	if (text_imdb_load(opt.data, split, &all) < 0)
+	if (text_imdb_load(opt.data, split, out) < 0)
 		train_die(PROG, what);
-	if (max <= 0 || max >= all.n) {
-		*out = all;
+}
+
+/* ds cut to a seeded sample of max reviews if 0 < max < all (ds is consumed). */
+static void sample(struct text_dataset *ds, int64_t max, struct text_dataset *out)
+{
+	struct text_dataset rest;
+	if (max <= 0 || max >= ds->n) {
+		*out = *ds;
 		return;
 	}
-	if (text_dataset_split(&all, (double)max / (double)all.n, (uint64_t)opt.split_seed + 7,
-			       &rest, out) < 0)
-		train_die(PROG, what);
-	text_dataset_free(&all);
+	if (text_dataset_split(ds, (double)max / (double)ds->n, (uint64_t)opt.split_seed + 7, &rest,
+			       out) < 0)
+		train_die(PROG, "sampling the reviews");
+	text_dataset_free(ds);
 	text_dataset_free(&rest);
+}
+
+/* The training reviews (validation still in them) and the test reviews, each cut to
+ * --max-train / --max-test: aclImdb's train and test splits, or with --pooled-test F the
+ * two pooled and a seeded fraction F of them held out as the test set. train may be NULL. */
+static void load_data(struct text_dataset *train, struct text_dataset *test)
+{
+	struct text_dataset tr, te;
+	if (train || opt.pooled_test > 0)
+		load_split("train", &tr);
+	load_split("test", &te);
+	if (opt.pooled_test > 0) {
+		struct text_dataset all;
+		int st = text_dataset_concat(&tr, &te, &all);
+		text_dataset_free(&tr);
+		text_dataset_free(&te);
+		if (st < 0 || text_dataset_split(&all, opt.pooled_test,
+						 (uint64_t)opt.split_seed + 11, &tr, &te) < 0)
+			train_die(PROG, "pooling the train and test splits");
+		text_dataset_free(&all);
+	}
+	if (train)
+		sample(&tr, opt.max_train, train);
+	else if (opt.pooled_test > 0)
+		text_dataset_free(&tr);
+	sample(&te, opt.max_test, test);
 }
 
 /* ---- evaluation -------------------------------------------------------------------------- */
@@ -318,7 +353,7 @@ static int run_eval_only(void)
 	load_model(opt.checkpoint, &c, &ps, &m, &step);
 	load_tokenizer(&tok, c.vocab_size);
 	model_summary(&c, nn_params_count(&ps), stdout);
-	load_split("test", opt.max_test, &test);
+	load_data(NULL, &test);
 	if (train_batcher_init(&b, &test, &tok, c.max_len, opt.batch, 0, false, !opt.no_bucket) < 0)
 		train_die(PROG, "tokenizing the test split");
 	printf("%s (step %lld) on %lld test reviews of %s\n", opt.checkpoint, (long long)step,
@@ -539,7 +574,7 @@ static int64_t setup(struct run *r)
 		adopt_encoder(&r->cfg, &pre);
 	}
 	struct text_dataset all;
-	load_split("train", opt.max_train, &all);
+	load_data(&all, &r->test);
 	int (*split)(const struct text_dataset *, double, uint64_t, struct text_dataset *,
 		     struct text_dataset *) =
 	    strcmp(opt.val_split, "movie") == 0 ? text_dataset_split_groups : text_dataset_split;
@@ -549,7 +584,6 @@ static int64_t setup(struct run *r)
 		flags_fail(PROG, "val-fraction", "%g of %lld reviews leaves an empty split",
 			   opt.val_fraction, (long long)all.n);
 	text_dataset_free(&all);
-	load_split("test", opt.max_test, &r->test);
 	int64_t n = r->cfg.max_len;
 	bool bucket = !opt.no_bucket;
 	/* one batch of the training batcher per optimizer step, cut into --accum
@@ -623,6 +657,10 @@ static int64_t setup(struct run *r)
 	       (long long)n, (long long)opt.batch, (long long)opt.accum, (long long)r->total,
 	       (long long)r->epochs, (long long)r->spe, tensor_get_num_threads(),
 	       tensor_blas_arch());
+	if (opt.pooled_test > 0)
+		printf(
+		    "(train and test splits pooled, %g of the reviews held out as the test set)\n",
+		    opt.pooled_test);
 	if (!flags_given(flags, NFLAGS, "data"))
 		printf("(the bundled subset; for the full dataset see --help)\n");
 	printf("logs in %s, checkpoints in %s%s\n", r->log_dir, r->ckpt_dir,

@@ -274,7 +274,8 @@ long="Slow, dull, and far too long at the start, it drags on and on. Yet the end
 short="Superb!"
 for t in 0 20; do
 	for txt in long short; do
-		"$prog" --predict "${!txt}" --checkpoint "$tmp/a/best.safetensors" --keep-tail $t \
+		eval "review=\$$txt"
+		"$prog" --predict "$review" --checkpoint "$tmp/a/best.safetensors" --keep-tail $t \
 			--threads 1 >"$tmp/kt-$txt-$t.out" 2>&1 || fail "--keep-tail $t: $(cat "$tmp/kt-$txt-$t.out")"
 	done
 done
@@ -283,6 +284,26 @@ if ! cmp -s "$tmp/kt-long-0.out" "$tmp/kt-long-20.out" &&
 	echo "ok: --keep-tail reads a long review's end"
 else
 	fail "--keep-tail: long $(cat "$tmp/kt-long-0.out") / $(cat "$tmp/kt-long-20.out"), short $(cat "$tmp/kt-short-0.out") / $(cat "$tmp/kt-short-20.out")"
+fi
+# --pooled-test: train and test pooled, a seeded part of all of them held out as the test set;
+# --eval-only with the same flag tests on the same reviews, without it on aclImdb's test split
+# shellcheck disable=SC2086
+run pa $BASE --steps 2 --pooled-test 0.5 --log-dir "$tmp/pa"
+if check pa "--pooled-test run" &&
+	! grep -q '(train and test splits pooled, 0.5 of the reviews held out' "$tmp/pa.out"; then
+	fail "--pooled-test: no pooling line in $(cat "$tmp/pa.out")"
+fi
+for f in "--pooled-test 0.5" ""; do
+	# shellcheck disable=SC2086
+	run pe --eval-only --checkpoint "$tmp/pa/last.safetensors" --max-test 24 --batch 4 \
+		--threads 1 $f
+	check pe "eval-only ${f:-without --pooled-test}" && test_line "$tmp/pe.out" >"$tmp/pe-${f:+p}.line"
+done
+if [ "$(test_line "$tmp/pa.out")" = "$(cat "$tmp/pe-p.line")" ] &&
+	! cmp -s "$tmp/pe-p.line" "$tmp/pe-.line"; then
+	echo "ok: --eval-only --pooled-test tests on the run's pooled test reviews"
+else
+	fail "--pooled-test: run '$(test_line "$tmp/pa.out")', eval '$(cat "$tmp/pe-p.line")', official '$(cat "$tmp/pe-.line")'"
 fi
 expect 1 "this tokenizer 30522" --eval-only --checkpoint "$tmp/a/last.safetensors" \
 	--tokenizer wordpiece
@@ -319,6 +340,7 @@ expect 1 "--proj: applies to Linformer (L) layers; --model transformer has none"
 	--model transformer --proj conv
 expect 1 "--k-list: needs --k-schedule list" --k-list 8,8
 expect 1 "--eval-only: needs --checkpoint" --eval-only
+expect 1 "--pooled-test: expected a number in \[0, 0.9\], got '1'" --pooled-test 1
 expect 1 "reading the train split of --data $tmp/nodata" --data "$tmp/nodata" --log-dir "$tmp/x"
 expect 0 "usage: linformer_imdb" --help
 

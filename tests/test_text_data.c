@@ -504,6 +504,48 @@ START_TEST(test_split_groups_errors)
 }
 END_TEST
 
+/* a's examples then b's, texts copied, b's movies shifted past a's largest,
+ * group 0 kept; an empty side; errors leave out untouched. */
+START_TEST(test_concat)
+{
+	struct text_dataset a = in_movies(40), b = in_movies(7), out;
+	b.items[2].group = 0;
+	ck_assert_int_eq(text_dataset_concat(&a, &b, &out), TENSOR_OK);
+	ck_assert_int_eq(out.n, 47);
+	for (int64_t i = 0; i < 47; i++) {
+		const struct text_example *src = i < 40 ? &a.items[i] : &b.items[i - 40];
+		ck_assert_str_eq(out.items[i].text, src->text);
+		ck_assert(out.items[i].text != src->text);
+		ck_assert_int_eq(out.items[i].label, src->label);
+		ck_assert_int_eq(out.items[i].rating, src->rating);
+		/* a's largest movie is 37 */
+		int64_t want = i < 40 || src->group == 0 ? src->group : src->group + 37;
+		ck_assert_int_eq(out.items[i].group, want);
+	}
+	text_dataset_free(&out);
+	struct text_dataset empty = { NULL, 0 };
+	ck_assert_int_eq(text_dataset_concat(&empty, &b, &out), TENSOR_OK);
+	ck_assert_int_eq(out.n, 7);
+	ck_assert_int_eq(out.items[0].group, b.items[0].group);
+	text_dataset_free(&out);
+	ck_assert_int_eq(text_dataset_concat(&empty, &empty, &out), TENSOR_OK);
+	ck_assert_int_eq(out.n, 0);
+
+	struct text_dataset broken = { NULL, 3 }, keep = { NULL, 77 };
+	tu_assert_error(text_dataset_concat(&a, &broken, &keep) == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
+			"text_dataset_concat", "invalid dataset b (n 3)");
+	tu_assert_error(text_dataset_concat(&broken, &a, &keep) == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
+			"text_dataset_concat", "invalid dataset a");
+	tu_assert_error(text_dataset_concat(&a, NULL, &keep) == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
+			"text_dataset_concat", "NULL");
+	tu_assert_error(text_dataset_concat(&a, &b, NULL) == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
+			"text_dataset_concat", "NULL");
+	ck_assert(keep.n == 77 && !keep.items);
+	text_dataset_free(&a);
+	text_dataset_free(&b);
+}
+END_TEST
+
 /* ---- plain-text reader ------------------------------------------------------ */
 
 START_TEST(test_lines_file)
@@ -606,6 +648,7 @@ int main(void)
 	tcase_add_test(tc, test_split_errors);
 	tcase_add_test(tc, test_split_groups);
 	tcase_add_test(tc, test_split_groups_errors);
+	tcase_add_test(tc, test_concat);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("lines");
 	tcase_add_test(tc, test_lines_file);

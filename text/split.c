@@ -1,6 +1,8 @@
 /* Validation splits of a dataset from a seeded permutation: by example
  * (text_dataset_split) or by group, whole movies (text_dataset_split_groups).
- * Both keep the original order inside each part and copy the texts. */
+ * Both keep the original order inside each part and copy the texts. And
+ * text_dataset_concat, which pools two datasets (the IMDB train and test
+ * splits, for the protocol of studies that split all 50,000 reviews). */
 #define _POSIX_C_SOURCE 200809L
 #include "text.h"
 
@@ -169,4 +171,40 @@ done:
 	free(chosen);
 	free(flag);
 	return st;
+}
+
+int text_dataset_concat(const struct text_dataset *a, const struct text_dataset *b,
+			struct text_dataset *out)
+{
+	static const char op[] = "text_dataset_concat";
+	if (!a || !b || !out)
+		return tensor_error(TENSOR_ERR_ARG, "%s: NULL argument", op);
+	const struct text_dataset *in[2] = { a, b };
+	for (int p = 0; p < 2; p++)
+		if (in[p]->n < 0 || (in[p]->n > 0 && !in[p]->items))
+			return tensor_error(TENSOR_ERR_ARG, "%s: invalid dataset %c (n %lld)", op,
+					    "ab"[p], (long long)in[p] -> n);
+	int64_t shift = 0;
+	for (int64_t i = 0; i < a->n; i++)
+		shift = a->items[i].group > shift ? a->items[i].group : shift;
+	struct text_dataset cat = { NULL, 0 };
+	int64_t n = a->n + b->n;
+	cat.items = n ? calloc((size_t)n, sizeof(*cat.items)) : NULL;
+	if (n && !cat.items)
+		return tensor_error(TENSOR_ERR_NOMEM, "%s: out of memory", op);
+	for (int p = 0; p < 2; p++)
+		for (int64_t i = 0; i < in[p]->n; i++) {
+			struct text_example *ex = &cat.items[cat.n];
+			*ex = in[p]->items[i];
+			if (p == 1 && ex->group > 0)
+				ex->group += shift;
+			ex->text = strdup(in[p]->items[i].text ? in[p]->items[i].text : "");
+			if (!ex->text) {
+				text_dataset_free(&cat);
+				return tensor_error(TENSOR_ERR_NOMEM, "%s: out of memory", op);
+			}
+			cat.n++;
+		}
+	*out = cat;
+	return TENSOR_OK;
 }
