@@ -114,9 +114,9 @@ int text_dataset_split(const struct text_dataset *ds, double fraction, uint64_t 
 int text_dataset_split_groups(const struct text_dataset *ds, double fraction, uint64_t seed,
 			      struct text_dataset *train, struct text_dataset *val);
 /* out = a's examples then b's (texts copied), b's groups shifted past a's
- * largest so that no group spans both (aclImdb: train and test have disjoint
- * movies, each numbered from 1); group 0 (none) stays 0. *out is written only
- * on success; errors: NULL or invalid datasets (TENSOR_ERR_ARG), memory. */
+ * largest so that the two numberings stay apart (aclImdb numbers each split's
+ * movies from 1); group 0 (none) stays 0. *out is written only on success;
+ * errors: NULL or invalid datasets (TENSOR_ERR_ARG), memory. */
 int text_dataset_concat(const struct text_dataset *a, const struct text_dataset *b,
 			struct text_dataset *out);
 
