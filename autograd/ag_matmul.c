@@ -115,47 +115,6 @@ struct tensor *ag_matmul_laid_out(struct tensor *a, struct tensor *b, const int 
 
 /* ---- conv1d --------------------------------------------------------------- */
 
-/* The checks of tensor_conv1d, with its messages, before composing it from ag ops. */
-static int conv1d_check(const struct tensor *x, const struct tensor *w, const struct tensor *bias,
-			int64_t stride, int64_t padding)
-{
-	int rc = tensor_check_pair("conv1d", x, w);
-	if (rc == TENSOR_OK && bias)
-		rc = tensor_check_pair("conv1d", x, bias);
-	if (rc == TENSOR_OK)
-		rc = tensor_check_float("conv1d", x);
-	if (rc < 0)
-		return rc;
-	char bx[128], bw[128], bb[128];
-	tensor_shape_str(x, bx, sizeof bx);
-	tensor_shape_str(w, bw, sizeof bw);
-	if (x->ndim != 3 || w->ndim != 3)
-		return tensor_error(TENSOR_ERR_SHAPE,
-				    "conv1d: input %s, weight %s, expected x [B, C_in, L] and w "
-				    "[C_out, C_in, K]",
-				    bx, bw);
-	if (x->shape[1] != w->shape[1])
-		return tensor_error(TENSOR_ERR_SHAPE,
-				    "conv1d: input %s has %lld channels, weight %s expects %lld",
-				    bx, (long long)x->shape[1], bw, (long long)w->shape[1]);
-	if (bias && (bias->ndim != 1 || bias->shape[0] != w->shape[0]))
-		return tensor_error(
-		    TENSOR_ERR_SHAPE, "conv1d: bias %s for weight %s, expected [%lld]",
-		    tensor_shape_str(bias, bb, sizeof bb), bw, (long long)w->shape[0]);
-	if (stride < 1 || padding < 0)
-		return tensor_error(TENSOR_ERR_ARG,
-				    "conv1d: stride %lld, padding %lld for input %s, expected "
-				    "stride >= 1 and padding >= 0",
-				    (long long)stride, (long long)padding, bx);
-	int64_t kw = w->shape[2], len = x->shape[2];
-	if (kw < 1 || padding > (INT64_MAX - len) / 2 || kw > len + 2 * padding)
-		return tensor_error(TENSOR_ERR_SHAPE,
-				    "conv1d: kernel %lld of weight %s does not fit input %s with "
-				    "padding %lld, expected 1 <= K <= L + 2 padding",
-				    (long long)kw, bw, bx, (long long)padding);
-	return TENSOR_OK;
-}
-
 /* Without grad this is tensor_conv1d. With grad it is the same computation (pad,
  * unfold, one batched GEMM, bias) written with ag ops, so backward comes from theirs:
  * dW is one GEMM over all windows, dx is scattered back through unfold and the pad. */
@@ -167,7 +126,7 @@ struct tensor *ag_conv1d(struct tensor *x, struct tensor *w, struct tensor *bias
 	bool grad = x->requires_grad || w->requires_grad || (bias && bias->requires_grad);
 	if (!grad || !ag_grad_enabled())
 		return tensor_conv1d(x, w, bias, stride, padding);
-	if (conv1d_check(x, w, bias, stride, padding) < 0)
+	if (tensor_check_conv1d(x, w, bias, stride, padding) < 0)
 		return NULL;
 	int64_t nb = x->shape[0], cin = x->shape[1], cout = w->shape[0], kw = w->shape[2];
 	int64_t lout = (x->shape[2] + 2 * padding - kw) / stride + 1;

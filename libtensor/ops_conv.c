@@ -3,7 +3,7 @@
 
 #define OP "conv1d"
 
-static int conv1d_check(const struct tensor *x, const struct tensor *w, const struct tensor *bias,
+int tensor_check_conv1d(const struct tensor *x, const struct tensor *w, const struct tensor *bias,
 			int64_t stride, int64_t padding)
 {
 	int rc = tensor_check_pair(OP, x, w);
@@ -65,7 +65,7 @@ struct tensor *tensor_conv1d(const struct tensor *x, const struct tensor *w,
 {
 	if (!x || !w)
 		return NULL;
-	if (conv1d_check(x, w, bias, stride, padding) < 0)
+	if (tensor_check_conv1d(x, w, bias, stride, padding) < 0)
 		return NULL;
 	int64_t nb = x->shape[0], cin = x->shape[1], cout = w->shape[0], kw = w->shape[2];
 	int64_t lout = (x->shape[2] + 2 * padding - kw) / stride + 1;

@@ -108,6 +108,10 @@ bool tensor_same_shape(const struct tensor *a, const struct tensor *b);
 int tensor_check_pair(const char *op, const struct tensor *a, const struct tensor *b);
 /* Non-NULL and f32 or f64: */
 int tensor_check_float(const char *op, const struct tensor *t);
+/* The arguments of tensor_conv1d (x [B, C_in, L], w [C_out, C_in, K], bias
+ * [C_out] or NULL, stride >= 1, padding >= 0, K <= L + 2 padding): */
+int tensor_check_conv1d(const struct tensor *x, const struct tensor *w, const struct tensor *bias,
+			int64_t stride, int64_t padding);
 
 /* ---- creation (NULL + error on failure) ----------------------------------- */
 /* shape has ndim entries, each >= 0 (0 gives an empty tensor); ndim <= 8.   */
