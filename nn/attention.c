@@ -287,8 +287,7 @@ int nn_mha_init(struct nn_mha *m, struct nn_params *ps, const char *name, int64_
 	return TENSOR_OK;
 }
 
-/* [B,T,dim] -> [B,H,T,d], a view when x is contiguous. */
-static struct tensor *split_heads(struct tensor *x, int64_t heads)
+struct tensor *nn_split_heads(struct tensor *x, int64_t heads)
 {
 	if (!x)
 		return NULL;
@@ -312,8 +311,9 @@ static struct tensor *by_head_recorded(struct tensor *q, struct tensor *k, struc
 	int64_t h = q->shape[1];
 	struct tensor **outs = calloc((size_t)h, sizeof *outs);
 	if (!outs) {
-		tensor_error(TENSOR_ERR_NOMEM, "nn_attention_by_head: cannot allocate %lld head "
-					       "outputs",
+		tensor_error(TENSOR_ERR_NOMEM,
+			     "nn_attention_by_head: cannot allocate %lld head "
+			     "outputs",
 			     (long long)h);
 		return NULL;
 	}
@@ -341,14 +341,14 @@ struct tensor *nn_attention_by_head(struct tensor *q, struct tensor *k, struct t
 		return by_head_recorded(q, k, v, key_mask, causal, scale, dropout);
 	/* without grad: each head in a scope of its own, written into its columns */
 	int64_t b = q->shape[0], h = q->shape[1], t = q->shape[2], dv = v->shape[3];
-	struct tensor *y = tensor_empty(q->dtype, q->storage->device, 3, (int64_t[]){ b, t, h * dv });
+	struct tensor *y =
+	    tensor_empty(q->dtype, q->storage->device, 3, (int64_t[]){ b, t, h * dv });
 	int rc = y ? TENSOR_OK : tensor_last_status();
 	for (int64_t i = 0; i < h && rc == TENSOR_OK; i++) {
 		tensor_scope_begin();
-		struct tensor *o = head_rows(nn_attention(tensor_narrow(q, 1, i, 1),
-							  tensor_narrow(k, 1, i, 1),
-							  tensor_narrow(v, 1, i, 1), key_mask, causal,
-							  scale, dropout));
+		struct tensor *o = head_rows(
+		    nn_attention(tensor_narrow(q, 1, i, 1), tensor_narrow(k, 1, i, 1),
+				 tensor_narrow(v, 1, i, 1), key_mask, causal, scale, dropout));
 		rc = o ? tensor_copy_(tensor_narrow(y, 2, i * dv, dv), o) : tensor_last_status();
 		tensor_scope_end();
 	}
@@ -386,9 +386,9 @@ struct tensor *nn_mha_forward(const struct nn_mha *m, struct tensor *x,
 	}
 	int64_t b = x->shape[0], t = x->shape[1], h = m->heads;
 	double scale = 1 / sqrt((double)(m->dim / h));
-	struct tensor *q = split_heads(nn_linear_forward(&m->q_proj, x), h);
-	struct tensor *k = split_heads(nn_linear_forward(&m->k_proj, x), h);
-	struct tensor *v = split_heads(nn_linear_forward(&m->v_proj, x), h);
+	struct tensor *q = nn_split_heads(nn_linear_forward(&m->q_proj, x), h);
+	struct tensor *k = nn_split_heads(nn_linear_forward(&m->k_proj, x), h);
+	struct tensor *v = nn_split_heads(nn_linear_forward(&m->v_proj, x), h);
 	if (!q || !k || !v)
 		return NULL;
 	struct tensor *y;

@@ -225,9 +225,8 @@ int nn_seq_proj_init_windows(struct nn_seq_proj *p, double noise)
 			((float *)buf)[i] = (float)(noise * ((float *)buf)[i] + mean);
 	}
 	struct tensor *src =
-	    rc == TENSOR_OK
-		? tensor_from_data(w->dtype, w->storage->device, w->ndim, w->shape, buf)
-		: NULL;
+	    rc == TENSOR_OK ? tensor_from_data(w->dtype, w->storage->device, w->ndim, w->shape, buf)
+			    : NULL;
 	rc = src ? tensor_copy_(w, src) : tensor_last_status();
 	tensor_free(src);
 	free(count);
@@ -447,16 +446,6 @@ int nn_linformer_init(struct nn_linformer *m, struct nn_params *ps, const char *
 	return TENSOR_OK;
 }
 
-/* [B,T,h*d] -> [B,h,T,d], a view. */
-static struct tensor *split_heads(struct tensor *x, int64_t h)
-{
-	if (!x)
-		return NULL;
-	int64_t b = x->shape[0], t = x->shape[1], c = x->shape[2];
-	struct tensor *v = ag_reshape(x, 4, (int64_t[]){ b, t, h, c / h });
-	return ag_permute(v, (int[]){ 0, 2, 1, 3 });
-}
-
 /* [B,h,T,d] -> [B,T,h*d]. */
 static struct tensor *merge_heads(struct tensor *o)
 {
@@ -537,9 +526,9 @@ static struct tensor *project(const struct nn_linformer *m, const struct nn_seq_
 	if (p->dense) {
 		struct tensor *y =
 		    nn_seq_proj_forward(p, zero_padded(ag_unsqueeze(x, 1), key_mask));
-		return split_heads(y ? ag_squeeze(y, 1) : NULL, hk);
+		return nn_split_heads(y ? ag_squeeze(y, 1) : NULL, hk);
 	}
-	return nn_seq_proj_forward(p, zero_padded(split_heads(x, hk), key_mask));
+	return nn_seq_proj_forward(p, zero_padded(nn_split_heads(x, hk), key_mask));
 }
 
 /* Whether keys and values are cheaper projected along the sequence first:
@@ -658,8 +647,8 @@ static int project_sequence_first(const struct nn_linformer *m, struct tensor *x
 		fx = ag_matmul(f, xz);
 		fr = rows_kept(f, keep);
 	}
-	*k = split_heads(linear_after(&m->k_proj, ex, er), hk);
-	*v = split_heads(linear_after(&m->v_proj, fx, fr), hk);
+	*k = nn_split_heads(linear_after(&m->k_proj, ex, er), hk);
+	*v = nn_split_heads(linear_after(&m->v_proj, fx, fr), hk);
 	tensor_free(keep);
 	return *k && *v ? TENSOR_OK : tensor_last_status();
 }
@@ -760,7 +749,7 @@ struct tensor *nn_linformer_attend(const struct nn_linformer *m, struct tensor *
 		v = ag_narrow(v, 0, b0, nb);
 		mask = mask ? tensor_narrow(mask, 0, b0, nb) : NULL;
 	}
-	struct tensor *q = split_heads(nn_linear_forward(&m->q_proj, rows), h);
+	struct tensor *q = nn_split_heads(nn_linear_forward(&m->q_proj, rows), h);
 	double scale = 1 / sqrt((double)(m->dim / h));
 	struct tensor *y;
 	if (m->sequential_heads)

@@ -683,6 +683,26 @@ START_TEST(test_attention_by_head)
 }
 END_TEST
 
+/* [B, T, H*d] -> [B, H, T, d]: element (b, h, t, j) is x[b, t, h*d + j], a view. */
+START_TEST(test_split_heads)
+{
+	const int64_t B = 2, T = 3, H = 2, d = 4;
+	struct tensor *x = tu_rand(TENSOR_F64, 3, (int64_t[]){ B, T, H * d }, 61);
+	struct tensor *y = nn_split_heads(x, H);
+	tu_assert_shape(y, 4, (int64_t[]){ B, H, T, d });
+	ck_assert(y->storage == x->storage);
+	for (int64_t b = 0; b < B; b++)
+		for (int64_t h = 0; h < H; h++)
+			for (int64_t t = 0; t < T; t++)
+				for (int64_t j = 0; j < d; j++)
+					ck_assert(tensor_get(y, (int64_t[]){ b, h, t, j }) ==
+						  tensor_get(x, (int64_t[]){ b, t, h * d + j }));
+	ck_assert(!nn_split_heads(NULL, H));
+	tu_assert_error(!nn_split_heads(x, 3), TENSOR_ERR_SHAPE, "[2,3,8] has 48 elements",
+			"[2,3,3,2]");
+}
+END_TEST
+
 START_TEST(test_attention_errors)
 {
 	struct tensor *q = tu_rand(TENSOR_F32, 4, (int64_t[]){ 2, 3, 4, 5 }, 1);
@@ -806,6 +826,7 @@ int main(void)
 	tcase_add_test(tc, test_attention_dropout_eval);
 	tcase_add_test(tc, test_attention_errors);
 	tcase_add_test(tc, test_attention_by_head);
+	tcase_add_test(tc, test_split_heads);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("mha");
 	tcase_add_test(tc, test_mha_params);
