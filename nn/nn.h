@@ -25,17 +25,17 @@ extern "C" {
 struct nn_param {
 	char name[NN_NAME_MAX];
 	struct tensor *value; /* heap leaf requiring grad; value->grad after backward */
-	bool no_decay;	      /* excluded from weight decay (biases, norms, embeddings) */
+	bool no_decay;        /* excluded from weight decay (biases, norms, embeddings) */
 };
 
 struct nn_params {
 	struct nn_param *items;
 	int n, cap;
-	enum tensor_dtype dtype; /* of new parameters */
+	enum tensor_dtype dtype;   /* of new parameters */
 	enum tensor_device device;
-	uint64_t seed;			 /* initialisation seed; each parameter derives its own */
-	bool training;			 /* train (dropout on) or eval mode */
-	uint64_t rng_counter;		 /* advances with each dropout draw; saved in checkpoints */
+	uint64_t seed;             /* initialisation seed; each parameter derives its own */
+	bool training;             /* train (dropout on) or eval mode */
+	uint64_t rng_counter;      /* advances with each dropout draw; saved in checkpoints */
 	struct tensor *flat, *flat_grad; /* after nn_params_pack: one buffer each */
 };
 
@@ -49,8 +49,8 @@ void nn_params_free(struct nn_params *ps);
 /* Create, register and return a zero parameter [shape] named name (unique,
  * < NN_NAME_MAX chars). Errors: duplicate or bad name, after packing
  * (TENSOR_ERR_STATE), allocation. */
-struct tensor *nn_param_new(struct nn_params *ps, const char *name, int ndim, const int64_t *shape,
-			    bool no_decay);
+struct tensor *nn_param_new(struct nn_params *ps, const char *name, int ndim,
+			    const int64_t *shape, bool no_decay);
 /* The seed a parameter's initialiser should use: a hash of ps->seed and name. */
 uint64_t nn_param_seed(const struct nn_params *ps, const char *name);
 /* The parameter called name, or NULL. */
@@ -74,7 +74,7 @@ uint64_t nn_params_next_seed(struct nn_params *ps);
 char *nn_name(char *buf, const char *prefix, const char *suffix);
 /* Same with a printf-style suffix, e.g. nn_namef(buf, "", "layers.%d", i). */
 char *nn_namef(char *buf, const char *prefix, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+	__attribute__((format(printf, 3, 4)));
 
 /* ---- initialisers (init.c): fill a float tensor in place, seeded ------------ */
 /* fan_in / fan_out of a weight [out, in, ...] are in * receptive and
@@ -121,8 +121,8 @@ struct nn_embedding {
 	struct tensor *weight;
 	int64_t num, dim, padding_idx;
 };
-int nn_embedding_init(struct nn_embedding *m, struct nn_params *ps, const char *name, int64_t num,
-		      int64_t dim, int64_t padding_idx);
+int nn_embedding_init(struct nn_embedding *m, struct nn_params *ps, const char *name,
+		      int64_t num, int64_t dim, int64_t padding_idx);
 struct tensor *nn_embedding_forward(const struct nn_embedding *m, const struct tensor *ids);
 void nn_embedding_free(struct nn_embedding *m);
 
@@ -135,8 +135,8 @@ struct nn_position {
 	struct tensor *weight; /* learned: the parameter; sinusoidal: a fixed heap table */
 	int64_t max_len, dim;
 };
-int nn_position_init(struct nn_position *m, struct nn_params *ps, const char *name, int64_t max_len,
-		     int64_t dim, bool learned);
+int nn_position_init(struct nn_position *m, struct nn_params *ps, const char *name,
+		     int64_t max_len, int64_t dim, bool learned);
 struct tensor *nn_position_forward(const struct nn_position *m, struct tensor *x);
 /* The same, written into x's buffer where ag_add_reuse can (without
  * gradients, x itself comes back, updated): for an x the caller owns and
@@ -150,8 +150,8 @@ struct nn_layer_norm {
 	int64_t dim;
 	double eps;
 };
-int nn_layer_norm_init(struct nn_layer_norm *m, struct nn_params *ps, const char *name, int64_t dim,
-		       double eps);
+int nn_layer_norm_init(struct nn_layer_norm *m, struct nn_params *ps, const char *name,
+		       int64_t dim, double eps);
 struct tensor *nn_layer_norm_forward(const struct nn_layer_norm *m, struct tensor *x);
 void nn_layer_norm_free(struct nn_layer_norm *m);
 
@@ -161,8 +161,8 @@ struct nn_rms_norm {
 	int64_t dim;
 	double eps;
 };
-int nn_rms_norm_init(struct nn_rms_norm *m, struct nn_params *ps, const char *name, int64_t dim,
-		     double eps);
+int nn_rms_norm_init(struct nn_rms_norm *m, struct nn_params *ps, const char *name,
+		     int64_t dim, double eps);
 struct tensor *nn_rms_norm_forward(const struct nn_rms_norm *m, struct tensor *x);
 void nn_rms_norm_free(struct nn_rms_norm *m);
 
@@ -236,16 +236,16 @@ void nn_mha_free(struct nn_mha *m);
 
 enum nn_proj_kind {
 	NN_PROJ_LINEAR, /* learned E, F [k, n] */
-	NN_PROJ_CONV,	/* conv1d along the sequence, kernel = stride = n / k */
-	NN_PROJ_MEAN,	/* mean pooling, kernel = stride = n / k, no parameters */
-	NN_PROJ_MAX,	/* max pooling, kernel = stride = n / k, no parameters */
+	NN_PROJ_CONV,   /* conv1d along the sequence, kernel = stride = n / k */
+	NN_PROJ_MEAN,   /* mean pooling, kernel = stride = n / k, no parameters */
+	NN_PROJ_MAX,    /* max pooling, kernel = stride = n / k, no parameters */
 	NN_PROJ_RANDOM, /* fixed N(0, 1/k) E, F [k, n]: saved, never trained */
 	NN_NPROJ
 };
 enum nn_proj_sharing {
-	NN_SHARE_NONE,	   /* per layer and head, E != F */
+	NN_SHARE_NONE,     /* per layer and head, E != F */
 	NN_SHARE_HEADWISE, /* per layer, shared by the heads, E != F */
-	NN_SHARE_KV,	   /* per layer, shared by heads, E = F */
+	NN_SHARE_KV,       /* per layer, shared by heads, E = F */
 	NN_SHARE_LAYERWISE /* one E = F for every layer and head */
 };
 /* "linear", "conv", "mean", "max", "random" / "none", "headwise", "kv",
@@ -306,8 +306,8 @@ struct nn_linformer {
  * NULL; built with per_head false). An initialised struct points into itself
  * (e_used/f_used): do not copy or move it. With CONV/MEAN/MAX, sharing
  * "none" behaves as headwise. */
-int nn_linformer_init(struct nn_linformer *m, struct nn_params *ps, const char *name, int64_t dim,
-		      int64_t heads, int64_t n, int64_t k, enum nn_proj_kind kind,
+int nn_linformer_init(struct nn_linformer *m, struct nn_params *ps, const char *name,
+		      int64_t dim, int64_t heads, int64_t n, int64_t k, enum nn_proj_kind kind,
 		      enum nn_proj_sharing sharing, bool conv_dense, bool shared_kv_head,
 		      double attn_dropout, const struct nn_seq_proj *shared);
 /* x [B, T, dim], T <= n; key_mask [B, T] (nonzero = padding) or NULL. */
@@ -339,7 +339,8 @@ struct tensor *nn_cross_entropy(struct tensor *logits, const struct tensor *targ
 				int64_t ignore_index, double label_smoothing);
 /* Fraction of rows whose argmax equals the target (ignored rows skipped);
  * NaN when none counts; negative status cast to double on error. */
-double nn_accuracy(const struct tensor *logits, const struct tensor *targets, int64_t ignore_index);
+double nn_accuracy(const struct tensor *logits, const struct tensor *targets,
+		   int64_t ignore_index);
 /* Binary accuracy of logits [N] (positive class when > 0) against 0/1 targets. */
 double nn_binary_accuracy(const struct tensor *logits, const struct tensor *targets);
 
@@ -357,8 +358,8 @@ struct nn_adamw {
 				 * NULL-terminated after ps->n entries */
 	struct tensor *flat_m, *flat_v;
 };
-int nn_adamw_init(struct nn_adamw *o, struct nn_params *ps, double lr, double beta1, double beta2,
-		  double eps, double weight_decay);
+int nn_adamw_init(struct nn_adamw *o, struct nn_params *ps, double lr, double beta1,
+		  double beta2, double eps, double weight_decay);
 /* One update from the current gradients, with o->lr. */
 int nn_adamw_step(struct nn_adamw *o);
 void nn_adamw_free(struct nn_adamw *o);
@@ -368,7 +369,7 @@ struct nn_sgd {
 	struct nn_params *ps;
 	double lr, momentum, weight_decay;
 	int64_t step;
-	struct tensor **buf;	 /* momentum per parameter, NULL-terminated */
+	struct tensor **buf;     /* momentum per parameter, NULL-terminated */
 	struct tensor *flat_buf; /* their flat buffer when ps is packed */
 };
 int nn_sgd_init(struct nn_sgd *o, struct nn_params *ps, double lr, double momentum,
@@ -405,8 +406,8 @@ double nn_schedule_lr(const struct nn_schedule *s, int64_t step);
  * "optimizer.v.<name>". __metadata__ holds "format": "cformer", "step",
  * "rng_counter", "seed", and "config" (config_json, if not NULL, must be
  * valid JSON). Atomic: written to path.tmp, fsync'd, renamed over path. */
-int nn_checkpoint_save(const char *path, const struct nn_params *ps, const struct nn_adamw *opt,
-		       const char *config_json, int64_t step);
+int nn_checkpoint_save(const char *path, const struct nn_params *ps,
+		       const struct nn_adamw *opt, const char *config_json, int64_t step);
 /* Load into existing parameters (and opt if not NULL and present in the
  * file; partial optimizer state is an error): every parameter must be present
  * with its exact shape and dtype; other tensors are refused except
@@ -416,7 +417,8 @@ int nn_checkpoint_save(const char *path, const struct nn_params *ps, const struc
  * corrupt, oversized or mismatched file returns an error naming the file and
  * the problem and leaves ps and opt untouched. step receives the saved step
  * (may be NULL). */
-int nn_checkpoint_load(const char *path, struct nn_params *ps, struct nn_adamw *opt, int64_t *step);
+int nn_checkpoint_load(const char *path, struct nn_params *ps, struct nn_adamw *opt,
+		       int64_t *step);
 /* The "config" metadata string of a checkpoint (malloc'd; free it), so a
  * model can be rebuilt from the file alone. NULL with an error if absent. */
 char *nn_checkpoint_config(const char *path);
