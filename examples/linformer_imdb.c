@@ -33,7 +33,7 @@ struct options {
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_train, max_test;
 	int64_t log_every, stop_after, keep_tail;
 	double embed_std, lr, beta1, beta2, min_lr, warmup, weight_decay, clip, val_fraction;
-	double token_mask, pooled_test;
+	double token_mask, pooled_test, embed_l2;
 	bool decay_all, resume, eval_only, no_bucket;
 };
 
@@ -98,6 +98,9 @@ static struct flag flags[] = {
 	DBL("warmup", warmup, 0, 1, FLAG_MAX_OPEN, "RATIO", "warmup fraction of the steps"),
 	DBL("weight-decay", weight_decay, 0, 10, 0, "WD",
 	    "AdamW weight decay (not on biases, norms, embeddings)"),
+	DBL("embed-l2", embed_l2, 0, 10, 0, "L",
+	    "L2 penalty L/2 |E|^2 on the token embedding E, added to its gradient (coupled: "
+	    "under Adam the rows of rare words shrink between their appearances; 0: none)"),
 	BOOL("decay-all", decay_all, "weight decay on every parameter, embeddings included"),
 	DBL("clip", clip, 0, INFINITY, 0, "NORM", "gradient clipping norm (0: none)"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, dropout and batch order"),
@@ -777,6 +780,8 @@ static int run_train(int argc, char **argv)
 		}
 		for (int64_t i = 0; i < group.size; i++)
 			w.real += r.btrain.lengths[r.btrain.order[j * r.btrain.batch_size + i]];
+		if (opt.embed_l2 > 0 && nn_params_l2_grad(&r.ps, "embed.", opt.embed_l2) < 0)
+			train_die(PROG, "--embed-l2");
 		double norm = train_optimizer_step(&r.ps, &r.adamw, &r.sched, step, opt.clip);
 		if (norm < 0)
 			train_die(PROG, "optimizer step");

@@ -377,6 +377,17 @@ int nn_sgd_init(struct nn_sgd *o, struct nn_params *ps, double lr, double moment
 int nn_sgd_step(struct nn_sgd *o);
 void nn_sgd_free(struct nn_sgd *o);
 
+/* Add lambda * p to the gradient of every parameter whose name starts with
+ * prefix ("" or NULL: all): the gradient of the penalty lambda/2 ||p||^2.
+ * Coupled L2, as torch.optim.Adam's weight_decay: under Adam the penalty is
+ * normalised with the data gradient, so a row of an embedding that few
+ * batches touch (a rare token) shrinks fast between its appearances, where
+ * AdamW's decoupled decay shrinks every row alike. Call after backward and
+ * before clipping and the step. Returns how many gradients changed (those
+ * without a gradient are skipped; 0 when lambda is 0). Errors: lambda < 0 or
+ * not finite, no parameter name starting with prefix (TENSOR_ERR_ARG). */
+int nn_params_l2_grad(struct nn_params *ps, const char *prefix, double lambda);
+
 /* Scale all gradients so their global L2 norm is at most max_norm; returns
  * the norm before clipping, or a negative status. */
 double nn_clip_grad_norm(struct nn_params *ps, double max_norm);

@@ -1,4 +1,5 @@
-/* Optimizers (AdamW, SGD with momentum) and gradient clipping by global norm.
+/* Optimizers (AdamW, SGD with momentum), an L2 penalty's gradient and gradient
+ * clipping by global norm.
  *
  * Updates are written with tensor ops, so every backend runs them, and are
  * applied in place under no-grad. Parameters are updated in segments: one
@@ -15,6 +16,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "nn.h"
 
@@ -536,6 +538,51 @@ static int for_grads(const char *op, struct nn_params *ps, struct update *u)
 			return rc;
 	}
 	return TENSOR_OK;
+}
+
+/* ---- L2 penalty ------------------------------------------------------------------ */
+
+/* t[0] gradient += a[0] * t[1] value */
+static int l2_chunk(struct tensor *const *t, struct update *u)
+{
+	return store(t[0], tensor_add(t[0], tensor_mul_scalar(t[1], u->a[0])));
+}
+
+int nn_params_l2_grad(struct nn_params *ps, const char *prefix, double lambda)
+{
+	static const char op[] = "nn_params_l2_grad";
+	if (!ps)
+		return tensor_error(TENSOR_ERR_ARG, "%s: ps is NULL", op);
+	if (!(lambda >= 0) || !isfinite(lambda))
+		return tensor_error(TENSOR_ERR_ARG, "%s: lambda %g must be finite and >= 0", op,
+				    lambda);
+	size_t len = prefix ? strlen(prefix) : 0;
+	struct update u = { .chunk = l2_chunk, .a = { lambda } };
+	int rc = TENSOR_OK, matched = 0, done = 0;
+	ag_no_grad_begin();
+	for (int i = 0; i < ps->n && rc == TENSOR_OK; i++) {
+		struct nn_param *p = &ps->items[i];
+		if (strncmp(p->name, prefix ? prefix : "", len) != 0)
+			continue;
+		matched++;
+		struct tensor *g = p->value->grad;
+		if (!g || tensor_numel(g) == 0 || lambda == 0)
+			continue;
+		tensor_scope_begin();
+		struct tensor *t[2] = { flat1(op, g), flat1(op, p->value) };
+		rc = t[0] && t[1] ? tensor_check_writable(op, g) : failed();
+		if (rc == TENSOR_OK)
+			rc = for_chunks(t, 2, &u);
+		tensor_scope_end();
+		done++;
+	}
+	ag_no_grad_end();
+	if (rc < 0)
+		return rc;
+	if (!matched)
+		return tensor_error(TENSOR_ERR_ARG, "%s: no parameter name starts with '%s'", op,
+				    prefix);
+	return done;
 }
 
 /* PyTorch's clip_grad_norm_: scale by max_norm / (norm + 1e-6) when norm >

@@ -305,6 +305,14 @@ if [ "$(test_line "$tmp/pa.out")" = "$(cat "$tmp/pe-p.line")" ] &&
 else
 	fail "--pooled-test: run '$(test_line "$tmp/pa.out")', eval '$(cat "$tmp/pe-p.line")', official '$(cat "$tmp/pe-.line")'"
 fi
+# --embed-l2: the penalty's gradient reaches the embedding, so the run ends elsewhere
+# shellcheck disable=SC2086
+run l0 $BASE --steps 2 --log-dir "$tmp/l0"
+# shellcheck disable=SC2086
+run l2 $BASE --steps 2 --embed-l2 5 --log-dir "$tmp/l2"
+if check l2 "--embed-l2 run" && [ "$(test_line "$tmp/l0.out")" = "$(test_line "$tmp/l2.out")" ]; then
+	fail "--embed-l2 5 changed nothing: $(test_line "$tmp/l2.out")"
+fi
 expect 1 "this tokenizer 30522" --eval-only --checkpoint "$tmp/a/last.safetensors" \
 	--tokenizer wordpiece
 expect 1 "--predict: needs --checkpoint" --predict "great"
@@ -340,6 +348,7 @@ expect 1 "--proj: applies to Linformer (L) layers; --model transformer has none"
 	--model transformer --proj conv
 expect 1 "--k-list: needs --k-schedule list" --k-list 8,8
 expect 1 "--eval-only: needs --checkpoint" --eval-only
+expect 1 "--embed-l2: expected a number in \[0, 10\], got '-1'" --embed-l2 -1
 expect 1 "--pooled-test: expected a number in \[0, 0.9\], got '1'" --pooled-test 1
 expect 1 "reading the train split of --data $tmp/nodata" --data "$tmp/nodata" --log-dir "$tmp/x"
 expect 0 "usage: linformer_imdb" --help

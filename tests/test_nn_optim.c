@@ -484,6 +484,66 @@ START_TEST(test_clip_grad_norm)
 }
 END_TEST
 
+/* grad += lambda p for the parameters named prefix*, the others untouched; packed or not
+ * (unpacked, p2 has no gradient and is skipped); the penalty's gradient by autograd agrees. */
+START_TEST(test_params_l2_grad)
+{
+	for (int packed = 0; packed < 2; packed++) {
+		struct nn_params ps;
+		big_model(&ps, TENSOR_F64);
+		if (packed)
+			nn_params_pack(&ps);
+		set_grads(&ps, 0, packed ? -1 : 2);
+		ck_assert_int_eq(nn_params_l2_grad(&ps, "p5", 0.3), 1);
+		ck_assert_int_eq(nn_params_l2_grad(&ps, "p", 0.0), 0);
+		for (int k = 0; k < ps.n; k++) {
+			if (!packed && k == 2)
+				continue;
+			int64_t n = tensor_numel(ps.items[k].value);
+			double *p = tu_values(ps.items[k].value);
+			double *want = malloc(sizeof(double) * (size_t)(n ? n : 1));
+			for (int64_t i = 0; i < n; i++)
+				want[i] = grad_at(i, 0, k) + (k == 5 ? 0.3 * p[i] : 0);
+			tu_assert_close(ps.items[k].value->grad, want, n, 1e-15, 1e-14);
+			free(p);
+			free(want);
+		}
+		/* p3 is empty [0, 3]: no gradient to change */
+		ck_assert_int_eq(nn_params_l2_grad(&ps, "", 1e-3), packed ? 6 : 5);
+		ck_assert_int_eq(nn_params_l2_grad(&ps, NULL, 1e-3), packed ? 6 : 5);
+		if (!packed)
+			ck_assert_ptr_null(ps.items[2].value->grad);
+		nn_params_free(&ps);
+	}
+	/* against autograd: d/dp (lambda/2 sum p^2) */
+	struct nn_params ps;
+	small_model(&ps, TENSOR_F64);
+	struct tensor *w = ps.items[0].value;
+	tensor_scope_begin();
+	struct tensor *loss = ag_mul_scalar(ag_sum(ag_mul(w, w), 0, NULL, false), 0.35);
+	ck_assert_int_eq(ag_backward(loss, NULL), TENSOR_OK);
+	tensor_scope_end();
+	double *by_ag = tu_values(w->grad);
+	ck_assert_int_eq(nn_params_zero_grad(&ps), TENSOR_OK);
+	ck_assert_int_eq(nn_params_l2_grad(&ps, "w", 0.7), 1);
+	tu_assert_close(w->grad, by_ag, 6, 1e-15, 1e-14);
+	free(by_ag);
+	/* errors change nothing */
+	double *before = tu_values(w->grad);
+	tu_assert_error(nn_params_l2_grad(&ps, "q", 0.1) == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
+			"nn_params_l2_grad", "no parameter name starts with 'q'");
+	double bad[] = { -0.1, NAN, INFINITY };
+	for (int i = 0; i < 3; i++)
+		tu_assert_error(nn_params_l2_grad(&ps, "w", bad[i]) == TENSOR_ERR_ARG,
+				TENSOR_ERR_ARG, "nn_params_l2_grad", "must be finite and >= 0");
+	tu_assert_error(nn_params_l2_grad(NULL, "w", 0.1) == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
+			"nn_params_l2_grad", "NULL");
+	tu_assert_close(w->grad, before, 6, 0, 0);
+	free(before);
+	nn_params_free(&ps);
+}
+END_TEST
+
 /* ---- optimizer errors ------------------------------------------------------------------ */
 
 START_TEST(test_optimizer_errors)
@@ -682,6 +742,7 @@ int main(void)
 	tcase_add_test(tc, test_sgd_packed_equals_unpacked);
 	tcase_add_test(tc, test_step_after_backward);
 	tcase_add_test(tc, test_clip_grad_norm);
+	tcase_add_test(tc, test_params_l2_grad);
 	tcase_add_test(tc, test_optimizer_errors);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("schedule");
