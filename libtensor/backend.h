@@ -97,6 +97,12 @@ struct tensor_backend {
 const struct tensor_backend *tensor_backend_get(enum tensor_device dev);
 
 extern const struct tensor_backend tensor_cpu_backend;
+/* For tests: with fused false, tensor_backend_get(TENSOR_CPU) offers the CPU
+ * table without the slots whose callers compose the op from others where a
+ * device lacks them (softmax_backward, norm_backward, adamw), so those
+ * composed paths run on the CPU and can be checked against the kernels; true
+ * (the default) restores the whole table. Not thread-safe. */
+void tensor_cpu_set_fused(bool fused);
 /* One-time CPU backend setup (BLIS kernel set, default threads); idempotent. */
 void cpu_init(void);
 #ifdef CFORMER_HAVE_CUDA

@@ -27,11 +27,24 @@ const char *tensor_device_name(enum tensor_device dev)
 	}
 }
 
+/* tensor_cpu_set_fused(false): the CPU table less the slots with composed fallbacks. */
+static struct tensor_backend cpu_unfused;
+static bool cpu_fused = true;
+
+void tensor_cpu_set_fused(bool fused)
+{
+	cpu_unfused = tensor_cpu_backend;
+	cpu_unfused.softmax_backward = NULL;
+	cpu_unfused.norm_backward = NULL;
+	cpu_unfused.adamw = NULL;
+	cpu_fused = fused;
+}
+
 const struct tensor_backend *tensor_backend_get(enum tensor_device dev)
 {
 	if (dev == TENSOR_CPU) {
 		cpu_init();
-		return &tensor_cpu_backend;
+		return cpu_fused ? &tensor_cpu_backend : &cpu_unfused;
 	}
 #ifdef CFORMER_HAVE_CUDA
 	if (dev == TENSOR_CUDA) {
