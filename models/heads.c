@@ -1,7 +1,9 @@
-/* Heads on the encoder: sequence classification (masked mean pooling or the
- * first token, then two fully connected layers) and the masked-language-model
+/* Heads on the encoder: sequence classification (masked mean or max pooling or
+ * the first token, then two fully connected layers) and the masked-language-model
  * head (dense, activation, LayerNorm, decoder tied to the token embedding or
  * untied, with bias). */
+#include <math.h>
+
 #include "models.h"
 
 #define NORM_EPS 1e-5
@@ -65,10 +67,10 @@ static struct tensor *masked_mean(struct tensor *h, const struct tensor *mask)
 	struct tensor *c = tensor_cast(mask, dt);
 	struct tensor *zero = tensor_zeros(dt, dev, 0, NULL);
 	struct tensor *one = tensor_ones(dt, dev, 0, NULL);
-	struct tensor *w = tensor_ne(c, zero);				  /* [B,T] */
-	struct tensor *cnt = tensor_sum(w, 1, (int[]){ 1 }, true);	  /* [B,1] */
-	struct tensor *den = tensor_maximum(cnt, one);			  /* >= 1 */
-	struct tensor *w3 = tensor_unsqueeze(w, 1);			  /* [B,1,T] */
+	struct tensor *w = tensor_ne(c, zero);			   /* [B,T] */
+	struct tensor *cnt = tensor_sum(w, 1, (int[]){ 1 }, true); /* [B,1] */
+	struct tensor *den = tensor_maximum(cnt, one);		   /* >= 1 */
+	struct tensor *w3 = tensor_unsqueeze(w, 1);		   /* [B,1,T] */
 	/* the weighted sum as a product, with no [B,T,d] temporary */
 	struct tensor *s = ag_squeeze(ag_matmul(w3, h), 1); /* [B,d] */
 	struct tensor *y = den ? ag_div(s, den) : NULL;
@@ -79,6 +81,27 @@ static struct tensor *masked_mean(struct tensor *h, const struct tensor *mask)
 	tensor_free(cnt);
 	tensor_free(den);
 	tensor_free(w3);
+	return y;
+}
+
+/* Maximum of h [B,T,d] over the real tokens of each row, per feature -> [B,d];
+ * a row without real tokens gives zeros. Without a mask, the max over T. */
+static struct tensor *masked_max(struct tensor *h, const struct tensor *mask)
+{
+	if (!h)
+		return NULL;
+	if (!mask)
+		return ag_max(h, 1, (int[]){ 1 }, false);
+	struct tensor *zero = tensor_zeros(mask->dtype, mask->storage->device, 0, NULL);
+	struct tensor *pad = tensor_eq(mask, zero);		      /* [B,T] */
+	struct tensor *none = tensor_min(pad, 1, (int[]){ 1 }, true); /* [B,1] */
+	struct tensor *pad3 = tensor_unsqueeze(pad, 2);		      /* [B,T,1] */
+	struct tensor *y = ag_masked_fill(
+	    ag_max(ag_masked_fill(h, pad3, -INFINITY), 1, (int[]){ 1 }, false), none, 0);
+	tensor_free(zero);
+	tensor_free(pad);
+	tensor_free(pad3);
+	tensor_free(none);
 	return y;
 }
 
@@ -95,8 +118,9 @@ struct tensor *model_classifier_forward(const struct model_classifier *m, const 
 	const struct model_config *c = &m->enc.cfg;
 	bool scoped = open_scope();
 	struct tensor *h = model_encoder_forward(&m->enc, ids, mask);
-	struct tensor *pooled =
-	    c->pooling == MODEL_POOL_CLS ? ag_select(h, 1, 0) : masked_mean(h, mask);
+	struct tensor *pooled = c->pooling == MODEL_POOL_CLS   ? ag_select(h, 1, 0)
+				: c->pooling == MODEL_POOL_MAX ? masked_max(h, mask)
+							       : masked_mean(h, mask);
 	struct tensor *z =
 	    nn_activation_forward(head_activation(c), nn_linear_forward(&m->fc1, pooled));
 	z = nn_linear_forward(&m->fc2, nn_dropout_forward(&m->drop, z));

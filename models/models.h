@@ -30,7 +30,7 @@ enum model_attention {
 #define MODEL_PROJ_INIT_NOISE 0.1
 
 enum model_k_schedule { MODEL_K_CONSTANT, MODEL_K_LINEAR, MODEL_K_LIST };
-enum model_pooling { MODEL_POOL_MEAN, MODEL_POOL_CLS };
+enum model_pooling { MODEL_POOL_MEAN, MODEL_POOL_CLS, MODEL_POOL_MAX };
 
 struct model_config {
 	int64_t vocab_size, max_len; /* max_len = n: the longest input */
@@ -116,7 +116,8 @@ struct tensor *model_encoder_forward(const struct model_encoder *m, const struct
 				     const struct tensor *mask);
 void model_encoder_free(struct model_encoder *m);
 
-/* Sequence classifier: encoder, pooling (masked mean or the first token),
+/* Sequence classifier: encoder, pooling (masked mean, masked max per feature
+ * or the first token),
  * "head.fc1" dim -> head_hidden, activation, dropout, "head.fc2" -> classes. */
 struct model_classifier {
 	struct model_encoder enc;

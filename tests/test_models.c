@@ -607,53 +607,95 @@ static void ref_linear(const double *x, const struct nn_linear *l, int64_t n, bo
 
 START_TEST(test_classifier_head_reference)
 {
-	/* logits = fc2(gelu(fc1(pool(h)))) with masked mean or first-token
-	 * pooling, computed from the encoder output with plain loops */
+	/* logits = fc2(gelu(fc1(pool(h)))) with masked mean, masked max or
+	 * first-token pooling, computed from the encoder output with plain loops */
 	const int64_t B = 3, T = 6, d = 8, len[3] = { 6, 2, 0 };
-	for (int cls = 0; cls < 2; cls++) {
+	const enum model_pooling pools[3] = { MODEL_POOL_MEAN, MODEL_POOL_MAX, MODEL_POOL_CLS };
+	for (int pi = 0; pi < 3; pi++) {
+		enum model_pooling pool = pools[pi];
 		struct model_config c = tiny("LS");
-		c.pooling = cls ? MODEL_POOL_CLS : MODEL_POOL_MEAN;
+		c.pooling = pool;
 		struct nn_params ps;
 		ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 12), TENSOR_OK);
 		struct model_classifier m;
 		ck_assert_int_eq(model_classifier_init(&m, &ps, &c), TENSOR_OK);
 		struct tensor *ids = rand_ids(B, T, 11, 13);
 		struct tensor *mask = prefix_mask(B, T, len);
-		double *h = tu_values(model_encoder_forward(&m.enc, ids, mask));
-		double pooled[3 * 8] = { 0 }, hid[3 * 8], want[3 * 3];
-		for (int64_t b = 0; b < B; b++)
-			for (int64_t j = 0; j < d; j++) {
-				if (cls) {
-					pooled[b * d + j] = h[(b * T) * d + j];
-					continue;
+		for (int masked = 1; masked >= 0; masked--) {
+			const struct tensor *mk = masked ? mask : NULL;
+			double *h = tu_values(model_encoder_forward(&m.enc, ids, mk));
+			double pooled[3 * 8] = { 0 }, hid[3 * 8], want[3 * 3];
+			for (int64_t b = 0; b < B; b++)
+				for (int64_t j = 0; j < d; j++) {
+					int64_t n = masked ? len[b] : T;
+					double acc = pool == MODEL_POOL_MAX ? -INFINITY : 0;
+					for (int64_t t = 0; t < n; t++) {
+						double x = h[(b * T + t) * d + j];
+						acc = pool == MODEL_POOL_MAX ? fmax(acc, x)
+						      : pool == MODEL_POOL_CLS
+							  ? (t == 0 ? x : acc)
+							  : acc + x / (double)n;
+					}
+					if (pool == MODEL_POOL_CLS)
+						acc = h[(b * T) * d + j];
+					/* a row without real tokens pools to zero */
+					pooled[b * d + j] =
+					    n == 0 && pool != MODEL_POOL_CLS ? 0 : acc;
 				}
-				for (int64_t t = 0; t < len[b]; t++)
-					pooled[b * d + j] +=
-					    h[(b * T + t) * d + j] / (double)len[b];
-			}
-		ref_linear(pooled, &m.fc1, B, true, hid);
-		ref_linear(hid, &m.fc2, B, false, want);
-		struct tensor *y = model_classifier_forward(&m, ids, mask);
-		tu_assert_close(y, want, B * 3, 1e-12, 1e-10);
-		if (!cls) /* a row without real tokens pools to zero */
-			for (int j = 0; j < d; j++)
-				ck_assert(pooled[2 * d + j] == 0);
-		/* no mask: the plain mean over T */
-		double *h2 = tu_values(model_encoder_forward(&m.enc, ids, NULL));
-		memset(pooled, 0, sizeof pooled);
-		for (int64_t b = 0; b < B; b++)
-			for (int64_t j = 0; j < d; j++)
-				for (int64_t t = 0; t < T; t++)
-					pooled[b * d + j] += cls ? (t == 0) * h2[(b * T) * d + j]
-								 : h2[(b * T + t) * d + j] / T;
-		ref_linear(pooled, &m.fc1, B, true, hid);
-		ref_linear(hid, &m.fc2, B, false, want);
-		tu_assert_close(model_classifier_forward(&m, ids, NULL), want, B * 3, 1e-12, 1e-10);
-		free(h);
-		free(h2);
+			ref_linear(pooled, &m.fc1, B, true, hid);
+			ref_linear(hid, &m.fc2, B, false, want);
+			struct tensor *y = model_classifier_forward(&m, ids, mk);
+			ck_assert_msg(y != NULL, "%s", tensor_last_error());
+			tu_assert_close(y, want, B * 3, 1e-12, 1e-10);
+			free(h);
+		}
 		model_classifier_free(&m);
 		drop_params(&ps);
 	}
+}
+END_TEST
+
+/* The gradient through the masked max pooling: the token embedding's gradient of
+ * sum(logits * R) against central differences (rows with padding and an empty row). */
+START_TEST(test_classifier_max_pool_gradient)
+{
+	const int64_t B = 3, T = 5, len[3] = { 5, 3, 0 };
+	struct model_config c = tiny("SS");
+	c.pooling = MODEL_POOL_MAX;
+	c.dropout = c.attn_dropout = 0;
+	struct nn_params ps;
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 21), TENSOR_OK);
+	struct model_classifier m;
+	ck_assert_int_eq(model_classifier_init(&m, &ps, &c), TENSOR_OK);
+	struct tensor *ids = rand_ids(B, T, 11, 17);
+	struct tensor *mask = prefix_mask(B, T, len);
+	struct tensor *r = tu_rand(TENSOR_F64, 2, (int64_t[]){ B, 3 }, 5);
+	struct tensor *w = m.enc.embed.weight;
+	struct tensor *loss =
+	    ag_sum(ag_mul(model_classifier_forward(&m, ids, mask), r), 0, NULL, false);
+	ck_assert_int_eq(ag_backward(loss, NULL), TENSOR_OK);
+	ck_assert_msg(w->grad != NULL, "no gradient reached the embedding through the pooling");
+	double *g = tu_values(w->grad), eps = 1e-6;
+	int64_t n = tensor_numel(w);
+	for (int64_t i = 0; i < n; i += 3) {
+		double v[2];
+		for (int s = 0; s < 2; s++) {
+			struct tensor *e = tensor_narrow(tensor_reshape(w, 1, &n), 0, i, 1);
+			double x0 = tensor_get(e, (int64_t[]){ 0 });
+			tensor_fill_(e, x0 + (s ? eps : -eps));
+			ag_no_grad_begin();
+			struct tensor *y = model_classifier_forward(&m, ids, mask);
+			v[s] = tensor_get(tensor_sum(tensor_mul(y, r), 0, NULL, false), NULL);
+			ag_no_grad_end();
+			tensor_fill_(e, x0);
+		}
+		ck_assert_msg(fabs((v[1] - v[0]) / (2 * eps) - g[i]) < 1e-6,
+			      "element %lld: %g vs %g", (long long)i, (v[1] - v[0]) / (2 * eps),
+			      g[i]);
+	}
+	free(g);
+	model_classifier_free(&m);
+	drop_params(&ps);
 }
 END_TEST
 
@@ -957,6 +999,7 @@ int main(void)
 	tcase_add_test(tc, test_pre_post_norm);
 	tcase_add_test(tc, test_padding_invariance);
 	tcase_add_test(tc, test_classifier_head_reference);
+	tcase_add_test(tc, test_classifier_max_pool_gradient);
 	tcase_add_test(tc, test_mlm_tied_decoder);
 	tcase_add_test(tc, test_dropout_modes);
 	tcase_add_test(tc, test_init_errors);

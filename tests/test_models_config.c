@@ -397,6 +397,11 @@ START_TEST(test_json_roundtrip)
 		c.activation = (enum nn_activation)a;
 		roundtrip(&c, true);
 	}
+	c.pooling = MODEL_POOL_MAX;
+	roundtrip(&c, true);
+	json = model_config_to_json(&c);
+	ck_assert(strstr(json, "\"pooling\":\"max\"") != NULL);
+	free(json);
 	/* the smallest config: vocab_size and max_len; the rest are the defaults */
 	struct model_config d, want;
 	ck_assert_int_eq(model_config_from_json(&d, "{\"max_len\": 64, \"vocab_size\": 50}"),
@@ -451,7 +456,7 @@ START_TEST(test_json_errors)
 	JSON_FAILS("{" VN ",\"k_schedule\":\"cosine\"}", "\"k_schedule\"",
 		   "constant, linear, list");
 	JSON_FAILS("{" VN ",\"sharing\":\"all\"}", "\"sharing\"", "none, headwise, kv, layerwise");
-	JSON_FAILS("{" VN ",\"pooling\":\"max\"}", "\"pooling\"", "mean, cls");
+	JSON_FAILS("{" VN ",\"pooling\":\"sum\"}", "\"pooling\"", "mean, cls, max");
 	JSON_FAILS("{" VN ",\"layers\":0}", "\"layers\" 0 not in [1, 64]", NULL);
 	JSON_FAILS("{" VN ",\"layers\":65}", "\"layers\" 65", NULL);
 	JSON_FAILS("{" VN ",\"layers\":\"2\"}", "\"layers\" must be an integer", NULL);
