@@ -155,11 +155,11 @@ static const char EPILOG[] =
     "  linformer_imdb --data DIR/aclImdb --model linformer --n 512 --k 128 --dim 128 \\\n"
     "      --layers 2 --ff 512 --epochs 3 --lr 1e-3     (about 10 minutes on 2 cores)\n"
     "Compare --model transformer / linformer / conv-linformer at the same --n; tokens/s counts\n"
-    "batch x width per second, padding included (with --no-bucket the width is n). Interrupt with "
-    "Ctrl-C (or SIGTERM): the step\n"
-    "finishes, last.safetensors is saved and the command to resume is printed; a resumed run\n"
-    "ends exactly as an uninterrupted one (with the same --threads). Logs: tensorboard --logdir\n"
-    "DIR. Then: --eval-only --checkpoint CKPT, or --predict TEXT --checkpoint CKPT.\n";
+    "batch x width per second, padding included (with --no-bucket the width is n).\n"
+    "Interrupt with Ctrl-C (or SIGTERM): the step finishes, last.safetensors is saved and the\n"
+    "command to resume is printed; a resumed run ends exactly as an uninterrupted one (with\n"
+    "the same --threads). Logs: tensorboard --logdir DIR. Then: --eval-only --checkpoint CKPT,\n"
+    "or --predict TEXT --checkpoint CKPT.\n";
 
 /* ---- model configuration ------------------------------------------------------------------ */
 

@@ -629,12 +629,10 @@ START_TEST(test_classifier_head_reference)
 				for (int64_t j = 0; j < d; j++) {
 					int64_t n = masked ? len[b] : T;
 					double acc = pool == MODEL_POOL_MAX ? -INFINITY : 0;
-					for (int64_t t = 0; t < n; t++) {
+					for (int64_t t = 0; t < n && pool != MODEL_POOL_CLS; t++) {
 						double x = h[(b * T + t) * d + j];
 						acc = pool == MODEL_POOL_MAX ? fmax(acc, x)
-						      : pool == MODEL_POOL_CLS
-							  ? (t == 0 ? x : acc)
-							  : acc + x / (double)n;
+									     : acc + x / (double)n;
 					}
 					if (pool == MODEL_POOL_CLS)
 						acc = h[(b * T) * d + j];
