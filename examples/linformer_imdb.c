@@ -810,7 +810,9 @@ static int run_train(int argc, char **argv)
 		progress_update(&r.bar, &ps);
 		bool stop = step < r.total &&
 			    (train_stop_signal() || (opt.stop_after && step >= opt.stop_after));
-		if (step % opt.log_every == 0 || step == r.total || stop) {
+		/* a row at each epoch end too: a run resumed from an epoch checkpoint
+		 * then logs the same windows as an uninterrupted one */
+		if (step % opt.log_every == 0 || step % r.spe == 0 || step == r.total || stop) {
 			csv_row(&r, step, epoch + 1, "train", ps.loss, ps.metric, lr, tps);
 			log_scalar(&r, "train/loss", ps.loss, step);
 			log_scalar(&r, "train/acc", ps.metric, step);

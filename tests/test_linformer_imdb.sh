@@ -199,6 +199,10 @@ if check b2 "resumed run"; then
 	steps=$(awk -F, '$3 == "train" { printf "%s ", $1 }' "$tmp/b/metrics.csv")
 	[ "$steps" = "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 " ] ||
 		fail "resumed CSV train steps: $steps"
+	# step by step, the same training loss, accuracy and learning rate
+	cols() { awk -F, '$3 == "train" { print $1, $4, $5, $6 }' "$1"; }
+	[ "$(cols "$tmp/a/metrics.csv")" = "$(cols "$tmp/b/metrics.csv")" ] ||
+		fail "resumed CSV train rows differ from the uninterrupted run's"
 	set -- "$tmp"/b/events.out.tfevents.*
 	[ $# -eq 2 ] || fail "expected a second event file after resuming, found: $*"
 fi
