@@ -183,7 +183,7 @@ int text_dataset_concat(const struct text_dataset *a, const struct text_dataset 
 	for (int p = 0; p < 2; p++)
 		if (in[p]->n < 0 || (in[p]->n > 0 && !in[p]->items))
 			return tensor_error(TENSOR_ERR_ARG, "%s: invalid dataset %c (n %lld)", op,
-					    "ab"[p], (long long)in[p] -> n);
+					    p ? 'b' : 'a', (long long)in[p]->n);
 	int64_t shift = 0;
 	for (int64_t i = 0; i < a->n; i++)
 		shift = a->items[i].group > shift ? a->items[i].group : shift;
