@@ -1,4 +1,5 @@
-/* Helpers shared by test_models.c, test_models_config.c and test_inference.c. */
+/* Helpers shared by test_models.c, test_models_heads.c, test_models_config.c and
+ * test_inference.c. */
 #ifndef CFORMER_TESTS_MODELS_COMMON_H
 #define CFORMER_TESTS_MODELS_COMMON_H
 
@@ -95,6 +96,15 @@ static inline struct tensor *prefix_mask(int64_t B, int64_t T, const int64_t *le
 	struct tensor *m = ids_tensor(B, T, v);
 	free(v);
 	return m;
+}
+
+/* A classifier of config c on the CPU, its parameters of dtype dt drawn with seed. */
+static inline void make_classifier(struct model_classifier *m, struct nn_params *ps,
+				   const struct model_config *c, enum tensor_dtype dt,
+				   uint64_t seed)
+{
+	ck_assert_int_eq(nn_params_init(ps, dt, TENSOR_CPU, seed), TENSOR_OK);
+	ck_assert_int_eq(model_classifier_init(m, ps, c), TENSOR_OK);
 }
 
 static inline void drop_params(struct nn_params *ps)

@@ -1,8 +1,8 @@
 /* models (the configuration is in test_models_config.c): the summary; output
  * shapes of every preset and sharing mode;
  * gradient checks of tiny models; overfitting a batch; no-grad inference
- * (same logits, lower peak); pre/post-norm; padding invariance; pooling and
- * the tied decoder against references; checkpoints; errors. */
+ * (same logits, lower peak); pre/post-norm; padding invariance; checkpoints;
+ * errors. The heads are in test_models_heads.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -315,9 +315,8 @@ START_TEST(test_overfit_batch)
 	c.head_hidden = 16;
 	c.num_classes = 2;
 	struct nn_params ps;
-	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 5), TENSOR_OK);
 	struct model_classifier m;
-	ck_assert_int_eq(model_classifier_init(&m, &ps, &c), TENSOR_OK);
+	make_classifier(&m, &ps, &c, TENSOR_F32, 5);
 	ck_assert_int_eq(nn_params_pack(&ps), TENSOR_OK);
 	struct nn_adamw opt;
 	ck_assert_int_eq(nn_adamw_init(&opt, &ps, 3e-3, 0.9, 0.999, 1e-8, 0.01), TENSOR_OK);
@@ -361,9 +360,8 @@ START_TEST(test_random_projection_stays_fixed)
 	struct model_config c = tiny("RR");
 	c.sharing = NN_SHARE_NONE;
 	struct nn_params ps;
-	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 6), TENSOR_OK);
 	struct model_classifier m;
-	ck_assert_int_eq(model_classifier_init(&m, &ps, &c), TENSOR_OK);
+	make_classifier(&m, &ps, &c, TENSOR_F32, 6);
 	double **before = malloc(sizeof *before * (size_t)ps.n);
 	for (int i = 0; i < ps.n; i++)
 		before[i] = tu_values(ps.items[i].value);
@@ -560,9 +558,8 @@ START_TEST(test_padding_invariance)
 			struct model_config c = tiny(patterns[p]);
 			c.sharing = s ? NN_SHARE_NONE : NN_SHARE_HEADWISE;
 			struct nn_params ps;
-			ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 8), TENSOR_OK);
 			struct model_classifier m;
-			ck_assert_int_eq(model_classifier_init(&m, &ps, &c), TENSOR_OK);
+			make_classifier(&m, &ps, &c, TENSOR_F64, 8);
 			struct tensor *ids = rand_ids(3, T, 11, 5 + p);
 			struct tensor *mask = prefix_mask(3, T, len);
 			struct tensor *y = model_classifier_forward(&m, ids, mask);
@@ -587,170 +584,6 @@ START_TEST(test_padding_invariance)
 			model_classifier_free(&m);
 			drop_params(&ps);
 		}
-}
-END_TEST
-
-/* y [N, out] = act(x [N, in] W^T + b) for the head references. */
-static void ref_linear(const double *x, const struct nn_linear *l, int64_t n, bool gelu, double *y)
-{
-	double *w = tu_values(l->weight), *b = tu_values(l->bias);
-	for (int64_t i = 0; i < n; i++)
-		for (int64_t o = 0; o < l->out; o++) {
-			double acc = b[o];
-			for (int64_t c = 0; c < l->in; c++)
-				acc += x[i * l->in + c] * w[o * l->in + c];
-			y[i * l->out + o] = gelu ? 0.5 * acc * (1 + erf(acc / sqrt(2))) : acc;
-		}
-	free(w);
-	free(b);
-}
-
-START_TEST(test_classifier_head_reference)
-{
-	/* logits = fc2(gelu(fc1(pool(h)))) with masked mean, masked max or
-	 * first-token pooling, computed from the encoder output with plain loops */
-	const int64_t B = 3, T = 6, d = 8, len[3] = { 6, 2, 0 };
-	const enum model_pooling pools[3] = { MODEL_POOL_MEAN, MODEL_POOL_MAX, MODEL_POOL_CLS };
-	for (int pi = 0; pi < 3; pi++) {
-		enum model_pooling pool = pools[pi];
-		struct model_config c = tiny("LS");
-		c.pooling = pool;
-		struct nn_params ps;
-		ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 12), TENSOR_OK);
-		struct model_classifier m;
-		ck_assert_int_eq(model_classifier_init(&m, &ps, &c), TENSOR_OK);
-		struct tensor *ids = rand_ids(B, T, 11, 13);
-		struct tensor *mask = prefix_mask(B, T, len);
-		for (int masked = 1; masked >= 0; masked--) {
-			const struct tensor *mk = masked ? mask : NULL;
-			double *h = tu_values(model_encoder_forward(&m.enc, ids, mk));
-			double pooled[3 * 8] = { 0 }, hid[3 * 8], want[3 * 3];
-			for (int64_t b = 0; b < B; b++)
-				for (int64_t j = 0; j < d; j++) {
-					int64_t n = masked ? len[b] : T;
-					double acc = pool == MODEL_POOL_MAX ? -INFINITY : 0;
-					for (int64_t t = 0; t < n && pool != MODEL_POOL_CLS; t++) {
-						double x = h[(b * T + t) * d + j];
-						acc = pool == MODEL_POOL_MAX ? fmax(acc, x)
-									     : acc + x / (double)n;
-					}
-					if (pool == MODEL_POOL_CLS)
-						acc = h[(b * T) * d + j];
-					/* a row without real tokens pools to zero */
-					pooled[b * d + j] =
-					    n == 0 && pool != MODEL_POOL_CLS ? 0 : acc;
-				}
-			ref_linear(pooled, &m.fc1, B, true, hid);
-			ref_linear(hid, &m.fc2, B, false, want);
-			struct tensor *y = model_classifier_forward(&m, ids, mk);
-			ck_assert_msg(y != NULL, "%s", tensor_last_error());
-			tu_assert_close(y, want, B * 3, 1e-12, 1e-10);
-			free(h);
-		}
-		model_classifier_free(&m);
-		drop_params(&ps);
-	}
-}
-END_TEST
-
-/* The gradient through the masked max pooling: the token embedding's gradient of
- * sum(logits * R) against central differences (rows with padding and an empty row). */
-START_TEST(test_classifier_max_pool_gradient)
-{
-	const int64_t B = 3, T = 5, len[3] = { 5, 3, 0 };
-	struct model_config c = tiny("SS");
-	c.pooling = MODEL_POOL_MAX;
-	c.dropout = c.attn_dropout = 0;
-	struct nn_params ps;
-	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 21), TENSOR_OK);
-	struct model_classifier m;
-	ck_assert_int_eq(model_classifier_init(&m, &ps, &c), TENSOR_OK);
-	struct tensor *ids = rand_ids(B, T, 11, 17);
-	struct tensor *mask = prefix_mask(B, T, len);
-	struct tensor *r = tu_rand(TENSOR_F64, 2, (int64_t[]){ B, 3 }, 5);
-	struct tensor *w = m.enc.embed.weight;
-	struct tensor *loss =
-	    ag_sum(ag_mul(model_classifier_forward(&m, ids, mask), r), 0, NULL, false);
-	ck_assert_int_eq(ag_backward(loss, NULL), TENSOR_OK);
-	ck_assert_msg(w->grad != NULL, "no gradient reached the embedding through the pooling");
-	double *g = tu_values(w->grad), eps = 1e-6;
-	int64_t n = tensor_numel(w);
-	for (int64_t i = 0; i < n; i += 3) {
-		double v[2];
-		for (int s = 0; s < 2; s++) {
-			struct tensor *e = tensor_narrow(tensor_reshape(w, 1, &n), 0, i, 1);
-			double x0 = tensor_get(e, (int64_t[]){ 0 });
-			tensor_fill_(e, x0 + (s ? eps : -eps));
-			ag_no_grad_begin();
-			struct tensor *y = model_classifier_forward(&m, ids, mask);
-			v[s] = tensor_get(tensor_sum(tensor_mul(y, r), 0, NULL, false), NULL);
-			ag_no_grad_end();
-			tensor_fill_(e, x0);
-		}
-		ck_assert_msg(fabs((v[1] - v[0]) / (2 * eps) - g[i]) < 1e-6,
-			      "element %lld: %g vs %g", (long long)i, (v[1] - v[0]) / (2 * eps),
-			      g[i]);
-	}
-	free(g);
-	model_classifier_free(&m);
-	drop_params(&ps);
-}
-END_TEST
-
-START_TEST(test_mlm_tied_decoder)
-{
-	/* tied: logits = layer_norm(gelu(dense(h))) E^T + b, and the embedding's
-	 * gradient reaches rows of tokens absent from the input (through the
-	 * decoder) only when tied */
-	const int64_t B = 2, T = 5, V = 11, d = 8;
-	for (int tied = 0; tied < 2; tied++) {
-		struct model_config c = tiny("LL");
-		c.tie_embeddings = tied;
-		struct nn_params ps;
-		ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 14), TENSOR_OK);
-		struct model_mlm m;
-		ck_assert_int_eq(model_mlm_init(&m, &ps, &c), TENSOR_OK);
-		/* a nonzero decoder bias, so the reference checks it is added */
-		ck_assert_int_eq(tensor_uniform_(m.decoder_bias, 3, -1, 1), TENSOR_OK);
-		const int64_t v[10] = { 1, 2, 3, 1, 2, 3, 3, 2, 1, 1 };
-		struct tensor *ids = ids_tensor(B, T, v);
-		double *h = tu_values(model_encoder_forward(&m.enc, ids, NULL));
-		double a[10 * 8], w[10 * 8];
-		ref_linear(h, &m.dense, B * T, true, a);
-		for (int64_t r = 0; r < B * T; r++) { /* LayerNorm, weight 1, bias 0 */
-			double mu = 0, var = 0;
-			for (int64_t j = 0; j < d; j++)
-				mu += a[r * d + j] / d;
-			for (int64_t j = 0; j < d; j++)
-				var += (a[r * d + j] - mu) * (a[r * d + j] - mu) / d;
-			for (int64_t j = 0; j < d; j++)
-				w[r * d + j] = (a[r * d + j] - mu) / sqrt(var + 1e-5);
-		}
-		struct nn_linear dec = m.decoder;
-		if (tied) {
-			ck_assert(m.decoder.weight == m.enc.embed.weight);
-			ck_assert(nn_params_find(&ps, "mlm.decoder.weight") == NULL);
-		} else {
-			ck_assert(m.decoder.weight != m.enc.embed.weight);
-		}
-		double *want = malloc(sizeof(double) * (size_t)(B * T * V));
-		ref_linear(w, &dec, B * T, false, want);
-		struct tensor *y = model_mlm_forward(&m, ids, NULL);
-		tu_assert_close(y, want, B * T * V, 1e-10, 1e-9);
-		free(want);
-		ck_assert_int_eq(ag_backward(ag_sum(y, 0, NULL, false), NULL), TENSOR_OK);
-		struct tensor *g = m.enc.embed.weight->grad;
-		ck_assert(g != NULL);
-		double *gv = tu_values(g), row7 = 0;
-		for (int64_t j = 0; j < d; j++)
-			row7 += fabs(gv[7 * d + j]);
-		ck_assert_msg(tied ? row7 > 0 : row7 == 0, "tied %d: |grad row 7| = %g", tied,
-			      row7);
-		free(gv);
-		free(h);
-		model_mlm_free(&m);
-		drop_params(&ps);
-	}
 }
 END_TEST
 
@@ -996,9 +829,6 @@ int main(void)
 	tcase_add_test(tc, test_parameter_names);
 	tcase_add_test(tc, test_pre_post_norm);
 	tcase_add_test(tc, test_padding_invariance);
-	tcase_add_test(tc, test_classifier_head_reference);
-	tcase_add_test(tc, test_classifier_max_pool_gradient);
-	tcase_add_test(tc, test_mlm_tied_decoder);
 	tcase_add_test(tc, test_dropout_modes);
 	tcase_add_test(tc, test_init_errors);
 	tcase_add_test(tc, test_forward_errors);
