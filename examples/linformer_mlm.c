@@ -517,7 +517,7 @@ static void setup(struct run *r)
 
 	model_summary(&r->cfg, nn_params_count(&r->ps), stdout);
 	printf("tokenizer %s (%d ids), masking %g, decode %s; batch %lld x accum %lld, %lld "
-	       "steps (%lld epochs of %lld), %d threads (BLIS %s)\n",
+	       "steps (%lld epochs of %lld), threads %d (BLIS %s)\n",
 	       opt.enc.tokenizer, r->tok.vocab_size, opt.mask_prob, opt.decode,
 	       (long long)opt.batch, (long long)opt.accum, (long long)r->total,
 	       (long long)r->epochs, (long long)r->spe, tensor_get_num_threads(),

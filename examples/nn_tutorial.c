@@ -308,7 +308,7 @@ int main(int argc, char **argv)
 	    nn_adamw_init(&opt, &ps, 1e-2, 0.9, 0.999, 1e-8, 0.01) < 0 ||
 	    nn_schedule_init(&sched, NN_SCHEDULE_COSINE, 1e-2, 1e-3, -1, 0.1, steps) < 0)
 		die("building the model");
-	printf("%d sentences (%d train, %d held out) from %s\n%lld parameters, %d threads\n", n,
+	printf("%d sentences (%d train, %d held out) from %s\n%lld parameters, threads %d\n", n,
 	       ntrain, ntest, data, (long long)nn_params_count(&ps), tensor_get_num_threads());
 
 	double loss0, acc0, loss, train_acc, test_loss, test_acc;

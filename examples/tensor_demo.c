@@ -15,7 +15,7 @@ static void die(const char *what)
 
 int main(void)
 {
-	printf("cformer tensor demo: BLIS kernels '%s', %d threads\n", tensor_blas_arch(),
+	printf("cformer tensor demo: BLIS kernels '%s', threads %d\n", tensor_blas_arch(),
 	       tensor_get_num_threads());
 
 	const int64_t T = 6, D = 4;
