@@ -33,7 +33,7 @@ struct options {
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_train, max_test;
 	int64_t log_every, stop_after, keep_tail;
 	double embed_std, lr, beta1, beta2, min_lr, warmup, weight_decay, clip, val_fraction;
-	double token_mask, pooled_test, embed_l2;
+	double token_mask, pooled_test, embed_l2, embed_l2_ramp;
 	bool decay_all, resume, eval_only, no_bucket;
 };
 
@@ -102,6 +102,9 @@ static struct flag flags[] = {
 	DBL("embed-l2", embed_l2, 0, 10, 0, "L",
 	    "L2 penalty L/2 |E|^2 on the token embedding E, added to its gradient (coupled: "
 	    "under Adam the rows of rare words shrink between their appearances; 0: none)"),
+	DBL("embed-l2-ramp", embed_l2_ramp, 0, 1, 0, "RATIO",
+	    "fraction of the steps over which --embed-l2 grows linearly from 0 (so that the "
+	    "embedding learns before the penalty can shrink it to zero)"),
 	BOOL("decay-all", decay_all, "weight decay on every parameter, embeddings included"),
 	DBL("clip", clip, 0, INFINITY, 0, "NORM", "gradient clipping norm (0: none)"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, dropout and batch order"),
@@ -483,6 +486,13 @@ static double elapsed(const struct run *r)
 	return r->elapsed0 + train_clock() - r->start;
 }
 
+/* --embed-l2 at the step that follows `step` steps of `total`, ramped in over --embed-l2-ramp. */
+static double embed_l2_at(int64_t step, int64_t total)
+{
+	double ramp = opt.embed_l2_ramp * (double)total;
+	return ramp > 0 && step + 1 < ramp ? opt.embed_l2 * (double)(step + 1) / ramp : opt.embed_l2;
+}
+
 static void path_in(char *buf, size_t len, const char *dir, const char *file)
 {
 	if (snprintf(buf, len, "%s/%s", dir, file) >= (int)len)
@@ -784,7 +794,8 @@ static int run_train(int argc, char **argv)
 		}
 		for (int64_t i = 0; i < group.size; i++)
 			w.real += r.btrain.lengths[r.btrain.order[j * r.btrain.batch_size + i]];
-		if (opt.embed_l2 > 0 && nn_params_l2_grad(&r.ps, "embed.", opt.embed_l2) < 0)
+		if (opt.embed_l2 > 0 &&
+		    nn_params_l2_grad(&r.ps, "embed.", embed_l2_at(step, r.total)) < 0)
 			train_die(PROG, "--embed-l2");
 		double norm = train_optimizer_step(&r.ps, &r.adamw, &r.sched, step, opt.clip);
 		if (norm < 0)

@@ -317,6 +317,21 @@ run l2 $BASE --steps 2 --embed-l2 5 --log-dir "$tmp/l2"
 if check l2 "--embed-l2 run" && [ "$(test_line "$tmp/l0.out")" = "$(test_line "$tmp/l2.out")" ]; then
 	fail "--embed-l2 5 changed nothing: $(test_line "$tmp/l2.out")"
 fi
+# --embed-l2-ramp: over both steps (L 2.5, then 5) the weights end elsewhere; a ramp shorter
+# than one step is no ramp
+# shellcheck disable=SC2086
+run lr $BASE --steps 2 --embed-l2 5 --embed-l2-ramp 1 --log-dir "$tmp/lr"
+# shellcheck disable=SC2086
+run ls $BASE --steps 2 --embed-l2 5 --embed-l2-ramp 0.4 --log-dir "$tmp/ls"
+if check lr "--embed-l2-ramp run" && check ls "--embed-l2-ramp 0.4 run"; then
+	if cmp -s "$tmp/l2/last.safetensors" "$tmp/lr/last.safetensors"; then
+		fail "--embed-l2-ramp 1 changed nothing"
+	elif ! cmp -s "$tmp/l2/last.safetensors" "$tmp/ls/last.safetensors"; then
+		fail "--embed-l2-ramp 0.4 of 2 steps (under one step) changed the weights"
+	else
+		echo "ok: --embed-l2-ramp scales the penalty over its steps"
+	fi
+fi
 expect 1 "this tokenizer 30522" --eval-only --checkpoint "$tmp/a/last.safetensors" \
 	--tokenizer wordpiece
 expect 1 "--predict: needs --checkpoint" --predict "great"
@@ -353,6 +368,7 @@ expect 1 "--proj: applies to Linformer (L) layers; --model transformer has none"
 expect 1 "--k-list: needs --k-schedule list" --k-list 8,8
 expect 1 "--eval-only: needs --checkpoint" --eval-only
 expect 1 "--embed-l2: expected a number in \[0, 10\], got '-1'" --embed-l2 -1
+expect 1 "--embed-l2-ramp: expected a number in \[0, 1\], got '2'" --embed-l2-ramp 2
 expect 1 "--pooled-test: expected a number in \[0, 0.9\], got '1'" --pooled-test 1
 expect 1 "reading the train split of --data $tmp/nodata" --data "$tmp/nodata" --log-dir "$tmp/x"
 expect 0 "usage: linformer_imdb" --help
