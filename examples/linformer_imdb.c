@@ -920,6 +920,8 @@ int main(int argc, char **argv)
 			   "training use --resume, to fine-tune --init-from");
 	if (opt.resume && (predicting || opt.eval_only))
 		flags_fail(PROG, "resume", "trains; it cannot go with --eval-only or --predict");
+	if (opt.embed_l2_ramp > 0 && opt.embed_l2 == 0)
+		flags_fail(PROG, "embed-l2-ramp", "needs --embed-l2 L > 0 (the penalty it ramps)");
 	model_flags_check(&opt.enc, PROG);
 	if (opt.threads)
 		tensor_set_num_threads((int)opt.threads);

@@ -368,6 +368,7 @@ expect 1 "--proj: applies to Linformer (L) layers; --model transformer has none"
 expect 1 "--k-list: needs --k-schedule list" --k-list 8,8
 expect 1 "--eval-only: needs --checkpoint" --eval-only
 expect 1 "--embed-l2: expected a number in \[0, 10\], got '-1'" --embed-l2 -1
+expect 1 "--embed-l2-ramp: needs --embed-l2 L > 0" --embed-l2-ramp 0.5
 expect 1 "--embed-l2-ramp: expected a number in \[0, 1\], got '2'" --embed-l2-ramp 2
 expect 1 "--pooled-test: expected a number in \[0, 0.9\], got '1'" --pooled-test 1
 expect 1 "reading the train split of --data $tmp/nodata" --data "$tmp/nodata" --log-dir "$tmp/x"
