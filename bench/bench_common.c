@@ -169,6 +169,55 @@ double bench_sgemm_gflops(int64_t size, int reps)
 	return 2.0 * (double)size * (double)size * (double)size / best * 1e-9;
 }
 
+double bench_forward_flops_per_token(const struct model_config *c, bool head)
+{
+	double n = (double)c->max_len, d = (double)c->dim, f = (double)c->ff_hidden;
+	double h = (double)c->heads, dh = d / h;
+	double kv = c->shared_kv_head ? dh : d; /* key/value projection width */
+	double total = 0;
+	for (int64_t i = 0; i < c->layers; i++) {
+		double k = (double)c->k[i];
+		total += 2 * d * d * 2 + 2 * d * kv * 2; /* q, out; k, v projections */
+		total += c->swiglu ? 3 * 2 * d * f : 2 * 2 * d * f;
+		switch (c->attention[i]) {
+		case MODEL_ATTN_STANDARD: total += 2 * n * d * 2; break; /* q k^T, p v */
+		case MODEL_ATTN_LINEAR:
+		case MODEL_ATTN_RANDOM:
+			if (c->sharing != NN_SHARE_NONE && k * d * (n + kv) < n * kv * (d + k)) {
+				/* nn_linformer's sequence-first order: E x and F x ([k, n] x
+				 * [n, d]; once when E is F), then the k and v weights on k
+				 * rows, instead of the k and v projections of every token */
+				bool one = c->sharing != NN_SHARE_HEADWISE;
+				total -= 2 * d * kv * 2;
+				total += (one ? 1 : 2) * 2 * k * d + 2 * (k / n) * d * kv * 2;
+			} else {
+				/* E K and F V over the sequence ([k, n] x [n, dh] per key/value
+				 * head): per token 2 k kv each */
+				total += 2 * 2 * k * kv;
+			}
+			total += 2 * 2 * k * d; /* q (EK)^T and p (FV) */
+			break;
+		case MODEL_ATTN_CONV: {
+			/* kernel = stride = n/k: per window [1, (n/k) c] x [(n/k) c, c], c the
+			 * channels (the head dim, or every key/value channel when dense);
+			 * nothing when nn_linformer folds a per-head conv into the k and v
+			 * weights (their product takes the k, v projections' place) */
+			double ch = c->conv_dense ? kv : dh, groups = kv / ch;
+			if (c->conv_dense || c->shared_kv_head)
+				total += 2 * 2 * ch * ch * groups;
+			total += 2 * 2 * k * d;
+			break;
+		}
+		default: total += 2 * 2 * k * d; break; /* pooling: no matmul */
+		}
+	}
+	if (head) { /* the classifier head, once per sequence */
+		double hh = (double)c->head_hidden, classes = (double)c->num_classes;
+		total += (2 * d * hh + 2 * hh * classes) / n;
+	}
+	return total;
+}
+
 /* A 64-bit mix of (seed, i) (splitmix64's finaliser), for reproducible inputs. */
 static uint64_t mix(uint64_t seed, uint64_t i)
 {

@@ -44,6 +44,10 @@ double bench_rss_peak(void);
 /* The f32 GEMM rate of tensor_matmul on [size, size] x [size, size] at the current thread
  * count, GFLOP/s, best of reps after one warm-up; negative status on error. */
 double bench_sgemm_gflops(int64_t size, int reps);
+/* Forward-pass matmul FLOPs per token of the resolved config c at its max_len (2 m n k per
+ * matmul, the order nn_linformer computes in; docs/benchmarks.md has the formula), the
+ * classifier head included (spread over the tokens) when head is true. */
+double bench_forward_flops_per_token(const struct model_config *c, bool head);
 
 /* Heap i32 ids [batch, n] drawn uniformly from [1, vocab) (no padding id 0), seeded. NULL with
  * an error on failure. */

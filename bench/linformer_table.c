@@ -17,11 +17,12 @@
 #include "models.h"
 
 static const char PROG[] = "linformer_table";
-static const char CSV_HEADER[] = "impl,model,n,k,batch,seconds_per_seq,peak_bytes,status";
+static const char CSV_HEADER[] =
+	"impl,model,n,k,batch,seconds_per_seq,peak_bytes,status,gflop_per_seq,gflops,sgemm_gflops";
 
 struct options {
 	const char *n_list, *k_list, *models, *batches, *csv;
-	int64_t threads, reps, dim, heads, layers, ff, vocab, max_batch, seed;
+	int64_t threads, reps, dim, heads, layers, ff, vocab, max_batch, seed, sgemm_size;
 	double budget_gib, max_seconds, mem_fraction;
 	bool batched_heads;
 };
@@ -39,6 +40,7 @@ static struct options opt = {
 	.ff = 1024,
 	.vocab = 30522,
 	.seed = 1,
+	.sgemm_size = 1024,
 	.budget_gib = 16,
 	.max_seconds = 120,
 	.mem_fraction = 0.8,
@@ -75,6 +77,8 @@ static struct flag flags[] = {
 	INT("reps", reps, 1, 1000, "R", "timed forward passes after one warm-up; the best counts"),
 	INT("threads", threads, 1, 4096, "T", "BLIS and OpenMP threads"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of the weights and the input ids"),
+	INT("sgemm-size", sgemm_size, 64, 8192, "S",
+	    "size of the square sgemm whose rate the GFLOP/s are set against"),
 	STR("csv", csv, "FILE", "also write the rows as CSV (impl,model,n,k,batch,...)"),
 };
 enum { NFLAGS = sizeof flags / sizeof flags[0] };
@@ -84,17 +88,21 @@ static const char SYNOPSIS[] =
     "The Linformer paper's inference table on this machine: seconds per sequence and peak\n"
     "memory of a full encoder forward pass (no gradients), Transformer vs Linformer with\n"
     "layerwise sharing, for each n and k, at batch 1 and at the largest batch that fits\n"
-    "--budget-gib. Prints markdown tables (rows, then the Transformer/Linformer ratios).";
+    "--budget-gib, with the achieved matmul GFLOP/s against this machine's sgemm rate.\n"
+    "Prints markdown tables (rows, then the Transformer/Linformer ratios).";
 static const char EPILOG[] =
     "The largest batch: the peaks at batch 1 and 2 (then 4, 8, .. while the slope grows by\n"
     "over 5%) give peak(b) = base + b * per_seq, and\n"
     "b_max = floor((budget - base) / per_seq), run if it fits the budget, the machine's free\n"
     "memory and the time guard. A configuration whose batch-1 estimate (dominant terms: the\n"
     "n x n scores of a head for the Transformer) exceeds the budget is reported over_budget\n"
-    "without running. Quick check:\n"
+    "without running. GFLOP/s count the forward matmuls (2 m n k each; docs/benchmarks.md\n"
+    "has the formula) of a sequence over its time. Quick check:\n"
     "  linformer_table --n 512,1024 --k 128 --budget-gib 1 --reps 1\n"
     "The paper's pretrained models are RoBERTa-base sized: --dim 768 --heads 12 --layers 12\n"
     "--ff 3072.\n";
+
+static double sgemm; /* GFLOP/s of tensor_matmul, measured first */
 
 enum status { ST_OK, ST_OVER_BUDGET, ST_SKIPPED_TIME, ST_NOT_RUN };
 static const char *const STATUS_NAME[] = { "ok", "over_budget", "skipped_time", "not_run" };
@@ -108,6 +116,7 @@ struct row {
 	int64_t n, k, batch; /* k 0 for the Transformer; batch 0 when not determined */
 	bool max;	     /* the budget's batch */
 	double sec_per_seq, peak, per_seq; /* per_seq: extrapolated bytes per sequence (max) */
+	double flops;			   /* forward matmul FLOPs of one sequence */
 	enum status status;
 	char note[128];
 };
@@ -304,10 +313,13 @@ static void run_config(enum model_kind model, int64_t n, int64_t k, struct row *
 	struct model_config cfg;
 	build_config(&cfg, model, n, k);
 	double params = (double)model_param_count(&cfg, false, false);
+	double flops = bench_forward_flops_per_token(&cfg, false) * (double)n;
 	double est = estimate_bytes(&cfg, params, 1), budget = opt.budget_gib * BENCH_GIB;
 	double limit = machine_limit();
 	struct row *rows[2] = { r1, rmax };
 	for (int i = 0; i < 2; i++) {
+		if (rows[i])
+			rows[i]->flops = flops;
 		if (rows[i] && est > budget)
 			set_status(rows[i], ST_OVER_BUDGET, "batch 1 estimated at %.1f MiB",
 				   est / BENCH_MIB);
@@ -349,6 +361,7 @@ static void run_config(enum model_kind model, int64_t n, int64_t k, struct row *
 static void print_row(const struct row *r, FILE *csv)
 {
 	char k[24] = "", b[24] = "", sec[32] = "", peak[32] = "", ms[32] = "-", mib[32] = "-";
+	char rate[32] = "", gf[48] = "-";
 	if (r->k)
 		snprintf(k, sizeof k, "%lld", (long long)r->k);
 	if (r->batch)
@@ -358,14 +371,18 @@ static void print_row(const struct row *r, FILE *csv)
 		snprintf(peak, sizeof peak, "%.0f", r->peak);
 		snprintf(ms, sizeof ms, "%.2f", r->sec_per_seq * 1e3);
 		snprintf(mib, sizeof mib, "%.1f", r->peak / BENCH_MIB);
+		double g = r->flops / r->sec_per_seq * 1e-9;
+		snprintf(rate, sizeof rate, "%.4g", g);
+		snprintf(gf, sizeof gf, "%.1f (%.0f%%)", g, 100 * g / sgemm);
 	}
-	printf("| %s | %lld | %s | %s%s | %s | %s | %s | %s |\n", MODEL_NAME[r->model],
-	       (long long)r->n, r->k ? k : "-", r->max ? "max " : "", r->batch ? b : "", ms, mib,
-	       STATUS_NAME[r->status], r->note);
+	printf("| %s | %lld | %s | %s%s | %s | %s | %s | %s | %s |\n", MODEL_NAME[r->model],
+	       (long long)r->n, r->k ? k : "-", r->max ? "max " : "", r->batch ? b : "", ms, gf,
+	       mib, STATUS_NAME[r->status], r->note);
 	fflush(stdout);
 	if (csv)
-		fprintf(csv, "cformer,%s,%lld,%s,%s,%s,%s,%s\n", MODEL_NAME[r->model],
-			(long long)r->n, k, b, sec, peak, STATUS_NAME[r->status]);
+		fprintf(csv, "cformer,%s,%lld,%s,%s,%s,%s,%s,%.6g,%s,%.4g\n", MODEL_NAME[r->model],
+			(long long)r->n, k, b, sec, peak, STATUS_NAME[r->status], r->flops * 1e-9,
+			rate, sgemm);
 }
 
 static const struct row *find_row(const struct table *t, enum model_kind m, int64_t n, int64_t k,
@@ -458,13 +475,15 @@ static void print_header(void)
 	       opt.batched_heads ? "batched" : "one at a time", (long long)opt.layers,
 	       (long long)opt.ff, (long long)opt.vocab);
 	printf("- threads %lld, BLIS kernels %s; load average at start %.2f; available memory "
-	       "%.1f GiB\n",
-	       (long long)opt.threads, tensor_blas_arch(), bench_load_average(), avail / BENCH_GIB);
+	       "%.1f GiB; sgemm %lld^3 (tensor_matmul): %.1f GFLOP/s\n",
+	       (long long)opt.threads, tensor_blas_arch(), bench_load_average(), avail / BENCH_GIB,
+	       (long long)opt.sgemm_size, sgemm);
 	printf("- memory budget %.1f GiB; time guard %.0f s; best of %lld timed passes after a "
 	       "warm-up; peak = allocator peak, parameters included\n\n",
 	       opt.budget_gib, opt.max_seconds, (long long)opt.reps);
-	printf("| model | n | k | batch | ms per sequence | peak MiB | status | note |\n");
-	printf("|---|---:|---:|---:|---:|---:|---|---|\n");
+	printf("| model | n | k | batch | ms per sequence | GFLOP/s (of sgemm) | peak MiB | status "
+	       "| note |\n");
+	printf("|---|---:|---:|---:|---:|---:|---:|---|---|\n");
 	fflush(stdout);
 }
 
@@ -486,6 +505,9 @@ int main(int argc, char **argv)
 		*(strcmp(batches[i], "1") ? &want_max : &want1) = true;
 	FILE *csv = bench_csv_open(PROG, opt.csv, CSV_HEADER);
 	tensor_set_num_threads((int)opt.threads);
+	sgemm = bench_sgemm_gflops(opt.sgemm_size, 5);
+	if (sgemm < 0)
+		bench_die(PROG, "sgemm");
 	print_header();
 
 	struct table t = { 0 };

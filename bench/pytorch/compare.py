@@ -59,8 +59,8 @@ def table(cf, pt):
 
     torch = {key(r): r for r in pt if r["status"] == "ok"}
     print("| model | n | k | batch (cformer / PyTorch) | cformer ms/seq | PyTorch ms/seq "
-          "| PyTorch / cformer time |")
-    print("|---|---:|---:|---|---:|---:|---:|")
+          "| PyTorch / cformer time | cformer GFLOP/s | ceiling |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
     for r in cf:
         if r["status"] != "ok":
             continue
@@ -68,8 +68,14 @@ def table(cf, pt):
         sc = num(r["seconds_per_seq"])
         sp = num(p["seconds_per_seq"]) if p else None
         ms = lambda v: 1e3 * v if v is not None else None  # noqa: E731
+        # the ratio cformer would reach with every matmul at its sgemm rate
+        gf, sg = num(r.get("gflop_per_seq")), num(r.get("sgemm_gflops"))
+        floor = gf / sg if gf is not None and sg else None
         print(f"| {r['model']} | {r['n']} | {r['k'] or '-'} | {r['batch']} / {p['batch'] if p else '-'} "
-              f"| {fmt(ms(sc), '.2f')} | {fmt(ms(sp), '.2f')} | {ratio(sp, sc)} |")
+              f"| {fmt(ms(sc), '.2f')} | {fmt(ms(sp), '.2f')} | {ratio(sp, sc)} "
+              f"| {fmt(num(r.get('gflops')), '.1f')} | {ratio(sp, floor)} |")
+    print("\nceiling = PyTorch time / (cformer's forward matmul FLOPs / its sgemm rate): the most "
+          "cformer's ratio could be with every matmul at the sgemm rate and nothing else costing time.")
 
 
 def main(argv):
