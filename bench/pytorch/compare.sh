@@ -6,7 +6,8 @@
 #   bench/pytorch/compare.sh table [--n 512,...,16384] [--k 128,256] [flags...]
 #
 # train: bench/train_throughput vs train_throughput.py, each (model, n) in a fresh process
-#        on both sides, so that resident-set peaks compare like for like.
+#        on both sides, so that resident-set peaks compare like for like, the two sides of a
+#        configuration one right after the other.
 # table: bench/linformer_table vs linformer_table.py at batch 1.
 # Other flags go to both sides unchanged (--threads, --dim, --heads, --layers, --ff, --vocab,
 # --reps, --k). Environment: BUILD (the cformer build directory, default .), PYTHON (an
@@ -21,7 +22,7 @@ case $mode in
 train) prog=train_throughput ;;
 table) prog=linformer_table ;;
 *)
-	sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+	awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"
 	exit 2
 	;;
 esac
@@ -57,20 +58,28 @@ rest() {
 	done
 }
 
+# append ONE.csv to ALL.csv, its header only when ALL.csv is still empty
+append() {
+	if [ -s "$2" ]; then tail -n +2 "$1"; else cat "$1"; fi >>"$2"
+}
+
 if [ "$mode" = train ]; then
 	ns=$(flag --n 128,512,2048 "$@")
 	models=$(flag --models transformer,linformer,conv-linformer "$@")
 	set -- $(rest "$@")
 	: >"$out/cformer.csv"
+	: >"$out/pytorch.csv"
+	# one configuration at a time on both sides, so that the machine's drifts hit the pair alike
 	for m in $(echo "$models" | tr , ' '); do
 		for n in $(echo "$ns" | tr , ' '); do
 			"$build/bench/train_throughput" --models "$m" --n "$n" --csv "$out/one.csv" "$@" |
 				grep '^|' | tail -n 1
-			if [ -s "$out/cformer.csv" ]; then tail -n +2 "$out/one.csv"; else cat "$out/one.csv"; fi \
-				>>"$out/cformer.csv"
+			append "$out/one.csv" "$out/cformer.csv"
+			"$python" "$here/train_throughput.py" --models "$m" --n "$n" --csv "$out/one.csv" \
+				"$@" | grep '^|' | tail -n 1
+			append "$out/one.csv" "$out/pytorch.csv"
 		done
 	done
-	"$python" "$here/train_throughput.py" --models "$models" --n "$ns" --csv "$out/pytorch.csv" "$@"
 else
 	"$build/bench/linformer_table" --batches 1 --csv "$out/cformer.csv" "$@"
 	"$python" "$here/linformer_table.py" --batch 1 --csv "$out/pytorch.csv" "$@"
