@@ -58,9 +58,12 @@ rest() {
 	done
 }
 
-# append ONE.csv to ALL.csv, its header only when ALL.csv is still empty
+# move ONE.csv's rows to the end of ALL.csv (its header only when ALL.csv is still empty); a
+# run that wrote no ONE.csv adds nothing, so a failed side never gets the other side's rows
 append() {
+	[ -f "$1" ] || return 0
 	if [ -s "$2" ]; then tail -n +2 "$1"; else cat "$1"; fi >>"$2"
+	rm -f "$1"
 }
 
 if [ "$mode" = train ]; then
