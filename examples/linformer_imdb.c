@@ -33,7 +33,7 @@ struct options {
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_train, max_test;
 	int64_t log_every, stop_after, keep_tail;
 	double embed_std, lr, beta1, beta2, min_lr, warmup, weight_decay, clip, val_fraction;
-	double token_mask, pooled_test, embed_l2, embed_l2_ramp;
+	double token_mask, pooled_test, embed_l2, embed_l2_ramp, pos_l2;
 	bool decay_all, resume, eval_only, no_bucket;
 };
 
@@ -103,8 +103,10 @@ static struct flag flags[] = {
 	    "L2 penalty L/2 |E|^2 on the token embedding E, added to its gradient (coupled: "
 	    "under Adam the rows of rare words shrink between their appearances; 0: none)"),
 	DBL("embed-l2-ramp", embed_l2_ramp, 0, 1, 0, "RATIO",
-	    "fraction of the steps over which --embed-l2 grows linearly from 0 (so that the "
-	    "embedding learns before the penalty can shrink it to zero)"),
+	    "fraction of the steps over which --embed-l2 and --pos-l2 grow linearly from 0 (so "
+	    "that the embedding learns before the penalty can shrink it to zero)"),
+	DBL("pos-l2", pos_l2, 0, 10, 0, "L",
+	    "L2 penalty L/2 |P|^2 on the learned position embedding P, as --embed-l2 (0: none)"),
 	BOOL("decay-all", decay_all, "weight decay on every parameter, embeddings included"),
 	DBL("clip", clip, 0, INFINITY, 0, "NORM", "gradient clipping norm (0: none)"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, dropout and batch order"),
@@ -486,11 +488,11 @@ static double elapsed(const struct run *r)
 	return r->elapsed0 + train_clock() - r->start;
 }
 
-/* --embed-l2 at the step that follows `step` steps of `total`, ramped in over --embed-l2-ramp. */
-static double embed_l2_at(int64_t step, int64_t total)
+/* Penalty l at the step that follows `step` steps of `total`, ramped in over --embed-l2-ramp. */
+static double l2_at(double l, int64_t step, int64_t total)
 {
 	double ramp = opt.embed_l2_ramp * (double)total;
-	return ramp > 0 && step + 1 < ramp ? opt.embed_l2 * (double)(step + 1) / ramp : opt.embed_l2;
+	return ramp > 0 && step + 1 < ramp ? l * (double)(step + 1) / ramp : l;
 }
 
 static void path_in(char *buf, size_t len, const char *dir, const char *file)
@@ -795,8 +797,11 @@ static int run_train(int argc, char **argv)
 		for (int64_t i = 0; i < group.size; i++)
 			w.real += r.btrain.lengths[r.btrain.order[j * r.btrain.batch_size + i]];
 		if (opt.embed_l2 > 0 &&
-		    nn_params_l2_grad(&r.ps, "embed.", embed_l2_at(step, r.total)) < 0)
+		    nn_params_l2_grad(&r.ps, "embed.", l2_at(opt.embed_l2, step, r.total)) < 0)
 			train_die(PROG, "--embed-l2");
+		if (opt.pos_l2 > 0 &&
+		    nn_params_l2_grad(&r.ps, "pos.", l2_at(opt.pos_l2, step, r.total)) < 0)
+			train_die(PROG, "--pos-l2");
 		double norm = train_optimizer_step(&r.ps, &r.adamw, &r.sched, step, opt.clip);
 		if (norm < 0)
 			train_die(PROG, "optimizer step");
@@ -920,8 +925,11 @@ int main(int argc, char **argv)
 			   "training use --resume, to fine-tune --init-from");
 	if (opt.resume && (predicting || opt.eval_only))
 		flags_fail(PROG, "resume", "trains; it cannot go with --eval-only or --predict");
-	if (opt.embed_l2_ramp > 0 && opt.embed_l2 == 0)
-		flags_fail(PROG, "embed-l2-ramp", "needs --embed-l2 L > 0 (the penalty it ramps)");
+	if (opt.embed_l2_ramp > 0 && opt.embed_l2 == 0 && opt.pos_l2 == 0)
+		flags_fail(PROG, "embed-l2-ramp",
+			   "needs --embed-l2 or --pos-l2 L > 0 (the penalty it ramps)");
+	if (opt.pos_l2 > 0 && strcmp(opt.enc.positions, "learned"))
+		flags_fail(PROG, "pos-l2", "needs --positions learned (sinusoids are not trained)");
 	model_flags_check(&opt.enc, PROG);
 	if (opt.threads)
 		tensor_set_num_threads((int)opt.threads);

@@ -317,6 +317,16 @@ run l2 $BASE --steps 2 --embed-l2 5 --log-dir "$tmp/l2"
 if check l2 "--embed-l2 run" && [ "$(test_line "$tmp/l0.out")" = "$(test_line "$tmp/l2.out")" ]; then
 	fail "--embed-l2 5 changed nothing: $(test_line "$tmp/l2.out")"
 fi
+# --pos-l2: the position embedding's penalty changes the weights too
+# shellcheck disable=SC2086
+run lp $BASE --steps 2 --pos-l2 5 --log-dir "$tmp/lp"
+if check lp "--pos-l2 run"; then
+	if cmp -s "$tmp/l0/last.safetensors" "$tmp/lp/last.safetensors"; then
+		fail "--pos-l2 5 changed nothing"
+	else
+		echo "ok: --pos-l2 reaches the position embedding"
+	fi
+fi
 # --embed-l2-ramp: over both steps (L 2.5, then 5) the weights end elsewhere; a ramp shorter
 # than one step is no ramp
 # shellcheck disable=SC2086
@@ -368,7 +378,8 @@ expect 1 "--proj: applies to Linformer (L) layers; --model transformer has none"
 expect 1 "--k-list: needs --k-schedule list" --k-list 8,8
 expect 1 "--eval-only: needs --checkpoint" --eval-only
 expect 1 "--embed-l2: expected a number in \[0, 10\], got '-1'" --embed-l2 -1
-expect 1 "--embed-l2-ramp: needs --embed-l2 L > 0" --embed-l2-ramp 0.5
+expect 1 "--embed-l2-ramp: needs --embed-l2 or --pos-l2 L > 0" --embed-l2-ramp 0.5
+expect 1 "--pos-l2: needs --positions learned" --pos-l2 0.1 --positions sinusoidal
 expect 1 "--embed-l2-ramp: expected a number in \[0, 1\], got '2'" --embed-l2-ramp 2
 expect 1 "--pooled-test: expected a number in \[0, 0.9\], got '1'" --pooled-test 1
 expect 1 "reading the train split of --data $tmp/nodata" --data "$tmp/nodata" --log-dir "$tmp/x"
