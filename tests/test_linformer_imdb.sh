@@ -317,12 +317,14 @@ run l2 $BASE --steps 2 --embed-l2 5 --log-dir "$tmp/l2"
 if check l2 "--embed-l2 run" && [ "$(test_line "$tmp/l0.out")" = "$(test_line "$tmp/l2.out")" ]; then
 	fail "--embed-l2 5 changed nothing: $(test_line "$tmp/l2.out")"
 fi
-# --pos-l2: the position embedding's penalty changes the weights too
+# --pos-l2: the position embedding's penalty changes the weights, and not as --embed-l2's does
 # shellcheck disable=SC2086
 run lp $BASE --steps 2 --pos-l2 5 --log-dir "$tmp/lp"
 if check lp "--pos-l2 run"; then
 	if cmp -s "$tmp/l0/last.safetensors" "$tmp/lp/last.safetensors"; then
 		fail "--pos-l2 5 changed nothing"
+	elif cmp -s "$tmp/l2/last.safetensors" "$tmp/lp/last.safetensors"; then
+		fail "--pos-l2 5 ended as --embed-l2 5: it penalised the token embedding"
 	else
 		echo "ok: --pos-l2 reaches the position embedding"
 	fi
