@@ -34,7 +34,7 @@ struct options {
 	int64_t log_every, stop_after, keep_tail;
 	double embed_std, lr, beta1, beta2, min_lr, warmup, weight_decay, clip, val_fraction;
 	double token_mask, pooled_test, embed_l2, embed_l2_ramp, pos_l2;
-	bool decay_all, resume, eval_only, no_bucket;
+	bool decay_all, lazy_embed, resume, eval_only, no_bucket;
 };
 
 static struct options opt = {
@@ -108,6 +108,9 @@ static struct flag flags[] = {
 	DBL("pos-l2", pos_l2, 0, 10, 0, "L",
 	    "L2 penalty L/2 |P|^2 on the learned position embedding P, as --embed-l2 (0: none)"),
 	BOOL("decay-all", decay_all, "weight decay on every parameter, embeddings included"),
+	BOOL("lazy-embed", lazy_embed,
+	     "lazy AdamW on the token embedding: only the rows of the batch's tokens, and their "
+	     "moments, change at a step (--embed-l2 then reaches those rows only)"),
 	DBL("clip", clip, 0, INFINITY, 0, "NORM", "gradient clipping norm (0: none)"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, dropout and batch order"),
 	INT("threads", threads, 0, 4096, "T", "threads (0: every core)"),
@@ -634,6 +637,8 @@ static int64_t setup(struct run *r)
 							opt.beta2, 1e-8, opt.weight_decay) < 0)
 		train_die(PROG, "optimizer");
 	r->adamw.decay_all = opt.decay_all;
+	if (opt.lazy_embed && nn_params_set_lazy(&r->ps, "embed.", true) < 0)
+		train_die(PROG, "--lazy-embed");
 	if (nn_schedule_init(&r->sched, sk, opt.lr, opt.min_lr, -1, opt.warmup, r->total) < 0)
 		flags_fail(PROG, "warmup", "%s", tensor_last_error());
 	if (!(r->cfg_json = model_config_to_json(&r->cfg)))

@@ -26,6 +26,7 @@ struct nn_param {
 	char name[NN_NAME_MAX];
 	struct tensor *value; /* heap leaf requiring grad; value->grad after backward */
 	bool no_decay;        /* excluded from weight decay (biases, norms, embeddings) */
+	bool lazy_rows;       /* optimizers touch only rows with a gradient (nn_params_set_lazy) */
 };
 
 struct nn_params {
@@ -63,6 +64,16 @@ int64_t nn_params_count(const struct nn_params *ps);
  * parameter pointers stay valid; the parameters' first storage goes back to
  * the device (tensor_mem_trim). Call once, after all parameters exist. */
 int nn_params_pack(struct nn_params *ps);
+/* Mark every parameter whose name starts with prefix as lazy (or not): the
+ * optimizers (and nn_params_l2_grad) then change only the rows (slices along
+ * dim 0) whose gradient is not all zero, their state included, as
+ * torch.optim.SparseAdam or TensorFlow's LazyAdam do. Meant for embedding
+ * tables: under dense Adam, a row's moments keep moving it for about
+ * 1 / (1 - beta1) steps after each batch it appears in, so a rare token's
+ * row travels ten times further per appearance than under lazy Adam.
+ * Returns how many parameters matched. Errors: ps NULL, no name starting
+ * with prefix (TENSOR_ERR_ARG). */
+int nn_params_set_lazy(struct nn_params *ps, const char *prefix, bool lazy);
 /* Zero every gradient (one memset when packed). */
 int nn_params_zero_grad(struct nn_params *ps);
 /* Train / eval mode (dropout is off in eval mode). */
@@ -385,7 +396,8 @@ void nn_sgd_free(struct nn_sgd *o);
  * AdamW's decoupled decay shrinks every row alike. Call after backward and
  * before clipping and the step. Returns how many gradients changed (those
  * without a gradient are skipped; 0 when lambda is 0). Errors: lambda < 0 or
- * not finite, no parameter name starting with prefix (TENSOR_ERR_ARG). */
+ * not finite, no parameter name starting with prefix (TENSOR_ERR_ARG). On a
+ * lazy parameter (nn_params_set_lazy) only the rows with a gradient change. */
 int nn_params_l2_grad(struct nn_params *ps, const char *prefix, double lambda);
 
 /* Scale all gradients so their global L2 norm is at most max_norm; returns

@@ -10,7 +10,8 @@
  * cache and the peak extra memory is a few chunks, not copies of the model.
  *
  * A parameter is skipped when it has no gradient or does not require grad
- * (frozen). State arrays (m, v, buf) hold one tensor per parameter and a NULL
+ * (frozen); of a lazy parameter only the runs of rows with a gradient are
+ * updated, each run a segment of its own. State arrays (m, v, buf) hold one tensor per parameter and a NULL
  * after the last, so a parameter added after the optimizer was created is
  * detected; buf also keeps its flat buffer in the slot after that NULL.
  */
@@ -179,6 +180,65 @@ static bool active(const struct nn_param *p)
 	return p->value->requires_grad && p->value->grad;
 }
 
+/* The rows (slices along dim 0) of the contiguous gradient g that are not all
+ * zero, as flags[*rows] on the host (the caller frees them); NULL on error. */
+static bool *live_rows(const char *op, const struct tensor *g, int64_t *rows)
+{
+	int64_t r = g->ndim ? g->shape[0] : 1, w = r ? tensor_numel(g) / r : 0;
+	*rows = w ? r : 0;
+	bool *live = malloc(sizeof *live * (size_t)(r ? r : 1));
+	double *top = malloc(sizeof *top * (size_t)(r ? r : 1));
+	int rc = live && top ? TENSOR_OK
+			     : tensor_error(TENSOR_ERR_NOMEM, "%s: %lld row flags", op, (long long)r);
+	if (rc == TENSOR_OK && *rows) {
+		tensor_scope_begin();
+		struct tensor *v = tensor_view(g, 2, (int64_t[]){ r, w });
+		struct tensor *a = tensor_max(tensor_unary(TENSOR_ABS, v, 0), 1, (int[]){ 1 }, false);
+		struct tensor *d = a ? tensor_cast(a, TENSOR_F64) : NULL;
+		rc = d ? tensor_to_host(d, top, sizeof *top * (size_t)r) : failed();
+		tensor_scope_end();
+	}
+	for (int64_t i = 0; rc == TENSOR_OK && i < *rows; i++)
+		live[i] = top[i] != 0; /* NaN counts as live: it must not vanish */
+	free(top);
+	if (rc < 0) {
+		free(live);
+		return NULL;
+	}
+	return live;
+}
+
+/* Apply u to t[] (1-d, laid out as the parameter whose gradient is g) over the
+ * runs of consecutive rows where g is not all zero. */
+static int for_live_rows(const char *op, const struct tensor *g, struct tensor *const *t, int nt,
+			 struct update *u)
+{
+	int64_t rows;
+	bool *live = live_rows(op, g, &rows);
+	if (!live)
+		return failed();
+	int64_t w = rows ? tensor_numel(g) / rows : 0;
+	int rc = TENSOR_OK;
+	for (int64_t r0 = 0; r0 < rows && rc == TENSOR_OK;) {
+		int64_t r1 = r0;
+		while (r1 < rows && live[r1])
+			r1++;
+		if (r1 > r0) {
+			tensor_scope_begin();
+			struct tensor *s[SEG_MAX];
+			for (int k = 0; k < nt && rc == TENSOR_OK; k++)
+				rc = (s[k] = tensor_narrow(t[k], 0, r0 * w, (r1 - r0) * w)) ? TENSOR_OK
+											    : failed();
+			if (rc == TENSOR_OK)
+				rc = for_chunks(s, nt, u);
+			tensor_scope_end();
+		}
+		r0 = r1 + 1;
+	}
+	free(live);
+	return rc;
+}
+
 /* A parameter's gradient must match it and the parameter must be writable. */
 static int check_param(const char *op, const struct nn_param *p)
 {
@@ -236,11 +296,14 @@ static int for_segments(const char *op, struct nn_params *ps, bool decay_all,
 		}
 		struct tensor *t[SEG_MAX];
 		tensor_scope_begin();
-		if (ps->flat) { /* the longest run of active parameters sharing decay */
-			for (; i < ps->n && active(&ps->items[i]) &&
-			       (decay_all || !ps->items[i].no_decay) == decay;
-			     i++)
-				off += tensor_numel(ps->items[i].value);
+		bool lazy = p->lazy_rows;
+		if (ps->flat) { /* a lazy parameter, or the longest run of active,
+				 * not lazy parameters sharing decay */
+			do
+				off += tensor_numel(ps->items[i++].value);
+			while (!lazy && i < ps->n && active(&ps->items[i]) &&
+			       !ps->items[i].lazy_rows &&
+			       (decay_all || !ps->items[i].no_decay) == decay);
 			t[SEG_P] = tensor_narrow(ps->flat, 0, start, off - start);
 			t[SEG_G] = tensor_narrow(ps->flat_grad, 0, start, off - start);
 			for (int k = 0; k < u->nstate; k++)
@@ -258,7 +321,7 @@ static int for_segments(const char *op, struct nn_params *ps, bool decay_all,
 				rc = failed();
 		u->decay = decay;
 		if (rc == TENSOR_OK && off > start)
-			rc = for_chunks(t, nt, u);
+			rc = lazy ? for_live_rows(op, p->value->grad, t, nt, u) : for_chunks(t, nt, u);
 		tensor_scope_end();
 	}
 	return rc;
@@ -572,7 +635,7 @@ int nn_params_l2_grad(struct nn_params *ps, const char *prefix, double lambda)
 		struct tensor *t[2] = { flat1(op, g), flat1(op, p->value) };
 		rc = t[0] && t[1] ? tensor_check_writable(op, g) : failed();
 		if (rc == TENSOR_OK)
-			rc = for_chunks(t, 2, &u);
+			rc = p->lazy_rows ? for_live_rows(op, g, t, 2, &u) : for_chunks(t, 2, &u);
 		tensor_scope_end();
 		done++;
 	}

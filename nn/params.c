@@ -131,7 +131,25 @@ struct tensor *nn_param_new(struct nn_params *ps, const char *name, int ndim, co
 	snprintf(p->name, sizeof p->name, "%s", name);
 	p->value = t;
 	p->no_decay = no_decay;
+	p->lazy_rows = false;
 	return t;
+}
+
+int nn_params_set_lazy(struct nn_params *ps, const char *prefix, bool lazy)
+{
+	if (!ps)
+		return tensor_error(TENSOR_ERR_ARG, "nn_params_set_lazy: ps is NULL");
+	size_t len = prefix ? strlen(prefix) : 0;
+	int matched = 0;
+	for (int i = 0; i < ps->n; i++)
+		if (strncmp(ps->items[i].name, prefix ? prefix : "", len) == 0) {
+			ps->items[i].lazy_rows = lazy;
+			matched++;
+		}
+	if (!matched)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_params_set_lazy: no parameter name starts with '%s'", prefix);
+	return matched;
 }
 
 int64_t nn_params_count(const struct nn_params *ps)

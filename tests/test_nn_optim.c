@@ -293,6 +293,104 @@ START_TEST(test_adamw_packed_equals_unpacked)
 }
 END_TEST
 
+/* Lazy rows: row r of "e" [6,4] has a gradient at step s iff lazy_live(r, s);
+ * row 4 never does. */
+static bool lazy_live(int64_t r, int s)
+{
+	return r != 4 && (r * 7 + s * 3) % 4 < 2;
+}
+
+static void set_lazy_grads(struct nn_params *ps, int s)
+{
+	set_grads(ps, s, -1);
+	struct tensor *g = ps->items[0].value->grad;
+	double *v = tu_values(g);
+	for (int64_t i = 0; i < 24; i++)
+		if (!lazy_live(i / 4, s))
+			v[i] = 0;
+	struct tensor *src = tensor_from_data(TENSOR_F64, TENSOR_CPU, 2, g->shape, v);
+	ck_assert_int_eq(tensor_copy_(g, src), TENSOR_OK);
+	tensor_free(src);
+	free(v);
+}
+
+/* AdamW on a lazy parameter updates a row, and its moments, only at the steps
+ * where the row has a gradient, with the bias corrections of the global step
+ * (LazyAdam's rule); the other parameters, packed beside it or not, follow the
+ * dense rule. nn_params_l2_grad leaves the rows without a gradient alone. */
+START_TEST(test_adamw_lazy_rows)
+{
+	const double lr = 0.01, b1 = 0.9, b2 = 0.99, eps = 1e-8, wd = 0.1;
+	for (int packed = 0; packed < 2; packed++) {
+		struct nn_params ps;
+		ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 5), TENSOR_OK);
+		set_values(nn_param_new(&ps, "e", 2, (int64_t[]){ 6, 4 }, false), 0, false);
+		set_values(nn_param_new(&ps, "w", 2, (int64_t[]){ 2, 3 }, false), 1, false);
+		ck_assert_int_eq(nn_params_set_lazy(&ps, "e", true), 1);
+		if (packed)
+			ck_assert_int_eq(nn_params_pack(&ps), TENSOR_OK);
+		struct nn_adamw o;
+		ck_assert_int_eq(nn_adamw_init(&o, &ps, lr, b1, b2, eps, wd), TENSOR_OK);
+		for (int s = 0; s < 3; s++) {
+			set_lazy_grads(&ps, s);
+			ck_assert_int_eq(nn_adamw_step(&o), TENSOR_OK);
+		}
+		double p[24], m[24], v[24];
+		for (int64_t i = 0; i < 24; i++) {
+			p[i] = value_at(i, 0);
+			m[i] = v[i] = 0;
+			for (int s = 1; s <= 3; s++) {
+				if (!lazy_live(i / 4, s - 1))
+					continue;
+				double g = grad_at(i, s - 1, 0);
+				m[i] = b1 * m[i] + (1 - b1) * g;
+				v[i] = b2 * v[i] + (1 - b2) * g * g;
+				double mhat = m[i] / (1 - pow(b1, s)), vhat = v[i] / (1 - pow(b2, s));
+				p[i] -= lr * mhat / (sqrt(vhat) + eps) + lr * wd * p[i];
+			}
+		}
+		tu_assert_close(ps.items[0].value, p, 24, 1e-14, 1e-12);
+		tu_assert_close(o.m[0], m, 24, 1e-15, 1e-12);
+		tu_assert_close(o.v[0], v, 24, 1e-15, 1e-12);
+		ck_assert(m[16] == 0 && p[16] == value_at(16, 0)); /* row 4: untouched */
+		adamw_ref(1, 6, 3, lr, b1, b2, eps, wd, true, NULL, p, m, v);
+		tu_assert_close(ps.items[1].value, p, 6, 1e-14, 1e-12);
+		/* the penalty reaches only the rows with a gradient */
+		set_lazy_grads(&ps, 0);
+		double *g0 = tu_values(ps.items[0].value->grad), *e = tu_values(ps.items[0].value);
+		ck_assert_int_eq(nn_params_l2_grad(&ps, "e", 0.5), 1);
+		for (int64_t i = 0; i < 24; i++)
+			g0[i] += lazy_live(i / 4, 0) ? 0.5 * e[i] : 0;
+		tu_assert_close(ps.items[0].value->grad, g0, 24, 1e-15, 1e-14);
+		free(g0);
+		free(e);
+		/* a NaN row is not skipped: the step spreads it as a dense one would */
+		set_lazy_grads(&ps, 1);
+		ck_assert(!lazy_live(4, 1));
+		double nan_row[4] = { NAN, 0, 0, 0 };
+		struct tensor *src = tensor_from_data(TENSOR_F64, TENSOR_CPU, 1, (int64_t[]){ 4 },
+						      nan_row);
+		struct tensor *row = tensor_narrow(ps.items[0].value->grad, 0, 4, 1);
+		ck_assert_int_eq(tensor_copy_(row, src), TENSOR_OK);
+		tensor_free(row);
+		tensor_free(src);
+		ck_assert_int_eq(nn_adamw_step(&o), TENSOR_OK);
+		double *after = tu_values(ps.items[0].value);
+		ck_assert(isnan(after[16]));
+		free(after);
+		/* errors */
+		tu_assert_error(nn_params_set_lazy(&ps, "q", true) == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
+				"nn_params_set_lazy", "no parameter name starts with 'q'");
+		tu_assert_error(nn_params_set_lazy(NULL, "e", true) == TENSOR_ERR_ARG,
+				TENSOR_ERR_ARG, "nn_params_set_lazy", "NULL");
+		ck_assert_int_eq(nn_params_set_lazy(&ps, "", false), 2);
+		ck_assert(!ps.items[0].lazy_rows);
+		nn_adamw_free(&o);
+		nn_params_free(&ps);
+	}
+}
+END_TEST
+
 /* ---- SGD ----------------------------------------------------------------------------- */
 
 /* Reference SGD (PyTorch): d = g + wd p (decayed parameters); b = mu b + d;
@@ -738,6 +836,7 @@ int main(void)
 	tcase_add_test(tc, test_adamw_kernel_errors);
 	tcase_add_test(tc, test_adamw_skips_frozen);
 	tcase_add_test(tc, test_adamw_packed_equals_unpacked);
+	tcase_add_test(tc, test_adamw_lazy_rows);
 	tcase_add_test(tc, test_sgd_by_hand);
 	tcase_add_test(tc, test_sgd_packed_equals_unpacked);
 	tcase_add_test(tc, test_step_after_backward);
