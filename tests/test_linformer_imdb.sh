@@ -329,6 +329,17 @@ if check lp "--pos-l2 run"; then
 		echo "ok: --pos-l2 reaches the position embedding"
 	fi
 fi
+# --lazy-embed: at step 2 the rows of step 1's tokens that step 2 lacks stay put, where dense
+# Adam's moments move them on
+# shellcheck disable=SC2086
+run lz $BASE --steps 2 --lazy-embed --log-dir "$tmp/lz"
+if check lz "--lazy-embed run"; then
+	if cmp -s "$tmp/l0/last.safetensors" "$tmp/lz/last.safetensors"; then
+		fail "--lazy-embed changed nothing"
+	else
+		echo "ok: --lazy-embed changes the updates"
+	fi
+fi
 # --embed-l2-ramp: over both steps (L 2.5, then 5) the weights end elsewhere; a ramp shorter
 # than one step is no ramp
 # shellcheck disable=SC2086
