@@ -11,9 +11,10 @@
  *
  * A parameter is skipped when it has no gradient or does not require grad
  * (frozen); of a lazy parameter only the runs of rows with a gradient are
- * updated, each run a segment of its own. State arrays (m, v, buf) hold one tensor per parameter and a NULL
- * after the last, so a parameter added after the optimizer was created is
- * detected; buf also keeps its flat buffer in the slot after that NULL.
+ * updated, each run a segment of its own. State arrays (m, v, buf) hold one
+ * tensor per parameter and a NULL after the last, so a parameter added after
+ * the optimizer was created is detected; buf also keeps its flat buffer in the
+ * slot after that NULL.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -188,12 +189,14 @@ static bool *live_rows(const char *op, const struct tensor *g, int64_t *rows)
 	*rows = w ? r : 0;
 	bool *live = malloc(sizeof *live * (size_t)(r ? r : 1));
 	double *top = malloc(sizeof *top * (size_t)(r ? r : 1));
-	int rc = live && top ? TENSOR_OK
-			     : tensor_error(TENSOR_ERR_NOMEM, "%s: %lld row flags", op, (long long)r);
+	int rc = live && top
+		     ? TENSOR_OK
+		     : tensor_error(TENSOR_ERR_NOMEM, "%s: %lld row flags", op, (long long)r);
 	if (rc == TENSOR_OK && *rows) {
 		tensor_scope_begin();
 		struct tensor *v = tensor_view(g, 2, (int64_t[]){ r, w });
-		struct tensor *a = tensor_max(tensor_unary(TENSOR_ABS, v, 0), 1, (int[]){ 1 }, false);
+		struct tensor *a =
+		    tensor_max(tensor_unary(TENSOR_ABS, v, 0), 1, (int[]){ 1 }, false);
 		struct tensor *d = a ? tensor_cast(a, TENSOR_F64) : NULL;
 		rc = d ? tensor_to_host(d, top, sizeof *top * (size_t)r) : failed();
 		tensor_scope_end();
@@ -227,8 +230,9 @@ static int for_live_rows(const char *op, const struct tensor *g, struct tensor *
 			tensor_scope_begin();
 			struct tensor *s[SEG_MAX];
 			for (int k = 0; k < nt && rc == TENSOR_OK; k++)
-				rc = (s[k] = tensor_narrow(t[k], 0, r0 * w, (r1 - r0) * w)) ? TENSOR_OK
-											    : failed();
+				rc = (s[k] = tensor_narrow(t[k], 0, r0 * w, (r1 - r0) * w))
+					 ? TENSOR_OK
+					 : failed();
 			if (rc == TENSOR_OK)
 				rc = for_chunks(s, nt, u);
 			tensor_scope_end();
@@ -321,7 +325,8 @@ static int for_segments(const char *op, struct nn_params *ps, bool decay_all,
 				rc = failed();
 		u->decay = decay;
 		if (rc == TENSOR_OK && off > start)
-			rc = lazy ? for_live_rows(op, p->value->grad, t, nt, u) : for_chunks(t, nt, u);
+			rc = lazy ? for_live_rows(op, p->value->grad, t, nt, u)
+				  : for_chunks(t, nt, u);
 		tensor_scope_end();
 	}
 	return rc;

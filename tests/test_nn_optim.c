@@ -345,7 +345,8 @@ START_TEST(test_adamw_lazy_rows)
 				double g = grad_at(i, s - 1, 0);
 				m[i] = b1 * m[i] + (1 - b1) * g;
 				v[i] = b2 * v[i] + (1 - b2) * g * g;
-				double mhat = m[i] / (1 - pow(b1, s)), vhat = v[i] / (1 - pow(b2, s));
+				double mhat = m[i] / (1 - pow(b1, s)),
+				       vhat = v[i] / (1 - pow(b2, s));
 				p[i] -= lr * mhat / (sqrt(vhat) + eps) + lr * wd * p[i];
 			}
 		}
@@ -368,8 +369,8 @@ START_TEST(test_adamw_lazy_rows)
 		set_lazy_grads(&ps, 1);
 		ck_assert(!lazy_live(4, 1));
 		double nan_row[4] = { NAN, 0, 0, 0 };
-		struct tensor *src = tensor_from_data(TENSOR_F64, TENSOR_CPU, 1, (int64_t[]){ 4 },
-						      nan_row);
+		struct tensor *src =
+		    tensor_from_data(TENSOR_F64, TENSOR_CPU, 1, (int64_t[]){ 4 }, nan_row);
 		struct tensor *row = tensor_narrow(ps.items[0].value->grad, 0, 4, 1);
 		ck_assert_int_eq(tensor_copy_(row, src), TENSOR_OK);
 		tensor_free(row);
@@ -379,8 +380,9 @@ START_TEST(test_adamw_lazy_rows)
 		ck_assert(isnan(after[16]));
 		free(after);
 		/* errors */
-		tu_assert_error(nn_params_set_lazy(&ps, "q", true) == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
-				"nn_params_set_lazy", "no parameter name starts with 'q'");
+		tu_assert_error(nn_params_set_lazy(&ps, "q", true) == TENSOR_ERR_ARG,
+				TENSOR_ERR_ARG, "nn_params_set_lazy",
+				"no parameter name starts with 'q'");
 		tu_assert_error(nn_params_set_lazy(NULL, "e", true) == TENSOR_ERR_ARG,
 				TENSOR_ERR_ARG, "nn_params_set_lazy", "NULL");
 		ck_assert_int_eq(nn_params_set_lazy(&ps, "", false), 2);
