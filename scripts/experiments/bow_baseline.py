@@ -6,6 +6,10 @@ on 10% of the training reviews held out at random and by movie (as linformer_imd
 tool, like PyTorch for bench/pytorch; nothing in the build uses it).
 
     python3 scripts/experiments/bow_baseline.py --data /path/to/aclImdb
+
+With --wordpiece VOCAB the features are the reference BERT WordPiece tokens (the transformers
+package's tokenizer) instead of words, and with --keep-tail T a review longer than n - 2 tokens
+keeps its first n - 2 - T and last T tokens, as linformer_imdb --keep-tail does.
 """
 import argparse
 import os
@@ -35,6 +39,21 @@ def load(data, split):
     return texts, np.array(labels), movies
 
 
+def wordpieces(texts, vocab, n, keep_tail):
+    """Each text as its WordPiece tokens joined by spaces, head + tail truncated to n - 2 when
+    keep_tail >= 0 (the first n - 2 when 0)."""
+    from transformers import BertTokenizerFast
+
+    tok = BertTokenizerFast(vocab, do_lower_case=True)
+    room, out = n - 2, []
+    for ids in tok(texts, add_special_tokens=False)["input_ids"]:
+        if keep_tail >= 0 and len(ids) > room:
+            tail = min(keep_tail, room)
+            ids = ids[: room - tail] + (ids[len(ids) - tail:] if tail else [])
+        out.append(" ".join(tok.convert_ids_to_tokens(ids)))
+    return out
+
+
 def val_split(n, movies, by_movie, fraction, seed):
     rng = random.Random(seed)
     if not by_movie:
@@ -59,17 +78,28 @@ def main():
     ap.add_argument("--data", required=True, help="the aclImdb directory")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--C", type=float, default=1.0, help="inverse L2 strength")
+    ap.add_argument("--max-ngram", type=int, default=2, choices=(1, 2))
+    ap.add_argument("--wordpiece", metavar="VOCAB", help="WordPiece tokens of this vocab file")
+    ap.add_argument("--n", type=int, default=512, help="sequence length, with --keep-tail")
+    ap.add_argument("--keep-tail", type=int, default=-1, metavar="T",
+                    help="with --wordpiece: truncate to n - 2 tokens, the last T kept")
     a = ap.parse_args()
     xtr, ytr, mtr = load(a.data, "train")
     xte, yte, _ = load(a.data, "test")
+    pattern = r"(?u)\b\w\w+\b"
+    if a.wordpiece:
+        xtr = wordpieces(xtr, a.wordpiece, a.n, a.keep_tail)
+        xte = wordpieces(xte, a.wordpiece, a.n, a.keep_tail)
+        pattern = r"\S+"
     print("| features | validation | val acc | test acc |")
     print("|---|---|---:|---:|")
-    for ngrams in ((1, 1), (1, 2)):
+    for ngrams in ((1, 1), (1, 2))[: a.max_ngram]:
         for by_movie in (False, True):
             val = val_split(len(xtr), mtr, by_movie, 0.1, a.seed)
             tr = [i for i in range(len(xtr)) if i not in val]
             va = sorted(val)
-            vec = TfidfVectorizer(ngram_range=ngrams, min_df=2, sublinear_tf=True)
+            vec = TfidfVectorizer(ngram_range=ngrams, min_df=2, sublinear_tf=True,
+                                  token_pattern=pattern)
             model = LogisticRegression(C=a.C, max_iter=2000)
             model.fit(vec.fit_transform([xtr[i] for i in tr]), ytr[tr])
             acc_va = (model.predict(vec.transform([xtr[i] for i in va])) == ytr[va]).mean()
