@@ -649,7 +649,7 @@ int nn_params_l2_grad(struct nn_params *ps, const char *prefix, double lambda)
 		return rc;
 	if (!matched)
 		return tensor_error(TENSOR_ERR_ARG, "%s: no parameter name starts with '%s'", op,
-				    prefix);
+				    prefix ? prefix : "");
 	return done;
 }
 

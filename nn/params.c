@@ -149,7 +149,7 @@ int nn_params_set_lazy(struct nn_params *ps, const char *prefix, bool lazy)
 	if (!matched)
 		return tensor_error(TENSOR_ERR_ARG,
 				    "nn_params_set_lazy: no parameter name starts with '%s'",
-				    prefix);
+				    prefix ? prefix : "");
 	return matched;
 }
 

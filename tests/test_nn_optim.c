@@ -385,6 +385,13 @@ START_TEST(test_adamw_lazy_rows)
 				"no parameter name starts with 'q'");
 		tu_assert_error(nn_params_set_lazy(NULL, "e", true) == TENSOR_ERR_ARG,
 				TENSOR_ERR_ARG, "nn_params_set_lazy", "NULL");
+		struct nn_params none;
+		ck_assert_int_eq(nn_params_init(&none, TENSOR_F64, TENSOR_CPU, 5), TENSOR_OK);
+		tu_assert_error(nn_params_set_lazy(&none, NULL, true) == TENSOR_ERR_ARG,
+				TENSOR_ERR_ARG, "nn_params_set_lazy", "starts with ''");
+		tu_assert_error(nn_params_l2_grad(&none, NULL, 0.1) == TENSOR_ERR_ARG,
+				TENSOR_ERR_ARG, "nn_params_l2_grad", "starts with ''");
+		nn_params_free(&none);
 		ck_assert_int_eq(nn_params_set_lazy(&ps, "", false), 2);
 		ck_assert(!ps.items[0].lazy_rows);
 		nn_adamw_free(&o);
