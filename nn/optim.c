@@ -181,17 +181,18 @@ static bool active(const struct nn_param *p)
 	return p->value->requires_grad && p->value->grad;
 }
 
-/* The rows (slices along dim 0) of the contiguous gradient g that are not all
- * zero, as flags[*rows] on the host (the caller frees them); NULL on error. */
-static bool *live_rows(const char *op, const struct tensor *g, int64_t *rows)
+/* The largest |g| of each row (slice along dim 0) of the contiguous gradient
+ * g, on the host as top[*rows] (the caller frees it), *width elements a row;
+ * NULL on error. A row is live when its top is not 0 (NaN is live: it must
+ * not vanish). */
+static double *row_tops(const char *op, const struct tensor *g, int64_t *rows, int64_t *width)
 {
 	int64_t r = g->ndim ? g->shape[0] : 1, w = r ? tensor_numel(g) / r : 0;
 	*rows = w ? r : 0;
-	bool *live = malloc(sizeof *live * (size_t)(r ? r : 1));
+	*width = w;
 	double *top = malloc(sizeof *top * (size_t)(r ? r : 1));
-	int rc = live && top
-		     ? TENSOR_OK
-		     : tensor_error(TENSOR_ERR_NOMEM, "%s: %lld row flags", op, (long long)r);
+	int rc = top ? TENSOR_OK
+		     : tensor_error(TENSOR_ERR_NOMEM, "%s: %lld row maxima", op, (long long)r);
 	if (rc == TENSOR_OK && *rows) {
 		tensor_scope_begin();
 		struct tensor *v = tensor_view(g, 2, (int64_t[]){ r, w });
@@ -201,14 +202,11 @@ static bool *live_rows(const char *op, const struct tensor *g, int64_t *rows)
 		rc = d ? tensor_to_host(d, top, sizeof *top * (size_t)r) : failed();
 		tensor_scope_end();
 	}
-	for (int64_t i = 0; rc == TENSOR_OK && i < *rows; i++)
-		live[i] = top[i] != 0; /* NaN counts as live: it must not vanish */
-	free(top);
 	if (rc < 0) {
-		free(live);
+		free(top);
 		return NULL;
 	}
-	return live;
+	return top;
 }
 
 /* Apply u to t[] (1-d, laid out as the parameter whose gradient is g) over the
@@ -216,15 +214,14 @@ static bool *live_rows(const char *op, const struct tensor *g, int64_t *rows)
 static int for_live_rows(const char *op, const struct tensor *g, struct tensor *const *t, int nt,
 			 struct update *u)
 {
-	int64_t rows;
-	bool *live = live_rows(op, g, &rows);
-	if (!live)
+	int64_t rows, w;
+	double *top = row_tops(op, g, &rows, &w);
+	if (!top)
 		return failed();
-	int64_t w = rows ? tensor_numel(g) / rows : 0;
 	int rc = TENSOR_OK;
 	for (int64_t r0 = 0; r0 < rows && rc == TENSOR_OK;) {
 		int64_t r1 = r0;
-		while (r1 < rows && live[r1])
+		while (r1 < rows && top[r1] != 0)
 			r1++;
 		if (r1 > r0) {
 			tensor_scope_begin();
@@ -239,7 +236,7 @@ static int for_live_rows(const char *op, const struct tensor *g, struct tensor *
 		}
 		r0 = r1 + 1;
 	}
-	free(live);
+	free(top);
 	return rc;
 }
 

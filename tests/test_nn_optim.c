@@ -392,6 +392,34 @@ START_TEST(test_adamw_lazy_rows)
 		tu_assert_error(nn_params_l2_grad(&none, NULL, 0.1) == TENSOR_ERR_ARG,
 				TENSOR_ERR_ARG, "nn_params_l2_grad", "starts with ''");
 		nn_params_free(&none);
+		/* SGD shares the lazy segments: at its second step, the rows without a
+		 * gradient keep their values and momentum (dense SGD would move row 0,
+		 * live at step 0 only, by lr mu b); the others follow b = mu b + g */
+		struct nn_sgd sgd;
+		ck_assert_int_eq(nn_sgd_init(&sgd, &ps, 0.1, 0.9, 0), TENSOR_OK);
+		set_lazy_grads(&ps, 0);
+		ck_assert_int_eq(nn_sgd_step(&sgd), TENSOR_OK);
+		ck_assert(lazy_live(0, 0) && !lazy_live(0, 1));
+		set_lazy_grads(&ps, 1);
+		double *before = tu_values(ps.items[0].value), *b0 = tu_values(sgd.buf[0]);
+		ck_assert_int_eq(nn_sgd_step(&sgd), TENSOR_OK);
+		double *got = tu_values(ps.items[0].value), *buf = tu_values(sgd.buf[0]);
+		for (int64_t i = 0; i < 24; i++) {
+			if (lazy_live(i / 4, 1)) {
+				double b = 0.9 * b0[i] + grad_at(i, 1, 0);
+				ck_assert(fabs(buf[i] - b) <= 1e-15);
+				ck_assert(fabs(got[i] - (before[i] - 0.1 * b)) <= 1e-15);
+			} else { /* bit for bit: row 4 holds the NaN of the step above */
+				ck_assert(memcmp(&got[i], &before[i], sizeof got[i]) == 0);
+				ck_assert(buf[i] == b0[i]);
+			}
+		}
+		ck_assert(b0[1] != 0); /* row 0 had a momentum to move it by */
+		free(before);
+		free(b0);
+		free(got);
+		free(buf);
+		nn_sgd_free(&sgd);
 		ck_assert_int_eq(nn_params_set_lazy(&ps, "", false), 2);
 		ck_assert(!ps.items[0].lazy_rows);
 		nn_adamw_free(&o);
