@@ -1,14 +1,13 @@
 /* The aclImdb reader (train|test/neg|pos/<id>_<rating>.txt, each review's
  * movie from urls_neg|pos.txt) and text_dataset_free. */
 #define _POSIX_C_SOURCE 200809L
-#include "text.h"
+#include "text_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 struct imdb_file {
 	int64_t id;
@@ -162,45 +161,19 @@ static size_t br_len(const char *s, const char *end)
 /* The bytes of a review with line breaks replaced by spaces, NUL-terminated. */
 static int read_review(const char *path, char **out)
 {
-	FILE *fp = fopen(path, "rb");
-	if (!fp)
-		return tensor_error(TENSOR_ERR_IO, "text_imdb_load: cannot open '%s': %s", path,
-				    strerror(errno));
-	char *buf = NULL;
-	size_t n = 0, cap = 0;
-	int st = TENSOR_OK;
-	struct stat sb;
-	size_t hint = fstat(fileno(fp), &sb) == 0 && sb.st_size > 0 ? (size_t)sb.st_size : 0;
-	for (;;) {
-		if (cap - n < 2) {
-			size_t nc = cap ? 2 * cap : hint + 2;
-			char *g = realloc(buf, nc);
-			if (!g) {
-				st =
-				    tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
-				break;
-			}
-			buf = g;
-			cap = nc;
-		}
-		size_t k = fread(buf + n, 1, cap - n - 1, fp);
-		n += k;
-		if (k == 0)
-			break;
-	}
-	if (st == TENSOR_OK && ferror(fp))
-		st = tensor_error(TENSOR_ERR_IO, "text_imdb_load: cannot read '%s': %s", path,
-				  strerror(errno));
-	fclose(fp);
-	if (st == TENSOR_OK && memchr(buf, 0, n))
-		st =
-		    tensor_error(TENSOR_ERR_IO,
-				 "text_imdb_load: '%s' contains a NUL byte at offset %zu, expected "
-				 "text",
-				 path, (size_t)((char *)memchr(buf, 0, n) - buf));
-	if (st != TENSOR_OK) {
-		free(buf);
+	char *buf;
+	size_t n;
+	int st = text_read_file("text_imdb_load", path, &buf, &n);
+	if (st != TENSOR_OK)
 		return st;
+	const char *z = memchr(buf, 0, n);
+	if (z) {
+		size_t at = (size_t)(z - buf);
+		free(buf);
+		return tensor_error(TENSOR_ERR_IO,
+				    "text_imdb_load: '%s' contains a NUL byte at offset %zu, "
+				    "expected text",
+				    path, at);
 	}
 	size_t w = 0;
 	for (size_t r = 0; r < n;) {

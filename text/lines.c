@@ -1,7 +1,7 @@
 /* Plain-text corpora: one document per non-empty line of a file, or one
  * document per *.txt file of a directory. */
 #define _POSIX_C_SOURCE 200809L
-#include "text.h"
+#include "text_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -9,47 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-/* Whole file into a NUL-terminated buffer (*n bytes before the NUL). */
-static int read_all(const char *path, char **out, size_t *nout)
-{
-	FILE *fp = fopen(path, "rb");
-	if (!fp)
-		return tensor_error(TENSOR_ERR_IO, "text_lines_load: cannot open '%s': %s", path,
-				    strerror(errno));
-	char *buf = NULL;
-	size_t n = 0, cap = 0;
-	int st = TENSOR_OK;
-	for (;;) {
-		if (cap - n < 4096) {
-			size_t nc = cap ? 2 * cap : 8192;
-			char *g = realloc(buf, nc);
-			if (!g) {
-				st = tensor_error(TENSOR_ERR_NOMEM,
-						  "text_lines_load: out of memory");
-				break;
-			}
-			buf = g;
-			cap = nc;
-		}
-		size_t k = fread(buf + n, 1, cap - n - 1, fp);
-		n += k;
-		if (k == 0)
-			break;
-	}
-	if (st == TENSOR_OK && ferror(fp))
-		st = tensor_error(TENSOR_ERR_IO, "text_lines_load: cannot read '%s': %s", path,
-				  strerror(errno));
-	fclose(fp);
-	if (st != TENSOR_OK) {
-		free(buf);
-		return st;
-	}
-	buf[n] = '\0';
-	*out = buf;
-	*nout = n;
-	return TENSOR_OK;
-}
 
 static bool blank(const char *s, size_t n)
 {
@@ -85,7 +44,7 @@ static int load_file_lines(const char *path, struct text_dataset *ds, size_t *ca
 {
 	char *buf;
 	size_t n;
-	int st = read_all(path, &buf, &n);
+	int st = text_read_file("text_lines_load", path, &buf, &n);
 	if (st != TENSOR_OK)
 		return st;
 	size_t line = 1;
@@ -111,7 +70,7 @@ static int load_file_whole(const char *path, struct text_dataset *ds, size_t *ca
 {
 	char *buf;
 	size_t n;
-	int st = read_all(path, &buf, &n);
+	int st = text_read_file("text_lines_load", path, &buf, &n);
 	if (st != TENSOR_OK)
 		return st;
 	char *z = memchr(buf, 0, n);

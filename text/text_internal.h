@@ -1,5 +1,5 @@
-/* Internals shared by the tokenizer files: the growable id output and the
- * byte tokenizer's entry points (dispatched from wordpiece.c). */
+/* Internals shared by the text files: the whole-file reader, the growable id
+ * output and the byte tokenizer's entry points (dispatched from wordpiece.c). */
 #ifndef CFORMER_TEXT_INTERNAL_H
 #define CFORMER_TEXT_INTERNAL_H
 
@@ -8,6 +8,12 @@
 #include <stdint.h>
 
 #include "text.h"
+
+/* The whole file at path in a new NUL-terminated buffer (*size bytes before
+ * the NUL; NULs inside are left for the caller to judge). Errors, named after
+ * op and the path: TENSOR_ERR_IO (cannot open or read), TENSOR_ERR_NOMEM;
+ * *data and *size are then untouched. */
+int text_read_file(const char *op, const char *path, char **data, size_t *size);
 
 /* Token ids being written: a caller's growable array (grow) or a fixed
  * window of cap ids; tokenizing stops once len reaches max. */

@@ -6,8 +6,6 @@
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
-#include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -114,39 +112,6 @@ static int vocab_index(struct text_vocab *v, const char *path)
 	return TENSOR_OK;
 }
 
-static int read_file(const char *path, char **data, size_t *size)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return tensor_error(TENSOR_ERR_IO, "text_wordpiece_load: %s: cannot open: %s", path,
-				    strerror(errno));
-	size_t cap = 1 << 16, n = 0;
-	char *buf = malloc(cap);
-	while (buf) {
-		n += fread(buf + n, 1, cap - 1 - n, f);
-		if (n < cap - 1)
-			break;
-		char *nb = realloc(buf, cap * 2);
-		if (!nb)
-			free(buf);
-		buf = nb;
-		cap *= 2;
-	}
-	int bad = buf && ferror(f);
-	fclose(f);
-	if (!buf)
-		return tensor_error(TENSOR_ERR_NOMEM, "text_wordpiece_load: %s: out of memory",
-				    path);
-	if (bad) {
-		free(buf);
-		return tensor_error(TENSOR_ERR_IO, "text_wordpiece_load: %s: read error", path);
-	}
-	buf[n] = '\0';
-	*data = buf;
-	*size = n;
-	return TENSOR_OK;
-}
-
 /* Split data into lines ("\n", "\r\n" or "\r", as Python's text mode reads
  * them); token id = line number - 1. Duplicates are found with an stb_ds
  * string map. */
@@ -208,7 +173,7 @@ int text_wordpiece_load(struct text_tokenizer *tok, const char *vocab_path)
 	if (!v)
 		return tensor_error(TENSOR_ERR_NOMEM, "text_wordpiece_load: out of memory");
 	size_t size = 0;
-	int st = read_file(vocab_path, &v->data, &size);
+	int st = text_read_file("text_wordpiece_load", vocab_path, &v->data, &size);
 	if (st == TENSOR_OK)
 		st = vocab_parse(v, vocab_path, size);
 	if (st == TENSOR_OK)
