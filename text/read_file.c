@@ -19,15 +19,15 @@ int text_read_file(const char *op, const char *path, char **data, size_t *size)
 	char *buf = malloc(cap);
 	int st = buf ? TENSOR_OK : TENSOR_ERR_NOMEM;
 	while (st == TENSOR_OK) {
-		size_t k = fread(buf + n, 1, cap - 1 - n, fp);
-		n += k;
-		if (k == 0 || n < cap - 1)
+		n += fread(buf + n, 1, cap - 1 - n, fp);
+		if (n < cap - 1) /* end of file or an error: fread stops only there */
 			break;
 		char *g = realloc(buf, 2 * cap);
-		if (!g)
+		if (!g) {
 			st = TENSOR_ERR_NOMEM;
-		else
-			buf = g;
+			break;
+		}
+		buf = g;
 		cap *= 2;
 	}
 	int err = errno;
