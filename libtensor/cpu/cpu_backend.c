@@ -1,5 +1,6 @@
 /* The CPU backend: its table, host memory, threads and BLIS kernel choice. */
 #include <blis.h>
+#include <cpuid.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -23,18 +24,33 @@ static int default_threads(void)
 	return n > 0 ? (int)n : 1;
 }
 
+/* AMD family 19h: Zen 3 and Zen 4. */
+static bool amd_family_19h(void)
+{
+	unsigned a, b, c, d;
+	if (!__builtin_cpu_is("amd") || !__get_cpuid(1, &a, &b, &c, &d))
+		return false;
+	unsigned family = (a >> 8) & 0xf;
+	if (family == 0xf)
+		family += (a >> 20) & 0xff;
+	return family == 0x19;
+}
+
 /* Debian's BLIS 0.9 does not recognise every AVX-512 CPU (it falls back to
  * slower kernels, even `generic`), so pick `skx` when the CPU has the
- * AVX-512 subsets those kernels use. BLIS reads BLIS_ARCH_TYPE once, at its
- * initialisation, as the number of an arch_t value; a value the user set is
- * left alone. */
+ * AVX-512 subsets those kernels use, except on AMD family 19h: BLIS picks
+ * `zen3` there, and on Zen 4, whose AVX-512 runs on 256-bit units, those
+ * kernels are 10 to 20% faster than `skx`. BLIS reads BLIS_ARCH_TYPE once,
+ * at its initialisation, as the number of an arch_t value; a value the user
+ * set is left alone. */
 static void select_blis_arch(void)
 {
 	if (getenv("BLIS_ARCH_TYPE"))
 		return;
 	__builtin_cpu_init();
 	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-	    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
+	    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+	    !amd_family_19h()) {
 		char id[16];
 		snprintf(id, sizeof id, "%d", (int)BLIS_ARCH_SKX);
 		setenv("BLIS_ARCH_TYPE", id, 0);
