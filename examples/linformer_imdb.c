@@ -33,7 +33,7 @@ struct options {
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_train, max_test;
 	int64_t log_every, stop_after, keep_tail;
 	double embed_std, lr, beta1, beta2, min_lr, warmup, weight_decay, clip, val_fraction;
-	double token_mask, pooled_test, embed_l2, embed_l2_ramp, pos_l2;
+	double token_mask, pooled_test, embed_l2, embed_l2_ramp, pos_l2, ema;
 	bool decay_all, lazy_embed, resume, eval_only, no_bucket;
 };
 
@@ -112,6 +112,10 @@ static struct flag flags[] = {
 	     "lazy AdamW on the token embedding: only the rows of the batch's tokens, and their "
 	     "moments, change at a step (--embed-l2 then reaches those rows only)"),
 	DBL("clip", clip, 0, INFINITY, 0, "NORM", "gradient clipping norm (0: none)"),
+	DBL("ema", ema, 0, 1, FLAG_MAX_OPEN, "D",
+	    "validate, test and keep as best.safetensors a moving average of the weights, "
+	    "decay D per step (e.g. 0.999; nn_ema); last-ema.safetensors holds it for "
+	    "--resume (0: none)"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, dropout and batch order"),
 	INT("threads", threads, 0, 4096, "T", "threads (0: every core)"),
 	STR("data", data, "DIR", "aclImdb directory (train/ and test/ with neg/ and pos/)"),
@@ -475,6 +479,7 @@ struct run {
 	struct nn_params ps;
 	struct model_classifier model;
 	struct nn_adamw adamw;
+	struct nn_ema ema; /* --ema */
 	struct nn_schedule sched;
 	int64_t spe, total, epochs; /* steps per epoch, steps, epochs */
 	double best_val, elapsed0;  /* best validation accuracy; elapsed before resuming */
@@ -504,15 +509,38 @@ static void path_in(char *buf, size_t len, const char *dir, const char *file)
 		flags_fail(PROG, NULL, "path too long: %s/%s", dir, file);
 }
 
-/* last.safetensors and its training state last.json (step, best, flags), or best. */
+/* With --ema, the parameters hold the averages until the next call (no-op without it). */
+static void swap_ema(struct run *r)
+{
+	if (opt.ema > 0 && nn_ema_swap(&r->ema) < 0)
+		train_die(PROG, "--ema");
+}
+
+/* Save to path the moving averages (--ema), or the weights without --ema. */
+static void save_averages(struct run *r, const char *path, const struct nn_adamw *o, int64_t step)
+{
+	swap_ema(r);
+	if (nn_checkpoint_save(path, &r->ps, o, r->cfg_json, step) < 0)
+		train_die(PROG, "saving a checkpoint");
+	swap_ema(r);
+}
+
+/* last.safetensors (with --ema also last-ema.safetensors, the averages) and the training
+ * state last.json (step, best, flags); or best.safetensors (with --ema the averages). */
 static void save(struct run *r, const char *name, int64_t step)
 {
 	char path[1100], err[1200];
 	path_in(path, sizeof path, r->ckpt_dir, name);
+	if (strcmp(name, "last.safetensors")) {
+		save_averages(r, path, &r->adamw, step);
+		return;
+	}
 	if (nn_checkpoint_save(path, &r->ps, &r->adamw, r->cfg_json, step) < 0)
 		train_die(PROG, "saving a checkpoint");
-	if (strcmp(name, "last.safetensors"))
-		return;
+	if (opt.ema > 0) {
+		path_in(path, sizeof path, r->ckpt_dir, "last-ema.safetensors");
+		save_averages(r, path, NULL, step);
+	}
 	char *fl = flags_to_json(flags, NFLAGS);
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddNumberToObject(o, "step", (double)step);
@@ -555,6 +583,18 @@ static int64_t resume(struct run *r)
 	if (step != (int64_t)st->valuedouble)
 		flags_fail(PROG, "resume", "%s is at step %lld but last.json at step %.0f", path,
 			   (long long)step, st->valuedouble);
+	if (opt.ema > 0) {
+		int64_t ema_step;
+		path_in(path, sizeof path, r->ckpt_dir, "last-ema.safetensors");
+		swap_ema(r);
+		if (nn_checkpoint_load(path, &r->ps, NULL, &ema_step) < 0)
+			train_die(PROG, "resuming");
+		swap_ema(r);
+		if (ema_step != step)
+			flags_fail(PROG, "resume", "%s is at step %lld but last.json at step %lld",
+				   path, (long long)ema_step, (long long)step);
+		r->ema.updates = step;
+	}
 	r->best_val = bv->valuedouble;
 	r->best_epoch = (int64_t)be->valuedouble;
 	r->elapsed0 = el->valuedouble;
@@ -637,6 +677,8 @@ static int64_t setup(struct run *r)
 							opt.beta2, 1e-8, opt.weight_decay) < 0)
 		train_die(PROG, "optimizer");
 	r->adamw.decay_all = opt.decay_all;
+	if (opt.ema > 0 && nn_ema_init(&r->ema, &r->ps, opt.ema) < 0)
+		train_die(PROG, "--ema");
 	if (opt.lazy_embed && nn_params_set_lazy(&r->ps, "embed.", true) < 0)
 		train_die(PROG, "--lazy-embed");
 	if (nn_schedule_init(&r->sched, sk, opt.lr, opt.min_lr, -1, opt.warmup, r->total) < 0)
@@ -810,6 +852,8 @@ static int run_train(int argc, char **argv)
 		double norm = train_optimizer_step(&r.ps, &r.adamw, &r.sched, step, opt.clip);
 		if (norm < 0)
 			train_die(PROG, "optimizer step");
+		if (opt.ema > 0 && nn_ema_update(&r.ema) < 0)
+			train_die(PROG, "--ema");
 		w.grad_norm += norm;
 		tensor_scope_end();
 		step++, steps_run++, w.steps++;
@@ -844,7 +888,9 @@ static int run_train(int argc, char **argv)
 			w = (struct window){ 0 };
 		}
 		if (step % r.spe == 0 || step == r.total) { /* the end of an epoch */
+			swap_ema(&r);
 			struct eval_result v = evaluate(&r.model, &r.ps, &r.bval);
+			swap_ema(&r);
 			bool best = v.acc > r.best_val;
 			if (best)
 				r.best_val = v.acc, r.best_epoch = epoch + 1;
@@ -878,6 +924,7 @@ static int run_train(int argc, char **argv)
 	}
 	progress_end(&r.bar);
 	padded_all += w.padded, real_all += w.real;
+	swap_ema(&r);
 	struct eval_result t = evaluate(&r.model, &r.ps, &r.btest);
 	print_test(&t);
 	csv_row(&r, step, r.epochs, "test", t.loss, t.acc, -1, -1);
@@ -894,6 +941,7 @@ out:
 	tb_close(&r.tb);
 	free(r.cfg_json);
 	nn_adamw_free(&r.adamw);
+	nn_ema_free(&r.ema);
 	model_classifier_free(&r.model);
 	nn_params_free(&r.ps);
 	text_batcher_free(&r.btrain);

@@ -388,6 +388,27 @@ int nn_sgd_init(struct nn_sgd *o, struct nn_params *ps, double lr, double moment
 int nn_sgd_step(struct nn_sgd *o);
 void nn_sgd_free(struct nn_sgd *o);
 
+/* Exponential moving average of the parameters (Polyak averaging), for
+ * evaluating with smoothed weights: after each optimizer step,
+ * nn_ema_update sets s = d s + (1 - d) p for every parameter p and its
+ * average s, with d = min(decay, (1 + t) / (10 + t)) at the t-th update (so
+ * early averages forget the initialisation fast), s starting as p. Evaluate
+ * with the averages between two nn_ema_swap calls, which exchange p and s.
+ * Errors: decay not in [0, 1) (TENSOR_ERR_ARG); a parameter added after
+ * init, or an update while swapped (TENSOR_ERR_STATE). */
+struct nn_ema {
+	struct nn_params *ps;
+	double decay;
+	int64_t updates;
+	bool swapped;           /* the parameters hold the averages */
+	struct tensor **shadow; /* per parameter (views of flat if packed), NULL-terminated */
+	struct tensor *flat;
+};
+int nn_ema_init(struct nn_ema *e, struct nn_params *ps, double decay);
+int nn_ema_update(struct nn_ema *e);
+int nn_ema_swap(struct nn_ema *e);
+void nn_ema_free(struct nn_ema *e);
+
 /* Add lambda * p to the gradient of every parameter whose name starts with
  * prefix ("" or NULL: all): the gradient of the penalty lambda/2 ||p||^2.
  * Coupled L2, as torch.optim.Adam's weight_decay: under Adam the penalty is

@@ -5,7 +5,8 @@
 # accumulated batches give the gradients of one large batch; a run stopped mid-epoch
 # (--stop-after, the SIGINT path) and resumed with the command it prints ends with the same
 # test accuracy and byte-identical checkpoints as an uninterrupted run; SIGTERM saves and
-# exits 0; --eval-only reproduces the run's test accuracy; --predict prints probabilities;
+# exits 0; --ema evaluates averaged weights and resumes them exactly; --eval-only reproduces
+# the run's test accuracy; --predict prints probabilities;
 # --init-from takes an encoder; bad flags exit 1 naming the flag and the expected form.
 # Run from the build directory (as `make check` does); LINFORMER_IMDB and TB_DUMP override
 # the programs.
@@ -206,6 +207,38 @@ if check b2 "resumed run"; then
 	set -- "$tmp"/b/events.out.tfevents.*
 	[ $# -eq 2 ] || fail "expected a second event file after resuming, found: $*"
 fi
+# ---- --ema: validated and tested on the averaged weights, which resume restores ----------
+# shellcheck disable=SC2086
+run ea $SMALL --ema 0.5 --log-dir "$tmp/ea"
+if check ea "--ema run"; then
+	# the averages change what is evaluated, not how the run trains
+	split_rows() { awk -F, -v s="$2" '$3 == s { print $1, $4, $5, $6 }' "$1"; }
+	[ "$(split_rows "$tmp/a/metrics.csv" train)" = "$(split_rows "$tmp/ea/metrics.csv" train)" ] ||
+		fail "--ema changed the training rows"
+	[ "$(split_rows "$tmp/a/metrics.csv" val)" != "$(split_rows "$tmp/ea/metrics.csv" val)" ] ||
+		fail "--ema: validation rows equal those of the weights"
+	run ee --eval-only --checkpoint "$tmp/ea/last-ema.safetensors" --max-test 24 --batch 4 \
+		--threads 1
+	want=$(test_line "$tmp/ea.out") got=$(test_line "$tmp/ee.out")
+	[ "$want" = "$got" ] || fail "--ema: eval-only of the averages '$got', training's '$want'"
+fi
+# shellcheck disable=SC2086
+run eb $SMALL --ema 0.5 --log-dir "$tmp/eb" --stop-after 7
+check eb "--ema stopped run" || true
+cp -r "$tmp/eb" "$tmp/ec"
+sh -c "$(sed -n 's/^to resume: //p' "$tmp/eb.out")" >"$tmp/eb2.out" 2>&1
+rc=$?
+if check eb2 "--ema resumed run"; then
+	want=$(test_line "$tmp/ea.out") got=$(test_line "$tmp/eb2.out")
+	[ "$want" = "$got" ] || fail "--ema: test accuracy after resume '$got' differs from '$want'"
+	for f in last.safetensors last-ema.safetensors best.safetensors; do
+		same "--ema: resumed $f equals the uninterrupted one" "$tmp/ea/$f" "$tmp/eb/$f"
+	done
+fi
+rm "$tmp/ec/last-ema.safetensors"
+# shellcheck disable=SC2086
+expect 1 "$tmp/ec/last-ema.safetensors: cannot open" $SMALL --ema 0.5 --log-dir "$tmp/ec" --resume
+expect 1 "--ema: expected a number in \[0, 1), got '1'" --ema 1
 # a resumed run must be given the same settings
 # shellcheck disable=SC2086
 expect 1 "--lr is '0.002' but the run being resumed used '0.003'" \

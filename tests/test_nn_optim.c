@@ -1,6 +1,7 @@
 /* nn optimizers and schedules: AdamW and SGD against the published update
  * rules computed here, packed vs unpacked parameters, gradient clipping,
- * learning-rate schedules, and every error path. */
+ * learning-rate schedules, the moving average of the parameters, and every
+ * error path. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -777,6 +778,77 @@ END_TEST
 
 /* ---- schedules ----------------------------------------------------------------------- */
 
+/* The moving average against its rule computed here, packed and not; swapping
+ * the averages in and out; and the errors. */
+START_TEST(test_ema)
+{
+	for (int packed = 0; packed < 2; packed++) {
+		struct nn_params ps;
+		small_model(&ps, TENSOR_F64);
+		if (packed)
+			ck_assert_int_eq(nn_params_pack(&ps), TENSOR_OK);
+		struct nn_ema e;
+		ck_assert_int_eq(nn_ema_init(&e, &ps, 0.2), TENSOR_OK);
+		ck_assert(packed ? e.flat != NULL : e.flat == NULL);
+		double s[6], w[6], b[3];
+		for (int i = 0; i < 6; i++)
+			s[i] = value_at(i, 0);
+		/* decays min(0.2, (1 + t) / (10 + t)): 0.1, 0.18, then 0.2 */
+		for (int t = 0; t < 3; t++) {
+			set_values(ps.items[0].value, 10 + t, false);
+			ck_assert_int_eq(nn_ema_update(&e), TENSOR_OK);
+			double d = fmin(0.2, (1.0 + t) / (10.0 + t));
+			for (int i = 0; i < 6; i++)
+				s[i] = d * s[i] + (1 - d) * value_at(i, 10 + t);
+		}
+		ck_assert_int_eq(e.updates, 3);
+		tu_assert_close(e.shadow[0], s, 6, 1e-15, 1e-13);
+		for (int i = 0; i < 3; i++)
+			b[i] = value_at(i, 1);
+		tu_assert_close(e.shadow[1], b, 3, 0, 0); /* unchanged value: its own average */
+		/* swap: the parameters hold the averages, and back */
+		for (int i = 0; i < 6; i++)
+			w[i] = value_at(i, 12);
+		ck_assert_int_eq(nn_ema_swap(&e), TENSOR_OK);
+		ck_assert(e.swapped);
+		tu_assert_close(ps.items[0].value, s, 6, 1e-15, 1e-13);
+		tu_assert_close(e.shadow[0], w, 6, 0, 0);
+		tu_assert_error(nn_ema_update(&e) < 0, TENSOR_ERR_STATE, "nn_ema_update",
+				"swapped");
+		/* the refused update changed nothing */
+		tu_assert_close(e.shadow[0], w, 6, 0, 0);
+		ck_assert_int_eq(nn_ema_swap(&e), TENSOR_OK);
+		ck_assert(!e.swapped);
+		tu_assert_close(ps.items[0].value, w, 6, 0, 0);
+		tu_assert_close(e.shadow[0], s, 6, 1e-15, 1e-13);
+		if (!packed) { /* a parameter added after the average was made */
+			ck_assert_ptr_nonnull(
+			    nn_param_new(&ps, "late", 1, (int64_t[]){ 2 }, false));
+			tu_assert_error(nn_ema_update(&e) < 0, TENSOR_ERR_STATE, "nn_ema_update",
+					"holds 3 parameters, the list has 4");
+		}
+		nn_ema_free(&e);
+		ck_assert_ptr_null(e.shadow);
+		nn_params_free(&ps);
+	}
+	struct nn_params ps;
+	small_model(&ps, TENSOR_F32);
+	struct nn_ema e;
+	const double bad[] = { 1, -0.1, NAN };
+	for (int k = 0; k < 3; k++)
+		tu_assert_error(nn_ema_init(&e, &ps, bad[k]) < 0, TENSOR_ERR_ARG, "nn_ema_init",
+				"must be in [0, 1)");
+	tu_assert_error(nn_ema_init(&e, NULL, 0.9) < 0, TENSOR_ERR_ARG, "nn_ema_init",
+			"ps is NULL");
+	tu_assert_error(nn_ema_update(NULL) < 0, TENSOR_ERR_ARG, "nn_ema_update",
+			"not initialised");
+	tu_assert_error(nn_ema_swap(&e) < 0, TENSOR_ERR_ARG, "nn_ema_swap", "not initialised");
+	nn_ema_free(&e);
+	nn_ema_free(NULL);
+	nn_params_free(&ps);
+}
+END_TEST
+
 START_TEST(test_schedules)
 {
 	const double base = 1e-3, lo = 1e-5;
@@ -880,6 +952,7 @@ int main(void)
 	tcase_add_test(tc, test_clip_grad_norm);
 	tcase_add_test(tc, test_params_l2_grad);
 	tcase_add_test(tc, test_optimizer_errors);
+	tcase_add_test(tc, test_ema);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("schedule");
 	tcase_add_test(tc, test_schedules);
