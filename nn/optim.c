@@ -768,7 +768,6 @@ void nn_ema_free(struct nn_ema *e)
 {
 	if (!e)
 		return;
-	if (e->shadow)
-		state_free(e->shadow, e->flat);
+	state_free(e->shadow, e->flat);
 	*e = (struct nn_ema){ 0 };
 }
