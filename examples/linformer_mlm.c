@@ -31,7 +31,8 @@ enum { NCSV = sizeof CSV_COLS / sizeof CSV_COLS[0] };
 
 struct options {
 	struct model_flags enc;
-	const char *schedule, *data, *corpus, *decode, *log_dir, *checkpoint_dir, *checkpoint;
+	const char *schedule, *data, *corpus, *decode, *log_dir, *checkpoint_dir, *checkpoint,
+	    *init_from;
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_docs, log_every;
 	double embed_std, mask_prob, lr, min_lr, warmup, weight_decay, clip, val_fraction;
 	bool no_chunk, eval_only, no_bucket;
@@ -92,6 +93,10 @@ static struct flag flags[] = {
 	DBL("clip", clip, 0, INFINITY, 0, "NORM", "gradient clipping norm (0: none)"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, dropout, order and masks"),
 	INT("threads", threads, 0, 4096, "T", "threads (0: every core)"),
+	STR("init-from", init_from, "CKPT", "start from a linformer_mlm checkpoint of the same "
+					    "width, layers and vocabulary trained at a shorter (or "
+					    "the same) n, as BERT's 128 then 512: positions past its "
+					    "n and projections of another shape start fresh"),
 	STR("log-dir", log_dir, "DIR", "metrics.csv and TensorBoard events (default: "
 				       "runs/mlm-<model>-n<N>-<time>)"),
 	STR("checkpoint-dir", checkpoint_dir, "DIR", "last.safetensors (each epoch), "
@@ -483,6 +488,13 @@ static void setup(struct run *r)
 	r->total = opt.steps ? opt.steps : opt.epochs * r->spe;
 	r->epochs = (r->total + r->spe - 1) / r->spe;
 	build_model(&r->model, &r->ps, &r->cfg, opt.embed_std);
+	if (opt.init_from) {
+		int kept = 0, copied = train_grow_pretrained(opt.init_from, &r->cfg, &r->ps, &kept);
+		if (copied < 0)
+			train_die(PROG, "--init-from");
+		printf("init: %d tensors from %s, %d projections of another n start fresh\n",
+		       copied, opt.init_from, kept);
+	}
 	enum nn_schedule_kind sk = !strcmp(opt.schedule, "cosine")   ? NN_SCHEDULE_COSINE
 				   : !strcmp(opt.schedule, "linear") ? NN_SCHEDULE_LINEAR
 								     : NN_SCHEDULE_CONSTANT;
@@ -690,6 +702,9 @@ int main(int argc, char **argv)
 		flags_fail(PROG, "corpus", "and --data are two sources of text: give one");
 	if (opt.eval_only && !opt.checkpoint)
 		flags_fail(PROG, "eval-only", "needs --checkpoint CKPT (a best.safetensors)");
+	if (opt.init_from && opt.eval_only)
+		flags_fail(PROG, "init-from",
+			   "starts a training run; --eval-only reads --checkpoint");
 	if (opt.checkpoint && !opt.eval_only)
 		flags_fail(PROG, "checkpoint",
 			   "is the model of --eval-only; training writes to --checkpoint-dir");

@@ -2,7 +2,8 @@
 # linformer_mlm end to end on a tiny generated corpus: a few steps lower the loss, perplexity is
 # printed and finite, the CSV has its columns, the model learns from context (not only word
 # frequencies), the checkpoint rebuilds the model from its config
-# alone and reproduces the validation perplexity, masked and full decoding agree, and bad flags
+# alone and reproduces the validation perplexity, --init-from continues it at a longer n, masked
+# and full decoding agree, and bad flags
 # exit 1 with a clear message. Run from the build directory (as `make check` does);
 # LINFORMER_MLM overrides the program.
 set -u
@@ -92,6 +93,36 @@ if [ -x "$imdb" ]; then
 else
 	echo "skip: $imdb not built, --init-from not tried"
 fi
+
+# ---- --init-from: a checkpoint at n = 32 continues at n = 64 (BERT's 128, then 512) -----------
+# Every document is shorter than 32 tokens, so a Transformer grown to n = 64 has every weight it
+# uses from the checkpoint: after one step at lr 1e-9 its validation perplexity is the source's.
+tr="--model transformer --dim 32 --heads 2 --ff 64 --dropout 0 --attn-dropout 0"
+# shellcheck disable=SC2086
+"$prog" $tr $data --n 32 --steps 24 --lr 3e-3 --log-dir "$tmp/tr32" >"$tmp/tr32.out" 2>&1 &&
+	"$prog" $tr $data --n 64 --steps 1 --lr 1e-9 --min-lr 0 --init-from "$tmp/tr32/last.safetensors" \
+		--log-dir "$tmp/tr64" >"$tmp/tr64.out" 2>&1 || fail "--init-from runs exited $?"
+ppl32=$(sed -n 's/.*validation loss [0-9.]* perplexity \([0-9.]*\).*/\1/p' "$tmp/tr32.out" | tail -n 1)
+grep -q "init: 41 tensors from $tmp/tr32/last.safetensors, 0 projections" "$tmp/tr64.out" &&
+	grep -q "(step 1): validation loss [0-9.]* perplexity $ppl32 " "$tmp/tr64.out" &&
+	echo "ok: --init-from grows n 32 to 64 and keeps validation perplexity $ppl32" ||
+	fail "--init-from did not carry the n = 32 model (perplexity $ppl32 there): $(cat "$tmp/tr64.out")"
+# Linformer layers: E and F of the linear layer ([k, n]) start fresh; the conv layer's kernel n/k
+# stays 4 at n 64, k 16, so its projections are copied.
+# shellcheck disable=SC2086
+"$prog" --model LC --n 64 --k 16 --dim 32 --heads 2 --ff 64 $data --steps 1 \
+	--init-from "$ckpt" --log-dir "$tmp/lc64" >"$tmp/lc64.out" 2>&1 &&
+	grep -q "init: 45 tensors from $ckpt, 2 projections of another n start fresh" "$tmp/lc64.out" &&
+	echo "ok: --init-from starts the linear projections of n 64 fresh, copies the rest" ||
+	fail "--init-from LC n 32 -> 64: $(cat "$tmp/lc64.out")"
+grow() { expect 1 "$1" --model "$2" --n "$3" --k 8 --dim "$4" --heads 2 --ff 64 $data --steps 1 \
+	--init-from "$ckpt" --log-dir "$tmp/grow"; }
+grow "tensor embed.weight \[30522,32\] does not fit the model (\[30522,16\] there)" LC 32 16
+grow "tensor pos.weight \[32,32\] does not fit the model (\[16,32\] there)" LC 16 32
+grow "its layers are LC, the model's CC (the same kinds are needed)" CC 32 32
+[ ! -e "$tmp/grow/last.safetensors" ] || fail "a refused --init-from wrote a checkpoint"
+expect 1 "--init-from: starts a training run" --eval-only --checkpoint "$ckpt" --init-from "$ckpt"
+expect 1 "--init-from: .*$tmp/none: .*cannot open" --init-from "$tmp/none" --corpus "$tmp/corpus.txt"
 
 # ---- context: the masked word is only in the other positions --------------------------------
 # Lines of one word six times, 38 words: a model of word frequencies alone stays near perplexity

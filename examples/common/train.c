@@ -238,43 +238,96 @@ static int load_pretrained(const char *path, const struct model_config *cfg,
 			    path, first);
 }
 
-int train_copy_encoder(const char *path, struct nn_params *dst)
+/* A sequence projection (Linformer E/F, or the layerwise "proj"): its shape follows n. */
+static bool is_seq_proj(const char *name)
+{
+	return !strncmp(name, "proj.", 5) || strstr(name, ".attn.E.") || strstr(name, ".attn.F.");
+}
+
+/* The tensor of dst named like s is given s's values. Whole when the shapes agree; with grow,
+ * a pos.weight of fewer rows fills the first rows, and a sequence projection of another shape
+ * keeps its initialisation (*kept counts it). Anything else is an error naming both shapes. */
+static int copy_one(const char *path, struct nn_param *d, const struct nn_param *s, bool grow,
+		    int *kept)
+{
+	struct tensor *dv = d ? d->value : NULL, *sv = s->value;
+	if (dv && same_shape(dv, sv))
+		return tensor_copy_(dv, sv);
+	if (dv && grow && !strcmp(s->name, "pos.weight") && dv->ndim == 2 &&
+	    sv->shape[1] == dv->shape[1] && sv->shape[0] < dv->shape[0]) {
+		struct tensor *rows = tensor_narrow(dv, 0, 0, sv->shape[0]);
+		int rc = rows ? tensor_copy_(rows, sv) : tensor_last_status();
+		tensor_free(rows);
+		return rc;
+	}
+	if (dv && grow && is_seq_proj(s->name)) {
+		++*kept;
+		return TENSOR_OK;
+	}
+	char a[128] = "absent", b[128];
+	if (dv)
+		tensor_shape_str(dv, a, sizeof a);
+	return tensor_error(TENSOR_ERR_SHAPE, "%s: tensor %s %s does not fit the model (%s there)",
+			    path, s->name, tensor_shape_str(sv, b, sizeof b), a);
+}
+
+/* The layer kinds of c as pattern letters (S/L/C/M/X/R). */
+static const char *kinds_str(const struct model_config *c, char out[MODEL_MAX_LAYERS + 1])
+{
+	int64_t i = 0;
+	for (; i < c->layers && i < MODEL_MAX_LAYERS; i++)
+		out[i] = (unsigned)c->attention[i] < MODEL_NATTN ? "SLCMXR"[c->attention[i]] : '?';
+	out[i] = '\0';
+	return out;
+}
+
+/* train_copy_encoder (encoder tensors, exact shapes) and train_grow_pretrained (every tensor,
+ * grow; like gives the layer kinds dst was built with). */
+static int copy_pretrained(const char *path, const struct model_config *like, struct nn_params *dst,
+			   bool grow, int *kept)
 {
 	struct model_config cfg;
 	struct nn_params src;
 	int rc = train_checkpoint_model_config(path, &cfg);
 	if (rc == TENSOR_OK)
 		rc = model_config_resolve(&cfg);
+	char a[MODEL_MAX_LAYERS + 1], b[MODEL_MAX_LAYERS + 1];
+	if (rc == TENSOR_OK && like && strcmp(kinds_str(&cfg, a), kinds_str(like, b)))
+		rc = tensor_error(TENSOR_ERR_SHAPE,
+				  "%s: its layers are %s, the model's %s (the same kinds are "
+				  "needed)",
+				  path, a, b);
 	if (rc == TENSOR_OK)
 		rc = load_pretrained(path, &cfg, dst, &src);
 	if (rc < 0)
 		return rc;
-	int copied = 0, wanted = 0;
+	int copied = 0, wanted = 0, skipped = 0;
 	for (int i = 0; i < dst->n; i++)
-		wanted += is_encoder_name(dst->items[i].name);
+		wanted += grow || is_encoder_name(dst->items[i].name);
 	for (int i = 0; rc == TENSOR_OK && i < src.n; i++) {
 		const struct nn_param *s = &src.items[i];
-		if (!is_encoder_name(s->name))
+		if (!grow && !is_encoder_name(s->name))
 			continue;
-		struct nn_param *d = nn_params_find(dst, s->name);
-		if (!d || !same_shape(d->value, s->value)) {
-			char a[128] = "absent", b[128];
-			if (d)
-				tensor_shape_str(d->value, a, sizeof a);
-			rc = tensor_error(
-			    TENSOR_ERR_SHAPE,
-			    "%s: encoder tensor %s %s does not fit the model (%s there)", path,
-			    s->name, tensor_shape_str(s->value, b, sizeof b), a);
-			break;
-		}
-		rc = tensor_copy_(d->value, s->value);
+		rc = copy_one(path, nn_params_find(dst, s->name), s, grow, &skipped);
 		copied++;
 	}
 	if (rc == TENSOR_OK && copied != wanted)
-		rc =
-		    tensor_error(TENSOR_ERR_SHAPE,
-				 "%s: has %d encoder tensors, the model has %d (different layouts)",
-				 path, copied, wanted);
+		rc = tensor_error(TENSOR_ERR_SHAPE,
+				  "%s: has %d %stensors, the model has %d (different layouts)",
+				  path, copied, grow ? "" : "encoder ", wanted);
 	nn_params_free(&src);
-	return rc < 0 ? rc : copied;
+	if (kept)
+		*kept = skipped;
+	return rc < 0 ? rc : copied - skipped;
+}
+
+int train_copy_encoder(const char *path, struct nn_params *dst)
+{
+	return copy_pretrained(path, NULL, dst, false, NULL);
+}
+
+int train_grow_pretrained(const char *path, const struct model_config *like, struct nn_params *dst,
+			  int *kept)
+{
+	return copy_pretrained(path, like, dst, true, kept);
 }
