@@ -732,6 +732,17 @@ static const char *preset_of(const struct model_config *c)
 	return all_s ? "transformer" : all_l ? "linformer" : conv_lin ? "conv-linformer" : NULL;
 }
 
+const char *model_config_pattern(const struct model_config *c, char out[MODEL_MAX_LAYERS + 1])
+{
+	int64_t i = 0;
+	for (; c && i < c->layers && i < MODEL_MAX_LAYERS; i++) {
+		unsigned a = (unsigned)c->attention[i];
+		out[i] = a < MODEL_NATTN ? attn_letters[a] : '?';
+	}
+	out[i] = '\0';
+	return out;
+}
+
 void model_summary(const struct model_config *c, int64_t params, FILE *f)
 {
 	if (!c || !f)
@@ -741,13 +752,12 @@ void model_summary(const struct model_config *c, int64_t params, FILE *f)
 		return;
 	}
 	char pattern[MODEL_MAX_LAYERS + 1];
+	model_config_pattern(c, pattern);
 	bool projected = false;
 	for (int64_t i = 0; i < c->layers; i++) {
 		unsigned a = (unsigned)c->attention[i];
-		pattern[i] = a < MODEL_NATTN ? attn_letters[a] : '?';
 		projected |= a < MODEL_NATTN && is_projected(a);
 	}
-	pattern[c->layers] = 0;
 	const char *preset = preset_of(c);
 	fprintf(f,
 		"%s [%s]: vocab %lld, n %lld, dim %lld, heads %lld, layers %lld, ff %lld %s, "

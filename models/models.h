@@ -150,6 +150,9 @@ void model_mlm_free(struct model_mlm *m);
  * plus the classifier head if with_classifier, plus the MLM head if with_mlm),
  * to compare with nn_params_count. */
 int64_t model_param_count(const struct model_config *c, bool with_classifier, bool with_mlm);
+/* The layer kinds of c as pattern letters (S/L/C/M/X/R, '?' for an unknown kind), one per
+ * layer up to MODEL_MAX_LAYERS, NUL-terminated in out; returns out ("" for c NULL). */
+const char *model_config_pattern(const struct model_config *c, char out[MODEL_MAX_LAYERS + 1]);
 /* One line: preset/pattern, sizes, k per layer, sharing, parameter count. */
 void model_summary(const struct model_config *c, int64_t params, FILE *f);
 

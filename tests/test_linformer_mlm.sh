@@ -115,11 +115,18 @@ grep -q "init: 41 tensors from $tmp/tr32/last.safetensors, 0 projections" "$tmp/
 	grep -q "init: 45 tensors from $ckpt, 2 projections of another n start fresh" "$tmp/lc64.out" &&
 	echo "ok: --init-from starts the linear projections of n 64 fresh, copies the rest" ||
 	fail "--init-from LC n 32 -> 64: $(cat "$tmp/lc64.out")"
+# shellcheck disable=SC2086
 grow() { expect 1 "$1" --model "$2" --n "$3" --k 8 --dim "$4" --heads 2 --ff 64 $data --steps 1 \
 	--init-from "$ckpt" --log-dir "$tmp/grow"; }
 grow "tensor embed.weight \[30522,32\] does not fit the model (\[30522,16\] there)" LC 32 16
 grow "tensor pos.weight \[32,32\] does not fit the model (\[16,32\] there)" LC 16 32
 grow "its layers are LC, the model's CC (the same kinds are needed)" CC 32 32
+# shellcheck disable=SC2086
+"$prog" $tr $data --n 32 --steps 1 --positions sinusoidal --log-dir "$tmp/sin" >/dev/null 2>&1 ||
+	fail "the sinusoidal run exited $?"
+# shellcheck disable=SC2086
+expect 1 "has 40 tensors, the model has 41 (different layouts)" $tr $data --n 32 --steps 1 \
+	--init-from "$tmp/sin/last.safetensors" --log-dir "$tmp/grow"
 [ ! -e "$tmp/grow/last.safetensors" ] || fail "a refused --init-from wrote a checkpoint"
 expect 1 "--init-from: starts a training run" --eval-only --checkpoint "$ckpt" --init-from "$ckpt"
 expect 1 "--init-from: .*$tmp/none: .*cannot open" --init-from "$tmp/none" --corpus "$tmp/corpus.txt"

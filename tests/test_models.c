@@ -187,6 +187,11 @@ START_TEST(test_summary)
 	fclose(f);
 	ck_assert_msg(strstr(buf, "transformer [SSSS]") && !strstr(buf, "sharing"), "%s", buf);
 	free(buf);
+	char pat[MODEL_MAX_LAYERS + 1];
+	ck_assert_str_eq(model_config_pattern(&c, pat), "SSSS");
+	c.attention[1] = MODEL_NATTN; /* not a kind */
+	ck_assert_str_eq(model_config_pattern(&c, pat), "S?SS");
+	ck_assert_str_eq(model_config_pattern(NULL, pat), "");
 	c.layers = 0;
 	f = open_memstream(&buf, &len);
 	model_summary(&c, 10, f);

@@ -271,16 +271,6 @@ static int copy_one(const char *path, struct nn_param *d, const struct nn_param 
 			    path, s->name, tensor_shape_str(sv, b, sizeof b), a);
 }
 
-/* The layer kinds of c as pattern letters (S/L/C/M/X/R). */
-static const char *kinds_str(const struct model_config *c, char out[MODEL_MAX_LAYERS + 1])
-{
-	int64_t i = 0;
-	for (; i < c->layers && i < MODEL_MAX_LAYERS; i++)
-		out[i] = (unsigned)c->attention[i] < MODEL_NATTN ? "SLCMXR"[c->attention[i]] : '?';
-	out[i] = '\0';
-	return out;
-}
-
 /* train_copy_encoder (encoder tensors, exact shapes) and train_grow_pretrained (every tensor,
  * grow; like gives the layer kinds dst was built with). */
 static int copy_pretrained(const char *path, const struct model_config *like, struct nn_params *dst,
@@ -292,7 +282,8 @@ static int copy_pretrained(const char *path, const struct model_config *like, st
 	if (rc == TENSOR_OK)
 		rc = model_config_resolve(&cfg);
 	char a[MODEL_MAX_LAYERS + 1], b[MODEL_MAX_LAYERS + 1];
-	if (rc == TENSOR_OK && like && strcmp(kinds_str(&cfg, a), kinds_str(like, b)))
+	if (rc == TENSOR_OK && like &&
+	    strcmp(model_config_pattern(&cfg, a), model_config_pattern(like, b)))
 		rc = tensor_error(TENSOR_ERR_SHAPE,
 				  "%s: its layers are %s, the model's %s (the same kinds are "
 				  "needed)",

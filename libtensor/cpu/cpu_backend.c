@@ -40,9 +40,9 @@ static bool amd_family_19h(void)
  * slower kernels, even `generic`), so pick `skx` when the CPU has the
  * AVX-512 subsets those kernels use, except on AMD family 19h: BLIS picks
  * `zen3` there, and on Zen 4, whose AVX-512 runs on 256-bit units, training
- * runs about 6% faster with those kernels than with `skx`. BLIS reads BLIS_ARCH_TYPE once,
- * at its initialisation, as the number of an arch_t value; a value the user
- * set is left alone. */
+ * runs about 6% faster with those kernels than with `skx`. BLIS reads
+ * BLIS_ARCH_TYPE once, at its initialisation, as the number of an arch_t
+ * value; a value the user set is left alone. */
 static void select_blis_arch(void)
 {
 	if (getenv("BLIS_ARCH_TYPE"))
