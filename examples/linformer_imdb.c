@@ -33,7 +33,7 @@ struct options {
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_train, max_test;
 	int64_t log_every, stop_after, keep_tail;
 	double embed_std, lr, beta1, beta2, min_lr, warmup, weight_decay, clip, val_fraction;
-	double token_mask, pooled_test, embed_l2, embed_l2_ramp, pos_l2, ema;
+	double token_mask, pooled_test, embed_l2, embed_l2_ramp, pos_l2, ema, adv_eps;
 	bool decay_all, lazy_embed, resume, eval_only, no_bucket;
 };
 
@@ -107,6 +107,10 @@ static struct flag flags[] = {
 	    "that the embedding learns before the penalty can shrink it to zero)"),
 	DBL("pos-l2", pos_l2, 0, 10, 0, "L",
 	    "L2 penalty L/2 |P|^2 on the learned position embedding P, as --embed-l2 (0: none)"),
+	DBL("adv-eps", adv_eps, 0, 10, 0, "R",
+	    "adversarial training (nn_fgm): each batch is trained again with the token "
+	    "embedding moved along its gradient by R times its norm (e.g. 0.05; twice the "
+	    "compute; 0: none)"),
 	BOOL("decay-all", decay_all, "weight decay on every parameter, embeddings included"),
 	BOOL("lazy-embed", lazy_embed,
 	     "lazy AdamW on the token embedding: only the rows of the batch's tokens, and their "
@@ -789,12 +793,42 @@ struct window {
 	double loss, correct, time, grad_norm;
 };
 
+/* Forward and backward of the group in micro-batches of --batch, adding the
+ * gradient of the group's mean loss; counted in w unless w is NULL. */
+static void accumulate(struct run *r, const struct text_batch *group, struct window *w)
+{
+	for (int64_t s0 = 0; s0 < group->size; s0 += opt.batch) {
+		int64_t size = group->size - s0 < opt.batch ? group->size - s0 : opt.batch;
+		tensor_scope_begin();
+		struct tensor *ids = tensor_narrow(group->ids, 0, s0, size);
+		struct tensor *mask = tensor_narrow(group->mask, 0, s0, size);
+		struct tensor *labels = tensor_narrow(group->labels, 0, s0, size);
+		struct tensor *logits = model_classifier_forward(&r->model, ids, mask);
+		struct tensor *loss = nn_cross_entropy(logits, labels, -1, 0.0);
+		double acc = loss ? nn_accuracy(logits, labels, -1) : -1;
+		struct tensor *scaled = ag_mul_scalar(loss, (double)size / (double)group->size);
+		if (!scaled || acc < 0)
+			train_die(PROG, "training step");
+		/* read before backward releases the forward's memory */
+		double l = tensor_get(loss, NULL);
+		if (ag_backward_release(scaled, NULL) < 0)
+			train_die(PROG, "training step");
+		if (w) {
+			w->loss += l * (double)size;
+			w->correct += acc * (double)size;
+			w->examples += size;
+			w->padded += size * ids->shape[1];
+		}
+		tensor_scope_end();
+	}
+}
+
 static int run_train(int argc, char **argv)
 {
 	struct run r = { 0 };
 	r.start = train_clock();
 	int64_t step = setup(&r);
-	int64_t B = opt.batch, steps_run = 0;
+	int64_t steps_run = 0;
 	double train_time = 0;
 	int64_t padded_all = 0, real_all = 0, saved = -1;
 	for (int64_t e = 0; e < step / r.spe; e++)
@@ -819,27 +853,14 @@ static int run_train(int argc, char **argv)
 			train_die(PROG, "masking tokens");
 		if (nn_params_zero_grad(&r.ps) < 0)
 			train_die(PROG, "zero_grad");
-		for (int64_t s0 = 0; s0 < group.size; s0 += B) {
-			int64_t size = group.size - s0 < B ? group.size - s0 : B;
-			tensor_scope_begin();
-			struct tensor *ids = tensor_narrow(group.ids, 0, s0, size);
-			struct tensor *mask = tensor_narrow(group.mask, 0, s0, size);
-			struct tensor *labels = tensor_narrow(group.labels, 0, s0, size);
-			struct tensor *logits = model_classifier_forward(&r.model, ids, mask);
-			struct tensor *loss = nn_cross_entropy(logits, labels, -1, 0.0);
-			double acc = loss ? nn_accuracy(logits, labels, -1) : -1;
-			struct tensor *scaled =
-			    ag_mul_scalar(loss, (double)size / (double)group.size);
-			if (!scaled || acc < 0)
-				train_die(PROG, "training step");
-			/* read before backward releases the forward's memory */
-			w.loss += tensor_get(loss, NULL) * (double)size;
-			if (ag_backward_release(scaled, NULL) < 0)
-				train_die(PROG, "training step");
-			w.correct += acc * (double)size;
-			w.examples += size;
-			w.padded += size * ids->shape[1];
-			tensor_scope_end();
+		accumulate(&r, &group, &w);
+		if (opt.adv_eps > 0) {
+			struct nn_fgm adv = { 0 };
+			if (nn_fgm_perturb(&adv, &r.ps, "embed.", opt.adv_eps) < 0)
+				train_die(PROG, "--adv-eps");
+			accumulate(&r, &group, NULL);
+			if (nn_fgm_restore(&adv) < 0)
+				train_die(PROG, "--adv-eps");
 		}
 		for (int64_t i = 0; i < group.size; i++)
 			w.real += r.btrain.lengths[r.btrain.order[j * r.btrain.batch_size + i]];

@@ -421,6 +421,29 @@ void nn_ema_free(struct nn_ema *e);
  * lazy parameter (nn_params_set_lazy) only the rows with a gradient change. */
 int nn_params_l2_grad(struct nn_params *ps, const char *prefix, double lambda);
 
+/* Adversarial training on the weights (the fast gradient method of Goodfellow
+ * et al. 2015 on the embedding, as Miyato et al. 2017, but on the matrix, not
+ * on each position). After backward, nn_fgm_perturb adds r = eps ||p|| g / ||g||
+ * (Frobenius norms) to every parameter p whose name starts with prefix and
+ * whose gradient g is nonzero, keeping p's value; a second forward and
+ * backward of the same batch then adds the gradient at the perturbed weights
+ * (training on L(p) + L(p + r)), and nn_fgm_restore puts the kept values back
+ * exactly, before the optimizer step. eps is relative to ||p||, so it keeps its
+ * meaning while a penalty shrinks the weight. Returns how many parameters
+ * moved (0 when eps is 0; a restore is due all the same). Errors: eps < 0 or
+ * not finite, no name starting with prefix, a non-finite gradient norm
+ * (TENSOR_ERR_ARG, nothing changed); perturbing twice, restoring when nothing
+ * is perturbed, parameters added in between (TENSOR_ERR_STATE). */
+struct nn_fgm {
+	struct nn_params *ps;
+	struct tensor **saved; /* per parameter: its value before, or NULL; NULL when idle */
+	int n;
+};
+int nn_fgm_perturb(struct nn_fgm *f, struct nn_params *ps, const char *prefix, double eps);
+int nn_fgm_restore(struct nn_fgm *f);
+/* Drop the kept values without restoring them (idempotent). */
+void nn_fgm_free(struct nn_fgm *f);
+
 /* Scale all gradients so their global L2 norm is at most max_norm; returns
  * the norm before clipping, or a negative status. */
 double nn_clip_grad_norm(struct nn_params *ps, double max_norm);

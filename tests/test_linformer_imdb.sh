@@ -5,7 +5,7 @@
 # accumulated batches give the gradients of one large batch; a run stopped mid-epoch
 # (--stop-after, the SIGINT path) and resumed with the command it prints ends with the same
 # test accuracy and byte-identical checkpoints as an uninterrupted run; SIGTERM saves and
-# exits 0; --ema evaluates averaged weights and resumes them exactly; --eval-only reproduces
+# exits 0; --ema evaluates averaged weights and resumes them exactly; --adv-eps trains twice; --eval-only reproduces
 # the run's test accuracy; --predict prints probabilities;
 # --init-from takes an encoder; bad flags exit 1 naming the flag and the expected form.
 # Run from the build directory (as `make check` does); LINFORMER_IMDB and TB_DUMP override
@@ -373,6 +373,22 @@ if check lz "--lazy-embed run"; then
 		echo "ok: --lazy-embed changes the updates"
 	fi
 fi
+# --adv-eps: the second pass at the perturbed embedding adds its gradient, so the run ends
+# elsewhere; its loss column stays that of the clean pass (the first step's equals --adv-eps 0's)
+# shellcheck disable=SC2086
+run av $BASE --steps 2 --adv-eps 0.05 --log-dir "$tmp/av"
+# shellcheck disable=SC2086
+run a0 $BASE --steps 2 --adv-eps 0 --log-dir "$tmp/a0"
+if check av "--adv-eps run" && check a0 "--adv-eps 0 run"; then
+	first() { awk -F, '$3 == "train" { print $4; exit }' "$1/metrics.csv"; }
+	if cmp -s "$tmp/a0/last.safetensors" "$tmp/av/last.safetensors"; then
+		fail "--adv-eps 0.05 changed nothing"
+	elif [ "$(first "$tmp/a0")" != "$(first "$tmp/av")" ]; then
+		fail "--adv-eps: first training loss $(first "$tmp/av"), without $(first "$tmp/a0")"
+	else
+		echo "ok: --adv-eps trains on the perturbed embedding too"
+	fi
+fi
 # --embed-l2-ramp: over both steps (L 2.5, then 5) the weights end elsewhere; a ramp shorter
 # than one step is no ramp
 # shellcheck disable=SC2086
@@ -424,6 +440,7 @@ expect 1 "--proj: applies to Linformer (L) layers; --model transformer has none"
 expect 1 "--k-list: needs --k-schedule list" --k-list 8,8
 expect 1 "--eval-only: needs --checkpoint" --eval-only
 expect 1 "--embed-l2: expected a number in \[0, 10\], got '-1'" --embed-l2 -1
+expect 1 "--adv-eps: expected a number in \[0, 10\], got '-0.1'" --adv-eps -0.1
 expect 1 "--embed-l2-ramp: needs --embed-l2 or --pos-l2 L > 0" --embed-l2-ramp 0.5
 expect 1 "--pos-l2: needs --positions learned" --pos-l2 0.1 --positions sinusoidal
 expect 1 "--embed-l2-ramp: expected a number in \[0, 1\], got '2'" --embed-l2-ramp 2

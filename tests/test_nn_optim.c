@@ -849,6 +849,99 @@ START_TEST(test_ema)
 }
 END_TEST
 
+/* The weights of a perturbed parameter: value_at(., which) + eps ||p|| g / ||g||
+ * with g = grad_at(., 0, gwhich). */
+static void fgm_want(int64_t n, int which, int gwhich, double eps, double *want)
+{
+	double pp = 0, gg = 0;
+	for (int64_t i = 0; i < n; i++) {
+		pp += value_at(i, which) * value_at(i, which);
+		gg += grad_at(i, 0, gwhich) * grad_at(i, 0, gwhich);
+	}
+	for (int64_t i = 0; i < n; i++)
+		want[i] = value_at(i, which) + eps * sqrt(pp / gg) * grad_at(i, 0, gwhich);
+}
+
+/* The perturbation against its rule, packed and not; parameters without a
+ * gradient, with a zero one or outside the prefix left alone; the exact
+ * restore; and the errors, after which the weights are as they were. */
+START_TEST(test_fgm)
+{
+	double w0[6], b0[3], f0[4], want[6];
+	for (int i = 0; i < 6; i++)
+		w0[i] = value_at(i, 0);
+	for (int i = 0; i < 3; i++)
+		b0[i] = value_at(i, 1);
+	for (int i = 0; i < 4; i++)
+		f0[i] = value_at(i, 2);
+	for (int packed = 0; packed < 2; packed++) {
+		struct nn_params ps;
+		small_model(&ps, TENSOR_F64);
+		if (packed) /* f then has a zero gradient, else none */
+			ck_assert_int_eq(nn_params_pack(&ps), TENSOR_OK);
+		struct tensor *w = ps.items[0].value, *b = ps.items[1].value, *f = ps.items[2].value;
+		set_values(w, 7, true);
+		set_values(b, 8, true);
+		struct nn_fgm adv = { 0 };
+		ck_assert_int_eq(nn_fgm_perturb(&adv, &ps, "", 0.1), 2);
+		fgm_want(6, 0, 7, 0.1, want);
+		tu_assert_close(w, want, 6, 1e-15, 1e-14);
+		fgm_want(3, 1, 8, 0.1, want);
+		tu_assert_close(b, want, 3, 1e-15, 1e-14);
+		tu_assert_close(f, f0, 4, 0, 0);
+		tu_assert_error(nn_fgm_perturb(&adv, &ps, "", 0.1) < 0, TENSOR_ERR_STATE,
+				"nn_fgm_perturb", "perturbed already");
+		ck_assert_int_eq(nn_fgm_restore(&adv), TENSOR_OK);
+		tu_assert_close(w, w0, 6, 0, 0);
+		tu_assert_close(b, b0, 3, 0, 0);
+		ck_assert_ptr_null(adv.saved);
+		tu_assert_error(nn_fgm_restore(&adv) < 0, TENSOR_ERR_STATE, "nn_fgm_restore",
+				"nothing is perturbed");
+		/* the prefix, and eps 0 */
+		ck_assert_int_eq(nn_fgm_perturb(&adv, &ps, "w", 0.25), 1);
+		fgm_want(6, 0, 7, 0.25, want);
+		tu_assert_close(w, want, 6, 1e-15, 1e-14);
+		tu_assert_close(b, b0, 3, 0, 0);
+		ck_assert_int_eq(nn_fgm_restore(&adv), TENSOR_OK);
+		ck_assert_int_eq(nn_fgm_perturb(&adv, &ps, NULL, 0), 0);
+		ck_assert_int_eq(nn_fgm_restore(&adv), TENSOR_OK);
+		tu_assert_close(w, w0, 6, 0, 0);
+		/* a non-finite gradient after a perturbed parameter: w goes back */
+		ck_assert_int_eq(tensor_fill_(b->grad, INFINITY), TENSOR_OK);
+		tu_assert_error(nn_fgm_perturb(&adv, &ps, "", 0.1) < 0, TENSOR_ERR_ARG,
+				"nn_fgm_perturb", "not finite");
+		tu_assert_close(w, w0, 6, 0, 0);
+		tu_assert_close(b, b0, 3, 0, 0);
+		ck_assert_ptr_null(adv.saved);
+		if (!packed) { /* a parameter added in between */
+			ck_assert_int_eq(nn_fgm_perturb(&adv, &ps, "w", 0.1), 1);
+			ck_assert_ptr_nonnull(
+			    nn_param_new(&ps, "late", 1, (int64_t[]){ 2 }, false));
+			tu_assert_error(nn_fgm_restore(&adv) < 0, TENSOR_ERR_STATE,
+					"nn_fgm_restore", "perturbed with 3 parameters, the list has 4");
+			nn_fgm_free(&adv);
+			ck_assert_ptr_null(adv.saved);
+		}
+		nn_params_free(&ps);
+	}
+	struct nn_params ps;
+	small_model(&ps, TENSOR_F32);
+	struct nn_fgm adv = { 0 };
+	const double bad[] = { -0.1, NAN, INFINITY };
+	for (int k = 0; k < 3; k++)
+		tu_assert_error(nn_fgm_perturb(&adv, &ps, "", bad[k]) < 0, TENSOR_ERR_ARG,
+				"nn_fgm_perturb", "must be finite and >= 0");
+	tu_assert_error(nn_fgm_perturb(&adv, &ps, "embed.", 0.1) < 0, TENSOR_ERR_ARG,
+			"nn_fgm_perturb", "no parameter name starts with 'embed.'");
+	tu_assert_error(nn_fgm_perturb(&adv, NULL, "", 0.1) < 0, TENSOR_ERR_ARG,
+			"nn_fgm_perturb", "ps is NULL");
+	tu_assert_error(nn_fgm_restore(NULL) < 0, TENSOR_ERR_STATE, "nn_fgm_restore",
+			"nothing is perturbed");
+	nn_fgm_free(NULL);
+	nn_params_free(&ps);
+}
+END_TEST
+
 START_TEST(test_schedules)
 {
 	const double base = 1e-3, lo = 1e-5;
@@ -953,6 +1046,7 @@ int main(void)
 	tcase_add_test(tc, test_params_l2_grad);
 	tcase_add_test(tc, test_optimizer_errors);
 	tcase_add_test(tc, test_ema);
+	tcase_add_test(tc, test_fgm);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("schedule");
 	tcase_add_test(tc, test_schedules);
