@@ -34,6 +34,7 @@ struct options {
 	int64_t log_every, stop_after, keep_tail;
 	double embed_std, lr, beta1, beta2, min_lr, warmup, weight_decay, clip, val_fraction;
 	double token_mask, pooled_test, embed_l2, embed_l2_ramp, pos_l2, ema, adv_eps;
+	double label_smoothing;
 	bool decay_all, lazy_embed, resume, eval_only, no_bucket;
 };
 
@@ -107,6 +108,8 @@ static struct flag flags[] = {
 	    "that the embedding learns before the penalty can shrink it to zero)"),
 	DBL("pos-l2", pos_l2, 0, 10, 0, "L",
 	    "L2 penalty L/2 |P|^2 on the learned position embedding P, as --embed-l2 (0: none)"),
+	DBL("label-smoothing", label_smoothing, 0, 1, FLAG_MAX_OPEN, "S",
+	    "train on targets (1 - S) one-hot + S uniform; the logged training loss is the smoothed one, validation and test losses are not (0: none)"),
 	DBL("adv-eps", adv_eps, 0, 10, 0, "R",
 	    "adversarial training (nn_fgm): each batch is trained again with the token "
 	    "embedding moved along its gradient by R times its norm (e.g. 0.05; twice the "
@@ -804,7 +807,7 @@ static void accumulate(struct run *r, const struct text_batch *group, struct win
 		struct tensor *mask = tensor_narrow(group->mask, 0, s0, size);
 		struct tensor *labels = tensor_narrow(group->labels, 0, s0, size);
 		struct tensor *logits = model_classifier_forward(&r->model, ids, mask);
-		struct tensor *loss = nn_cross_entropy(logits, labels, -1, 0.0);
+		struct tensor *loss = nn_cross_entropy(logits, labels, -1, opt.label_smoothing);
 		double acc = loss ? nn_accuracy(logits, labels, -1) : -1;
 		struct tensor *scaled = ag_mul_scalar(loss, (double)size / (double)group->size);
 		if (!scaled || acc < 0)

@@ -389,6 +389,16 @@ if check av "--adv-eps run" && check a0 "--adv-eps 0 run"; then
 		echo "ok: --adv-eps trains on the perturbed embedding too"
 	fi
 fi
+# --label-smoothing: softer targets change the gradients, so the run ends elsewhere
+# shellcheck disable=SC2086
+run sm $BASE --steps 2 --label-smoothing 0.2 --log-dir "$tmp/sm"
+if check sm "--label-smoothing run"; then
+	if cmp -s "$tmp/l0/last.safetensors" "$tmp/sm/last.safetensors"; then
+		fail "--label-smoothing 0.2 changed nothing"
+	else
+		echo "ok: --label-smoothing changes the training"
+	fi
+fi
 # --embed-l2-ramp: over both steps (L 2.5, then 5) the weights end elsewhere; a ramp shorter
 # than one step is no ramp
 # shellcheck disable=SC2086
@@ -441,6 +451,7 @@ expect 1 "--k-list: needs --k-schedule list" --k-list 8,8
 expect 1 "--eval-only: needs --checkpoint" --eval-only
 expect 1 "--embed-l2: expected a number in \[0, 10\], got '-1'" --embed-l2 -1
 expect 1 "--adv-eps: expected a number in \[0, 10\], got '-0.1'" --adv-eps -0.1
+expect 1 "--label-smoothing: expected a number in \[0, 1), got '1'" --label-smoothing 1
 expect 1 "--embed-l2-ramp: needs --embed-l2 or --pos-l2 L > 0" --embed-l2-ramp 0.5
 expect 1 "--pos-l2: needs --positions learned" --pos-l2 0.1 --positions sinusoidal
 expect 1 "--embed-l2-ramp: expected a number in \[0, 1\], got '2'" --embed-l2-ramp 2
