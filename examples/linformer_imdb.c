@@ -69,8 +69,9 @@ static struct options opt = {
 static struct flag flags[] = {
 	MODEL_FLAGS_ENCODER(opt.enc, 2,
 			    "sequence length: tokens per review, [CLS] and [SEP] included"),
-	CHO("pooling", pooling, "mean|max|cls",
-	    "classifier pooling: masked mean, masked max per feature, or the [CLS] token"),
+	CHO("pooling", pooling, "mean|max|cls|attention",
+	    "classifier pooling: masked mean, masked max per feature, the [CLS] token, or a "
+	    "softmax of h q over the tokens (q learned, zero at first: the mean)"),
 	INT("head-hidden", head_hidden, 0, 1 << 20, "H", "classifier hidden width (0: --dim)"),
 	DBL("embed-std", embed_std, 0, 10, 0, "S",
 	    "token embedding drawn N(0, S) as in BERT; 0: the library's N(0, 1)"),
@@ -196,7 +197,8 @@ static void build_config(struct model_config *c, const struct text_tokenizer *to
 	model_flags_config(c, &opt.enc, tok, flags, NFLAGS, PROG);
 	c->pooling = !strcmp(opt.pooling, "cls")   ? MODEL_POOL_CLS
 		     : !strcmp(opt.pooling, "max") ? MODEL_POOL_MAX
-						   : MODEL_POOL_MEAN;
+		     : !strcmp(opt.pooling, "attention") ? MODEL_POOL_ATTENTION
+							 : MODEL_POOL_MEAN;
 	c->head_hidden = opt.head_hidden ? opt.head_hidden : opt.enc.dim;
 	c->num_classes = 2;
 	c->seed = (uint64_t)opt.seed;

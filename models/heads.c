@@ -49,6 +49,10 @@ int model_classifier_init(struct model_classifier *m, struct nn_params *ps,
 		rc = nn_linear_init(&m->fc2, ps, "head.fc2", c->head_hidden, c->num_classes, true);
 	if (rc == TENSOR_OK)
 		rc = nn_dropout_init(&m->drop, ps, c->dropout);
+	if (rc == TENSOR_OK && c->pooling == MODEL_POOL_ATTENTION) {
+		m->pool_query = nn_param_new(ps, "head.pool.query", 1, &c->dim, false);
+		rc = m->pool_query ? TENSOR_OK : tensor_last_status();
+	}
 	if (rc < 0)
 		model_classifier_free(m);
 	return rc;
@@ -105,6 +109,33 @@ static struct tensor *masked_max(struct tensor *h, const struct tensor *mask)
 	return y;
 }
 
+/* Sum of h [B,T,d] over the real tokens of each row weighted by softmax(h q)
+ * -> [B,d]; a row without real tokens gives zeros. */
+static struct tensor *attention_pool(struct tensor *h, struct tensor *q, const struct tensor *mask)
+{
+	if (!h)
+		return NULL;
+	struct tensor *s = ag_squeeze(ag_matmul(h, ag_unsqueeze(q, 1)), 2); /* [B,T] */
+	struct tensor *zero = NULL, *pad = NULL, *real = NULL;
+	if (mask) {
+		zero = tensor_zeros(mask->dtype, mask->storage->device, 0, NULL);
+		pad = tensor_eq(mask, zero);
+		struct tensor *ne = tensor_ne(mask, zero);
+		real = tensor_cast(ne, h->dtype);
+		tensor_free(ne);
+		/* finite, so that a row of padding is not NaN; exp underflows to 0 */
+		s = ag_masked_fill(s, pad, -1e30);
+	}
+	struct tensor *p = ag_softmax(s, 1);
+	if (mask)
+		p = ag_mul(p, real); /* zeros the row of padding only */
+	struct tensor *y = ag_squeeze(ag_matmul(ag_unsqueeze(p, 1), h), 1);
+	tensor_free(zero);
+	tensor_free(pad);
+	tensor_free(real);
+	return y;
+}
+
 struct tensor *model_classifier_forward(const struct model_classifier *m, const struct tensor *ids,
 					const struct tensor *mask)
 {
@@ -120,7 +151,9 @@ struct tensor *model_classifier_forward(const struct model_classifier *m, const 
 	struct tensor *h = model_encoder_forward(&m->enc, ids, mask);
 	struct tensor *pooled = c->pooling == MODEL_POOL_CLS   ? ag_select(h, 1, 0)
 				: c->pooling == MODEL_POOL_MAX ? masked_max(h, mask)
-							       : masked_mean(h, mask);
+				: c->pooling == MODEL_POOL_ATTENTION
+				    ? attention_pool(h, m->pool_query, mask)
+				    : masked_mean(h, mask);
 	struct tensor *z =
 	    nn_activation_forward(head_activation(c), nn_linear_forward(&m->fc1, pooled));
 	z = nn_linear_forward(&m->fc2, nn_dropout_forward(&m->drop, z));

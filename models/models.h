@@ -30,7 +30,10 @@ enum model_attention {
 #define MODEL_PROJ_INIT_NOISE 0.1
 
 enum model_k_schedule { MODEL_K_CONSTANT, MODEL_K_LINEAR, MODEL_K_LIST };
-enum model_pooling { MODEL_POOL_MEAN, MODEL_POOL_CLS, MODEL_POOL_MAX };
+/* MEAN, MAX: over the real tokens; CLS: the first token; ATTENTION: a softmax
+ * over the real tokens of h q (q a learned vector, "head.pool.query", zero at
+ * first, so the pooling starts as the mean) weighting their sum. */
+enum model_pooling { MODEL_POOL_MEAN, MODEL_POOL_CLS, MODEL_POOL_MAX, MODEL_POOL_ATTENTION };
 
 struct model_config {
 	int64_t vocab_size, max_len; /* max_len = n: the longest input */
@@ -123,6 +126,7 @@ struct model_classifier {
 	struct model_encoder enc;
 	struct nn_linear fc1, fc2;
 	struct nn_dropout drop;
+	struct tensor *pool_query; /* [dim], attention pooling only */
 };
 int model_classifier_init(struct model_classifier *m, struct nn_params *ps,
 			  const struct model_config *cfg);

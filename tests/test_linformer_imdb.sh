@@ -399,6 +399,19 @@ if check sm "--label-smoothing run"; then
 		echo "ok: --label-smoothing changes the training"
 	fi
 fi
+# --pooling attention: the query is trained and saved; eval-only rebuilds it from the checkpoint
+# shellcheck disable=SC2086
+run po $BASE --steps 2 --pooling attention --log-dir "$tmp/po"
+if check po "--pooling attention run"; then
+	run pq --eval-only --checkpoint "$tmp/po/last.safetensors" --max-test 24 --batch 4 --threads 1
+	if ! check pq "eval-only of attention pooling"; then
+		:
+	elif [ "$(test_line "$tmp/po.out")" != "$(test_line "$tmp/pq.out")" ]; then
+		fail "--pooling attention: eval-only '$(test_line "$tmp/pq.out")', run '$(test_line "$tmp/po.out")'"
+	elif ! grep -q 'head.pool.query' "$tmp/po/last.safetensors"; then
+		fail "--pooling attention: no head.pool.query in the checkpoint"
+	fi
+fi
 # --embed-l2-ramp: over both steps (L 2.5, then 5) the weights end elsewhere; a ramp shorter
 # than one step is no ramp
 # shellcheck disable=SC2086

@@ -402,6 +402,11 @@ START_TEST(test_json_roundtrip)
 	json = model_config_to_json(&c);
 	ck_assert(strstr(json, "\"pooling\":\"max\"") != NULL);
 	free(json);
+	c.pooling = MODEL_POOL_ATTENTION;
+	roundtrip(&c, true);
+	json = model_config_to_json(&c);
+	ck_assert(strstr(json, "\"pooling\":\"attention\"") != NULL);
+	free(json);
 	/* the smallest config: vocab_size and max_len; the rest are the defaults */
 	struct model_config d, want;
 	ck_assert_int_eq(model_config_from_json(&d, "{\"max_len\": 64, \"vocab_size\": 50}"),
@@ -576,6 +581,12 @@ START_TEST(test_param_count_hand)
 	c.pre_norm = false; /* post-norm: no final norm */
 	ck_assert_int_eq(model_param_count(&c, false, false), 88 + 2 * (16 + 288 + 384));
 	check_count(&c, "pooling swiglu rms post-norm");
+	/* attention pooling: its query, d */
+	int64_t with_head = model_param_count(&c, true, false), mlm = model_param_count(&c, false, true);
+	c.pooling = MODEL_POOL_ATTENTION;
+	ck_assert_int_eq(model_param_count(&c, true, false), with_head + 8);
+	ck_assert_int_eq(model_param_count(&c, false, true), mlm); /* the MLM head does not pool */
+	check_count(&c, "attention pooling");
 	/* errors: the config is resolved first */
 	tu_assert_error(model_param_count(NULL, true, true) < 0, TENSOR_ERR_ARG,
 			"model_param_count", NULL);

@@ -1,6 +1,6 @@
-/* The models' heads against plain-loop references: the classifier's three
- * poolings with and without a mask, the gradient through max pooling, and the
- * MLM head's tied and untied decoder. */
+/* The models' heads against plain-loop references: the classifier's four
+ * poolings with and without a mask, the gradient through max and attention
+ * pooling, and the MLM head's tied and untied decoder. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -23,31 +23,56 @@ static void ref_linear(const double *x, const struct nn_linear *l, int64_t n, bo
 
 START_TEST(test_classifier_head_reference)
 {
-	/* logits = fc2(gelu(fc1(pool(h)))) with masked mean, masked max or
-	 * first-token pooling, computed from the encoder output with plain loops */
+	/* logits = fc2(gelu(fc1(pool(h)))) with masked mean, masked max,
+	 * first-token or attention pooling, computed from the encoder output with
+	 * plain loops */
 	const int64_t B = 3, T = 6, d = 8, len[3] = { 6, 2, 0 };
-	const enum model_pooling pools[3] = { MODEL_POOL_MEAN, MODEL_POOL_MAX, MODEL_POOL_CLS };
-	for (int pi = 0; pi < 3; pi++) {
+	const enum model_pooling pools[4] = { MODEL_POOL_MEAN, MODEL_POOL_MAX, MODEL_POOL_CLS,
+					      MODEL_POOL_ATTENTION };
+	for (int pi = 0; pi < 4; pi++) {
 		enum model_pooling pool = pools[pi];
 		struct model_config c = tiny("LS");
 		c.pooling = pool;
 		struct nn_params ps;
 		struct model_classifier m;
 		make_classifier(&m, &ps, &c, TENSOR_F64, 12);
+		double q[8] = { 0 };
+		if (pool == MODEL_POOL_ATTENTION) { /* zero at first (the mean), then random */
+			tu_assert_close(m.pool_query, q, d, 0, 0);
+			ck_assert_int_eq(tensor_uniform_(m.pool_query, 4, -2, 2), TENSOR_OK);
+			double *qv = tu_values(m.pool_query);
+			for (int64_t j = 0; j < d; j++)
+				q[j] = qv[j];
+			free(qv);
+		} else {
+			ck_assert_ptr_null(m.pool_query);
+		}
 		struct tensor *ids = rand_ids(B, T, 11, 13);
 		struct tensor *mask = prefix_mask(B, T, len);
 		for (int masked = 1; masked >= 0; masked--) {
 			const struct tensor *mk = masked ? mask : NULL;
 			double *h = tu_values(model_encoder_forward(&m.enc, ids, mk));
 			double pooled[3 * 8] = { 0 }, hid[3 * 8], want[3 * 3];
-			for (int64_t b = 0; b < B; b++)
+			for (int64_t b = 0; b < B; b++) {
+				/* attention weights: softmax over the real tokens of h q */
+				int64_t nb = masked ? len[b] : T;
+				double wt[6], mx = -INFINITY, z = 0;
+				for (int64_t t = 0; t < nb; t++) {
+					wt[t] = 0;
+					for (int64_t j = 0; j < d; j++)
+						wt[t] += h[(b * T + t) * d + j] * q[j];
+					mx = fmax(mx, wt[t]);
+				}
+				for (int64_t t = 0; t < nb; t++)
+					z += wt[t] = exp(wt[t] - mx);
 				for (int64_t j = 0; j < d; j++) {
 					int64_t n = masked ? len[b] : T;
 					double acc = pool == MODEL_POOL_MAX ? -INFINITY : 0;
 					for (int64_t t = 0; t < n && pool != MODEL_POOL_CLS; t++) {
 						double x = h[(b * T + t) * d + j];
 						acc = pool == MODEL_POOL_MAX ? fmax(acc, x)
-									     : acc + x / (double)n;
+						      : pool == MODEL_POOL_ATTENTION ? acc + x * wt[t] / z
+										     : acc + x / (double)n;
 					}
 					if (pool == MODEL_POOL_CLS)
 						acc = h[(b * T) * d + j];
@@ -55,6 +80,7 @@ START_TEST(test_classifier_head_reference)
 					pooled[b * d + j] =
 					    n == 0 && pool != MODEL_POOL_CLS ? 0 : acc;
 				}
+			}
 			ref_linear(pooled, &m.fc1, B, true, hid);
 			ref_linear(hid, &m.fc2, B, false, want);
 			struct tensor *y = model_classifier_forward(&m, ids, mk);
@@ -68,35 +94,22 @@ START_TEST(test_classifier_head_reference)
 }
 END_TEST
 
-/* The gradient through the masked max pooling: the token embedding's gradient of
- * sum(logits * R) against central differences (rows with padding and an empty row). */
-START_TEST(test_classifier_max_pool_gradient)
+/* Central differences of sum(logits * r) against p's gradient, every third element. */
+static void check_grad(struct model_classifier *m, struct tensor *p, const struct tensor *ids,
+		       const struct tensor *mask, const struct tensor *r)
 {
-	const int64_t B = 3, T = 5, len[3] = { 5, 3, 0 };
-	struct model_config c = tiny("SS");
-	c.pooling = MODEL_POOL_MAX;
-	c.dropout = c.attn_dropout = 0;
-	struct nn_params ps;
-	struct model_classifier m;
-	make_classifier(&m, &ps, &c, TENSOR_F64, 21);
-	struct tensor *ids = rand_ids(B, T, 11, 17);
-	struct tensor *mask = prefix_mask(B, T, len);
-	struct tensor *r = tu_rand(TENSOR_F64, 2, (int64_t[]){ B, 3 }, 5);
-	struct tensor *w = m.enc.embed.weight;
-	struct tensor *loss =
-	    ag_sum(ag_mul(model_classifier_forward(&m, ids, mask), r), 0, NULL, false);
-	ck_assert_int_eq(ag_backward(loss, NULL), TENSOR_OK);
-	ck_assert_msg(w->grad != NULL, "no gradient reached the embedding through the pooling");
-	double *g = tu_values(w->grad), eps = 1e-6;
-	int64_t n = tensor_numel(w);
+	ck_assert_msg(p->grad != NULL, "no gradient reached %s through the pooling",
+		      p == m->pool_query ? "the query" : "the embedding");
+	double *g = tu_values(p->grad), eps = 1e-6;
+	int64_t n = tensor_numel(p);
 	for (int64_t i = 0; i < n; i += 3) {
 		double v[2];
 		for (int s = 0; s < 2; s++) {
-			struct tensor *e = tensor_narrow(tensor_reshape(w, 1, &n), 0, i, 1);
+			struct tensor *e = tensor_narrow(tensor_reshape(p, 1, &n), 0, i, 1);
 			double x0 = tensor_get(e, (int64_t[]){ 0 });
 			tensor_fill_(e, x0 + (s ? eps : -eps));
 			ag_no_grad_begin();
-			struct tensor *y = model_classifier_forward(&m, ids, mask);
+			struct tensor *y = model_classifier_forward(m, ids, mask);
 			v[s] = tensor_get(tensor_sum(tensor_mul(y, r), 0, NULL, false), NULL);
 			ag_no_grad_end();
 			tensor_fill_(e, x0);
@@ -106,8 +119,36 @@ START_TEST(test_classifier_max_pool_gradient)
 			      g[i]);
 	}
 	free(g);
-	model_classifier_free(&m);
-	drop_params(&ps);
+}
+
+/* The gradient through the masked max and attention poolings: the token
+ * embedding's (and the query's) gradient of sum(logits * R) against central
+ * differences (rows with padding and an empty row). */
+START_TEST(test_classifier_pool_gradient)
+{
+	const int64_t B = 3, T = 5, len[3] = { 5, 3, 0 };
+	const enum model_pooling pools[2] = { MODEL_POOL_MAX, MODEL_POOL_ATTENTION };
+	for (int pi = 0; pi < 2; pi++) {
+		struct model_config c = tiny("SS");
+		c.pooling = pools[pi];
+		c.dropout = c.attn_dropout = 0;
+		struct nn_params ps;
+		struct model_classifier m;
+		make_classifier(&m, &ps, &c, TENSOR_F64, 21);
+		if (m.pool_query)
+			ck_assert_int_eq(tensor_uniform_(m.pool_query, 6, -1, 1), TENSOR_OK);
+		struct tensor *ids = rand_ids(B, T, 11, 17);
+		struct tensor *mask = prefix_mask(B, T, len);
+		struct tensor *r = tu_rand(TENSOR_F64, 2, (int64_t[]){ B, 3 }, 5);
+		struct tensor *loss =
+		    ag_sum(ag_mul(model_classifier_forward(&m, ids, mask), r), 0, NULL, false);
+		ck_assert_int_eq(ag_backward(loss, NULL), TENSOR_OK);
+		check_grad(&m, m.enc.embed.weight, ids, mask, r);
+		if (m.pool_query)
+			check_grad(&m, m.pool_query, ids, mask, r);
+		model_classifier_free(&m);
+		drop_params(&ps);
+	}
 }
 END_TEST
 
@@ -173,7 +214,7 @@ int main(void)
 	Suite *s = suite_create("models_heads");
 	TCase *tc = tu_tcase("heads");
 	tcase_add_test(tc, test_classifier_head_reference);
-	tcase_add_test(tc, test_classifier_max_pool_gradient);
+	tcase_add_test(tc, test_classifier_pool_gradient);
 	tcase_add_test(tc, test_mlm_tied_decoder);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
