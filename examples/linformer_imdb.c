@@ -110,7 +110,8 @@ static struct flag flags[] = {
 	DBL("pos-l2", pos_l2, 0, 10, 0, "L",
 	    "L2 penalty L/2 |P|^2 on the learned position embedding P, as --embed-l2 (0: none)"),
 	DBL("label-smoothing", label_smoothing, 0, 1, FLAG_MAX_OPEN, "S",
-	    "train on targets (1 - S) one-hot + S uniform; the logged training loss is the smoothed one, validation and test losses are not (0: none)"),
+	    "train on targets (1 - S) one-hot + S uniform; the logged training loss is the "
+	    "smoothed one, validation and test losses are not (0: none)"),
 	DBL("adv-eps", adv_eps, 0, 10, 0, "R",
 	    "adversarial training (nn_fgm): each batch is trained again with the token "
 	    "embedding moved along its gradient by R times its norm (e.g. 0.05; twice the "
@@ -195,8 +196,8 @@ static void load_tokenizer(struct text_tokenizer *tok, int64_t vocab_size)
 static void build_config(struct model_config *c, const struct text_tokenizer *tok)
 {
 	model_flags_config(c, &opt.enc, tok, flags, NFLAGS, PROG);
-	c->pooling = !strcmp(opt.pooling, "cls")   ? MODEL_POOL_CLS
-		     : !strcmp(opt.pooling, "max") ? MODEL_POOL_MAX
+	c->pooling = !strcmp(opt.pooling, "cls")	 ? MODEL_POOL_CLS
+		     : !strcmp(opt.pooling, "max")	 ? MODEL_POOL_MAX
 		     : !strcmp(opt.pooling, "attention") ? MODEL_POOL_ATTENTION
 							 : MODEL_POOL_MEAN;
 	c->head_hidden = opt.head_hidden ? opt.head_hidden : opt.enc.dim;

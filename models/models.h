@@ -119,9 +119,9 @@ struct tensor *model_encoder_forward(const struct model_encoder *m, const struct
 				     const struct tensor *mask);
 void model_encoder_free(struct model_encoder *m);
 
-/* Sequence classifier: encoder, pooling (masked mean, masked max per feature
- * or the first token),
- * "head.fc1" dim -> head_hidden, activation, dropout, "head.fc2" -> classes. */
+/* Sequence classifier: encoder, pooling (masked mean, masked max per feature,
+ * the first token, or attention with "head.pool.query"), "head.fc1" dim ->
+ * head_hidden, activation, dropout, "head.fc2" -> classes. */
 struct model_classifier {
 	struct model_encoder enc;
 	struct nn_linear fc1, fc2;

@@ -56,7 +56,8 @@ int nn_fgm_perturb(struct nn_fgm *f, struct nn_params *ps, const char *prefix, d
 		return tensor_error(TENSOR_ERR_ARG, "%s: %s is NULL", op, f ? "ps" : "f");
 	if (f->saved)
 		return tensor_error(TENSOR_ERR_STATE,
-				    "%s: the weights are perturbed already; nn_fgm_restore first", op);
+				    "%s: the weights are perturbed already; nn_fgm_restore first",
+				    op);
 	if (!(eps >= 0) || !isfinite(eps))
 		return tensor_error(TENSOR_ERR_ARG, "%s: eps %g must be finite and >= 0", op, eps);
 	size_t len = prefix ? strlen(prefix) : 0;
@@ -66,9 +67,10 @@ int nn_fgm_perturb(struct nn_fgm *f, struct nn_params *ps, const char *prefix, d
 	if (!matched)
 		return tensor_error(TENSOR_ERR_ARG, "%s: no parameter name starts with '%s'", op,
 				    prefix ? prefix : "");
-	*f = (struct nn_fgm){ .ps = ps, .n = ps->n, .saved = calloc((size_t)ps->n, sizeof(void *)) };
-	if (!f->saved)
+	struct tensor **saved = calloc((size_t)ps->n, sizeof *saved);
+	if (!saved)
 		return tensor_error(TENSOR_ERR_NOMEM, "%s: cannot allocate %d slots", op, ps->n);
+	*f = (struct nn_fgm){ .ps = ps, .n = ps->n, .saved = saved };
 	int rc = TENSOR_OK, done = 0;
 	ag_no_grad_begin();
 	for (int i = 0; i < ps->n && rc >= 0; i++)

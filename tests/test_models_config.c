@@ -582,7 +582,8 @@ START_TEST(test_param_count_hand)
 	ck_assert_int_eq(model_param_count(&c, false, false), 88 + 2 * (16 + 288 + 384));
 	check_count(&c, "pooling swiglu rms post-norm");
 	/* attention pooling: its query, d */
-	int64_t with_head = model_param_count(&c, true, false), mlm = model_param_count(&c, false, true);
+	int64_t with_head = model_param_count(&c, true, false),
+		mlm = model_param_count(&c, false, true);
 	c.pooling = MODEL_POOL_ATTENTION;
 	ck_assert_int_eq(model_param_count(&c, true, false), with_head + 8);
 	ck_assert_int_eq(model_param_count(&c, false, true), mlm); /* the MLM head does not pool */

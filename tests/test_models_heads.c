@@ -71,8 +71,9 @@ START_TEST(test_classifier_head_reference)
 					for (int64_t t = 0; t < n && pool != MODEL_POOL_CLS; t++) {
 						double x = h[(b * T + t) * d + j];
 						acc = pool == MODEL_POOL_MAX ? fmax(acc, x)
-						      : pool == MODEL_POOL_ATTENTION ? acc + x * wt[t] / z
-										     : acc + x / (double)n;
+						      : pool == MODEL_POOL_ATTENTION
+							  ? acc + x * wt[t] / z
+							  : acc + x / (double)n;
 					}
 					if (pool == MODEL_POOL_CLS)
 						acc = h[(b * T) * d + j];

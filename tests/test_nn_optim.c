@@ -879,7 +879,8 @@ START_TEST(test_fgm)
 		small_model(&ps, TENSOR_F64);
 		if (packed) /* f then has a zero gradient, else none */
 			ck_assert_int_eq(nn_params_pack(&ps), TENSOR_OK);
-		struct tensor *w = ps.items[0].value, *b = ps.items[1].value, *f = ps.items[2].value;
+		struct tensor *w = ps.items[0].value, *b = ps.items[1].value,
+			      *f = ps.items[2].value;
 		set_values(w, 7, true);
 		set_values(b, 8, true);
 		struct nn_fgm adv = { 0 };
@@ -918,7 +919,8 @@ START_TEST(test_fgm)
 			ck_assert_ptr_nonnull(
 			    nn_param_new(&ps, "late", 1, (int64_t[]){ 2 }, false));
 			tu_assert_error(nn_fgm_restore(&adv) < 0, TENSOR_ERR_STATE,
-					"nn_fgm_restore", "perturbed with 3 parameters, the list has 4");
+					"nn_fgm_restore",
+					"perturbed with 3 parameters, the list has 4");
 			nn_fgm_free(&adv);
 			ck_assert_ptr_null(adv.saved);
 		}
@@ -933,8 +935,8 @@ START_TEST(test_fgm)
 				"nn_fgm_perturb", "must be finite and >= 0");
 	tu_assert_error(nn_fgm_perturb(&adv, &ps, "embed.", 0.1) < 0, TENSOR_ERR_ARG,
 			"nn_fgm_perturb", "no parameter name starts with 'embed.'");
-	tu_assert_error(nn_fgm_perturb(&adv, NULL, "", 0.1) < 0, TENSOR_ERR_ARG,
-			"nn_fgm_perturb", "ps is NULL");
+	tu_assert_error(nn_fgm_perturb(&adv, NULL, "", 0.1) < 0, TENSOR_ERR_ARG, "nn_fgm_perturb",
+			"ps is NULL");
 	tu_assert_error(nn_fgm_restore(NULL) < 0, TENSOR_ERR_STATE, "nn_fgm_restore",
 			"nothing is perturbed");
 	nn_fgm_free(NULL);
