@@ -1,0 +1,33 @@
+/* linformer_imdb's command line, shared by its source files: the options with
+ * their defaults (opt), the flag table bound to them, the flags a resumed run
+ * may change, and the --help texts (linformer_imdb_flags.c). */
+#ifndef CFORMER_EXAMPLES_LINFORMER_IMDB_H
+#define CFORMER_EXAMPLES_LINFORMER_IMDB_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/flags.h"
+#include "common/model_flags.h"
+
+struct options {
+	struct model_flags enc;
+	const char *pooling, *schedule, *data, *val_split, *log_dir, *checkpoint_dir;
+	const char *init_from, *checkpoint, *predict, *predict_file;
+	int64_t head_hidden;
+	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_train, max_test;
+	int64_t log_every, stop_after, keep_tail;
+	double embed_std, lr, beta1, beta2, min_lr, warmup, weight_decay, clip, val_fraction;
+	double token_mask, pooled_test, embed_l2, embed_l2_ramp, pos_l2, ema, adv_eps;
+	double label_smoothing;
+	bool decay_all, lazy_embed, resume, eval_only, no_bucket;
+};
+
+extern struct options opt;
+extern struct flag flags[];
+extern const int NFLAGS;
+/* Flags that a resumed run may change; NULL-terminated. */
+extern const char *const RESUME_FREE[];
+extern const char SYNOPSIS[], EPILOG[];
+
+#endif
