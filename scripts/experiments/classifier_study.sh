@@ -11,8 +11,8 @@ STUDY_DOC="Trains linformer_imdb for every model x n x seed and tabulates the re
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 parse_args "$@"
 
-MODELS="transformer linformer conv-linformer"
-NS="64 128 256 512"
+MODELS=${SEL_MODELS:-"transformer linformer conv-linformer"}
+NS=${SEL_NS:-"64 128 256 512"}
 note "data $(describe_data); epochs $EPOCHS; seeds $SEEDS; threads $THREADS; $IMDB"
 
 csv=$OUT/results.csv

@@ -25,6 +25,8 @@ flags:
   --seeds "S..."  seeds of each configuration (default: "1 2 3")
   --threads T     threads of each run (default: 2)
   --extra "ARGS"  more flags for every run of the program, e.g. "--dim 256 --layers 4"
+  --models "M..." only these models (classifier and MLM studies; default: all three)
+  --ns "N..."     only these sequence lengths (classifier and MLM studies; default: the grid)
   --out DIR       results directory (default: results/$STUDY)
   --bin DIR       directory of the built linformer_imdb and linformer_mlm (default: examples/
                   of the build directory: ./examples, else \$BUILD_DIR/examples, else the tree)
@@ -39,10 +41,10 @@ EOF
 
 parse_args() {
 	DATA="" EPOCHS="" QUICK=0 SEEDS="1 2 3" THREADS=2 EXTRA="" OUT="" BIN="" FORCE=0 KEEP=0
-	PLOTS=1
+	PLOTS=1 SEL_MODELS="" SEL_NS=""
 	while [ $# -gt 0 ]; do
 		case $1 in
-		--data | --epochs | --seeds | --threads | --extra | --out | --bin)
+		--data | --epochs | --seeds | --threads | --extra | --out | --bin | --models | --ns)
 			[ $# -ge 2 ] || die "$1 needs a value (see --help)"
 			case $1 in
 			--data) DATA=$2 ;;
@@ -52,6 +54,8 @@ parse_args() {
 			--extra) EXTRA=$2 ;;
 			--out) OUT=$2 ;;
 			--bin) BIN=$2 ;;
+			--models) SEL_MODELS=$2 ;;
+			--ns) SEL_NS=$2 ;;
 			esac
 			shift 2
 			;;
@@ -72,6 +76,14 @@ parse_args() {
 		case $s in *[!0-9]*) die "--seeds: expected integers, got '$SEEDS'" ;; esac
 	done
 	[ -n "$SEEDS" ] || die "--seeds: expected at least one seed"
+	for s in $SEL_NS; do
+		case $s in *[!0-9]* | 0) die "--ns: expected positive integers, got '$SEL_NS'" ;; esac
+	done
+	for s in $SEL_MODELS; do
+		case $s in transformer | linformer | conv-linformer) ;;
+		*) die "--models: expected transformer, linformer or conv-linformer, got '$s'" ;;
+		esac
+	done
 	[ -z "$DATA" ] || [ -d "$DATA/train" ] || die "--data: $DATA has no train/ (expected the aclImdb layout)"
 	OUT=${OUT:-results/$STUDY}
 	[ "$PLOTS" = 0 ] || need_gnuplot

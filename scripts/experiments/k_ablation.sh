@@ -10,6 +10,7 @@ QUICK_FLAGS="--max-train 64 --max-test 64 --dim 32 --ff 64 --batch 16 --log-ever
 STUDY_DOC="Trains linformer_imdb (Linformer, n = 512) for every k x seed, plus the Transformer."
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 parse_args "$@"
+[ -z "$SEL_MODELS$SEL_NS" ] || die "--models and --ns do not apply to this study (n = 512, k varies)"
 
 N=512
 KS="32 64 128 256"

@@ -12,8 +12,8 @@ STUDY_DOC="Pretrains linformer_mlm for every model x n x seed and tabulates the 
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 parse_args "$@"
 
-MODELS="transformer linformer conv-linformer"
-NS="128 256 512"
+MODELS=${SEL_MODELS:-"transformer linformer conv-linformer"}
+NS=${SEL_NS:-"128 256 512"}
 note "data $(describe_data); epochs $EPOCHS; seeds $SEEDS; threads $THREADS; $MLM"
 
 csv=$OUT/results.csv
