@@ -39,10 +39,7 @@ static void load_tokenizer(struct text_tokenizer *tok, int64_t vocab_size)
 static void build_config(struct model_config *c, const struct text_tokenizer *tok)
 {
 	model_flags_config(c, &opt.enc, tok, flags, NFLAGS, PROG);
-	c->pooling = !strcmp(opt.pooling, "cls")	 ? MODEL_POOL_CLS
-		     : !strcmp(opt.pooling, "max")	 ? MODEL_POOL_MAX
-		     : !strcmp(opt.pooling, "attention") ? MODEL_POOL_ATTENTION
-							 : MODEL_POOL_MEAN;
+	c->pooling = (enum model_pooling)model_pooling_parse(opt.pooling); /* CHO checked it */
 	c->head_hidden = opt.head_hidden ? opt.head_hidden : opt.enc.dim;
 	c->num_classes = 2;
 	c->seed = (uint64_t)opt.seed;

@@ -21,7 +21,7 @@ static const char *const attn_names[MODEL_NATTN] = {
 };
 static const char attn_letters[MODEL_NATTN + 1] = "SLCMXR";
 static const char *const schedule_names[] = { "constant", "linear", "list" };
-static const char *const pooling_names[] = { "mean", "cls", "max", "attention" };
+static const char *const pooling_names[MODEL_NPOOL] = { "mean", "cls", "max", "attention" };
 
 const char *model_attention_name(enum model_attention a)
 {
@@ -42,6 +42,11 @@ static int parse_name(const char *name, const char *const *names, int n)
 		if (strcmp(name, names[i]) == 0)
 			return i;
 	return -1;
+}
+
+int model_pooling_parse(const char *name)
+{
+	return parse_name(name, pooling_names, MODEL_NPOOL);
 }
 
 /* ---- presets -------------------------------------------------------------------- */
@@ -193,7 +198,7 @@ static int check_sizes(const struct model_config *c)
 		return RESOLVE_ERR("unknown k_schedule %d", (int)c->k_schedule);
 	if ((unsigned)c->sharing > NN_SHARE_LAYERWISE)
 		return RESOLVE_ERR("unknown sharing %d", (int)c->sharing);
-	if ((unsigned)c->pooling > MODEL_POOL_ATTENTION)
+	if ((unsigned)c->pooling >= MODEL_NPOOL)
 		return RESOLVE_ERR("unknown pooling %d", (int)c->pooling);
 	for (int64_t i = 0; i < c->layers; i++)
 		if ((unsigned)c->attention[i] >= MODEL_NATTN)
@@ -324,7 +329,7 @@ static const char *enum_name(const struct field *f, int v)
 	case F_ACT: return (unsigned)v < NN_NACTIVATIONS ? nn_activation_name(v) : NULL;
 	case F_SCHED: return (unsigned)v <= MODEL_K_LIST ? schedule_names[v] : NULL;
 	case F_SHARE: return (unsigned)v <= NN_SHARE_LAYERWISE ? nn_proj_sharing_name(v) : NULL;
-	case F_POOL: return (unsigned)v <= MODEL_POOL_ATTENTION ? pooling_names[v] : NULL;
+	case F_POOL: return (unsigned)v < MODEL_NPOOL ? pooling_names[v] : NULL;
 	default: return NULL;
 	}
 }
@@ -552,14 +557,14 @@ static int field_from_json(struct model_config *c, const struct field *f, const 
 	case F_ACT: e = s ? nn_activation_parse(s) : -1; break;
 	case F_SCHED: e = parse_name(s, schedule_names, 3); break;
 	case F_SHARE: e = s ? nn_proj_sharing_parse(s) : -1; break;
-	default: e = parse_name(s, pooling_names, MODEL_POOL_ATTENTION + 1); break;
+	default: e = model_pooling_parse(s); break;
 	}
 	if (e < 0) {
 		char names[96] = "";
 		int n = f->type == F_ACT     ? NN_NACTIVATIONS
 			: f->type == F_SCHED ? 3
 			: f->type == F_SHARE ? NN_SHARE_LAYERWISE + 1
-					     : MODEL_POOL_ATTENTION + 1;
+					     : MODEL_NPOOL;
 		for (int i = 0; i < n; i++) {
 			strncat(names, enum_name(f, i), sizeof names - strlen(names) - 1);
 			if (i + 1 < n)

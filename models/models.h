@@ -33,7 +33,13 @@ enum model_k_schedule { MODEL_K_CONSTANT, MODEL_K_LINEAR, MODEL_K_LIST };
 /* MEAN, MAX: over the real tokens; CLS: the first token; ATTENTION: a softmax
  * over the real tokens of h q (q a learned vector, "head.pool.query", zero at
  * first, so the pooling starts as the mean) weighting their sum. */
-enum model_pooling { MODEL_POOL_MEAN, MODEL_POOL_CLS, MODEL_POOL_MAX, MODEL_POOL_ATTENTION };
+enum model_pooling {
+	MODEL_POOL_MEAN,
+	MODEL_POOL_CLS,
+	MODEL_POOL_MAX,
+	MODEL_POOL_ATTENTION,
+	MODEL_NPOOL
+};
 
 struct model_config {
 	int64_t vocab_size, max_len; /* max_len = n: the longest input */
@@ -84,6 +90,8 @@ char *model_config_to_json(const struct model_config *c);
 int model_config_from_json(struct model_config *c, const char *json);
 const char *model_attention_name(enum model_attention a);
 int model_attention_parse(const char *name);
+/* "mean", "cls", "max" or "attention" -> its enum model_pooling; -1 for any other. */
+int model_pooling_parse(const char *name);
 
 /* One encoder layer: norm, attention, residual, norm, feed-forward, residual. */
 struct model_layer {

@@ -313,6 +313,12 @@ START_TEST(test_attention_names)
 	ck_assert_int_eq(model_attention_parse("Linear"), -1);
 	ck_assert_int_eq(model_attention_parse(""), -1);
 	ck_assert_int_eq(model_attention_parse(NULL), -1);
+	ck_assert_int_eq(model_pooling_parse("mean"), MODEL_POOL_MEAN);
+	ck_assert_int_eq(model_pooling_parse("cls"), MODEL_POOL_CLS);
+	ck_assert_int_eq(model_pooling_parse("max"), MODEL_POOL_MAX);
+	ck_assert_int_eq(model_pooling_parse("attention"), MODEL_POOL_ATTENTION);
+	ck_assert_int_eq(model_pooling_parse("Mean"), -1);
+	ck_assert_int_eq(model_pooling_parse(NULL), -1);
 }
 END_TEST
 
