@@ -20,7 +20,8 @@ static const char *const attn_names[MODEL_NATTN] = {
 	[MODEL_ATTN_MAX] = "max",	    [MODEL_ATTN_RANDOM] = "random",
 };
 static const char attn_letters[MODEL_NATTN + 1] = "SLCMXR";
-static const char *const schedule_names[] = { "constant", "linear", "list" };
+#define NSCHED (MODEL_K_LIST + 1)
+static const char *const schedule_names[NSCHED] = { "constant", "linear", "list" };
 static const char *const pooling_names[MODEL_NPOOL] = { "mean", "cls", "max", "attention" };
 
 const char *model_attention_name(enum model_attention a)
@@ -194,7 +195,7 @@ static int check_sizes(const struct model_config *c)
 				   c->attn_dropout);
 	if ((unsigned)c->activation >= NN_NACTIVATIONS)
 		return RESOLVE_ERR("unknown activation %d", (int)c->activation);
-	if ((unsigned)c->k_schedule > MODEL_K_LIST)
+	if ((unsigned)c->k_schedule >= NSCHED)
 		return RESOLVE_ERR("unknown k_schedule %d", (int)c->k_schedule);
 	if ((unsigned)c->sharing > NN_SHARE_LAYERWISE)
 		return RESOLVE_ERR("unknown sharing %d", (int)c->sharing);
@@ -327,7 +328,7 @@ static const char *enum_name(const struct field *f, int v)
 {
 	switch (f->type) {
 	case F_ACT: return (unsigned)v < NN_NACTIVATIONS ? nn_activation_name(v) : NULL;
-	case F_SCHED: return (unsigned)v <= MODEL_K_LIST ? schedule_names[v] : NULL;
+	case F_SCHED: return (unsigned)v < NSCHED ? schedule_names[v] : NULL;
 	case F_SHARE: return (unsigned)v <= NN_SHARE_LAYERWISE ? nn_proj_sharing_name(v) : NULL;
 	case F_POOL: return (unsigned)v < MODEL_NPOOL ? pooling_names[v] : NULL;
 	default: return NULL;
@@ -555,14 +556,14 @@ static int field_from_json(struct model_config *c, const struct field *f, const 
 	const char *s = cJSON_IsString(v) ? v->valuestring : NULL;
 	switch (f->type) {
 	case F_ACT: e = s ? nn_activation_parse(s) : -1; break;
-	case F_SCHED: e = parse_name(s, schedule_names, 3); break;
+	case F_SCHED: e = parse_name(s, schedule_names, NSCHED); break;
 	case F_SHARE: e = s ? nn_proj_sharing_parse(s) : -1; break;
 	default: e = model_pooling_parse(s); break;
 	}
 	if (e < 0) {
 		char names[96] = "";
 		int n = f->type == F_ACT     ? NN_NACTIVATIONS
-			: f->type == F_SCHED ? 3
+			: f->type == F_SCHED ? NSCHED
 			: f->type == F_SHARE ? NN_SHARE_LAYERWISE + 1
 					     : MODEL_NPOOL;
 		for (int i = 0; i < n; i++) {
