@@ -225,12 +225,13 @@ static double *dropout_ref(const struct tensor *x, double p, uint64_t seed)
 
 /* Exactly the reference in every layout, dtype and p, across chunk and
  * thread boundaries (65,536 elements a chunk); in place the same. Run with the
- * CPU's own kernel (_i = 0: AVX2 intrinsics where the CPU has AVX2 but not
- * AVX-512) and with the portable loop (_i = 1). */
+ * CPU's own kernel (_i = 0), the portable loop (_i = 1) and the AVX2
+ * intrinsics (_i = 2; the portable loop again on a CPU without AVX2). */
 START_TEST(test_dropout)
 {
-	if (_i == 1)
-		setenv("CFORMER_PORTABLE_DROPOUT", "1", 1);
+	static const char *kernel[] = { NULL, "portable", "avx2" };
+	if (kernel[_i])
+		setenv("CFORMER_DROPOUT_KERNEL", kernel[_i], 1);
 	const int64_t shapes[][2] = { { 3, 7 }, { 37, 29 }, { 257, 513 } };
 	const double ps[] = { 0, 0.1, 0.5, 0.9 };
 	tensor_set_num_threads(3);
@@ -264,7 +265,7 @@ START_TEST(test_dropout)
 				free(want);
 			}
 	tensor_set_num_threads(0);
-	unsetenv("CFORMER_PORTABLE_DROPOUT");
+	unsetenv("CFORMER_DROPOUT_KERNEL");
 }
 END_TEST
 
@@ -302,7 +303,7 @@ int main(void)
 	tcase_add_test(tc, test_masked_fill);
 	tcase_add_test(tc, test_where_errors);
 	tcase_add_test(tc, test_where_large);
-	tcase_add_loop_test(tc, test_dropout, 0, 2);
+	tcase_add_loop_test(tc, test_dropout, 0, 3);
 	tcase_add_test(tc, test_dropout_errors);
 	suite_add_tcase(s, tc);
 	return tu_run(s);

@@ -5,6 +5,7 @@
  * compiler's version spends most of its time packing 32-bit halves. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../random.h"
 #include "cpu_kernels.h"
@@ -121,12 +122,14 @@ int cpu_dropout(struct tensor *out, const struct tensor *x, double p, uint64_t s
 	char *po = tensor_data(out);
 	const char *px = tensor_data(x);
 	size_t es = f32 ? sizeof(float) : sizeof(double);
-	/* AVX-512 runs the portable loop's widest clone; AVX2 the intrinsics,
-	 * unless CFORMER_PORTABLE_DROPOUT is set (the tests run both). */
+	/* AVX-512 runs the portable loop's widest clone; AVX2 the intrinsics.
+	 * CFORMER_DROPOUT_KERNEL=portable or avx2 (where the CPU has AVX2)
+	 * forces one, so that the tests run both on any x86 CPU. */
 	bool avx2 = false;
 #ifdef CPU_DROPOUT_AVX2
-	avx2 = __builtin_cpu_supports("avx2") && !__builtin_cpu_supports("avx512f") &&
-	       !getenv("CFORMER_PORTABLE_DROPOUT");
+	const char *force = getenv("CFORMER_DROPOUT_KERNEL");
+	avx2 = __builtin_cpu_supports("avx2") &&
+	       (force ? strcmp(force, "avx2") == 0 : !__builtin_cpu_supports("avx512f"));
 #endif
 #pragma omp parallel for num_threads(cpu_num_threads()) if (chunks > 1)
 	for (int64_t c = 0; c < chunks; c++) {
