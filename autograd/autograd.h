@@ -30,7 +30,8 @@ int ag_requires_grad(struct tensor *t, bool on);
  * when out has one element (seed 1). Accumulates into every reachable leaf's
  * grad, then drops the recorded nodes (the tape is empty afterwards).
  * Errors: out does not require grad, dout shape mismatch, a saved tensor was
- * modified (TENSOR_ERR_STATE), and any op error during backward. */
+ * modified or a leaf's gradient was itself used by an op of the graph (use a
+ * clone of it; TENSOR_ERR_STATE), and any op error during backward. */
 int ag_backward(struct tensor *out, const struct tensor *dout);
 /* As ag_backward, and hands the forward's memory back while it runs, as a
  * framework that frees saved tensors does: the data the current scope made

@@ -233,9 +233,17 @@ int ag_accumulate(struct tensor *t, const struct tensor *g)
 		if (!t->grad)
 			return tensor_last_status();
 	}
-	if (tensor_is_contiguous(t->grad) && t->grad->storage->tape_refs == 0)
+	if (t->grad->storage->tape_refs > 0) { /* an op of this graph read the gradient */
+		char b[128];
+		return tensor_error(TENSOR_ERR_STATE,
+				    "backward: the gradient of leaf %s is saved by the autograd tape "
+				    "(an op of this graph used it), so it cannot be accumulated "
+				    "into; use a clone of the gradient in the graph instead",
+				    tensor_shape_str(t, b, sizeof b));
+	}
+	if (tensor_is_contiguous(t->grad))
 		return tensor_add_(t->grad, gs);
-	struct tensor *sum = tensor_add(t->grad, gs);
+	struct tensor *sum = tensor_add(t->grad, gs); /* a view the caller set */
 	return sum ? tensor_copy_(t->grad, sum) : tensor_last_status();
 }
 

@@ -149,6 +149,33 @@ START_TEST(test_errors)
 	ck_assert(loss == NULL);
 	tu_assert_error(ag_backward(loss, NULL) < 0, TENSOR_ERR_SHAPE, "add", "[3,4]");
 	ag_tape_reset();
+	tu_assert_error(ag_requires_grad(NULL, true) < 0, TENSOR_ERR_ARG, "ag_requires_grad",
+			"NULL");
+	tu_assert_error(ag_zero_grad(NULL) < 0, TENSOR_ERR_ARG, "ag_zero_grad", "NULL");
+}
+END_TEST
+
+/* A leaf's gradient used by an op of the graph cannot be accumulated into
+ * during that graph's backward: a clear error, the gradient unchanged; a
+ * clone of it can be used instead. */
+START_TEST(test_grad_used_in_graph)
+{
+	struct tensor *a = gc_input(2, S34, 10, -1, 1, false);
+	ck_assert_int_eq(ag_backward(ag_sum(ag_mul(a, a), 0, NULL, false), NULL), TENSOR_OK);
+	double *g1 = tu_values(a->grad); /* 2a */
+	struct tensor *loss = ag_sum(ag_mul(a, a->grad), 0, NULL, false);
+	tu_assert_error(ag_backward(loss, NULL) < 0, TENSOR_ERR_STATE, "gradient of leaf [3,4]",
+			"use a clone");
+	ck_assert_int_eq(ag_tape_size(), 0);
+	tu_assert_close(a->grad, g1, 12, 0, 0);
+	loss = ag_sum(ag_mul(a, tensor_clone(a->grad)), 0, NULL, false);
+	ck_assert_int_eq(ag_backward(loss, NULL), TENSOR_OK);
+	double want[12];
+	for (int i = 0; i < 12; i++)
+		want[i] = 2 * g1[i];
+	tu_assert_close(a->grad, want, 12, 1e-12, 0);
+	free(g1);
+	tensor_free(a->grad);
 }
 END_TEST
 
@@ -475,6 +502,7 @@ int main(void)
 	tcase_add_test(tc, test_no_grad_and_detach);
 	tcase_add_test(tc, test_scope_end_drops_nodes);
 	tcase_add_test(tc, test_errors);
+	tcase_add_test(tc, test_grad_used_in_graph);
 	tcase_add_test(tc, test_backward_frees_as_it_goes);
 	tcase_add_test(tc, test_accumulate_take);
 	tcase_add_test(tc, test_memory_flat_across_steps);
