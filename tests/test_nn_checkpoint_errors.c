@@ -285,6 +285,18 @@ START_TEST(test_optimizer_mismatch)
 	tu_assert_error(nn_checkpoint_save(path, &ps, &o, NULL, 0) < 0, TENSOR_ERR_ARG, path,
 			"no state for 'late'");
 	nn_adamw_free(&o);
+	/* the same on load: a checkpoint with 'late' and its state, into an
+	 * optimizer made before 'late' existed */
+	ck_assert_int_eq(nn_adamw_init(&o, &ps, 1e-3, 0.9, 0.999, 1e-8, 0), TENSOR_OK);
+	ck_assert_int_eq(nn_checkpoint_save(path, &ps, &o, NULL, 0), TENSOR_OK);
+	nn_adamw_free(&o);
+	nn_params_free(&ps);
+	tiny(&ps);
+	ck_assert_int_eq(nn_adamw_init(&o, &ps, 1e-3, 0.9, 0.999, 1e-8, 0), TENSOR_OK);
+	ck_assert(nn_param_new(&ps, "late", 1, &one, false));
+	tu_assert_error(nn_checkpoint_load(path, &ps, &o, NULL) < 0, TENSOR_ERR_STATE, path,
+			"no state for 'late'");
+	nn_adamw_free(&o);
 	nn_params_free(&ps);
 	nn_params_free(&other);
 }

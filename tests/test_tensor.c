@@ -104,7 +104,20 @@ START_TEST(test_create_errors)
 	ck_assert_int_eq(tensor_last_status(), TENSOR_ERR_ARG);
 	tensor_clear_error();
 	ck_assert_str_eq(tensor_last_error(), "");
+	/* every status has its own name */
+	const int codes[] = { TENSOR_OK,	     TENSOR_ERR_SHAPE, TENSOR_ERR_DTYPE,
+			      TENSOR_ERR_DEVICE,     TENSOR_ERR_NOMEM, TENSOR_ERR_UNSUPPORTED,
+			      TENSOR_ERR_IO,	     TENSOR_ERR_ARG,   TENSOR_ERR_CUDA,
+			      TENSOR_ERR_STATE };
+	const int ncodes = (int)(sizeof codes / sizeof codes[0]);
+	for (int i = 0; i < ncodes; i++) {
+		ck_assert_str_ne(tensor_status_string(codes[i]), "unknown error");
+		for (int j = 0; j < i; j++)
+			ck_assert_str_ne(tensor_status_string(codes[i]),
+					 tensor_status_string(codes[j]));
+	}
 	ck_assert_str_eq(tensor_status_string(TENSOR_ERR_NOMEM), "out of memory");
+	ck_assert_str_eq(tensor_status_string(-1000), "unknown error");
 }
 END_TEST
 
@@ -277,6 +290,23 @@ START_TEST(test_contiguous_clone_copy)
 	int32_t small[1];
 	tu_assert_error(tensor_to_host(f, small, sizeof small) < 0, TENSOR_ERR_ARG, "to_host",
 			"4 bytes");
+	/* NULL arguments and indices out of range are errors, not crashes */
+	tu_assert_error(tensor_copy_(NULL, src) < 0, TENSOR_ERR_ARG, "copy_", "NULL");
+	tu_assert_error(tensor_copy_(dv, NULL) < 0, TENSOR_ERR_ARG, "copy_", "NULL");
+	tu_assert_error(tensor_to_host(NULL, small, sizeof small) < 0, TENSOR_ERR_ARG, "to_host",
+			"NULL");
+	tu_assert_error(tensor_to_host(f, NULL, 8) < 0, TENSOR_ERR_ARG, "to_host", "NULL");
+	tensor_clear_error();
+	ck_assert(tensor_get(NULL, NULL) == 0);
+	tu_assert_error(true, TENSOR_ERR_ARG, "get", "NULL");
+	ck_assert(tensor_get(t, NULL) == 0);
+	tu_assert_error(true, TENSOR_ERR_ARG, "get", "NULL");
+	ck_assert(tensor_get(t, (int64_t[]){ 1, 3, 0 }) == 0);
+	tu_assert_error(true, TENSOR_ERR_SHAPE, "index 3 out of range at dim 1", "[2,3,4]");
+	ck_assert(tensor_get(t, (int64_t[]){ 0, 0, -1 }) == 0);
+	tu_assert_error(true, TENSOR_ERR_SHAPE, "index -1", "dim 2");
+	tu_assert_error(tensor_rebase_(NULL, t, 0) < 0, TENSOR_ERR_ARG, "rebase_", "NULL");
+	tu_assert_error(tensor_rebase_(t, t, 0) < 0, TENSOR_ERR_ARG, "rebase_", "heap tensors");
 }
 END_TEST
 
