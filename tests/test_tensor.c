@@ -492,6 +492,34 @@ START_TEST(test_size_classes)
 }
 END_TEST
 
+/* The free list stays bounded: heap tensors of ever larger sizes, each freed
+ * before the next, leave at most twice the most ever in use cached (the last
+ * block, at most 1.25x its tensor), not the sum of them all (about 5x the
+ * largest tensor). */
+START_TEST(test_free_list_bounded)
+{
+	tensor_mem_trim();
+	size_t before = tensor_mem_stats(TENSOR_CPU).reserved_bytes, sum = 0, largest = 0;
+	int64_t n = 1 << 18; /* 1 MiB of f32, then 1.25x each time: 28 MiB at the end */
+	for (int i = 0; i < 16; i++, n = n * 5 / 4) {
+		tensor_heap_begin();
+		struct tensor *t = tensor_empty(TENSOR_F32, TENSOR_CPU, 1, &n);
+		tensor_heap_end();
+		ck_assert(t);
+		largest = tensor_nbytes(t);
+		sum += largest;
+		tensor_free(t);
+	}
+	size_t cached = tensor_mem_stats(TENSOR_CPU).reserved_bytes - before;
+	ck_assert_msg(cached <= 5 * largest / 2,
+		      "%zu bytes cached after tensors of %zu in all, the largest %zu", cached, sum,
+		      largest);
+	ck_assert(sum > 4 * largest);
+	tensor_mem_trim();
+	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).reserved_bytes, before);
+}
+END_TEST
+
 static int hook_depths[4], hook_calls;
 static void record_depth(int depth)
 {
@@ -670,6 +698,7 @@ int main(void)
 	tcase_add_test(tc, test_peak_bytes);
 	tcase_add_test(tc, test_scope_release_since);
 	tcase_add_test(tc, test_size_classes);
+	tcase_add_test(tc, test_free_list_bounded);
 	tcase_add_test(tc, test_heap_mode_hook_writable);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("random");
