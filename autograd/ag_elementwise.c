@@ -117,7 +117,8 @@ struct tensor *ag_unary(enum tensor_unary_op op, struct tensor *x, double alpha)
 static int binary_backward(struct ag_node *n, const struct tensor *g)
 {
 	struct tensor *a = n->saved[0], *b = n->saved[1], *y = n->saved[2];
-	struct tensor *ga = NULL, *gb = NULL;
+	struct tensor *ga = NULL, *gb = NULL; /* only those of inputs that require grad */
+	bool need_a = n->inputs[0]->requires_grad, need_b = n->inputs[1]->requires_grad;
 	switch ((enum tensor_binary_op)n->i[0]) {
 	case TENSOR_ADD:
 	case TENSOR_SUB: {
@@ -129,17 +130,17 @@ static int binary_backward(struct ag_node *n, const struct tensor *g)
 		return own ? ag_accumulate_take(n->inputs[0], own) : ag_accumulate(n->inputs[0], g);
 	}
 	case TENSOR_MUL:
-		ga = tensor_mul(g, b);
-		gb = tensor_mul(g, a);
+		ga = need_a ? tensor_mul(g, b) : NULL;
+		gb = need_b ? tensor_mul(g, a) : NULL;
 		break;
 	case TENSOR_DIV: /* d/db a/b = -y/b */
-		ga = tensor_div(g, b);
-		gb = tensor_neg(tensor_div(tensor_mul(g, y), b));
+		ga = need_a ? tensor_div(g, b) : NULL;
+		gb = need_b ? tensor_neg(tensor_div(tensor_mul(g, y), b)) : NULL;
 		break;
 	case TENSOR_POW: /* b a^(b-1), y log a */
-		ga = tensor_mul(g, tensor_mul(b, tensor_pow(a, tensor_add_scalar(b, -1))));
-		gb = n->inputs[1]->requires_grad ? tensor_mul(g, tensor_mul(y, tensor_log(a)))
-						 : NULL;
+		ga = need_a ? tensor_mul(g, tensor_mul(b, tensor_pow(a, tensor_add_scalar(b, -1))))
+			    : NULL;
+		gb = need_b ? tensor_mul(g, tensor_mul(y, tensor_log(a))) : NULL;
 		break;
 	case TENSOR_MAXIMUM:
 	case TENSOR_MINIMUM: { /* 1 where a wins, 1/2 on ties */
@@ -147,7 +148,7 @@ static int binary_backward(struct ag_node *n, const struct tensor *g)
 		struct tensor *wa = tensor_add(max ? tensor_gt(a, b) : tensor_lt(a, b),
 					       tensor_mul_scalar(tensor_eq(a, b), 0.5));
 		ga = tensor_mul(g, wa);
-		gb = tensor_sub(g, ga);
+		gb = need_b ? tensor_sub(g, ga) : NULL;
 		break;
 	}
 	default:

@@ -12,6 +12,10 @@
 static _Thread_local struct ag_node **chunks;
 static _Thread_local int nchunks, size;
 static _Thread_local int no_grad;
+/* Scope depth at which ag_record failed (0: none): an op whose node was lost
+ * would pass no gradient, so backward refuses until that scope ends or the
+ * tape is reset. */
+static _Thread_local int lost_depth;
 
 static struct ag_node *node_at(int k)
 {
@@ -45,6 +49,7 @@ void ag_tape_reset(void)
 {
 	while (size > 0)
 		pop();
+	lost_depth = 0;
 }
 
 int ag_tape_size(void)
@@ -57,6 +62,8 @@ static void on_scope_end(int depth)
 {
 	while (size > 0 && node_at(size - 1)->depth >= depth)
 		pop();
+	if (lost_depth >= depth)
+		lost_depth = 0;
 }
 
 static void install_hook(void)
@@ -86,6 +93,7 @@ struct ag_node *ag_record(const char *op, struct tensor *out, ag_backward_fn bac
 	if (!out || no_grad)
 		return NULL;
 	if (ninputs < 0 || ninputs > AG_MAX_INPUTS) {
+		lost_depth = tensor_scope_depth() > 0 ? tensor_scope_depth() : 1;
 		tensor_error(TENSOR_ERR_ARG, "%s: autograd nodes take 0..%d inputs, got %d", op,
 			     AG_MAX_INPUTS, ninputs);
 		return NULL;
@@ -104,6 +112,7 @@ struct ag_node *ag_record(const char *op, struct tensor *out, ag_backward_fn bac
 			if (grown)
 				chunks = grown;
 			free(chunk);
+			lost_depth = tensor_scope_depth() > 0 ? tensor_scope_depth() : 1;
 			tensor_error(TENSOR_ERR_NOMEM, "%s: cannot grow the autograd tape", op);
 			return NULL;
 		}
@@ -131,13 +140,16 @@ struct tensor *ag_save(struct ag_node *n, struct tensor *t)
 	if (!n || !t)
 		return t;
 	if (n->nsaved == AG_MAX_SAVED) {
+		n->unsaved = true;
 		tensor_error(TENSOR_ERR_ARG, "%s: a node saves at most %d tensors", n->op,
 			     AG_MAX_SAVED);
 		return NULL;
 	}
 	struct tensor *alias = tensor_alias(t); /* keeps heap storage alive */
-	if (!alias)
+	if (!alias) {
+		n->unsaved = true;
 		return NULL;
+	}
 	alias->storage->tape_refs++;
 	n->saved[n->nsaved++] = alias;
 	/* t was made before now: n and the nodes after it end at now or later */
@@ -235,11 +247,12 @@ int ag_accumulate(struct tensor *t, const struct tensor *g)
 	}
 	if (t->grad->storage->tape_refs > 0) { /* an op of this graph read the gradient */
 		char b[128];
-		return tensor_error(TENSOR_ERR_STATE,
-				    "backward: the gradient of leaf %s is saved by the autograd tape "
-				    "(an op of this graph used it), so it cannot be accumulated "
-				    "into; use a clone of the gradient in the graph instead",
-				    tensor_shape_str(t, b, sizeof b));
+		return tensor_error(
+		    TENSOR_ERR_STATE,
+		    "backward: the gradient of leaf %s is saved by the autograd tape "
+		    "(an op of this graph used it), so it cannot be accumulated "
+		    "into; use a clone of the gradient in the graph instead",
+		    tensor_shape_str(t, b, sizeof b));
 	}
 	if (tensor_is_contiguous(t->grad))
 		return tensor_add_(t->grad, gs);
@@ -299,6 +312,11 @@ static int check_backward_args(const struct tensor *out, const struct tensor *do
  * from its recording on, keeping what was made before it. */
 static int run_backward(struct tensor *out, const struct tensor *dout, int release_depth)
 {
+	for (int k = 0; k < size; k++)
+		if (node_at(k)->unsaved) /* the first error (ag_save's) is the one reported */
+			return tensor_error(TENSOR_ERR_STATE,
+					    "ag_backward: %s could not save a tensor for backward",
+					    node_at(k)->op);
 	tensor_heap_begin(); /* not a block of the scope for one number */
 	struct tensor *seed =
 	    dout ? (struct tensor *)dout
@@ -332,6 +350,10 @@ static int backward(struct tensor *out, const struct tensor *dout, bool release)
 {
 	if (!out)
 		return tensor_last_status() ? tensor_last_status() : TENSOR_ERR_ARG;
+	if (lost_depth)
+		return tensor_error(TENSOR_ERR_STATE,
+				    "ag_backward: an op could not be recorded on the tape (see the "
+				    "first error); run the forward again");
 	int rc = check_backward_args(out, dout);
 	if (rc < 0)
 		return rc;

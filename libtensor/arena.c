@@ -48,6 +48,9 @@ static _Thread_local size_t in_use[NCHAINS], cached[NCHAINS], in_use_peak[NCHAIN
 /* Device allocations made in scopes so far (tensor_scope_mark). */
 static _Thread_local uint64_t alloc_seq;
 static _Thread_local int heap_mode;
+/* tensor_mem_inject_failure: tensor allocations since the last call, and the
+ * one to fail (-1: none). */
+static _Thread_local int64_t allocs_seen, fail_at = -1;
 static void (*_Atomic end_hook)(int depth);
 
 /* Heap storage, with the cached block its data came from (NULL: raw_alloc). */
@@ -320,10 +323,25 @@ static struct scope *current(void)
 	return &scopes[(depth <= MAX_SCOPES ? depth : MAX_SCOPES) - 1];
 }
 
+int64_t tensor_mem_inject_failure(int64_t n)
+{
+	int64_t seen = allocs_seen;
+	allocs_seen = 0;
+	fail_at = n < 0 ? -1 : n;
+	return seen;
+}
+
+static bool injected_failure(void)
+{
+	return allocs_seen++ == fail_at;
+}
+
 struct tensor *tensor_header_alloc(void)
 {
 	struct scope *s = current();
-	struct tensor *t = s ? scope_alloc(s, HOST, sizeof *t) : malloc(sizeof *t);
+	struct tensor *t = NULL;
+	if (!injected_failure())
+		t = s ? scope_alloc(s, HOST, sizeof *t) : malloc(sizeof *t);
 	if (!t) {
 		tensor_error(TENSOR_ERR_NOMEM, "tensor: out of host memory for a header");
 		return NULL;
@@ -363,7 +381,9 @@ struct tensor_storage *tensor_storage_alloc(enum tensor_device dev, size_t nbyte
 		return NULL;
 	struct scope *s = current();
 	struct tensor_storage *st;
-	if (s) {
+	if (injected_failure()) {
+		st = NULL;
+	} else if (s) {
 		st = scope_alloc(s, HOST, sizeof *st);
 		if (st)
 			st->data = scope_alloc(s, dev, nbytes);

@@ -353,8 +353,9 @@ static int layer_in_blocks(const struct model_config *c, const struct model_laye
 	if (rc == TENSOR_OK) {
 		kv.k = tensor_scope_keep(kv.k);
 		kv.v = tensor_scope_keep(kv.v);
-		kv.mask = kv.mask ? tensor_scope_keep(kv.mask) : NULL;
-		rc = kv.k && kv.v ? TENSOR_OK : tensor_last_status();
+		struct tensor *mask = kv.mask;
+		kv.mask = mask ? tensor_scope_keep(mask) : NULL;
+		rc = kv.k && kv.v && (kv.mask || !mask) ? TENSOR_OK : tensor_last_status();
 	}
 	tensor_scope_end();
 	if (rc == TENSOR_OK)

@@ -159,6 +159,8 @@ int nn_seq_proj_init(struct nn_seq_proj *p, struct nn_params *ps, const char *na
 /* x [B,Hx,S,c] padded with zero rows to [B,Hx,n,c] (x itself when S == n). */
 static struct tensor *pad_to(struct tensor *x, int64_t n)
 {
+	if (!x)
+		return NULL;
 	int64_t s = x->shape[2];
 	if (s == n)
 		return x;
@@ -613,7 +615,10 @@ static struct tensor *project_conv_folded(const struct nn_linformer *m, const st
 			     : NULL;
 		struct tensor *kw = real ? pad_rows(tensor_unsqueeze(real, 2), n) : NULL;
 		struct tensor *kv = kw ? tensor_view(kw, 3, (int64_t[]){ b, k, kern }) : NULL;
-		y = ag_add(y, kv ? ag_matmul(kv, bb) : ag_sum(bb, 1, (int[]){ 0 }, false));
+		if (kv || !(key_mask || t < n)) /* else an error made real, kw or kv */
+			y = ag_add(y, kv ? ag_matmul(kv, bb) : ag_sum(bb, 1, (int[]){ 0 }, false));
+		else
+			y = NULL;
 		tensor_free(kv);
 		tensor_free(kw);
 		tensor_free(real);

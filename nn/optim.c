@@ -149,6 +149,8 @@ static int for_chunks(struct tensor *const *t, int nt, struct update *u)
 {
 	int64_t n = t[0]->shape[0];
 	int64_t chunk = t[0]->storage->device == TENSOR_CPU && !u->whole ? CHUNK : n;
+	if (chunk >= n) /* one call on t itself: no view to allocate */
+		return u->chunk(t, u);
 	for (int64_t off = 0; off < n; off += chunk) {
 		int64_t len = n - off < chunk ? n - off : chunk;
 		tensor_scope_begin();
@@ -284,7 +286,18 @@ static int for_segments(const char *op, struct nn_params *ps, bool decay_all,
 		if (rc < 0)
 			return rc; /* nothing has changed yet */
 	}
-	int nt = 2 + u->nstate, rc = TENSOR_OK;
+	/* Every segment's views first, so that running out of memory for them
+	 * changes nothing; the fused update of a whole segment allocates nothing
+	 * more (lazy rows and the update in tensor ops still do). */
+	struct segment {
+		struct tensor *t[SEG_MAX];
+		const struct nn_param *p;
+		bool decay;
+	} *seg = malloc(sizeof *seg * (size_t)(ps->n ? ps->n : 1));
+	if (!seg)
+		return tensor_error(TENSOR_ERR_NOMEM, "%s: no memory for %d segments", op, ps->n);
+	int nt = 2 + u->nstate, nseg = 0, rc = TENSOR_OK;
+	tensor_scope_begin();
 	off = 0;
 	for (int i = 0; i < ps->n && rc == TENSOR_OK;) {
 		const struct nn_param *p = &ps->items[i];
@@ -295,14 +308,12 @@ static int for_segments(const char *op, struct nn_params *ps, bool decay_all,
 			i++;
 			continue;
 		}
-		struct tensor *t[SEG_MAX];
-		tensor_scope_begin();
-		bool lazy = p->lazy_rows;
+		struct tensor **t = seg[nseg].t;
 		if (ps->flat) { /* a lazy parameter, or the longest run of active,
 				 * not lazy parameters sharing decay */
 			do
 				off += tensor_numel(ps->items[i++].value);
-			while (!lazy && i < ps->n && active(&ps->items[i]) &&
+			while (!p->lazy_rows && i < ps->n && active(&ps->items[i]) &&
 			       !ps->items[i].lazy_rows &&
 			       (decay_all || !ps->items[i].no_decay) == decay);
 			t[SEG_P] = tensor_narrow(ps->flat, 0, start, off - start);
@@ -320,12 +331,17 @@ static int for_segments(const char *op, struct nn_params *ps, bool decay_all,
 		for (int k = 0; k < nt && rc == TENSOR_OK; k++)
 			if (!t[k])
 				rc = failed();
-		u->decay = decay;
-		if (rc == TENSOR_OK && off > start)
-			rc = lazy ? for_live_rows(op, p->value->grad, t, nt, u)
-				  : for_chunks(t, nt, u);
-		tensor_scope_end();
+		seg[nseg].p = p;
+		seg[nseg].decay = decay;
+		nseg += off > start;
 	}
+	for (int s = 0; s < nseg && rc == TENSOR_OK; s++) {
+		u->decay = seg[s].decay;
+		rc = seg[s].p->lazy_rows ? for_live_rows(op, seg[s].p->value->grad, seg[s].t, nt, u)
+					 : for_chunks(seg[s].t, nt, u);
+	}
+	tensor_scope_end();
+	free(seg);
 	return rc;
 }
 

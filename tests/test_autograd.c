@@ -155,6 +155,41 @@ START_TEST(test_errors)
 }
 END_TEST
 
+static int no_backward(struct ag_node *n, const struct tensor *g)
+{
+	(void)n;
+	(void)g;
+	return TENSOR_OK;
+}
+
+/* An op whose node could not be recorded would pass no gradient: backward
+ * refuses until the tape is reset or the scope of the failure ends. */
+START_TEST(test_lost_node_refused)
+{
+	struct tensor *a = gc_input(2, S34, 11, -1, 1, false);
+	struct tensor *in[AG_MAX_INPUTS + 1];
+	for (int i = 0; i <= AG_MAX_INPUTS; i++)
+		in[i] = a;
+	for (int pass = 0; pass < 2; pass++) {
+		tensor_scope_begin();
+		struct tensor *y = tensor_exp(a);
+		ck_assert_ptr_null(ag_record("exp", y, no_backward, AG_MAX_INPUTS + 1, in));
+		tu_assert_error(true, TENSOR_ERR_ARG, "exp", "inputs");
+		struct tensor *loss = ag_sum(a, 0, NULL, false);
+		tu_assert_error(ag_backward(loss, NULL) < 0, TENSOR_ERR_STATE, "ag_backward",
+				"could not be recorded");
+		ck_assert_ptr_null(a->grad);
+		if (pass == 0)
+			ag_tape_reset();
+		tensor_scope_end(); /* pass 1: the scope's end clears it */
+	}
+	ck_assert_int_eq(ag_backward(ag_sum(a, 0, NULL, false), NULL), TENSOR_OK);
+	double ones[12] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
+	tu_assert_close(a->grad, ones, 12, 0, 0);
+	tensor_free(a->grad);
+}
+END_TEST
+
 /* A leaf's gradient used by an op of the graph cannot be accumulated into
  * during that graph's backward: a clear error, the gradient unchanged; a
  * clone of it can be used instead. */
@@ -503,6 +538,7 @@ int main(void)
 	tcase_add_test(tc, test_scope_end_drops_nodes);
 	tcase_add_test(tc, test_errors);
 	tcase_add_test(tc, test_grad_used_in_graph);
+	tcase_add_test(tc, test_lost_node_refused);
 	tcase_add_test(tc, test_backward_frees_as_it_goes);
 	tcase_add_test(tc, test_accumulate_take);
 	tcase_add_test(tc, test_memory_flat_across_steps);

@@ -105,9 +105,9 @@ START_TEST(test_create_errors)
 	tensor_clear_error();
 	ck_assert_str_eq(tensor_last_error(), "");
 	/* every status has its own name */
-	const int codes[] = { TENSOR_OK,	     TENSOR_ERR_SHAPE, TENSOR_ERR_DTYPE,
-			      TENSOR_ERR_DEVICE,     TENSOR_ERR_NOMEM, TENSOR_ERR_UNSUPPORTED,
-			      TENSOR_ERR_IO,	     TENSOR_ERR_ARG,   TENSOR_ERR_CUDA,
+	const int codes[] = { TENSOR_OK,	 TENSOR_ERR_SHAPE, TENSOR_ERR_DTYPE,
+			      TENSOR_ERR_DEVICE, TENSOR_ERR_NOMEM, TENSOR_ERR_UNSUPPORTED,
+			      TENSOR_ERR_IO,	 TENSOR_ERR_ARG,   TENSOR_ERR_CUDA,
 			      TENSOR_ERR_STATE };
 	const int ncodes = (int)(sizeof codes / sizeof codes[0]);
 	for (int i = 0; i < ncodes; i++) {
