@@ -12,10 +12,10 @@
 static _Thread_local struct ag_node **chunks;
 static _Thread_local int nchunks, size;
 static _Thread_local int no_grad;
-/* Scope depth at which ag_record failed (0: none): an op whose node was lost
- * would pass no gradient, so backward refuses until that scope ends or the
- * tape is reset. */
-static _Thread_local int lost_depth;
+/* Scope depth at which ag_record failed (-1: none): an op whose node was
+ * lost would pass no gradient, so backward refuses until that scope ends or
+ * the tape is reset. */
+static _Thread_local int lost_depth = -1;
 
 static struct ag_node *node_at(int k)
 {
@@ -49,7 +49,7 @@ void ag_tape_reset(void)
 {
 	while (size > 0)
 		pop();
-	lost_depth = 0;
+	lost_depth = -1;
 }
 
 int ag_tape_size(void)
@@ -63,7 +63,7 @@ static void on_scope_end(int depth)
 	while (size > 0 && node_at(size - 1)->depth >= depth)
 		pop();
 	if (lost_depth >= depth)
-		lost_depth = 0;
+		lost_depth = -1;
 }
 
 static void install_hook(void)
@@ -93,7 +93,7 @@ struct ag_node *ag_record(const char *op, struct tensor *out, ag_backward_fn bac
 	if (!out || no_grad)
 		return NULL;
 	if (ninputs < 0 || ninputs > AG_MAX_INPUTS) {
-		lost_depth = tensor_scope_depth() > 0 ? tensor_scope_depth() : 1;
+		lost_depth = tensor_scope_depth();
 		tensor_error(TENSOR_ERR_ARG, "%s: autograd nodes take 0..%d inputs, got %d", op,
 			     AG_MAX_INPUTS, ninputs);
 		return NULL;
@@ -112,7 +112,7 @@ struct ag_node *ag_record(const char *op, struct tensor *out, ag_backward_fn bac
 			if (grown)
 				chunks = grown;
 			free(chunk);
-			lost_depth = tensor_scope_depth() > 0 ? tensor_scope_depth() : 1;
+			lost_depth = tensor_scope_depth();
 			tensor_error(TENSOR_ERR_NOMEM, "%s: cannot grow the autograd tape", op);
 			return NULL;
 		}
@@ -350,7 +350,7 @@ static int backward(struct tensor *out, const struct tensor *dout, bool release)
 {
 	if (!out)
 		return tensor_last_status() ? tensor_last_status() : TENSOR_ERR_ARG;
-	if (lost_depth)
+	if (lost_depth >= 0)
 		return tensor_error(TENSOR_ERR_STATE,
 				    "ag_backward: an op could not be recorded on the tape (see the "
 				    "first error); run the forward again");

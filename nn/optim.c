@@ -149,8 +149,12 @@ static int for_chunks(struct tensor *const *t, int nt, struct update *u)
 {
 	int64_t n = t[0]->shape[0];
 	int64_t chunk = t[0]->storage->device == TENSOR_CPU && !u->whole ? CHUNK : n;
-	if (chunk >= n) /* one call on t itself: no view to allocate */
-		return u->chunk(t, u);
+	if (chunk >= n) { /* one call on t itself: no view to allocate */
+		tensor_scope_begin();
+		int rc = u->chunk(t, u);
+		tensor_scope_end();
+		return rc;
+	}
 	for (int64_t off = 0; off < n; off += chunk) {
 		int64_t len = n - off < chunk ? n - off : chunk;
 		tensor_scope_begin();
