@@ -3,9 +3,9 @@
  * per tensor allocation it makes with that allocation failing
  * (tensor_mem_inject_failure). A run must come back with an out-of-memory
  * error, leaving no tensor behind (live bytes as before; LeakSanitizer checks
- * the rest in CI) and no parameter, moment or random stream changed, or
- * succeed with exactly the result of a clean run: never a crash, never a
- * wrong result. */
+ * the rest in CI) and the parameters, AdamW's moments and step unchanged (the
+ * dropout stream may have moved), or succeed with exactly the result of a
+ * clean run: never a crash, never a wrong result. */
 #include <stdlib.h>
 #include <string.h>
 
