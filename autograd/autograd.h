@@ -82,7 +82,6 @@ struct ag_node {
 	int depth;     /* scope depth at recording */
 	uint64_t mark; /* tensor_scope_mark() at recording */
 	uint64_t end;  /* the latest mark at this node's and earlier nodes' ag_save */
-	bool unsaved;  /* an ag_save failed: backward refuses the tape */
 };
 
 /* Record out = op(inputs...) if grad mode is on and an input requires grad:
@@ -94,9 +93,9 @@ struct ag_node *ag_record(const char *op, struct tensor *out, ag_backward_fn bac
 			  struct tensor *const *inputs);
 /* Save t for backward (in n->saved[n->nsaved++]): in-place ops on its
  * storage are refused until the node is dropped. Returns t, or NULL with an
- * error past AG_MAX_SAVED or out of memory; then the node is marked and a
- * backward through it fails with that error before changing any gradient
- * (the forward's result stays valid, so callers need not check). */
+ * error past AG_MAX_SAVED or out of memory; then ag_backward refuses the tape
+ * (until the node's scope ends or the tape is reset) before changing any
+ * gradient, and the forward's result stays valid, so callers need not check. */
 struct tensor *ag_save(struct ag_node *n, struct tensor *t);
 /* Add g into t's gradient if t requires grad. g may have t's shape or a
  * shape that broadcasts to it (then it is summed over the broadcast dims). */

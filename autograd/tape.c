@@ -12,10 +12,17 @@
 static _Thread_local struct ag_node **chunks;
 static _Thread_local int nchunks, size;
 static _Thread_local int no_grad;
-/* Scope depth at which ag_record failed (-1: none): an op whose node was
- * lost would pass no gradient, so backward refuses until that scope ends or
- * the tape is reset. */
+/* The outermost scope depth at which ag_record or ag_save failed (-1:
+ * none): a lost node would pass no gradient, a node missing a saved tensor
+ * would compute a wrong one, so backward refuses until that scope ends or the
+ * tape is reset. */
 static _Thread_local int lost_depth = -1;
+
+static void lose(int depth)
+{
+	if (lost_depth < 0 || depth < lost_depth)
+		lost_depth = depth;
+}
 
 static struct ag_node *node_at(int k)
 {
@@ -93,7 +100,7 @@ struct ag_node *ag_record(const char *op, struct tensor *out, ag_backward_fn bac
 	if (!out || no_grad)
 		return NULL;
 	if (ninputs < 0 || ninputs > AG_MAX_INPUTS) {
-		lost_depth = tensor_scope_depth();
+		lose(tensor_scope_depth());
 		tensor_error(TENSOR_ERR_ARG, "%s: autograd nodes take 0..%d inputs, got %d", op,
 			     AG_MAX_INPUTS, ninputs);
 		return NULL;
@@ -112,7 +119,7 @@ struct ag_node *ag_record(const char *op, struct tensor *out, ag_backward_fn bac
 			if (grown)
 				chunks = grown;
 			free(chunk);
-			lost_depth = tensor_scope_depth();
+			lose(tensor_scope_depth());
 			tensor_error(TENSOR_ERR_NOMEM, "%s: cannot grow the autograd tape", op);
 			return NULL;
 		}
@@ -140,14 +147,14 @@ struct tensor *ag_save(struct ag_node *n, struct tensor *t)
 	if (!n || !t)
 		return t;
 	if (n->nsaved == AG_MAX_SAVED) {
-		n->unsaved = true;
+		lose(n->depth);
 		tensor_error(TENSOR_ERR_ARG, "%s: a node saves at most %d tensors", n->op,
 			     AG_MAX_SAVED);
 		return NULL;
 	}
 	struct tensor *alias = tensor_alias(t); /* keeps heap storage alive */
 	if (!alias) {
-		n->unsaved = true;
+		lose(n->depth);
 		return NULL;
 	}
 	alias->storage->tape_refs++;
@@ -312,11 +319,6 @@ static int check_backward_args(const struct tensor *out, const struct tensor *do
  * from its recording on, keeping what was made before it. */
 static int run_backward(struct tensor *out, const struct tensor *dout, int release_depth)
 {
-	for (int k = 0; k < size; k++)
-		if (node_at(k)->unsaved) /* the first error (ag_save's) is the one reported */
-			return tensor_error(TENSOR_ERR_STATE,
-					    "ag_backward: %s could not save a tensor for backward",
-					    node_at(k)->op);
 	tensor_heap_begin(); /* not a block of the scope for one number */
 	struct tensor *seed =
 	    dout ? (struct tensor *)dout
@@ -351,9 +353,10 @@ static int backward(struct tensor *out, const struct tensor *dout, bool release)
 	if (!out)
 		return tensor_last_status() ? tensor_last_status() : TENSOR_ERR_ARG;
 	if (lost_depth >= 0)
-		return tensor_error(TENSOR_ERR_STATE,
-				    "ag_backward: an op could not be recorded on the tape (see the "
-				    "first error); run the forward again");
+		return tensor_error(
+		    TENSOR_ERR_STATE,
+		    "ag_backward: an op could not be recorded on the tape or save a "
+		    "tensor for backward (see the first error); run the forward again");
 	int rc = check_backward_args(out, dout);
 	if (rc < 0)
 		return rc;

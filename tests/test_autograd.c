@@ -175,6 +175,11 @@ START_TEST(test_lost_node_refused)
 		struct tensor *y = tensor_exp(a);
 		ck_assert_ptr_null(ag_record("exp", y, no_backward, AG_MAX_INPUTS + 1, in));
 		tu_assert_error(true, TENSOR_ERR_ARG, "exp", "inputs");
+		/* a second loss in an inner scope: its end keeps the outer one */
+		tensor_scope_begin();
+		ck_assert_ptr_null(ag_record("exp", y, no_backward, AG_MAX_INPUTS + 1, in));
+		tensor_clear_error();
+		tensor_scope_end();
 		struct tensor *loss = ag_sum(a, 0, NULL, false);
 		tu_assert_error(ag_backward(loss, NULL) < 0, TENSOR_ERR_STATE, "ag_backward",
 				"could not be recorded");
