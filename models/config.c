@@ -301,6 +301,7 @@ static const struct field fields[] = {
 	FLD(pre_norm, F_BOOL),
 	FLD(rms_norm, F_BOOL),
 	FLD(learned_positions, F_BOOL),
+	FLD(no_positions, F_BOOL),
 	FLD(final_norm, F_BOOL),
 	FLD(dropout, F_DOUBLE),
 	FLD(attn_dropout, F_DOUBLE),
@@ -695,7 +696,7 @@ int64_t model_param_count(const struct model_config *cfg, bool with_classifier, 
 	double V = (double)c.vocab_size, n = (double)c.max_len, d = (double)c.dim,
 	       f = (double)c.ff_hidden, dh = (double)(c.dim / c.heads);
 	double hh = (double)c.head_hidden, C = (double)c.num_classes;
-	double total = V * d + (c.learned_positions ? n * d : 0);
+	double total = V * d + (c.learned_positions && !c.no_positions ? n * d : 0);
 	bool shared_done = false;
 	for (int64_t i = 0; i < c.layers; i++) {
 		enum model_attention a = c.attention[i];

@@ -141,7 +141,7 @@ int model_encoder_init(struct model_encoder *m, struct nn_params *ps,
 				    "model_encoder_init: cannot allocate %lld layers",
 				    (long long)c.layers);
 	rc = nn_embedding_init(&m->embed, ps, "embed", c.vocab_size, c.dim, c.pad_id);
-	if (rc == TENSOR_OK)
+	if (rc == TENSOR_OK && !c.no_positions)
 		rc = nn_position_init(&m->pos, ps, "pos", c.max_len, c.dim, c.learned_positions);
 	if (rc == TENSOR_OK)
 		rc = nn_dropout_init(&m->drop, ps, c.dropout);
@@ -393,6 +393,13 @@ static struct tensor *layer_scoped(const struct model_config *c, const struct mo
 	return out;
 }
 
+/* x [B, T, dim] plus the position embeddings, in x's buffer where it can be
+ * (nn_position_forward_reuse); x itself without positions. */
+static struct tensor *add_positions(const struct model_encoder *m, struct tensor *x)
+{
+	return m->cfg.no_positions ? x : nn_position_forward_reuse(&m->pos, x);
+}
+
 /* Without gradients: the embedding's output, made in the caller's scope (or
  * on the heap), is the residual stream; layers of projected attention update
  * it in place (layer_in_blocks), as does the final norm; other layers run in
@@ -403,8 +410,7 @@ static struct tensor *forward_no_grad(const struct model_encoder *m, const struc
 				      const struct tensor *mask)
 {
 	const struct model_config *c = &m->cfg;
-	struct tensor *own =
-	    nn_position_forward_reuse(&m->pos, nn_embedding_forward(&m->embed, ids));
+	struct tensor *own = add_positions(m, nn_embedding_forward(&m->embed, ids));
 	tensor_scope_begin();
 	struct tensor *key_mask = mask ? padding_of(m, mask) : NULL;
 	struct tensor *x = mask && !key_mask ? NULL : nn_dropout_forward(&m->drop, own);
@@ -444,7 +450,7 @@ struct tensor *model_encoder_forward(const struct model_encoder *m, const struct
 	const struct model_config *c = &m->cfg;
 	struct tensor *key_mask = mask ? padding_of(m, mask) : NULL;
 	struct tensor *x = mask && !key_mask ? NULL : nn_embedding_forward(&m->embed, ids);
-	x = nn_dropout_forward(&m->drop, nn_position_forward_reuse(&m->pos, x));
+	x = nn_dropout_forward(&m->drop, add_positions(m, x));
 	for (int64_t i = 0; x && i < c->layers; i++)
 		x = layer_forward(c, &m->layers[i], x, key_mask);
 	if (c->pre_norm && c->final_norm)

@@ -46,6 +46,10 @@ struct model_config {
 	int64_t dim, heads, layers, ff_hidden;
 	enum nn_activation activation; /* of the feed-forward (gated: SwiGLU) */
 	bool swiglu, pre_norm, rms_norm, learned_positions, final_norm;
+	/* no position embedding at all (learned_positions ignored): the stream
+	 * starts as the token embedding, so standard attention sees a set (a
+	 * Linformer projection still mixes positions with its own weights) */
+	bool no_positions;
 	double dropout, attn_dropout; /* embeddings, residuals, ff hidden / probabilities */
 	int64_t pad_id;
 	/* attention per layer */

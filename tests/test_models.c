@@ -269,7 +269,7 @@ END_TEST
 
 START_TEST(test_gradients_variants)
 {
-	/* post-norm, RMSNorm, SwiGLU, sinusoidal positions, CLS pooling, and the
+	/* post-norm, RMSNorm, SwiGLU, sinusoidal or no positions, CLS pooling, and the
 	 * projections not covered by the presets: max / mean / random with none,
 	 * kv and layerwise sharing, dense conv, a shared key/value head; an MLM
 	 * with the tied decoder */
@@ -280,7 +280,8 @@ START_TEST(test_gradients_variants)
 		c.rms_norm = true;
 		c.sharing = NN_SHARE_KV;
 		c.pooling = MODEL_POOL_CLS;
-		grad_check("max/mean post-norm rms kv cls", &c, false);
+		c.no_positions = true;
+		grad_check("max/mean post-norm rms kv cls no-positions", &c, false);
 		break;
 	case 1:
 		c = tiny("RC");
@@ -549,6 +550,41 @@ START_TEST(test_pre_post_norm)
 		drop_params(&ps);
 	}
 	ck_assert(max_abs_diff(y[0], y[1]) > 1e-2);
+}
+END_TEST
+
+START_TEST(test_no_positions)
+{
+	/* without positions standard attention is permutation-equivariant:
+	 * reversing the tokens reverses the outputs; learned positions and a
+	 * Linformer projection (its own weights per position) break that */
+	const int64_t T = 8, d = 8;
+	const int64_t v_ids[8] = { 3, 9, 1, 4, 4, 10, 2, 6 }, v_rev[8] = { 6, 2, 10, 4, 4, 1, 9, 3 };
+	struct tensor *ids = ids_tensor(1, T, v_ids), *rev = ids_tensor(1, T, v_rev);
+	for (int v = 0; v < 3; v++) {
+		struct model_config c = tiny(v == 2 ? "LL" : "SS");
+		c.no_positions = v != 1;
+		struct nn_params ps;
+		ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 4), TENSOR_OK);
+		struct model_encoder e;
+		ck_assert_int_eq(model_encoder_init(&e, &ps, &c), TENSOR_OK);
+		ck_assert((nn_params_find(&ps, "pos.weight") != NULL) == !c.no_positions);
+		struct tensor *y = model_encoder_forward(&e, ids, NULL),
+			      *yr = model_encoder_forward(&e, rev, NULL);
+		ck_assert_msg(y && yr, "%s", tensor_last_error());
+		double *a = tu_values(y), *b = tu_values(yr), diff = 0;
+		for (int64_t t = 0; t < T; t++)
+			for (int64_t j = 0; j < d; j++)
+				diff = fmax(diff, fabs(a[t * d + j] - b[(T - 1 - t) * d + j]));
+		if (v == 0)
+			ck_assert_msg(diff < 1e-12, "no positions: %g", diff);
+		else
+			ck_assert_msg(diff > 1e-3, "%s: %g", v == 1 ? "positions" : "linformer", diff);
+		free(a);
+		free(b);
+		model_encoder_free(&e);
+		drop_params(&ps);
+	}
 }
 END_TEST
 
@@ -834,6 +870,7 @@ int main(void)
 	tcase_add_test(tc, test_parameter_names);
 	tcase_add_test(tc, test_pre_post_norm);
 	tcase_add_test(tc, test_padding_invariance);
+	tcase_add_test(tc, test_no_positions);
 	tcase_add_test(tc, test_dropout_modes);
 	tcase_add_test(tc, test_init_errors);
 	tcase_add_test(tc, test_forward_errors);

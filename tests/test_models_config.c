@@ -370,6 +370,7 @@ START_TEST(test_json_roundtrip)
 	c.pre_norm = false;
 	c.rms_norm = true;
 	c.learned_positions = false;
+	c.no_positions = true;
 	c.final_norm = false;
 	c.dropout = 0.123456789012345678;
 	c.attn_dropout = 1.0 / 3.0;
@@ -584,6 +585,10 @@ START_TEST(test_param_count_hand)
 	c.rms_norm = true;
 	c.learned_positions = false;
 	ck_assert_int_eq(model_param_count(&c, false, false), 88 + 2 * (16 + 288 + 384) + 8);
+	c.learned_positions = true;
+	c.no_positions = true; /* none: no table, learned or not */
+	ck_assert_int_eq(model_param_count(&c, false, false), 88 + 2 * (16 + 288 + 384) + 8);
+	check_count(&c, "no positions");
 	c.pre_norm = false; /* post-norm: no final norm */
 	ck_assert_int_eq(model_param_count(&c, false, false), 88 + 2 * (16 + 288 + 384));
 	check_count(&c, "pooling swiglu rms post-norm");

@@ -69,8 +69,8 @@ struct model_flags {
 	FLAG_DEF_CHOICE("norm", &(m).norm, "layer|rms", "LayerNorm or RMSNorm"),                   \
 	FLAG_DEF_BOOL("post-norm", &(m).post_norm,                                                 \
 		      "post-norm residual blocks (default: pre-norm)"),                            \
-	FLAG_DEF_CHOICE("positions", &(m).positions, "learned|sinusoidal",                         \
-			"position embeddings"),                                                    \
+	FLAG_DEF_CHOICE("positions", &(m).positions, "learned|sinusoidal|none",                    \
+			"position embeddings (none: the attention sees a set of tokens)"),         \
 	FLAG_DEF_BOOL("conv-dense", &(m).conv_dense,                                               \
 		      "conv projections mix every channel (not per head)"),                        \
 	FLAG_DEF_BOOL("xavier-proj", &(m).xavier_projections,                                      \
