@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "autograd.h"
+#include "mem.h"
 
 #define CHUNK 256
 
@@ -113,8 +114,9 @@ struct ag_node *ag_record(const char *op, struct tensor *out, ag_backward_fn bac
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	pthread_once(&once, install_hook);
 	if (size == nchunks * CHUNK) {
-		struct ag_node **grown = realloc(chunks, sizeof *chunks * (size_t)(nchunks + 1));
-		struct ag_node *chunk = malloc(sizeof *chunk * CHUNK);
+		struct ag_node **grown =
+		    tensor_host_realloc(chunks, sizeof *chunks * (size_t)(nchunks + 1));
+		struct ag_node *chunk = tensor_host_malloc(sizeof *chunk * CHUNK);
 		if (!grown || !chunk) {
 			if (grown)
 				chunks = grown;

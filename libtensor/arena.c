@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "mem.h"
 
 #define ALIGN 64
 #define HOST_BLOCK (256u << 10)
@@ -334,6 +335,21 @@ int64_t tensor_mem_inject_failure(int64_t n)
 static bool injected_failure(void)
 {
 	return allocs_seen++ == fail_at;
+}
+
+void *tensor_host_malloc(size_t n)
+{
+	return injected_failure() ? NULL : malloc(n);
+}
+
+void *tensor_host_calloc(size_t count, size_t size)
+{
+	return injected_failure() ? NULL : calloc(count, size);
+}
+
+void *tensor_host_realloc(void *p, size_t n)
+{
+	return injected_failure() ? NULL : realloc(p, n);
 }
 
 struct tensor *tensor_header_alloc(void)

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "mem.h"
 
 int tensor_copy_(struct tensor *dst, const struct tensor *src)
 {
@@ -150,7 +151,7 @@ struct tensor *tensor_to_device(const struct tensor *t, enum tensor_device dev)
 	struct tensor *out = c ? tensor_new(t->dtype, dev, t->ndim, t->shape) : NULL;
 	if (out) {
 		size_t n = tensor_nbytes(c);
-		void *host = malloc(n ? n : 1);
+		void *host = tensor_host_malloc(n ? n : 1);
 		int rc = host ? tensor_to_host(c, host, n)
 			      : tensor_error(TENSOR_ERR_NOMEM, "to_device: no host staging buffer");
 		if (rc == TENSOR_OK)

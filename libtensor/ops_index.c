@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "mem.h"
 
 /* Status for a NULL input: the recorded error if any, else a new one naming op. */
 static int null_input(const char *op)
@@ -95,7 +96,7 @@ static int check_index_range(const char *op, const struct tensor *idx, int dim, 
 				     idx->strides, n, size, &value);
 	} else {
 		size_t nbytes = tensor_nbytes(idx);
-		void *host = malloc(nbytes);
+		void *host = tensor_host_malloc(nbytes);
 		if (!host)
 			return tensor_error(TENSOR_ERR_NOMEM, "%s: no host buffer for %lld indices",
 					    op, (long long)n);
@@ -382,7 +383,7 @@ struct tensor *tensor_stack(int n, struct tensor *const *ts, int dim)
 	int d = tensor_dim_wrap(op, dim, ts[0]->ndim + 1);
 	if (d < 0)
 		return NULL;
-	struct tensor **us = calloc((size_t)n, sizeof *us);
+	struct tensor **us = tensor_host_calloc((size_t)n, sizeof *us);
 	if (!us) {
 		tensor_error(TENSOR_ERR_NOMEM, "stack: no memory for %d views", n);
 		return NULL;

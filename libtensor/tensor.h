@@ -258,11 +258,11 @@ void tensor_mem_reset_peak(enum tensor_device dev);
 /* Return the blocks this thread keeps for reuse (of ended scopes and freed
  * heap tensors) to the device; blocks in use stay. */
 void tensor_mem_trim(void);
-/* For tests of the error paths: make the n-th tensor allocation (a header or
- * data; this thread; n = 0: the next one) fail once as out of memory, or
- * disarm with n < 0. Returns the number of tensor allocations this thread
- * made since the previous call, so a caller can tell whether the failure
- * fired (more than n). */
+/* For tests of the error paths: make the n-th allocation of this thread (a
+ * tensor's header or data, or one of the library's own heap buffers; n = 0:
+ * the next one) fail once as out of memory, or disarm with n < 0. Returns the
+ * number of allocations this thread made since the previous call, so a caller
+ * can tell whether the failure fired (more than n). */
 int64_t tensor_mem_inject_failure(int64_t n);
 
 /* ---- threads and CPU backend info ----------------------------------------- */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "models.h"
+#include "mem.h"
 
 #define NORM_EPS 1e-5
 
@@ -135,7 +136,7 @@ int model_encoder_init(struct model_encoder *m, struct nn_params *ps,
 	if (rc < 0)
 		return rc;
 	m->cfg = c;
-	m->layers = calloc((size_t)c.layers, sizeof *m->layers);
+	m->layers = tensor_host_calloc((size_t)c.layers, sizeof *m->layers);
 	if (!m->layers)
 		return tensor_error(TENSOR_ERR_NOMEM,
 				    "model_encoder_init: cannot allocate %lld layers",

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "nn.h"
+#include "mem.h"
 
 /* Score given to masked keys. Finite, so a row whose keys are all masked
  * softmaxes to a uniform row instead of NaN (that row's output is then set to
@@ -309,7 +310,7 @@ static struct tensor *by_head_recorded(struct tensor *q, struct tensor *k, struc
 				       const struct nn_dropout *dropout)
 {
 	int64_t h = q->shape[1];
-	struct tensor **outs = calloc((size_t)h, sizeof *outs);
+	struct tensor **outs = tensor_host_calloc((size_t)h, sizeof *outs);
 	if (!outs) {
 		tensor_error(TENSOR_ERR_NOMEM,
 			     "nn_attention_by_head: cannot allocate %lld head "

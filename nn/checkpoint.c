@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "checkpoint_internal.h"
+#include "mem.h"
 #include "nn.h"
 
 /* Tensor bytes are written and read as they lie in memory, and safetensors
@@ -176,7 +177,7 @@ static int parse_meta(const char *op, const char *file, const cJSON *m)
 	if (!cJSON_IsObject(m))
 		return fail(TENSOR_ERR_IO, op, file, "__metadata__ is not a JSON object");
 	int n = cJSON_GetArraySize(m);
-	const char **keys = malloc(sizeof *keys * (size_t)(n ? n : 1));
+	const char **keys = tensor_host_malloc(sizeof *keys * (size_t)(n ? n : 1));
 	if (!keys)
 		return fail(TENSOR_ERR_NOMEM, op, file, "out of memory");
 	int k = 0, rc = TENSOR_OK;
@@ -306,7 +307,7 @@ static int parse_entry(const char *op, const char *file, const cJSON *c, uint64_
 /* The tensors must tile the data region exactly: no overlap, no gap, no tail. */
 static int check_coverage(const char *op, const char *file, struct header *h)
 {
-	const struct entry **by = malloc(sizeof *by * (size_t)(h->n ? h->n : 1));
+	const struct entry **by = tensor_host_malloc(sizeof *by * (size_t)(h->n ? h->n : 1));
 	if (!by)
 		return fail(TENSOR_ERR_NOMEM, op, file, "out of memory");
 	for (int i = 0; i < h->n; i++)
@@ -374,7 +375,7 @@ static int parse_header(const char *op, const char *file, const uint8_t *buf, si
 		    "header has an escaped NUL (\\u0000) at byte %zu, which cformer does not "
 		    "accept in names or metadata",
 		    bad);
-	char *s = malloc((size_t)n + 1);
+	char *s = tensor_host_malloc((size_t)n + 1);
 	if (!s)
 		return fail(TENSOR_ERR_NOMEM, op, file, "no memory for a %" PRIu64 "-byte header",
 			    n);
@@ -406,7 +407,7 @@ static int parse_header(const char *op, const char *file, const uint8_t *buf, si
 	h->data_len = file_len - 8 - n;
 	h->data = avail == file_len ? buf + 8 + n : NULL;
 	int count = cJSON_GetArraySize(h->root), rc = TENSOR_OK;
-	h->e = calloc((size_t)(count ? count : 1), sizeof *h->e);
+	h->e = tensor_host_calloc((size_t)(count ? count : 1), sizeof *h->e);
 	if (!h->e) {
 		header_free(h);
 		return fail(TENSOR_ERR_NOMEM, op, file, "out of memory");
@@ -497,8 +498,9 @@ static int load_header(const char *op, const char *file, struct header *h, struc
 		       struct nn_adamw *opt, int64_t *step)
 {
 	int np = ps->n, rc = TENSOR_OK, nopt = 0;
-	struct copy *cp = calloc((size_t)(3 * np + 1), sizeof *cp);
-	struct entry **mv = calloc((size_t)(2 * np + 1), sizeof *mv); /* m, v by parameter */
+	struct copy *cp = tensor_host_calloc((size_t)(3 * np + 1), sizeof *cp);
+	/* m, v by parameter */
+	struct entry **mv = tensor_host_calloc((size_t)(2 * np + 1), sizeof *mv);
 	if (!cp || !mv) {
 		free(cp);
 		free(mv);
@@ -662,7 +664,7 @@ static int read_file(const char *op, const char *path, size_t max, uint8_t **out
 	size_t n = (size_t)st.st_size;
 	if (max && n > max)
 		n = max;
-	uint8_t *b = malloc(n ? n : 1);
+	uint8_t *b = tensor_host_malloc(n ? n : 1);
 	if (!b) {
 		fclose(f);
 		return fail(TENSOR_ERR_NOMEM, op, path, "no memory for %zu bytes", n);
@@ -840,7 +842,7 @@ static int write_all(const char *op, const char *path, const char *tmp, FILE *f,
 			continue;
 		if (t->storage->device != TENSOR_CPU || !tensor_is_contiguous(t)) {
 			if (nb > scratch_len) {
-				void *p = realloc(scratch, nb);
+				void *p = tensor_host_realloc(scratch, nb);
 				if (!p) {
 					rc = fail(TENSOR_ERR_NOMEM, op, path,
 						  "no memory to stage '%s'", it[i].name);
@@ -907,7 +909,7 @@ int nn_checkpoint_save(const char *path, const struct nn_params *ps, const struc
 			    "created?)",
 			    ps->items[nstate].name);
 	int per = opt ? 3 : 1, n = 0;
-	struct item *it = calloc((size_t)(per * ps->n + 1), sizeof *it);
+	struct item *it = tensor_host_calloc((size_t)(per * ps->n + 1), sizeof *it);
 	if (!it)
 		return fail(TENSOR_ERR_NOMEM, op, path, "out of memory");
 	int rc = TENSOR_OK;
@@ -937,7 +939,7 @@ int nn_checkpoint_save(const char *path, const struct nn_params *ps, const struc
 	char *json = rc == TENSOR_OK ? build_header(ps, opt, config_json, step, it, n) : NULL;
 	if (rc == TENSOR_OK && !json)
 		rc = fail(TENSOR_ERR_NOMEM, op, path, "cannot build the JSON header");
-	char *tmp = rc == TENSOR_OK ? malloc(strlen(path) + 5) : NULL;
+	char *tmp = rc == TENSOR_OK ? tensor_host_malloc(strlen(path) + 5) : NULL;
 	if (rc == TENSOR_OK && !tmp)
 		rc = fail(TENSOR_ERR_NOMEM, op, path, "out of memory");
 	if (rc == TENSOR_OK) {

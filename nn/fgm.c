@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "nn.h"
+#include "mem.h"
 
 static int failed(void)
 {
@@ -67,7 +68,7 @@ int nn_fgm_perturb(struct nn_fgm *f, struct nn_params *ps, const char *prefix, d
 	if (!matched)
 		return tensor_error(TENSOR_ERR_ARG, "%s: no parameter name starts with '%s'", op,
 				    prefix ? prefix : "");
-	struct tensor **saved = calloc((size_t)ps->n, sizeof *saved);
+	struct tensor **saved = tensor_host_calloc((size_t)ps->n, sizeof *saved);
 	if (!saved)
 		return tensor_error(TENSOR_ERR_NOMEM, "%s: cannot allocate %d slots", op, ps->n);
 	*f = (struct nn_fgm){ .ps = ps, .n = ps->n, .saved = saved };

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "nn.h"
+#include "mem.h"
 
 /* ---- names -------------------------------------------------------------------- */
 
@@ -207,8 +208,8 @@ int nn_seq_proj_init_windows(struct nn_seq_proj *p, double noise)
 	bool f64 = w->dtype == TENSOR_F64;
 	int64_t k = p->k, n = p->n, len = tensor_numel(w);
 	size_t size = tensor_dtype_size(w->dtype);
-	void *buf = malloc((size_t)len * size);
-	int64_t *count = calloc((size_t)k, sizeof *count);
+	void *buf = tensor_host_malloc((size_t)len * size);
+	int64_t *count = tensor_host_calloc((size_t)k, sizeof *count);
 	if (!buf || !count) {
 		free(buf);
 		free(count);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "nn.h"
+#include "mem.h"
 
 /* Free a temporary that no autograd node refers to (a no-op inside scopes). */
 static void drop(struct tensor *t)
@@ -17,7 +18,7 @@ static void drop(struct tensor *t)
 static int64_t *host_ids(const char *op, const struct tensor *t)
 {
 	int64_t n = tensor_numel(t);
-	int64_t *v = malloc(sizeof *v * (size_t)(n > 0 ? n : 1));
+	int64_t *v = tensor_host_malloc(sizeof *v * (size_t)(n > 0 ? n : 1));
 	if (!v) {
 		tensor_error(TENSOR_ERR_NOMEM, "%s: cannot allocate %lld targets", op,
 			     (long long)n);
@@ -98,7 +99,8 @@ struct tensor *nn_cross_entropy(struct tensor *logits, const struct tensor *targ
 	int64_t n_rows = logits->shape[0], classes = logits->shape[1], n = 0;
 	enum tensor_device dev = logits->storage->device;
 	int64_t *ids = host_ids(op, targets);
-	int64_t *rows = ids ? malloc(sizeof *rows * (size_t)(n_rows > 0 ? n_rows : 1)) : NULL;
+	int64_t *rows =
+	    ids ? tensor_host_malloc(sizeof *rows * (size_t)(n_rows > 0 ? n_rows : 1)) : NULL;
 	if (ids && !rows)
 		tensor_error(TENSOR_ERR_NOMEM, "%s: cannot allocate %lld row indices", op,
 			     (long long)n_rows);
@@ -199,7 +201,7 @@ double nn_binary_accuracy(const struct tensor *logits, const struct tensor *targ
 				    tensor_device_name(logits->storage->device),
 				    tensor_device_name(targets->storage->device));
 	int64_t n = logits->shape[0];
-	double *v = malloc(sizeof *v * (size_t)(2 * n + 1));
+	double *v = tensor_host_malloc(sizeof *v * (size_t)(2 * n + 1));
 	if (!v)
 		return tensor_error(TENSOR_ERR_NOMEM, "%s: cannot allocate %lld values", op,
 				    (long long)n);

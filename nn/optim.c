@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "nn.h"
+#include "mem.h"
 
 #define CHUNK ((int64_t)1 << 16)
 
@@ -71,7 +72,7 @@ static int state_pack(const char *op, struct nn_params *ps, struct tensor **arr,
 	tensor_heap_end();
 	if (!f)
 		return failed();
-	struct tensor **views = calloc((size_t)ps->n + 1, sizeof *views);
+	struct tensor **views = tensor_host_calloc((size_t)ps->n + 1, sizeof *views);
 	int rc = views ? TENSOR_OK
 		       : tensor_error(TENSOR_ERR_NOMEM, "%s: cannot allocate state views", op);
 	int64_t off = 0;
@@ -99,7 +100,7 @@ static int state_pack(const char *op, struct nn_params *ps, struct tensor **arr,
 static struct tensor **state_alloc(const char *op, struct nn_params *ps, int extra,
 				   struct tensor **flat)
 {
-	struct tensor **arr = calloc((size_t)ps->n + (size_t)extra, sizeof *arr);
+	struct tensor **arr = tensor_host_calloc((size_t)ps->n + (size_t)extra, sizeof *arr);
 	if (!arr) {
 		tensor_error(TENSOR_ERR_NOMEM, "%s: cannot allocate optimizer state", op);
 		return NULL;
@@ -196,7 +197,7 @@ static double *row_tops(const char *op, const struct tensor *g, int64_t *rows, i
 	int64_t r = g->ndim ? g->shape[0] : 1, w = r ? tensor_numel(g) / r : 0;
 	*rows = w ? r : 0;
 	*width = w;
-	double *top = malloc(sizeof *top * (size_t)(r ? r : 1));
+	double *top = tensor_host_malloc(sizeof *top * (size_t)(r ? r : 1));
 	int rc = top ? TENSOR_OK
 		     : tensor_error(TENSOR_ERR_NOMEM, "%s: %lld row maxima", op, (long long)r);
 	if (rc == TENSOR_OK && *rows) {
@@ -297,7 +298,7 @@ static int for_segments(const char *op, struct nn_params *ps, bool decay_all,
 		struct tensor *t[SEG_MAX];
 		const struct nn_param *p;
 		bool decay;
-	} *seg = malloc(sizeof *seg * (size_t)(ps->n ? ps->n : 1));
+	} *seg = tensor_host_malloc(sizeof *seg * (size_t)(ps->n ? ps->n : 1));
 	if (!seg)
 		return tensor_error(TENSOR_ERR_NOMEM, "%s: no memory for %d segments", op, ps->n);
 	int nt = 2 + u->nstate, nseg = 0, rc = TENSOR_OK;

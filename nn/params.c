@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "nn.h"
+#include "mem.h"
 
 /* 64-bit FNV-1a of a string, mixed with a seed (splitmix64 finaliser). */
 static uint64_t mix(uint64_t x)
@@ -113,7 +114,8 @@ struct tensor *nn_param_new(struct nn_params *ps, const char *name, int ndim, co
 	}
 	if (ps->n == ps->cap) {
 		int cap = ps->cap ? 2 * ps->cap : 16;
-		struct nn_param *items = realloc(ps->items, sizeof *items * (size_t)cap);
+		struct nn_param *items =
+		    tensor_host_realloc(ps->items, sizeof *items * (size_t)cap);
 		if (!items) {
 			tensor_error(TENSOR_ERR_NOMEM, "nn_param_new: cannot grow the list");
 			return NULL;

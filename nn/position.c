@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "nn.h"
+#include "mem.h"
 
 /* PE[pos, 2i] = sin(pos / 10000^(2i/dim)), PE[pos, 2i+1] = cos(same), a heap
  * tensor of dtype (f32 or f64, as nn_params) on device. */
@@ -12,8 +13,9 @@ static struct tensor *sinusoid_table(enum tensor_dtype dt, enum tensor_device de
 				     int64_t dim)
 {
 	size_t n = (size_t)max_len * (size_t)dim, size = tensor_dtype_size(dt);
-	void *pe =
-	    n / (size_t)dim == (size_t)max_len && n <= SIZE_MAX / size ? malloc(n * size) : NULL;
+	void *pe = n / (size_t)dim == (size_t)max_len && n <= SIZE_MAX / size
+		       ? tensor_host_malloc(n * size)
+		       : NULL;
 	if (!pe) {
 		tensor_error(TENSOR_ERR_NOMEM,
 			     "nn_position_init: no memory for a [%lld,%lld] table",

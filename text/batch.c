@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem.h"
 #include "random.h"
 
 #define BUCKET_WINDOW 50 /* batches sorted together when bucketing */
@@ -53,8 +54,8 @@ static int bucket_cmp(const void *a, const void *b)
 static int bucket_order(struct text_batcher *b)
 {
 	int64_t n = b->n, bs = b->batch_size, nfull = n / bs, nb = (n + bs - 1) / bs;
-	struct bucket_item *it = malloc(sizeof(*it) * (size_t)n);
-	int64_t *bperm = malloc(sizeof(*bperm) * (size_t)nb);
+	struct bucket_item *it = tensor_host_malloc(sizeof(*it) * (size_t)n);
+	int64_t *bperm = tensor_host_malloc(sizeof(*bperm) * (size_t)nb);
 	if (!it || !bperm) {
 		free(it);
 		free(bperm);
@@ -133,11 +134,11 @@ int text_batcher_init(struct text_batcher *b, const struct text_dataset *ds,
 	nb.shuffle = shuffle;
 	nb.bucket = bucket;
 	size_t cells = (size_t)n * (size_t)seq_len;
-	nb.ids = malloc(cells * sizeof(int32_t));
-	nb.mask = malloc(cells * sizeof(int32_t));
-	nb.labels = malloc((size_t)n * sizeof(int32_t));
-	nb.lengths = malloc((size_t)n * sizeof(int32_t));
-	nb.order = malloc((size_t)n * sizeof(int64_t));
+	nb.ids = tensor_host_malloc(cells * sizeof(int32_t));
+	nb.mask = tensor_host_malloc(cells * sizeof(int32_t));
+	nb.labels = tensor_host_malloc((size_t)n * sizeof(int32_t));
+	nb.lengths = tensor_host_malloc((size_t)n * sizeof(int32_t));
+	nb.order = tensor_host_malloc((size_t)n * sizeof(int64_t));
 	if (!nb.ids || !nb.mask || !nb.labels || !nb.lengths || !nb.order) {
 		text_batcher_free(&nb);
 		return tensor_error(TENSOR_ERR_NOMEM,

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem.h"
 #include "text_internal.h"
 
 #define BYTE_SPECIALS 5
@@ -30,7 +31,9 @@ int text_byte_tokenize(const char *text, size_t len, struct text_ids *out)
 		len = room;
 	if (out->grow && out->cap - out->len < len) {
 		size_t cap = out->len + len;
-		int32_t *a = cap < SIZE_MAX / sizeof *a ? realloc(out->a, cap * sizeof *a) : NULL;
+		int32_t *a = cap < SIZE_MAX / sizeof *a
+				 ? tensor_host_realloc(out->a, cap * sizeof *a)
+				 : NULL;
 		if (!a)
 			return tensor_error(TENSOR_ERR_NOMEM,
 					    "text_tokenize: out of memory for %zu token ids", cap);

@@ -1,6 +1,7 @@
 /* The aclImdb reader (train|test/neg|pos/<id>_<rating>.txt, each review's
  * movie from urls_neg|pos.txt) and text_dataset_free. */
 #define _POSIX_C_SOURCE 200809L
+#include "mem.h"
 #include "text_internal.h"
 
 #include <dirent.h>
@@ -19,7 +20,7 @@ struct imdb_file {
 static char *path_join(const char *a, const char *b, const char *c)
 {
 	size_t n = strlen(a) + (b ? strlen(b) + 1 : 0) + (c ? strlen(c) + 1 : 0) + 1;
-	char *p = malloc(n);
+	char *p = tensor_host_malloc(n);
 	if (!p)
 		return NULL;
 	snprintf(p, n, "%s%s%s%s%s", a, b ? "/" : "", b ? b : "", c ? "/" : "", c ? c : "");
@@ -101,7 +102,7 @@ static int list_label_dir(const char *path, int label, struct imdb_file **out, s
 		}
 		if (n == cap) {
 			size_t nc = cap ? 2 * cap : 256;
-			struct imdb_file *g = realloc(f, nc * sizeof(*f));
+			struct imdb_file *g = tensor_host_realloc(f, nc * sizeof(*f));
 			if (!g) {
 				st =
 				    tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
@@ -186,7 +187,7 @@ static int read_review(const char *path, char **out)
 		}
 	}
 	buf[w] = '\0';
-	char *fit = realloc(buf, w + 1);
+	char *fit = tensor_host_realloc(buf, w + 1);
 	*out = fit ? fit : buf;
 	return TENSOR_OK;
 }
@@ -258,7 +259,7 @@ static int read_groups(const char *split_dir, const char *const labels[2],
 		       struct imdb_file *const files[2], const size_t nfiles[2],
 		       struct text_dataset *ds)
 {
-	struct url_key *keys = calloc(nfiles[0] + nfiles[1] + 1, sizeof(*keys));
+	struct url_key *keys = tensor_host_calloc(nfiles[0] + nfiles[1] + 1, sizeof(*keys));
 	if (!keys)
 		return tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
 	size_t nkeys = 0;
@@ -322,7 +323,7 @@ int text_imdb_load(const char *dir, const char *split, struct text_dataset *out)
 	struct text_dataset ds = { NULL, 0 };
 	size_t total = nfiles[0] + nfiles[1];
 	if (st == TENSOR_OK && total) {
-		ds.items = calloc(total, sizeof(*ds.items));
+		ds.items = tensor_host_calloc(total, sizeof(*ds.items));
 		if (!ds.items)
 			st = tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
 	}

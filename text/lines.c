@@ -1,6 +1,7 @@
 /* Plain-text corpora: one document per non-empty line of a file, or one
  * document per *.txt file of a directory. */
 #define _POSIX_C_SOURCE 200809L
+#include "mem.h"
 #include "text_internal.h"
 
 #include <dirent.h>
@@ -24,13 +25,13 @@ static int push(struct text_dataset *ds, size_t *cap, const char *s, size_t n)
 {
 	if ((size_t)ds->n == *cap) {
 		size_t nc = *cap ? 2 * *cap : 64;
-		struct text_example *g = realloc(ds->items, nc * sizeof(*g));
+		struct text_example *g = tensor_host_realloc(ds->items, nc * sizeof(*g));
 		if (!g)
 			return tensor_error(TENSOR_ERR_NOMEM, "text_lines_load: out of memory");
 		ds->items = g;
 		*cap = nc;
 	}
-	char *t = malloc(n + 1);
+	char *t = tensor_host_malloc(n + 1);
 	if (!t)
 		return tensor_error(TENSOR_ERR_NOMEM, "text_lines_load: out of memory");
 	memcpy(t, s, n);
@@ -111,7 +112,7 @@ static int load_dir(const char *path, struct text_dataset *ds, size_t *cap)
 			continue;
 		if (n == ncap) {
 			size_t nc = ncap ? 2 * ncap : 64;
-			char **g = realloc(names, nc * sizeof(*g));
+			char **g = tensor_host_realloc(names, nc * sizeof(*g));
 			if (!g) {
 				st = tensor_error(TENSOR_ERR_NOMEM,
 						  "text_lines_load: out of memory");
@@ -121,7 +122,7 @@ static int load_dir(const char *path, struct text_dataset *ds, size_t *cap)
 			ncap = nc;
 		}
 		size_t len = strlen(path) + strlen(e->d_name) + 2;
-		names[n] = malloc(len);
+		names[n] = tensor_host_malloc(len);
 		if (!names[n]) {
 			st = tensor_error(TENSOR_ERR_NOMEM, "text_lines_load: out of memory");
 			break;

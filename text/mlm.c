@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem.h"
 #include "random.h"
 
 static uint64_t mix64(uint64_t x)
@@ -33,7 +34,7 @@ static bool is_special_id(const struct text_tokenizer *tok, int64_t id)
 /* The ids random replacements are drawn from (see the top of the file). */
 static int32_t *replacement_ids(const struct text_tokenizer *tok, int32_t *count)
 {
-	int32_t *c = malloc(sizeof(*c) * (size_t)tok->vocab_size), n = 0;
+	int32_t *c = tensor_host_malloc(sizeof(*c) * (size_t)tok->vocab_size), n = 0;
 	if (!c)
 		return NULL;
 	char buf[64];

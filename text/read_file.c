@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "mem.h"
 #include "text_internal.h"
 
 int text_read_file(const char *op, const char *path, char **data, size_t *size)
@@ -16,13 +17,13 @@ int text_read_file(const char *op, const char *path, char **data, size_t *size)
 	struct stat sb;
 	size_t cap = fstat(fileno(fp), &sb) == 0 && sb.st_size > 0 ? (size_t)sb.st_size + 2 : 4096;
 	size_t n = 0;
-	char *buf = malloc(cap);
+	char *buf = tensor_host_malloc(cap);
 	int st = buf ? TENSOR_OK : TENSOR_ERR_NOMEM;
 	while (st == TENSOR_OK) {
 		n += fread(buf + n, 1, cap - 1 - n, fp);
 		if (n < cap - 1) /* end of file or an error: fread stops only there */
 			break;
-		char *g = realloc(buf, 2 * cap);
+		char *g = tensor_host_realloc(buf, 2 * cap);
 		if (!g) {
 			st = TENSOR_ERR_NOMEM;
 			break;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem.h"
 #include "random.h"
 
 /* perm = a permutation of 0..n-1: Fisher-Yates where draw i is (seed, i). */
@@ -28,7 +29,7 @@ static void seeded_perm(int64_t *perm, int64_t n, uint64_t seed)
 static int copy_flagged(const char *op, const struct text_dataset *ds, const unsigned char *flag,
 			int want, int64_t n, struct text_dataset *out)
 {
-	out->items = n ? calloc((size_t)n, sizeof(*out->items)) : NULL;
+	out->items = n ? tensor_host_calloc((size_t)n, sizeof(*out->items)) : NULL;
 	out->n = 0;
 	if (n && !out->items)
 		return tensor_error(TENSOR_ERR_NOMEM, "%s: out of memory", op);
@@ -92,8 +93,8 @@ int text_dataset_split(const struct text_dataset *ds, double fraction, uint64_t 
 	if (check_args(op, ds, fraction, train, val) < 0)
 		return tensor_last_status();
 	int64_t n = ds->n, k = val_count(fraction, n);
-	int64_t *perm = malloc(sizeof(*perm) * (size_t)(n ? n : 1));
-	unsigned char *flag = calloc((size_t)(n ? n : 1), 1);
+	int64_t *perm = tensor_host_malloc(sizeof(*perm) * (size_t)(n ? n : 1));
+	unsigned char *flag = tensor_host_calloc((size_t)(n ? n : 1), 1);
 	int st = TENSOR_OK;
 	if (!perm || !flag) {
 		st = tensor_error(TENSOR_ERR_NOMEM, "%s: out of memory", op);
@@ -136,9 +137,10 @@ int text_dataset_split_groups(const struct text_dataset *ds, double fraction, ui
 					    "give each review's movie)",
 					    op, (long long)i, (long long)ds->items[i].group);
 	size_t sz = (size_t)(n ? n : 1);
-	int64_t *u = malloc(sizeof(*u) * sz), *perm = malloc(sizeof(*perm) * sz);
-	int64_t *count = calloc(sz, sizeof(*count));
-	unsigned char *chosen = calloc(sz, 1), *flag = calloc(sz, 1);
+	int64_t *u = tensor_host_malloc(sizeof(*u) * sz),
+		*perm = tensor_host_malloc(sizeof(*perm) * sz);
+	int64_t *count = tensor_host_calloc(sz, sizeof(*count));
+	unsigned char *chosen = tensor_host_calloc(sz, 1), *flag = tensor_host_calloc(sz, 1);
 	int st = TENSOR_OK;
 	if (!u || !perm || !count || !chosen || !flag) {
 		st = tensor_error(TENSOR_ERR_NOMEM, "%s: out of memory", op);
@@ -189,7 +191,7 @@ int text_dataset_concat(const struct text_dataset *a, const struct text_dataset 
 		shift = a->items[i].group > shift ? a->items[i].group : shift;
 	struct text_dataset cat = { NULL, 0 };
 	int64_t n = a->n + b->n;
-	cat.items = n ? calloc((size_t)n, sizeof(*cat.items)) : NULL;
+	cat.items = n ? tensor_host_calloc((size_t)n, sizeof(*cat.items)) : NULL;
 	if (n && !cat.items)
 		return tensor_error(TENSOR_ERR_NOMEM, "%s: out of memory", op);
 	for (int p = 0; p < 2; p++)

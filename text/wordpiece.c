@@ -1,15 +1,31 @@
-/* BERT uncased WordPiece: vocab.txt loading (an stb_ds string map finds
- * duplicates; a flat open-addressing index serves lookups), the
+/* BERT uncased WordPiece: vocab.txt loading (the tokens in an stb_ds array;
+ * a flat open-addressing index finds duplicates and serves lookups), the
  * reference BasicTokenizer's normalisation (utf8proc), greedy
  * longest-match-first WordPiece, and the tokenize/encode entry points that
  * dispatch on the tokenizer kind. */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
+#include <setjmp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
 
+#include "mem.h"
+
+/* stb_ds cannot report a failed allocation (it writes through the result):
+ * its allocator jumps back to vocab_parse instead, where the only growing
+ * array (text_vocab.tokens) is left as it was. */
+static _Thread_local jmp_buf *stbds_nomem;
+static void *stbds_realloc_or_jump(void *p, size_t n)
+{
+	void *q = tensor_host_realloc(p, n);
+	if (!q)
+		longjmp(*stbds_nomem, 1);
+	return q;
+}
+#define STBDS_REALLOC(context, p, n) stbds_realloc_or_jump(p, n)
+#define STBDS_FREE(context, p) free(p)
 #define STBDS_NO_SHORT_NAMES
 #define STB_DS_IMPLEMENTATION
 #if defined(HAVE_STB_DS_H) && !defined(HAVE_STB_STB_DS_H)
@@ -23,11 +39,6 @@
 #define WORD_MAX_CHARS 100 /* longer words become [UNK], as in the reference */
 #define WORD_BYTES (4 * WORD_MAX_CHARS)
 #define NO_RUN ((size_t)-1)
-
-struct vocab_entry {
-	char *key; /* points into text_vocab.data */
-	int32_t value;
-};
 
 /* A slot of the lookup index (open addressing, linear probing): the first
  * 7 bytes of the token and its length (capped at 255) packed in head, so
@@ -95,7 +106,7 @@ static int vocab_index(struct text_vocab *v, const char *path)
 	size_t n = (size_t)stbds_arrlen(v->tokens), cap = 16;
 	while (cap < 2 * n)
 		cap *= 2;
-	v->slots = calloc(cap, sizeof *v->slots);
+	v->slots = tensor_host_calloc(cap, sizeof *v->slots);
 	if (!v->slots)
 		return tensor_error(TENSOR_ERR_NOMEM, "text_wordpiece_load: %s: out of memory",
 				    path);
@@ -103,6 +114,12 @@ static int vocab_index(struct text_vocab *v, const char *path)
 	for (size_t id = 0; id < n; id++) {
 		const char *t = v->tokens[id];
 		size_t len = strlen(t);
+		int32_t first = vocab_find(v, t, len);
+		if (first >= 0)
+			return tensor_error(TENSOR_ERR_IO,
+					    "text_wordpiece_load: %s:%zu: duplicate "
+					    "token \"%.40s\" (first at line %d)",
+					    path, id + 1, t, first + 1);
 		uint32_t h = hash_bytes(t, len);
 		size_t i = h & v->mask;
 		while (v->slots[i].head)
@@ -113,15 +130,19 @@ static int vocab_index(struct text_vocab *v, const char *path)
 }
 
 /* Split data into lines ("\n", "\r\n" or "\r", as Python's text mode reads
- * them); token id = line number - 1. Duplicates are found with an stb_ds
- * string map. */
+ * them) in v->tokens (an stb_ds array); token id = line number - 1.
+ * Duplicates are found by vocab_index. */
 static int vocab_parse(struct text_vocab *v, const char *path, size_t size)
 {
-	struct vocab_entry *map = NULL;
+	jmp_buf nomem;
+	stbds_nomem = &nomem;
+	if (setjmp(nomem))
+		return tensor_error(TENSOR_ERR_NOMEM, "text_wordpiece_load: %s: out of memory",
+				    path);
 	char *p = v->data, *end = v->data + size;
 	int64_t line = 0;
 	int st = TENSOR_OK;
-	while (p < end && st == TENSOR_OK) {
+	while (p < end) {
 		line++;
 		char *q = p;
 		while (q < end && *q != '\n' && *q != '\r')
@@ -129,7 +150,6 @@ static int vocab_parse(struct text_vocab *v, const char *path, size_t size)
 		size_t len = (size_t)(q - p);
 		char *next = q + (q < end && *q == '\r' && q + 1 < end && q[1] == '\n' ? 2 : 1);
 		*q = '\0';
-		ptrdiff_t dup = len && map ? stbds_shgeti(map, p) : -1;
 		if (memchr(p, '\0', len))
 			st = tensor_error(TENSOR_ERR_IO,
 					  "text_wordpiece_load: %s:%lld: NUL byte in token", path,
@@ -143,22 +163,15 @@ static int vocab_parse(struct text_vocab *v, const char *path, size_t size)
 			st = tensor_error(TENSOR_ERR_IO,
 					  "text_wordpiece_load: %s: more than %d tokens", path,
 					  INT32_MAX);
-		else if (dup >= 0)
-			st = tensor_error(TENSOR_ERR_IO,
-					  "text_wordpiece_load: %s:%lld: duplicate token \"%.40s\" "
-					  "(first at line %d)",
-					  path, (long long)line, p, map[dup].value + 1);
 		if (st)
 			break;
 		stbds_arrput(v->tokens, p);
-		stbds_shput(map, p, (int32_t)(line - 1));
 		if (len > v->max_len)
 			v->max_len = len;
 		if (len > 2 && p[0] == '#' && p[1] == '#' && len - 2 > v->max_cont)
 			v->max_cont = len - 2;
 		p = next;
 	}
-	stbds_shfree(map);
 	if (st == TENSOR_OK && line == 0)
 		st = tensor_error(TENSOR_ERR_IO, "text_wordpiece_load: %s: empty vocabulary", path);
 	return st;
@@ -169,7 +182,7 @@ int text_wordpiece_load(struct text_tokenizer *tok, const char *vocab_path)
 	if (!tok || !vocab_path)
 		return tensor_error(TENSOR_ERR_ARG, "text_wordpiece_load: %s is NULL",
 				    tok ? "vocab_path" : "tok");
-	struct text_vocab *v = calloc(1, sizeof *v);
+	struct text_vocab *v = tensor_host_calloc(1, sizeof *v);
 	if (!v)
 		return tensor_error(TENSOR_ERR_NOMEM, "text_wordpiece_load: out of memory");
 	size_t size = 0;
@@ -488,7 +501,8 @@ int text_ids_push(struct text_ids *o, int32_t id)
 		if (!o->grow)
 			return 1;
 		size_t cap = o->cap < 64 ? 64 : o->cap * 2;
-		int32_t *a = cap < SIZE_MAX / sizeof *a ? realloc(o->a, cap * sizeof *a) : NULL;
+		int32_t *a =
+		    cap < SIZE_MAX / sizeof *a ? tensor_host_realloc(o->a, cap * sizeof *a) : NULL;
 		if (!a)
 			return tensor_error(TENSOR_ERR_NOMEM,
 					    "text_tokenize: out of memory for %zu token ids", cap);

@@ -4,6 +4,7 @@
 
 #include "cpu_iter.h"
 #include "cpu_kernels.h"
+#include "mem.h"
 
 /* One element copied by size: exact for every dtype. */
 static inline void copy_elem(char *d, const char *s, size_t es)
@@ -120,7 +121,7 @@ static int index_plan_init(struct index_plan *p, const char *op, const struct te
 	p->es = (int64_t)tensor_dtype_size(big->dtype);
 	p->across = p->l.n > 1 && llabs(big->strides[dim]) < llabs(p->s0);
 	p->nidx = tensor_numel(idx);
-	p->boff = malloc(sizeof(int64_t) * (size_t)(2 * p->nidx + 1));
+	p->boff = tensor_host_malloc(sizeof(int64_t) * (size_t)(2 * p->nidx + 1));
 	if (!p->boff)
 		return tensor_error(TENSOR_ERR_NOMEM, "%s: no memory for %lld offsets", op,
 				    (long long)p->nidx);

@@ -12,6 +12,7 @@
 #include "cpu_iter.h"
 #include "cpu_kernels.h"
 #include "cpu_math.h"
+#include "mem.h"
 
 /* Rows: every index of the dims but the last. */
 static int64_t row_count(const struct tensor *x)
@@ -171,7 +172,7 @@ int cpu_softmax(struct tensor *out, const struct tensor *x, bool log)
 	bool failed = false;
 #pragma omp parallel num_threads(cpu_num_threads()) if (par)
 	{
-		char *buf = malloc((size_t)(nb * n * es));
+		char *buf = tensor_host_malloc((size_t)(nb * n * es));
 		if (!buf) {
 #pragma omp atomic write
 			failed = true;
@@ -489,8 +490,9 @@ int cpu_norm_backward(struct tensor *dx, struct tensor *dw, struct tensor *db,
 	int64_t ld = (n + 7) & ~(int64_t)7; /* one run of partial sums, whole cache lines */
 	if (n == 0)
 		return TENSOR_OK;
-	double *part = nparts ? calloc((size_t)(nt * nparts * ld), sizeof(double)) : NULL;
-	float *wbuf = wcopy ? malloc(sizeof(float) * (size_t)n) : NULL;
+	double *part =
+	    nparts ? tensor_host_calloc((size_t)(nt * nparts * ld), sizeof(double)) : NULL;
+	float *wbuf = wcopy ? tensor_host_malloc(sizeof(float) * (size_t)n) : NULL;
 	if ((nparts && !part) || (wcopy && !wbuf)) {
 		free(part);
 		free(wbuf);
@@ -521,7 +523,7 @@ int cpu_norm_backward(struct tensor *dx, struct tensor *dw, struct tensor *db,
 		int t = omp_get_thread_num();
 		double *pdw = dw && part ? part + (int64_t)t * nparts * ld : NULL;
 		double *pdb = db && part ? part + ((int64_t)t * nparts + (dw != NULL)) * ld : NULL;
-		float *buf = gather ? malloc(sizeof(float) * 2 * (size_t)n) : NULL;
+		float *buf = gather ? tensor_host_malloc(sizeof(float) * 2 * (size_t)n) : NULL;
 		if (gather && !buf) {
 #pragma omp atomic write
 			failed = true;

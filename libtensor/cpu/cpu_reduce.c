@@ -5,6 +5,7 @@
 
 #include "cpu_iter.h"
 #include "cpu_kernels.h"
+#include "mem.h"
 
 /* Outputs handled together by one task (a tile of one loop row of out):
  * few when each output folds a run of x, a wide stretch when x is added row
@@ -34,7 +35,7 @@ struct red_job {
 /* States for k tiles of w outputs in one allocation (freed with free(a[0].f)). */
 static bool accs_alloc(struct accs *a, int64_t k, int64_t w)
 {
-	char *mem = malloc((size_t)(k * w) * 24 + 1);
+	char *mem = tensor_host_malloc((size_t)(k * w) * 24 + 1);
 	a[0].f = NULL;
 	if (!mem)
 		return false;
@@ -332,7 +333,7 @@ static int reduce_split(const struct red_job *jb, const struct tensor *out, int6
 			int64_t ntj, int64_t nsplit)
 {
 	int64_t n = jb->n, units = tiles * nsplit;
-	struct accs *part = malloc(sizeof(struct accs) * (size_t)units);
+	struct accs *part = tensor_host_malloc(sizeof(struct accs) * (size_t)units);
 	if (!part || !accs_alloc(part, units, jb->tile)) {
 		free(part);
 		return tensor_error(TENSOR_ERR_NOMEM, "reduce: no memory for partial results");
