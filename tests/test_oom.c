@@ -292,6 +292,37 @@ END_TEST
 
 /* ---- the library's own buffers -------------------------------------------------------- */
 
+/* Runs reset(c) (uncounted), then op(c) with its i-th allocation failing, for
+ * i = 0, 1, ... until a run makes no more than i. A failed run must report out
+ * of memory; check(c, rc) then verifies the outcome of each run (and frees
+ * what a success made). Returns the number of failed runs. */
+static int64_t fail_each(const char *what, void *c, void (*reset)(void *), int (*op)(void *),
+			 void (*check)(void *, int))
+{
+	int64_t i, errors = 0;
+	for (i = 0;; i++) {
+		reset(c);
+		arm(i);
+		int rc = op(c);
+		bool fired = disarm();
+		if (rc != TENSOR_OK) {
+			ck_assert_msg(fired && tensor_last_status() == TENSOR_ERR_NOMEM,
+				      "%s, allocation %lld: %s", what, (long long)i,
+				      tensor_last_error());
+			tensor_clear_error();
+			errors++;
+		}
+		check(c, rc);
+		if (rc == TENSOR_OK && !fired)
+			break;
+	}
+	ck_assert_msg(errors >= 1, "%s: none of %lld allocations failed it", what, (long long)i);
+	printf("%s: %lld allocations, each failing in turn: %lld errors, the rest the clean "
+	       "result\n",
+	       what, (long long)i, (long long)errors);
+	return errors;
+}
+
 /* The whole file; NULL if there is none. */
 static char *slurp(const char *path, long *n)
 {
@@ -316,221 +347,230 @@ static void assert_file(const char *path, const char *want, long n)
 	free(got);
 }
 
-/* nn_checkpoint_save over an older checkpoint and nn_checkpoint_load into a
- * moved state, with each allocation failing in turn: a failed save leaves the
- * old file as it was (and no temporary), a failed load leaves the state. */
+/* Checkpoints: the saved file's bytes (want: step 2, old: step 1, before
+ * training) and the states that go with them. */
+struct ckpt {
+	struct fixture f;
+	char path[32], tmp[40];
+	char *want, *old;
+	long want_n, old_n;
+	struct state saved, moved;
+	int64_t step;
+};
+
+static void save_reset(void *p) /* the older file in place */
+{
+	struct ckpt *c = p;
+	FILE *fp = fopen(c->path, "wb");
+	ck_assert(fp && fwrite(c->old, 1, (size_t)c->old_n, fp) == (size_t)c->old_n);
+	fclose(fp);
+}
+
+static int save_op(void *p)
+{
+	struct ckpt *c = p;
+	return nn_checkpoint_save(c->path, &c->f.ps, &c->f.opt, "{}", 2);
+}
+
+static void save_check(void *p, int rc) /* the new file, or the old one, and no temporary */
+{
+	struct ckpt *c = p;
+	ck_assert(access(c->tmp, F_OK) != 0);
+	if (rc == TENSOR_OK)
+		assert_file(c->path, c->want, c->want_n);
+	else
+		assert_file(c->path, c->old, c->old_n);
+}
+
+static void load_reset(void *p)
+{
+	struct ckpt *c = p;
+	restore_state(&c->f, &c->moved);
+	c->step = -1;
+}
+
+static int load_op(void *p)
+{
+	struct ckpt *c = p;
+	return nn_checkpoint_load(c->path, &c->f.ps, &c->f.opt, &c->step);
+}
+
+static void load_check(void *p, int rc) /* the saved state, or the one before */
+{
+	struct ckpt *c = p;
+	ck_assert(rc != TENSOR_OK || c->step == 2);
+	assert_state("checkpoint load", &c->f, rc == TENSOR_OK ? &c->saved : &c->moved);
+}
+
+/* nn_checkpoint_save over an older checkpoint, nn_checkpoint_load into a
+ * moved state. */
 START_TEST(test_checkpoint)
 {
-	struct fixture f;
-	setup(&f, "linformer:2", false);
+	struct ckpt c = { .path = "/tmp/cformer-oom-XXXXXX" };
+	setup(&c.f, "linformer:2", false);
+	ck_assert(close(mkstemp(c.path)) == 0);
+	snprintf(c.tmp, sizeof c.tmp, "%s.tmp", c.path);
 	struct tensor *out;
-	char old[] = "/tmp/cformer-oom-old-XXXXXX", path[] = "/tmp/cformer-oom-XXXXXX", tmp[64];
-	ck_assert(close(mkstemp(old)) == 0 && close(mkstemp(path)) == 0);
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	ck_assert_int_eq(nn_checkpoint_save(old, &f.ps, &f.opt, "{}", 1), TENSOR_OK);
-	ck_assert_int_eq(train_op(&f, 0, &out), TENSOR_OK);
+	ck_assert_int_eq(nn_checkpoint_save(c.path, &c.f.ps, &c.f.opt, "{}", 1), TENSOR_OK);
+	c.old = slurp(c.path, &c.old_n);
+	ck_assert_int_eq(train_op(&c.f, 0, &out), TENSOR_OK);
 	tensor_free(out);
-	ck_assert_int_eq(nn_checkpoint_save(path, &f.ps, &f.opt, "{}", 2), TENSOR_OK);
-	long want_n, old_n;
-	char *want = slurp(path, &want_n), *before = slurp(old, &old_n);
-	unlink(old);
-	struct state saved = save_state(&f);
-	int64_t i, failed = 0;
-	for (i = 0;; i++) { /* save over the older file */
-		FILE *fp = fopen(path, "wb");
-		ck_assert(fp && fwrite(before, 1, (size_t)old_n, fp) == (size_t)old_n);
-		fclose(fp);
-		arm(i);
-		int rc = nn_checkpoint_save(path, &f.ps, &f.opt, "{}", 2);
-		bool fired = disarm();
-		ck_assert(access(tmp, F_OK) != 0);
-		if (rc == TENSOR_OK) {
-			assert_file(path, want, want_n);
-			if (!fired)
-				break;
-			continue;
-		}
-		ck_assert_msg(fired && tensor_last_status() == TENSOR_ERR_NOMEM, "save %lld: %s",
-			      (long long)i, tensor_last_error());
-		tensor_clear_error();
-		assert_file(path, before, old_n);
-		failed++;
-	}
-	ck_assert_msg(failed >= 2, "save: %lld of %lld allocations failed it", (long long)failed,
-		      (long long)i);
-	printf("checkpoint save: %lld allocations, each failing in turn: %lld errors\n",
-	       (long long)i, (long long)failed);
-	ck_assert_int_eq(train_op(&f, 0, &out), TENSOR_OK); /* a state that differs */
+	ck_assert_int_eq(nn_checkpoint_save(c.path, &c.f.ps, &c.f.opt, "{}", 2), TENSOR_OK);
+	c.want = slurp(c.path, &c.want_n);
+	c.saved = save_state(&c.f);
+	fail_each("checkpoint save", &c, save_reset, save_op, save_check);
+	ck_assert_int_eq(train_op(&c.f, 0, &out), TENSOR_OK); /* a state that differs */
 	tensor_free(out);
-	struct state moved = save_state(&f);
-	for (i = 0, failed = 0;; i++) { /* load the saved state back */
-		restore_state(&f, &moved);
-		int64_t step = -1;
-		arm(i);
-		int rc = nn_checkpoint_load(path, &f.ps, &f.opt, &step);
-		bool fired = disarm();
-		if (rc == TENSOR_OK) {
-			ck_assert(step == 2);
-			assert_state("load", &f, &saved);
-			if (!fired)
-				break;
-			continue;
-		}
-		ck_assert_msg(fired && tensor_last_status() == TENSOR_ERR_NOMEM, "load %lld: %s",
-			      (long long)i, tensor_last_error());
-		tensor_clear_error();
-		assert_state("failed load", &f, &moved);
-		failed++;
-	}
-	ck_assert_msg(failed >= 3, "load: %lld of %lld allocations failed it", (long long)failed,
-		      (long long)i);
-	printf("checkpoint load: %lld allocations, each failing in turn: %lld errors\n",
-	       (long long)i, (long long)failed);
-	unlink(path);
-	free(want);
-	free(before);
-	free_state(&saved);
-	free_state(&moved);
-	teardown(&f, false);
+	c.moved = save_state(&c.f);
+	fail_each("checkpoint load", &c, load_reset, load_op, load_check);
+	unlink(c.path);
+	free(c.want);
+	free(c.old);
+	free_state(&c.saved);
+	free_state(&c.moved);
+	teardown(&c.f, false);
 }
 END_TEST
 
-/* text_wordpiece_load, then text_tokenize, with each allocation failing in
- * turn: a failed load leaves the tokenizer struct as it was; a failed
- * tokenize returns its buffer to free; a success gives the clean ids. */
-START_TEST(test_vocabulary)
+/* Text: a vocabulary, a tokenizer loaded from it and one being loaded, a text
+ * and its clean ids, the aclImdb fixture and what is made from it. */
+struct texts {
+	char path[40];
+	struct text_tokenizer clean, tok, untouched, bytes;
+	const char *text;
+	int32_t *want, *ids;
+	size_t want_n, n;
+	struct text_dataset imdb, ds, untouched_ds, tr, va;
+	struct text_batcher b;
+	struct text_batch batch;
+};
+
+static void text_reset(void *p)
 {
-	char path[] = "/tmp/cformer-oom-vocab-XXXXXX";
-	FILE *fp = fdopen(mkstemp(path), "w");
+	struct texts *t = p;
+	memset(&t->tok, 0xab, sizeof t->tok);
+	t->untouched = t->tok;
+	memset(&t->ds, 0xab, sizeof t->ds);
+	t->untouched_ds = t->ds;
+	t->ids = NULL;
+	t->n = 0;
+	memset(&t->b, 0, sizeof t->b);
+}
+
+static int vocab_op(void *p)
+{
+	struct texts *t = p;
+	return text_wordpiece_load(&t->tok, t->path);
+}
+
+static void vocab_check(void *p, int rc) /* a loaded vocabulary, or the struct untouched */
+{
+	struct texts *t = p;
+	if (rc == TENSOR_OK) {
+		ck_assert_int_eq(t->tok.vocab_size, t->clean.vocab_size);
+		text_tokenizer_free(&t->tok);
+	} else {
+		ck_assert(memcmp(&t->tok, &t->untouched, sizeof t->tok) == 0);
+	}
+}
+
+static int tokenize_op(void *p)
+{
+	struct texts *t = p;
+	return text_tokenize(&t->clean, t->text, strlen(t->text), &t->ids, &t->n);
+}
+
+static void tokenize_check(void *p, int rc) /* the clean ids; the buffer is ours either way */
+{
+	struct texts *t = p;
+	ck_assert(rc != TENSOR_OK ||
+		  (t->n == t->want_n && memcmp(t->ids, t->want, t->n * sizeof *t->ids) == 0));
+	free(t->ids);
+}
+
+static int imdb_op(void *p)
+{
+	struct texts *t = p;
+	return text_imdb_load(data_path("imdb_tiny"), "train", &t->ds);
+}
+
+static void imdb_check(void *p, int rc) /* the same reviews, or the output untouched */
+{
+	struct texts *t = p;
+	if (rc != TENSOR_OK) {
+		ck_assert(memcmp(&t->ds, &t->untouched_ds, sizeof t->ds) == 0);
+		return;
+	}
+	ck_assert(t->ds.n == t->imdb.n);
+	for (int64_t i = 0; i < t->ds.n; i++)
+		ck_assert(!strcmp(t->ds.items[i].text, t->imdb.items[i].text));
+	text_dataset_free(&t->ds);
+}
+
+static int split_op(void *p)
+{
+	struct texts *t = p;
+	return text_dataset_split_groups(&t->imdb, 0.3, 5, &t->tr, &t->va);
+}
+
+static void split_check(void *p, int rc)
+{
+	struct texts *t = p;
+	if (rc != TENSOR_OK)
+		return;
+	ck_assert(t->tr.n + t->va.n == t->imdb.n && t->va.n > 0);
+	text_dataset_free(&t->tr);
+	text_dataset_free(&t->va);
+}
+
+static int batch_op(void *p)
+{
+	struct texts *t = p;
+	int rc = text_batcher_init(&t->b, &t->imdb, &t->bytes, 64, 3, 1, true, true);
+	return rc == TENSOR_OK ? text_batcher_get(&t->b, 0, &t->batch) : rc;
+}
+
+static void batch_check(void *p, int rc)
+{
+	struct texts *t = p;
+	if (rc == TENSOR_OK) {
+		ck_assert(t->batch.size == 3 && t->batch.ids && t->batch.mask);
+		tensor_free(t->batch.ids);
+		tensor_free(t->batch.mask);
+		tensor_free(t->batch.labels);
+	}
+	text_batcher_free(&t->b);
+}
+
+/* Loading a vocabulary and tokenizing with it; reading the aclImdb fixture,
+ * splitting it by movie and batching it (a failure may also leave the
+ * result unchanged: a review's buffer that cannot shrink stays larger). */
+START_TEST(test_text)
+{
+	struct texts t = { .path = "/tmp/cformer-oom-vocab-XXXXXX",
+			   .text = "The films w7 w299 the unknownword W12 film" };
+	FILE *fp = fdopen(mkstemp(t.path), "w");
 	ck_assert(fp != NULL);
 	fputs("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\nfilm\n##s\n", fp);
 	for (int w = 0; w < 300; w++) /* enough lines for the token array to grow */
 		fprintf(fp, "w%d\n", w);
 	fclose(fp);
-	struct text_tokenizer clean, tok;
-	ck_assert_int_eq(text_wordpiece_load(&clean, path), TENSOR_OK);
-	const char *text = "The films w7 w299 the unknownword W12 film";
-	int32_t *want = NULL;
-	size_t want_n = 0;
-	ck_assert_int_eq(text_tokenize(&clean, text, strlen(text), &want, &want_n), TENSOR_OK);
-	int64_t i, failed = 0;
-	for (i = 0;; i++) {
-		memset(&tok, 0xab, sizeof tok);
-		struct text_tokenizer untouched = tok;
-		arm(i);
-		int rc = text_wordpiece_load(&tok, path);
-		bool fired = disarm();
-		if (rc == TENSOR_OK) {
-			ck_assert_int_eq(tok.vocab_size, 308);
-			text_tokenizer_free(&tok);
-			if (!fired)
-				break;
-			continue;
-		}
-		ck_assert_msg(fired && tensor_last_status() == TENSOR_ERR_NOMEM, "load %lld: %s",
-			      (long long)i, tensor_last_error());
-		tensor_clear_error();
-		ck_assert(memcmp(&tok, &untouched, sizeof tok) == 0);
-		failed++;
-	}
-	ck_assert_msg(failed >= 3, "%lld of %lld allocations failed the load", (long long)failed,
-		      (long long)i);
-	int64_t loads = i, load_failed = failed;
-	for (i = 0, failed = 0;; i++) {
-		int32_t *ids = NULL;
-		size_t n = 0;
-		arm(i);
-		int rc = text_tokenize(&clean, text, strlen(text), &ids, &n);
-		bool fired = disarm();
-		if (rc == TENSOR_OK) {
-			ck_assert(n == want_n && memcmp(ids, want, n * sizeof *ids) == 0);
-			free(ids);
-			if (!fired)
-				break;
-			continue;
-		}
-		ck_assert_msg(fired && tensor_last_status() == TENSOR_ERR_NOMEM, "tokenize: %s",
-			      tensor_last_error());
-		tensor_clear_error();
-		free(ids);
-		failed++;
-	}
-	ck_assert(failed >= 1);
-	printf("vocabulary load: %lld allocations (%lld errors); tokenize: %lld (%lld errors)\n",
-	       (long long)loads, (long long)load_failed, (long long)i, (long long)failed);
-	free(want);
-	text_tokenizer_free(&clean);
-	unlink(path);
-}
-END_TEST
-
-/* Reading the tiny aclImdb fixture, splitting it by movie and batching it,
- * with each allocation failing in turn: each step fails with out of memory
- * and leaves its output as it was, or gives the clean result. */
-START_TEST(test_dataset)
-{
-	struct text_tokenizer tok;
-	ck_assert_int_eq(text_byte_init(&tok), TENSOR_OK);
-	struct text_dataset clean, ds, tr, va;
-	ck_assert_int_eq(text_imdb_load(data_path("imdb_tiny"), "train", &clean), TENSOR_OK);
-	int64_t counts[3] = { 0 }, errors[3] = { 0 };
-	for (int what = 0; what < 3; what++)
-		for (int64_t i = 0;; i++) {
-			memset(&ds, 0xab, sizeof ds);
-			struct text_dataset untouched = ds;
-			struct text_batcher b = { 0 };
-			struct text_batch batch = { 0 };
-			arm(i);
-			int rc;
-			if (what == 0)
-				rc = text_imdb_load(data_path("imdb_tiny"), "train", &ds);
-			else if (what == 1)
-				rc = text_dataset_split_groups(&clean, 0.3, 5, &tr, &va);
-			else if ((rc = text_batcher_init(&b, &clean, &tok, 64, 3, 1, true, true)) ==
-				 0)
-				rc = text_batcher_get(&b, 0, &batch);
-			bool fired = disarm();
-			if (rc == TENSOR_OK) {
-				if (what == 0) {
-					ck_assert(ds.n == clean.n &&
-						  !strcmp(ds.items[ds.n - 1].text,
-							  clean.items[clean.n - 1].text));
-					text_dataset_free(&ds);
-				} else if (what == 1) {
-					ck_assert(tr.n + va.n == clean.n && va.n > 0);
-					text_dataset_free(&tr);
-					text_dataset_free(&va);
-				} else {
-					ck_assert(batch.size == 3 && batch.ids && batch.mask);
-					tensor_free(batch.ids);
-					tensor_free(batch.mask);
-					tensor_free(batch.labels);
-					text_batcher_free(&b);
-				}
-				if (!fired) {
-					counts[what] = i;
-					break;
-				}
-				continue;
-			}
-			ck_assert_msg(fired && tensor_last_status() == TENSOR_ERR_NOMEM,
-				      "step %d, allocation %lld: %s", what, (long long)i,
-				      tensor_last_error());
-			tensor_clear_error();
-			if (what == 0)
-				ck_assert(memcmp(&ds, &untouched, sizeof ds) == 0);
-			text_batcher_free(&b);
-			errors[what]++;
-		}
-	for (int what = 0; what < 3; what++)
-		ck_assert_msg(errors[what] >= 2, "step %d: %lld of %lld allocations failed it",
-			      what, (long long)errors[what], (long long)counts[what]);
-	printf("aclImdb fixture: load %lld allocations (%lld errors), split %lld (%lld), "
-	       "batcher %lld (%lld)\n",
-	       (long long)counts[0], (long long)errors[0], (long long)counts[1],
-	       (long long)errors[1], (long long)counts[2], (long long)errors[2]);
-	text_dataset_free(&clean);
-	text_tokenizer_free(&tok);
+	ck_assert_int_eq(text_wordpiece_load(&t.clean, t.path), TENSOR_OK);
+	ck_assert_int_eq(t.clean.vocab_size, 308);
+	ck_assert_int_eq(text_tokenize(&t.clean, t.text, strlen(t.text), &t.want, &t.want_n),
+			 TENSOR_OK);
+	ck_assert_int_eq(text_byte_init(&t.bytes), TENSOR_OK);
+	ck_assert_int_eq(text_imdb_load(data_path("imdb_tiny"), "train", &t.imdb), TENSOR_OK);
+	ck_assert(fail_each("vocabulary load", &t, text_reset, vocab_op, vocab_check) >= 5);
+	fail_each("tokenize", &t, text_reset, tokenize_op, tokenize_check);
+	ck_assert(fail_each("aclImdb load", &t, text_reset, imdb_op, imdb_check) >= 5);
+	ck_assert(fail_each("split by movie", &t, text_reset, split_op, split_check) >= 2);
+	ck_assert(fail_each("batcher", &t, text_reset, batch_op, batch_check) >= 5);
+	unlink(t.path);
+	free(t.want);
+	text_tokenizer_free(&t.clean);
+	text_tokenizer_free(&t.bytes);
+	text_dataset_free(&t.imdb);
 }
 END_TEST
 
@@ -543,8 +583,7 @@ int main(void)
 	tcase_add_test(tc, test_mlm_step);
 	tcase_add_loop_test(tc, test_inference, 0, 3);
 	tcase_add_test(tc, test_checkpoint);
-	tcase_add_test(tc, test_vocabulary);
-	tcase_add_test(tc, test_dataset);
+	tcase_add_test(tc, test_text);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
