@@ -1,8 +1,9 @@
-/* The library's own heap buffers (not tensors: file contents, tokenizer
- * tables, checkpoint headers) come from these, so that the failure injected
- * by tensor_mem_inject_failure reaches them too: each call counts as one
- * allocation and the armed one returns NULL (realloc then leaves p as it
- * was). Otherwise malloc, calloc and realloc. Internal to cformer. */
+/* The library's own heap buffers (not tensors: the tape, kernels' scratch,
+ * file contents, tokenizer tables, checkpoint headers) come from these, so
+ * that the failure injected by tensor_mem_inject_failure reaches them too:
+ * each call counts as one allocation and the armed one returns NULL (realloc
+ * then leaves p as it was). Otherwise malloc, calloc and realloc. Internal to
+ * cformer. */
 #ifndef CFORMER_MEM_H
 #define CFORMER_MEM_H
 
