@@ -352,6 +352,11 @@ void *tensor_host_realloc(void *p, size_t n)
 	return injected_failure() ? NULL : realloc(p, n);
 }
 
+char *tensor_host_strdup(const char *s)
+{
+	return injected_failure() ? NULL : strdup(s);
+}
+
 struct tensor *tensor_header_alloc(void)
 {
 	struct scope *s = current();

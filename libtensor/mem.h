@@ -2,8 +2,8 @@
  * file contents, tokenizer tables, checkpoint headers) come from these, so
  * that the failure injected by tensor_mem_inject_failure reaches them too:
  * each call counts as one allocation and the armed one returns NULL (realloc
- * then leaves p as it was). Otherwise malloc, calloc and realloc. Internal to
- * cformer. */
+ * then leaves p as it was). Otherwise malloc, calloc, realloc and strdup.
+ * Internal to cformer. */
 #ifndef CFORMER_MEM_H
 #define CFORMER_MEM_H
 
@@ -12,5 +12,6 @@
 void *tensor_host_malloc(size_t n);
 void *tensor_host_calloc(size_t count, size_t size);
 void *tensor_host_realloc(void *p, size_t n);
+char *tensor_host_strdup(const char *s);
 
 #endif

@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "models.h"
+#include "mem.h"
 
 #define MAX_EXACT 9007199254740992.0 /* 2^53: larger JSON numbers are not exact */
 
@@ -456,7 +457,7 @@ char *model_config_to_json(const struct model_config *c)
 	}
 	char *s = ok ? cJSON_PrintUnformatted(o) : NULL;
 	cJSON_Delete(o);
-	char *out = s ? strdup(s) : NULL; /* malloc'd, whatever cJSON's hooks are */
+	char *out = s ? tensor_host_strdup(s) : NULL; /* malloc'd, whatever cJSON's hooks are */
 	cJSON_free(s);
 	if (!out)
 		tensor_error(TENSOR_ERR_NOMEM, "model_config_to_json: out of memory");

@@ -721,7 +721,7 @@ char *nn_checkpoint_config_buffer(const void *buf, size_t avail, size_t file_len
 		fail(TENSOR_ERR_ARG, op, name, "no \"config\" in __metadata__");
 	else if (!check)
 		fail(TENSOR_ERR_IO, op, name, "the \"config\" metadata is not valid JSON");
-	else if (!(out = strdup(c->valuestring)))
+	else if (!(out = tensor_host_strdup(c->valuestring)))
 		fail(TENSOR_ERR_NOMEM, op, name, "out of memory");
 	cJSON_Delete(check);
 	header_free(&h);
@@ -867,7 +867,7 @@ static int write_all(const char *op, const char *path, const char *tmp, FILE *f,
  * is complete either way). */
 static void sync_dir(const char *path)
 {
-	char *copy = strdup(path);
+	char *copy = tensor_host_strdup(path);
 	if (!copy)
 		return;
 	int fd = open(dirname(copy), O_RDONLY);

@@ -231,7 +231,7 @@ static int read_urls(const char *path, const struct imdb_file *files, size_t n, 
 			    path, (long long)lineno, (long long)files[f].id);
 			break;
 		}
-		char *url = strdup(line);
+		char *url = tensor_host_strdup(line);
 		if (!url) {
 			st = tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
 			break;

@@ -38,7 +38,7 @@ static int copy_flagged(const char *op, const struct text_dataset *ds, const uns
 			continue;
 		struct text_example *ex = &out->items[out->n];
 		*ex = ds->items[i];
-		ex->text = strdup(ds->items[i].text ? ds->items[i].text : "");
+		ex->text = tensor_host_strdup(ds->items[i].text ? ds->items[i].text : "");
 		if (!ex->text)
 			return tensor_error(TENSOR_ERR_NOMEM, "%s: out of memory", op);
 		out->n++;
@@ -200,7 +200,8 @@ int text_dataset_concat(const struct text_dataset *a, const struct text_dataset 
 			*ex = in[p]->items[i];
 			if (p == 1 && ex->group > 0)
 				ex->group += shift;
-			ex->text = strdup(in[p]->items[i].text ? in[p]->items[i].text : "");
+			ex->text =
+			    tensor_host_strdup(in[p]->items[i].text ? in[p]->items[i].text : "");
 			if (!ex->text) {
 				text_dataset_free(&cat);
 				return tensor_error(TENSOR_ERR_NOMEM, "%s: out of memory", op);
