@@ -441,6 +441,8 @@ struct texts {
 	int32_t *want, *ids;
 	size_t want_n, n;
 	struct text_dataset imdb, ds, untouched_ds, tr, va;
+	const struct text_dataset *ref; /* what ds must equal after a success */
+	const char *lines;		/* text_lines_load's file or directory */
 	struct text_batcher b;
 	struct text_batch batch;
 };
@@ -494,16 +496,28 @@ static int imdb_op(void *p)
 	return text_imdb_load(data_path("imdb_tiny"), "train", &t->ds);
 }
 
-static void imdb_check(void *p, int rc) /* the same reviews, or the output untouched */
+static int lines_op(void *p)
+{
+	struct texts *t = p;
+	return text_lines_load(t->lines, &t->ds);
+}
+
+static int concat_op(void *p)
+{
+	struct texts *t = p;
+	return text_dataset_concat(&t->imdb, &t->imdb, &t->ds);
+}
+
+static void dataset_check(void *p, int rc) /* the texts of *ref, or the output untouched */
 {
 	struct texts *t = p;
 	if (rc != TENSOR_OK) {
 		ck_assert(memcmp(&t->ds, &t->untouched_ds, sizeof t->ds) == 0);
 		return;
 	}
-	ck_assert(t->ds.n == t->imdb.n);
+	ck_assert(t->ds.n == t->ref->n);
 	for (int64_t i = 0; i < t->ds.n; i++)
-		ck_assert(!strcmp(t->ds.items[i].text, t->imdb.items[i].text));
+		ck_assert(!strcmp(t->ds.items[i].text, t->ref->items[i].text));
 	text_dataset_free(&t->ds);
 }
 
@@ -543,8 +557,9 @@ static void batch_check(void *p, int rc)
 }
 
 /* Loading a vocabulary and tokenizing with it; reading the aclImdb fixture,
- * splitting it by movie and batching it (a failure may also leave the
- * result unchanged: a review's buffer that cannot shrink stays larger). */
+ * concatenating it, splitting it by movie and batching it; reading a corpus
+ * file and a directory of documents (a failure may also leave the result
+ * unchanged: a review's buffer that cannot shrink stays larger). */
 START_TEST(test_text)
 {
 	struct texts t = { .path = "/tmp/cformer-oom-vocab-XXXXXX",
@@ -563,7 +578,21 @@ START_TEST(test_text)
 	ck_assert_int_eq(text_imdb_load(data_path("imdb_tiny"), "train", &t.imdb), TENSOR_OK);
 	ck_assert(fail_each("vocabulary load", &t, text_reset, vocab_op, vocab_check) >= 5);
 	fail_each("tokenize", &t, text_reset, tokenize_op, tokenize_check);
-	ck_assert(fail_each("aclImdb load", &t, text_reset, imdb_op, imdb_check) >= 5);
+	t.ref = &t.imdb;
+	ck_assert(fail_each("aclImdb load", &t, text_reset, imdb_op, dataset_check) >= 5);
+	struct text_dataset twice, lines;
+	ck_assert_int_eq(text_dataset_concat(&t.imdb, &t.imdb, &twice), TENSOR_OK);
+	t.ref = &twice;
+	ck_assert(fail_each("concat", &t, text_reset, concat_op, dataset_check) >= 5);
+	text_dataset_free(&twice);
+	const char *corpora[2] = { "lines_tiny/corpus.txt", "lines_tiny/docs" };
+	for (int k = 0; k < 2; k++) {
+		t.lines = data_path(corpora[k]);
+		ck_assert_int_eq(text_lines_load(t.lines, &lines), TENSOR_OK);
+		t.ref = &lines;
+		ck_assert(fail_each(corpora[k], &t, text_reset, lines_op, dataset_check) >= 2);
+		text_dataset_free(&lines);
+	}
 	ck_assert(fail_each("split by movie", &t, text_reset, split_op, split_check) >= 2);
 	ck_assert(fail_each("batcher", &t, text_reset, batch_op, batch_check) >= 5);
 	unlink(t.path);
