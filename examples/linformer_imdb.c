@@ -331,6 +331,7 @@ struct run {
 	struct model_classifier model;
 	struct nn_adamw adamw;
 	struct nn_ema ema; /* --ema */
+	struct nn_anchor anchor; /* --proj-l2 */
 	struct nn_schedule sched;
 	int64_t spe, total, epochs; /* steps per epoch, steps, epochs */
 	double best_val, elapsed0;  /* best validation accuracy; elapsed before resuming */
@@ -341,6 +342,9 @@ struct run {
 	struct progress bar;
 	double start;
 };
+
+/* The Linformer projections' weights, per layer or shared layerwise (--proj-l2). */
+#define PROJ_WEIGHTS "layers.*.attn.[EF].weight|proj.weight"
 
 static double elapsed(const struct run *r)
 {
@@ -515,6 +519,9 @@ static int64_t setup(struct run *r)
 		train_die(PROG, "building the model");
 	if (opt.embed_std > 0 && train_init_embedding(&r->ps, &r->model.enc, opt.embed_std) < 0)
 		train_die(PROG, "initialising the embedding");
+	if (opt.proj_l2 > 0 && nn_anchor_init(&r->anchor, &r->ps, PROJ_WEIGHTS) < 0)
+		flags_fail(PROG, "proj-l2", "%s (a model with learned projections)",
+			   tensor_last_error());
 	if (opt.init_from && !opt.resume) {
 		int copied = train_copy_encoder(opt.init_from, &r->ps);
 		if (copied < 0)
@@ -717,6 +724,8 @@ static int run_train(int argc, char **argv)
 		if (opt.pos_l2 > 0 &&
 		    nn_params_l2_grad(&r.ps, "pos.", l2_at(opt.pos_l2, step, r.total)) < 0)
 			train_die(PROG, "--pos-l2");
+		if (opt.proj_l2 > 0 && nn_anchor_l2_grad(&r.anchor, opt.proj_l2) < 0)
+			train_die(PROG, "--proj-l2");
 		double norm = train_optimizer_step(&r.ps, &r.adamw, &r.sched, step, opt.clip);
 		if (norm < 0)
 			train_die(PROG, "optimizer step");
@@ -810,6 +819,7 @@ out:
 	free(r.cfg_json);
 	nn_adamw_free(&r.adamw);
 	nn_ema_free(&r.ema);
+	nn_anchor_free(&r.anchor);
 	model_classifier_free(&r.model);
 	nn_params_free(&r.ps);
 	text_batcher_free(&r.btrain);

@@ -75,6 +75,10 @@ struct flag flags[] = {
 	    "that the embedding learns before the penalty can shrink it to zero)"),
 	DBL("pos-l2", pos_l2, 0, 10, 0, "L",
 	    "L2 penalty L/2 |P|^2 on the learned position embedding P, as --embed-l2 (0: none)"),
+	DBL("proj-l2", proj_l2, 0, 1e6, 0, "L",
+	    "L2 penalty L/2 |E - E0|^2 pulling the Linformer projections' weights E, F "
+	    "towards their starting values E0 (window means for learned ones; nn_anchor; "
+	    "0: none)"),
 	DBL("label-smoothing", label_smoothing, 0, 1, FLAG_MAX_OPEN, "S",
 	    "train on targets (1 - S) one-hot + S uniform; the logged training loss is the "
 	    "smoothed one, validation and test losses are not (0: none)"),

@@ -423,6 +423,28 @@ void nn_ema_free(struct nn_ema *e);
  * lazy parameter (nn_params_set_lazy) only the rows with a gradient change. */
 int nn_params_l2_grad(struct nn_params *ps, const char *prefix, double lambda);
 
+/* L2-SP (Li, Grandvalet and Davoine 2018): the penalty lambda/2 ||p - p0||^2
+ * pulls parameters towards p0, their values when nn_anchor_init ran (say, a
+ * Linformer projection's window-mean start, or pretrained weights), instead
+ * of towards zero. nn_anchor_init copies every parameter whose name matches
+ * the glob pattern (fnmatch(3); alternatives separated by '|', e.g.
+ * "layers.*.attn.[EF].weight|proj.weight");
+ * nn_anchor_l2_grad adds lambda (p - p0) to their gradients (coupled, as
+ * nn_params_l2_grad: call after backward, before clipping and the step) and
+ * returns how many changed. Errors: NULL arguments, no name matching
+ * (TENSOR_ERR_ARG); lambda < 0 or not finite (TENSOR_ERR_ARG, nothing
+ * changed); a parameter no longer of its anchored shape (TENSOR_ERR_STATE);
+ * out of memory. nn_anchor_free releases the copies (safe on a zeroed one). */
+struct nn_anchor {
+	struct nn_params *ps;
+	int n;
+	int *index;            /* of each anchored parameter in ps->items */
+	struct tensor **value; /* its copy p0 */
+};
+int nn_anchor_init(struct nn_anchor *a, struct nn_params *ps, const char *pattern);
+int nn_anchor_l2_grad(struct nn_anchor *a, double lambda);
+void nn_anchor_free(struct nn_anchor *a);
+
 /* Adversarial training on the weights (the fast gradient method of Goodfellow
  * et al. 2015 on the embedding, as Miyato et al. 2017, but on the matrix, not
  * on each position). After backward, nn_fgm_perturb adds r = eps ||p|| g / ||g||

@@ -1,5 +1,6 @@
-/* Optimizers (AdamW, SGD with momentum), an L2 penalty's gradient, gradient
- * clipping by global norm, and a moving average of the parameters.
+/* Optimizers (AdamW, SGD with momentum), the gradients of L2 penalties
+ * (towards zero or towards a snapshot), gradient clipping by global norm, and
+ * a moving average of the parameters.
  *
  * Updates are written with tensor ops, so every backend runs them, and are
  * applied in place under no-grad. Parameters are updated in segments: one
@@ -16,6 +17,8 @@
  * so a parameter added after the optimizer was created is detected; buf also
  * keeps its flat buffer in the slot after that NULL.
  */
+#define _POSIX_C_SOURCE 200809L
+#include <fnmatch.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -669,6 +672,117 @@ int nn_params_l2_grad(struct nn_params *ps, const char *prefix, double lambda)
 		return tensor_error(TENSOR_ERR_ARG, "%s: no parameter name starts with '%s'", op,
 				    prefix ? prefix : "");
 	return done;
+}
+
+/* ---- L2 penalty towards a snapshot ----------------------------------------------- */
+
+/* t[0] gradient += a[0] (t[1] value - t[2] anchor) */
+static int anchor_chunk(struct tensor *const *t, struct update *u)
+{
+	return store(t[0], tensor_add(t[0], tensor_mul_scalar(tensor_sub(t[1], t[2]), u->a[0])));
+}
+
+/* Whether name matches one of the '|'-separated globs of pattern. */
+static bool glob_any(const char *pattern, const char *name)
+{
+	char glob[NN_NAME_MAX];
+	for (const char *p = pattern;; p++) {
+		size_t len = strcspn(p, "|");
+		if (len < sizeof glob) {
+			memcpy(glob, p, len);
+			glob[len] = '\0';
+			if (fnmatch(glob, name, 0) == 0)
+				return true;
+		}
+		p += len;
+		if (!*p)
+			return false;
+	}
+}
+
+int nn_anchor_init(struct nn_anchor *a, struct nn_params *ps, const char *pattern)
+{
+	static const char op[] = "nn_anchor_init";
+	if (!a || !ps || !pattern)
+		return tensor_error(TENSOR_ERR_ARG, "%s: %s is NULL", op,
+				    !a ? "a" : !ps ? "ps" : "pattern");
+	*a = (struct nn_anchor){ .ps = ps };
+	int rc = TENSOR_OK;
+	for (int i = 0; i < ps->n && rc == TENSOR_OK; i++) {
+		if (!glob_any(pattern, ps->items[i].name))
+			continue;
+		int *index = tensor_host_realloc(a->index, sizeof *index * (size_t)(a->n + 1));
+		a->index = index ? index : a->index;
+		struct tensor **value =
+		    index ? tensor_host_realloc(a->value, sizeof *value * (size_t)(a->n + 1)) : NULL;
+		a->value = value ? value : a->value;
+		if (!value) {
+			rc = tensor_error(TENSOR_ERR_NOMEM, "%s: %d snapshots", op, a->n + 1);
+			break;
+		}
+		ag_no_grad_begin();
+		value[a->n] = tensor_clone(ps->items[i].value);
+		ag_no_grad_end();
+		rc = value[a->n] ? TENSOR_OK : failed();
+		if (rc == TENSOR_OK)
+			index[a->n++] = i;
+	}
+	if (rc == TENSOR_OK && a->n == 0)
+		rc = tensor_error(TENSOR_ERR_ARG, "%s: no parameter name matches '%s'", op,
+				  pattern);
+	if (rc < 0)
+		nn_anchor_free(a);
+	return rc;
+}
+
+int nn_anchor_l2_grad(struct nn_anchor *a, double lambda)
+{
+	static const char op[] = "nn_anchor_l2_grad";
+	if (!a || !a->ps)
+		return tensor_error(TENSOR_ERR_ARG, "%s: anchor is NULL or not initialised", op);
+	if (!(lambda >= 0) || !isfinite(lambda))
+		return tensor_error(TENSOR_ERR_ARG, "%s: lambda %g must be finite and >= 0", op,
+				    lambda);
+	for (int j = 0; j < a->n; j++) {
+		char b0[128], b1[128];
+		if (a->index[j] >= a->ps->n)
+			return tensor_error(TENSOR_ERR_STATE, "%s: parameter %d of %d is gone", op,
+					    a->index[j], a->ps->n);
+		const struct nn_param *p = &a->ps->items[a->index[j]];
+		if (!tensor_same_shape(p->value, a->value[j]))
+			return tensor_error(TENSOR_ERR_STATE, "%s: parameter '%s' is %s, anchored as %s",
+					    op, p->name, tensor_shape_str(p->value, b0, sizeof b0),
+					    tensor_shape_str(a->value[j], b1, sizeof b1));
+	}
+	struct update u = { .chunk = anchor_chunk, .a = { lambda } };
+	int rc = TENSOR_OK, done = 0;
+	ag_no_grad_begin();
+	for (int j = 0; j < a->n && rc == TENSOR_OK && lambda > 0; j++) {
+		const struct nn_param *p = &a->ps->items[a->index[j]];
+		struct tensor *g = p->value->grad;
+		if (!g || tensor_numel(g) == 0)
+			continue;
+		tensor_scope_begin();
+		struct tensor *t[3] = { flat1(op, g), flat1(op, p->value), flat1(op, a->value[j]) };
+		rc = t[0] && t[1] && t[2] ? tensor_check_writable(op, g) : failed();
+		if (rc == TENSOR_OK)
+			rc = p->lazy_rows ? for_live_rows(op, g, t, 3, &u) : for_chunks(t, 3, &u);
+		tensor_scope_end();
+		done++;
+	}
+	ag_no_grad_end();
+	return rc < 0 ? rc : done;
+}
+
+void nn_anchor_free(struct nn_anchor *a)
+{
+	if (!a)
+		return;
+	for (int j = 0; j < a->n; j++)
+		tensor_free(a->value[j]);
+	free(a->value);
+	free(a->index);
+	*a = (struct nn_anchor){ 0 };
 }
 
 /* PyTorch's clip_grad_norm_: scale by max_norm / (norm + 1e-6) when norm >

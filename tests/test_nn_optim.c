@@ -680,6 +680,91 @@ START_TEST(test_params_l2_grad)
 }
 END_TEST
 
+/* L2-SP: grad += lambda (p - p0) for the parameters matching the globs, p0 their values at
+ * init; packed or not; agrees with autograd; errors change nothing. */
+START_TEST(test_anchor_l2_grad)
+{
+	for (int packed = 0; packed < 2; packed++) {
+		struct nn_params ps;
+		big_model(&ps, TENSOR_F64);
+		if (packed)
+			nn_params_pack(&ps);
+		struct nn_anchor a;
+		ck_assert_int_eq(nn_anchor_init(&a, &ps, "p[15]|p6|q*"), TENSOR_OK);
+		ck_assert_int_eq(a.n, 3);
+		double *p0[7];
+		for (int k = 0; k < ps.n; k++) {
+			p0[k] = tu_values(ps.items[k].value);
+			set_values(ps.items[k].value, k, false);
+		}
+		set_grads(&ps, 0, -1);
+		ck_assert_int_eq(nn_anchor_l2_grad(&a, 0.0), 0);
+		ck_assert_int_eq(nn_anchor_l2_grad(&a, 0.3), 3);
+		for (int k = 0; k < ps.n; k++) {
+			int64_t n = tensor_numel(ps.items[k].value);
+			bool anchored = k == 1 || k == 5 || k == 6;
+			double *want = malloc(sizeof(double) * (size_t)(n ? n : 1));
+			for (int64_t i = 0; i < n; i++)
+				want[i] = grad_at(i, 0, k) +
+					  (anchored ? 0.3 * (value_at(i, k) - p0[k][i]) : 0);
+			tu_assert_close(ps.items[k].value->grad, want, n, 1e-15, 1e-14);
+			free(want);
+			free(p0[k]);
+		}
+		nn_anchor_free(&a);
+		nn_params_free(&ps);
+	}
+	/* against autograd: d/dw (lambda/2 sum (w - w0)^2) */
+	struct nn_params ps;
+	small_model(&ps, TENSOR_F64);
+	struct tensor *w = ps.items[0].value;
+	struct nn_anchor a;
+	ck_assert_int_eq(nn_anchor_init(&a, &ps, "w"), TENSOR_OK);
+	tensor_scope_begin();
+	struct tensor *w0 = tensor_clone(w);
+	set_values(w, 7, false);
+	struct tensor *d = ag_sub(w, w0);
+	ck_assert_int_eq(ag_backward(ag_mul_scalar(ag_sum(ag_mul(d, d), 0, NULL, false), 0.35),
+				     NULL),
+			 TENSOR_OK);
+	tensor_scope_end();
+	double *by_ag = tu_values(w->grad);
+	ck_assert_int_eq(nn_params_zero_grad(&ps), TENSOR_OK);
+	ck_assert_int_eq(nn_anchor_l2_grad(&a, 0.7), 1);
+	tu_assert_close(w->grad, by_ag, 6, 1e-15, 1e-14);
+	free(by_ag);
+	/* errors change nothing */
+	double *before = tu_values(w->grad);
+	struct nn_anchor b = { .n = 5 };
+	tu_assert_error(nn_anchor_init(&b, &ps, "x*|[bw]?") == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
+			"nn_anchor_init", "no parameter name matches 'x*|[bw]?'");
+	ck_assert_int_eq(b.n, 0);
+	tu_assert_error(nn_anchor_init(&b, NULL, "w") == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
+			"nn_anchor_init", "ps is NULL");
+	double bad[] = { -0.1, NAN, INFINITY };
+	for (int i = 0; i < 3; i++)
+		tu_assert_error(nn_anchor_l2_grad(&a, bad[i]) == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
+				"nn_anchor_l2_grad", "must be finite and >= 0");
+	tu_assert_error(nn_anchor_l2_grad(&b, 0.1) == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
+			"nn_anchor_l2_grad", "not initialised");
+	tu_assert_close(w->grad, before, 6, 0, 0);
+	free(before);
+	/* the list rebuilt with other shapes: the anchor no longer fits */
+	nn_params_free(&ps);
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 5), TENSOR_OK);
+	nn_param_new(&ps, "w", 1, (int64_t[]){ 6 }, false);
+	tu_assert_error(nn_anchor_l2_grad(&a, 0.1) == TENSOR_ERR_STATE, TENSOR_ERR_STATE,
+			"nn_anchor_l2_grad", "parameter 'w' is [6], anchored as [2,3]");
+	nn_params_free(&ps);
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 5), TENSOR_OK);
+	tu_assert_error(nn_anchor_l2_grad(&a, 0.1) == TENSOR_ERR_STATE, TENSOR_ERR_STATE,
+			"nn_anchor_l2_grad", "parameter 0 of 0 is gone");
+	nn_anchor_free(&a);
+	nn_anchor_free(&a);
+	nn_params_free(&ps);
+}
+END_TEST
+
 /* ---- optimizer errors ------------------------------------------------------------------ */
 
 START_TEST(test_optimizer_errors)
@@ -959,6 +1044,7 @@ int main(void)
 	tcase_add_test(tc, test_step_after_backward);
 	tcase_add_test(tc, test_clip_grad_norm);
 	tcase_add_test(tc, test_params_l2_grad);
+	tcase_add_test(tc, test_anchor_l2_grad);
 	tcase_add_test(tc, test_optimizer_errors);
 	tcase_add_test(tc, test_ema);
 	tcase_add_test(tc, test_fgm);

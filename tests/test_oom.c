@@ -323,6 +323,40 @@ static int64_t fail_each(const char *what, void *c, void (*reset)(void *), int (
 	return errors;
 }
 
+/* nn_anchor_init: the copies of the Linformer projections, or nothing. */
+struct anchor {
+	struct fixture f;
+	struct nn_anchor a;
+};
+
+static void anchor_reset(void *p)
+{
+	((struct anchor *)p)->a = (struct nn_anchor){ .n = -1 };
+}
+
+static int anchor_op(void *p)
+{
+	struct anchor *c = p;
+	return nn_anchor_init(&c->a, &c->f.ps, "layers.*.attn.[EF].weight");
+}
+
+static void anchor_check(void *p, int rc)
+{
+	struct anchor *c = p;
+	ck_assert_int_eq(c->a.n, rc == TENSOR_OK ? 4 : 0);
+	ck_assert(rc == TENSOR_OK || (!c->a.index && !c->a.value));
+	nn_anchor_free(&c->a);
+}
+
+START_TEST(test_anchor)
+{
+	struct anchor c;
+	setup(&c.f, "linformer:2", false);
+	ck_assert(fail_each("anchor", &c, anchor_reset, anchor_op, anchor_check) >= 4);
+	teardown(&c.f, false);
+}
+END_TEST
+
 /* The whole file; NULL if there is none. */
 static char *slurp(const char *path, long *n)
 {
@@ -612,6 +646,7 @@ int main(void)
 	tcase_add_test(tc, test_mlm_step);
 	tcase_add_loop_test(tc, test_inference, 0, 3);
 	tcase_add_test(tc, test_checkpoint);
+	tcase_add_test(tc, test_anchor);
 	tcase_add_test(tc, test_text);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
