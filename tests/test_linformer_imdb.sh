@@ -362,6 +362,15 @@ if check lp "--pos-l2 run"; then
 		echo "ok: --pos-l2 reaches the position embedding"
 	fi
 fi
+# --proj-l2: without warmup the projections leave their start at step 1, and at step 2 the
+# penalty pulls them back
+# shellcheck disable=SC2086
+run w0 $BASE --steps 2 --warmup 0 --log-dir "$tmp/w0"
+# shellcheck disable=SC2086
+run la $BASE --steps 2 --warmup 0 --proj-l2 50 --log-dir "$tmp/la"
+if check la "--proj-l2 run" && cmp -s "$tmp/w0/last.safetensors" "$tmp/la/last.safetensors"; then
+	fail "--proj-l2 50 changed nothing"
+fi
 # --lazy-embed: at step 2 the rows of step 1's tokens that step 2 lacks stay put, where dense
 # Adam's moments move them on
 # shellcheck disable=SC2086
@@ -467,6 +476,8 @@ expect 1 "--adv-eps: expected a number in \[0, 10\], got '-0.1'" --adv-eps -0.1
 expect 1 "--label-smoothing: expected a number in \[0, 1), got '1'" --label-smoothing 1
 expect 1 "--embed-l2-ramp: needs --embed-l2 or --pos-l2 L > 0" --embed-l2-ramp 0.5
 expect 1 "--pos-l2: needs --positions learned" --pos-l2 0.1 --positions sinusoidal
+expect 1 "--proj-l2: nn_anchor_init: no parameter name matches .*: expected Linformer layers" \
+	--proj-l2 0.1 --model transformer --max-train 8 --max-test 8
 expect 1 "--embed-l2-ramp: expected a number in \[0, 1\], got '2'" --embed-l2-ramp 2
 expect 1 "--pooled-test: expected a number in \[0, 0.9\], got '1'" --pooled-test 1
 expect 1 "reading the train split of --data $tmp/nodata" --data "$tmp/nodata" --log-dir "$tmp/x"
