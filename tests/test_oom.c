@@ -471,6 +471,7 @@ END_TEST
 struct texts {
 	char path[40];
 	struct text_tokenizer clean, tok, untouched, bytes;
+	const struct text_tokenizer *use; /* to tokenize with */
 	const char *text;
 	int32_t *want, *ids;
 	size_t want_n, n;
@@ -479,6 +480,7 @@ struct texts {
 	const char *lines;		/* text_lines_load's file or directory */
 	struct text_batcher b;
 	struct text_batch batch;
+	struct tensor *masked, *targets, *want_masked; /* text_mlm_mask's */
 };
 
 static void text_reset(void *p)
@@ -513,7 +515,7 @@ static void vocab_check(void *p, int rc) /* a loaded vocabulary, or the struct u
 static int tokenize_op(void *p)
 {
 	struct texts *t = p;
-	return text_tokenize(&t->clean, t->text, strlen(t->text), &t->ids, &t->n);
+	return text_tokenize(t->use, t->text, strlen(t->text), &t->ids, &t->n);
 }
 
 static void tokenize_check(void *p, int rc) /* the clean ids; the buffer is ours either way */
@@ -590,7 +592,26 @@ static void batch_check(void *p, int rc)
 	text_batcher_free(&t->b);
 }
 
-/* Loading a vocabulary and tokenizing with it; reading the aclImdb fixture,
+static int mask_op(void *p)
+{
+	struct texts *t = p;
+	return text_mlm_mask(&t->clean, &t->batch, 0.5, 7, &t->masked, &t->targets);
+}
+
+static void mask_check(void *p, int rc) /* the clean draw */
+{
+	struct texts *t = p;
+	if (rc == TENSOR_OK) {
+		int64_t n = tensor_numel(t->want_masked);
+		double *want = tu_values(t->want_masked);
+		tu_assert_close(t->masked, want, n, 0, 0);
+		free(want);
+		tensor_free(t->masked);
+		tensor_free(t->targets);
+	}
+}
+
+/* Loading a vocabulary and tokenizing with it (and with bytes); MLM masking; reading the aclImdb fixture,
  * concatenating it, splitting it by movie and batching it; reading a corpus
  * file and a directory of documents (a failure may also leave the result
  * unchanged: a review's buffer that cannot shrink stays larger). */
@@ -611,7 +632,15 @@ START_TEST(test_text)
 	ck_assert_int_eq(text_byte_init(&t.bytes), TENSOR_OK);
 	ck_assert_int_eq(text_imdb_load(data_path("imdb_tiny"), "train", &t.imdb), TENSOR_OK);
 	ck_assert(fail_each("vocabulary load", &t, text_reset, vocab_op, vocab_check) >= 5);
+	t.use = &t.clean;
 	fail_each("tokenize", &t, text_reset, tokenize_op, tokenize_check);
+	t.use = &t.bytes;
+	free(t.want);
+	t.want = NULL;
+	t.want_n = 0;
+	ck_assert_int_eq(text_tokenize(t.use, t.text, strlen(t.text), &t.want, &t.want_n),
+			 TENSOR_OK);
+	fail_each("byte tokenize", &t, text_reset, tokenize_op, tokenize_check);
 	t.ref = &t.imdb;
 	ck_assert(fail_each("aclImdb load", &t, text_reset, imdb_op, dataset_check) >= 5);
 	struct text_dataset twice, lines;
@@ -629,6 +658,15 @@ START_TEST(test_text)
 	}
 	ck_assert(fail_each("split by movie", &t, text_reset, split_op, split_check) >= 2);
 	ck_assert(fail_each("batcher", &t, text_reset, batch_op, batch_check) >= 5);
+	ck_assert_int_eq(text_batcher_init(&t.b, &t.imdb, &t.clean, 64, 3, 1, false, false),
+			 TENSOR_OK);
+	ck_assert_int_eq(text_batcher_get(&t.b, 0, &t.batch), TENSOR_OK);
+	ck_assert_int_eq(mask_op(&t), TENSOR_OK);
+	t.want_masked = t.masked;
+	tensor_free(t.targets);
+	ck_assert(fail_each("MLM masking", &t, text_reset, mask_op, mask_check) >= 1);
+	tensor_free(t.want_masked);
+	batch_check(&t, TENSOR_OK);
 	unlink(t.path);
 	free(t.want);
 	text_tokenizer_free(&t.clean);
