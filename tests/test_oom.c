@@ -611,10 +611,11 @@ static void mask_check(void *p, int rc) /* the clean draw */
 	}
 }
 
-/* Loading a vocabulary and tokenizing with it (and with bytes); MLM masking; reading the aclImdb fixture,
- * concatenating it, splitting it by movie and batching it; reading a corpus
- * file and a directory of documents (a failure may also leave the result
- * unchanged: a review's buffer that cannot shrink stays larger). */
+/* Loading a vocabulary and tokenizing with it (and with bytes); reading the
+ * aclImdb fixture, concatenating it, splitting it by movie, batching and
+ * masking it; reading a corpus file and a directory of documents (a failure
+ * may also leave the result unchanged: a review's buffer that cannot shrink
+ * stays larger). */
 START_TEST(test_text)
 {
 	struct texts t = { .path = "/tmp/cformer-oom-vocab-XXXXXX",
