@@ -706,27 +706,25 @@ int nn_anchor_init(struct nn_anchor *a, struct nn_params *ps, const char *patter
 	if (!a || !ps || !pattern)
 		return tensor_error(TENSOR_ERR_ARG, "%s: %s is NULL", op,
 				    !a ? "a" : !ps ? "ps" : "pattern");
-	*a = (struct nn_anchor){ .ps = ps };
-	int rc = TENSOR_OK;
+	size_t cap = (size_t)(ps->n ? ps->n : 1);
+	*a = (struct nn_anchor){ .ps = ps,
+				 .index = tensor_host_calloc(cap, sizeof *a->index),
+				 .value = tensor_host_calloc(cap, sizeof *a->value) };
+	int rc = a->index && a->value
+			 ? TENSOR_OK
+			 : tensor_error(TENSOR_ERR_NOMEM, "%s: %d parameters", op, ps->n);
+	tensor_heap_begin(); /* the copies outlive any open scope */
+	ag_no_grad_begin();
 	for (int i = 0; i < ps->n && rc == TENSOR_OK; i++) {
 		if (!glob_any(pattern, ps->items[i].name))
 			continue;
-		int *index = tensor_host_realloc(a->index, sizeof *index * (size_t)(a->n + 1));
-		a->index = index ? index : a->index;
-		struct tensor **value =
-		    index ? tensor_host_realloc(a->value, sizeof *value * (size_t)(a->n + 1)) : NULL;
-		a->value = value ? value : a->value;
-		if (!value) {
-			rc = tensor_error(TENSOR_ERR_NOMEM, "%s: %d snapshots", op, a->n + 1);
-			break;
-		}
-		ag_no_grad_begin();
-		value[a->n] = tensor_clone(ps->items[i].value);
-		ag_no_grad_end();
-		rc = value[a->n] ? TENSOR_OK : failed();
+		a->value[a->n] = tensor_clone(ps->items[i].value);
+		rc = a->value[a->n] ? TENSOR_OK : failed();
 		if (rc == TENSOR_OK)
-			index[a->n++] = i;
+			a->index[a->n++] = i;
 	}
+	ag_no_grad_end();
+	tensor_heap_end();
 	if (rc == TENSOR_OK && a->n == 0)
 		rc = tensor_error(TENSOR_ERR_ARG, "%s: no parameter name matches '%s'", op,
 				  pattern);

@@ -719,7 +719,9 @@ START_TEST(test_anchor_l2_grad)
 	small_model(&ps, TENSOR_F64);
 	struct tensor *w = ps.items[0].value;
 	struct nn_anchor a;
-	ck_assert_int_eq(nn_anchor_init(&a, &ps, "w"), TENSOR_OK);
+	tensor_scope_begin();
+	ck_assert_int_eq(nn_anchor_init(&a, &ps, "w"), TENSOR_OK); /* the copy outlives the scope */
+	tensor_scope_end();
 	tensor_scope_begin();
 	struct tensor *w0 = tensor_clone(w);
 	set_values(w, 7, false);
