@@ -662,6 +662,7 @@ START_TEST(test_text)
 	ck_assert_int_eq(text_batcher_init(&t.b, &t.imdb, &t.clean, 64, 3, 1, false, false),
 			 TENSOR_OK);
 	ck_assert_int_eq(text_batcher_get(&t.b, 0, &t.batch), TENSOR_OK);
+	text_batcher_free(&t.b); /* the batch is ours */
 	ck_assert_int_eq(mask_op(&t), TENSOR_OK);
 	t.want_masked = t.masked;
 	tensor_free(t.targets);
