@@ -520,7 +520,8 @@ static int64_t setup(struct run *r)
 	if (opt.embed_std > 0 && train_init_embedding(&r->ps, &r->model.enc, opt.embed_std) < 0)
 		train_die(PROG, "initialising the embedding");
 	if (opt.proj_l2 > 0 && nn_anchor_init(&r->anchor, &r->ps, PROJ_WEIGHTS) < 0)
-		flags_fail(PROG, "proj-l2", "%s: expected Linformer layers with learned or convolutional projections",
+		flags_fail(PROG, "proj-l2",
+			   "%s: expected Linformer layers with learned or convolutional projections",
 			   tensor_last_error());
 	if (opt.init_from && !opt.resume) {
 		int copied = train_copy_encoder(opt.init_from, &r->ps);

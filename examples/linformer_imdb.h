@@ -18,8 +18,7 @@ struct options {
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_train, max_test;
 	int64_t log_every, stop_after, keep_tail;
 	double embed_std, lr, beta1, beta2, min_lr, warmup, weight_decay, clip, val_fraction;
-	double token_mask, pooled_test, embed_l2, embed_l2_ramp, pos_l2, proj_l2, ema,
-	    adv_eps;
+	double token_mask, pooled_test, embed_l2, embed_l2_ramp, pos_l2, proj_l2, ema, adv_eps;
 	double label_smoothing;
 	bool decay_all, lazy_embed, resume, eval_only, no_bucket;
 };
