@@ -637,33 +637,49 @@ static int l2_chunk(struct tensor *const *t, struct update *u)
 	return store(t[0], tensor_add(t[0], tensor_mul_scalar(t[1], u->a[0])));
 }
 
+/* u over p's gradient, value and (for anchor_chunk) its anchor, as 1-d
+ * tensors; only the rows with a gradient of a lazy p. Returns 1 when the
+ * gradient changed, 0 when p has none, or a negative status. */
+static int penalise(const char *op, const struct nn_param *p, const struct tensor *anchor,
+		    struct update *u)
+{
+	struct tensor *g = p->value->grad;
+	if (!g || tensor_numel(g) == 0)
+		return 0;
+	int nt = anchor ? 3 : 2;
+	tensor_scope_begin();
+	struct tensor *t[3] = { flat1(op, g), flat1(op, p->value), anchor ? flat1(op, anchor) : NULL };
+	int rc = t[0] && t[1] && (t[2] || !anchor) ? tensor_check_writable(op, g) : failed();
+	if (rc == TENSOR_OK)
+		rc = p->lazy_rows ? for_live_rows(op, g, t, nt, u) : for_chunks(t, nt, u);
+	tensor_scope_end();
+	return rc < 0 ? rc : 1;
+}
+
+static int check_lambda(const char *op, double lambda)
+{
+	return lambda >= 0 && isfinite(lambda)
+		       ? TENSOR_OK
+		       : tensor_error(TENSOR_ERR_ARG, "%s: lambda %g must be finite and >= 0", op,
+				      lambda);
+}
+
 int nn_params_l2_grad(struct nn_params *ps, const char *prefix, double lambda)
 {
 	static const char op[] = "nn_params_l2_grad";
 	if (!ps)
 		return tensor_error(TENSOR_ERR_ARG, "%s: ps is NULL", op);
-	if (!(lambda >= 0) || !isfinite(lambda))
-		return tensor_error(TENSOR_ERR_ARG, "%s: lambda %g must be finite and >= 0", op,
-				    lambda);
+	int rc = check_lambda(op, lambda);
 	size_t len = prefix ? strlen(prefix) : 0;
 	struct update u = { .chunk = l2_chunk, .a = { lambda } };
-	int rc = TENSOR_OK, matched = 0, done = 0;
+	int matched = 0, done = 0;
 	ag_no_grad_begin();
-	for (int i = 0; i < ps->n && rc == TENSOR_OK; i++) {
-		struct nn_param *p = &ps->items[i];
-		if (strncmp(p->name, prefix ? prefix : "", len) != 0)
+	for (int i = 0; i < ps->n && rc >= 0; i++) {
+		if (strncmp(ps->items[i].name, prefix ? prefix : "", len) != 0)
 			continue;
 		matched++;
-		struct tensor *g = p->value->grad;
-		if (!g || tensor_numel(g) == 0 || lambda == 0)
-			continue;
-		tensor_scope_begin();
-		struct tensor *t[2] = { flat1(op, g), flat1(op, p->value) };
-		rc = t[0] && t[1] ? tensor_check_writable(op, g) : failed();
-		if (rc == TENSOR_OK)
-			rc = p->lazy_rows ? for_live_rows(op, g, t, 2, &u) : for_chunks(t, 2, &u);
-		tensor_scope_end();
-		done++;
+		if (lambda > 0 && (rc = penalise(op, &ps->items[i], NULL, &u)) > 0)
+			done++;
 	}
 	ag_no_grad_end();
 	if (rc < 0)
@@ -738,10 +754,8 @@ int nn_anchor_l2_grad(struct nn_anchor *a, double lambda)
 	static const char op[] = "nn_anchor_l2_grad";
 	if (!a || !a->ps)
 		return tensor_error(TENSOR_ERR_ARG, "%s: anchor is NULL or not initialised", op);
-	if (!(lambda >= 0) || !isfinite(lambda))
-		return tensor_error(TENSOR_ERR_ARG, "%s: lambda %g must be finite and >= 0", op,
-				    lambda);
-	for (int j = 0; j < a->n; j++) {
+	int rc = check_lambda(op, lambda);
+	for (int j = 0; j < a->n && rc == TENSOR_OK; j++) {
 		char b0[128], b1[128];
 		if (a->index[j] >= a->ps->n)
 			return tensor_error(TENSOR_ERR_STATE, "%s: parameter %d of %d is gone", op,
@@ -753,21 +767,11 @@ int nn_anchor_l2_grad(struct nn_anchor *a, double lambda)
 					    tensor_shape_str(a->value[j], b1, sizeof b1));
 	}
 	struct update u = { .chunk = anchor_chunk, .a = { lambda } };
-	int rc = TENSOR_OK, done = 0;
+	int done = 0;
 	ag_no_grad_begin();
-	for (int j = 0; j < a->n && rc == TENSOR_OK && lambda > 0; j++) {
-		const struct nn_param *p = &a->ps->items[a->index[j]];
-		struct tensor *g = p->value->grad;
-		if (!g || tensor_numel(g) == 0)
-			continue;
-		tensor_scope_begin();
-		struct tensor *t[3] = { flat1(op, g), flat1(op, p->value), flat1(op, a->value[j]) };
-		rc = t[0] && t[1] && t[2] ? tensor_check_writable(op, g) : failed();
-		if (rc == TENSOR_OK)
-			rc = p->lazy_rows ? for_live_rows(op, g, t, 3, &u) : for_chunks(t, 3, &u);
-		tensor_scope_end();
-		done++;
-	}
+	for (int j = 0; j < a->n && rc >= 0 && lambda > 0; j++)
+		if ((rc = penalise(op, &a->ps->items[a->index[j]], a->value[j], &u)) > 0)
+			done++;
 	ag_no_grad_end();
 	return rc < 0 ? rc : done;
 }

@@ -131,6 +131,10 @@ START_TEST(test_anchor_l2_grad)
 	ck_assert_int_eq(b.n, 0);
 	tu_assert_error(nn_anchor_init(&b, NULL, "w") == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
 			"nn_anchor_init", "ps is NULL");
+	tu_assert_error(nn_anchor_init(&b, &ps, NULL) == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
+			"nn_anchor_init", "pattern is NULL");
+	tu_assert_error(nn_anchor_l2_grad(NULL, 0.1) == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
+			"nn_anchor_l2_grad", "NULL");
 	double bad[] = { -0.1, NAN, INFINITY };
 	for (int i = 0; i < 3; i++)
 		tu_assert_error(nn_anchor_l2_grad(&a, bad[i]) == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
