@@ -191,6 +191,9 @@ static int check_sizes(const struct model_config *c)
 	if (c->pad_id < -1 || c->pad_id >= c->vocab_size)
 		return RESOLVE_ERR("pad_id %lld not in [0, vocab_size %lld) or -1",
 				   (long long)c->pad_id, (long long)c->vocab_size);
+	if (c->position_kernel < 0 || (c->position_kernel > 0 && c->position_kernel % 2 == 0))
+		return RESOLVE_ERR("position_kernel %lld must be 0 (none) or odd",
+				   (long long)c->position_kernel);
 	if (!(c->dropout >= 0 && c->dropout < 1) || !(c->attn_dropout >= 0 && c->attn_dropout < 1))
 		return RESOLVE_ERR("dropout %g and attn_dropout %g must be in [0, 1)", c->dropout,
 				   c->attn_dropout);
@@ -303,6 +306,7 @@ static const struct field fields[] = {
 	FLD(rms_norm, F_BOOL),
 	FLD(learned_positions, F_BOOL),
 	FLD(no_positions, F_BOOL),
+	FLD(position_kernel, F_INT),
 	FLD(final_norm, F_BOOL),
 	FLD(dropout, F_DOUBLE),
 	FLD(attn_dropout, F_DOUBLE),
@@ -697,7 +701,8 @@ int64_t model_param_count(const struct model_config *cfg, bool with_classifier, 
 	double V = (double)c.vocab_size, n = (double)c.max_len, d = (double)c.dim,
 	       f = (double)c.ff_hidden, dh = (double)(c.dim / c.heads);
 	double hh = (double)c.head_hidden, C = (double)c.num_classes;
-	double total = V * d + (c.learned_positions && !c.no_positions ? n * d : 0);
+	double total = V * d + (c.learned_positions && !c.no_positions ? n * d : 0) +
+		       d * d * (double)c.position_kernel;
 	bool shared_done = false;
 	for (int64_t i = 0; i < c.layers; i++) {
 		enum model_attention a = c.attention[i];

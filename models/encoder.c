@@ -144,6 +144,8 @@ int model_encoder_init(struct model_encoder *m, struct nn_params *ps,
 	rc = nn_embedding_init(&m->embed, ps, "embed", c.vocab_size, c.dim, c.pad_id);
 	if (rc == TENSOR_OK && !c.no_positions)
 		rc = nn_position_init(&m->pos, ps, "pos", c.max_len, c.dim, c.learned_positions);
+	if (rc == TENSOR_OK && c.position_kernel > 0)
+		rc = nn_conv_position_init(&m->pos_conv, ps, "pos_conv", c.dim, c.position_kernel);
 	if (rc == TENSOR_OK)
 		rc = nn_dropout_init(&m->drop, ps, c.dropout);
 	if (rc == TENSOR_OK)
@@ -395,10 +397,19 @@ static struct tensor *layer_scoped(const struct model_config *c, const struct mo
 }
 
 /* x [B, T, dim] plus the position embeddings, in x's buffer where it can be
- * (nn_position_forward_reuse); x itself without positions. */
-static struct tensor *add_positions(const struct model_encoder *m, struct tensor *x)
+ * (nn_position_forward_reuse), then the convolutional encoding if any (a new
+ * tensor); x itself without positions. */
+static struct tensor *add_positions(const struct model_encoder *m, struct tensor *x,
+				    const struct tensor *mask)
 {
-	return m->cfg.no_positions ? x : nn_position_forward_reuse(&m->pos, x);
+	x = m->cfg.no_positions ? x : nn_position_forward_reuse(&m->pos, x);
+	if (!x || m->cfg.position_kernel == 0)
+		return x;
+	struct tensor *pad = mask ? padding_of(m, mask) : NULL;
+	struct tensor *y = mask && !pad ? NULL : nn_conv_position_forward(&m->pos_conv, x, pad);
+	if (!ag_grad_enabled())
+		tensor_free(pad); /* with a tape, the scope of the step frees it */
+	return y;
 }
 
 /* Without gradients: the embedding's output, made in the caller's scope (or
@@ -411,7 +422,10 @@ static struct tensor *forward_no_grad(const struct model_encoder *m, const struc
 				      const struct tensor *mask)
 {
 	const struct model_config *c = &m->cfg;
-	struct tensor *own = add_positions(m, nn_embedding_forward(&m->embed, ids));
+	struct tensor *emb = nn_embedding_forward(&m->embed, ids);
+	struct tensor *own = add_positions(m, emb, mask);
+	if (own != emb)
+		tensor_free(emb); /* heap without a scope; else the caller's scope has it */
 	tensor_scope_begin();
 	struct tensor *key_mask = mask ? padding_of(m, mask) : NULL;
 	struct tensor *x = mask && !key_mask ? NULL : nn_dropout_forward(&m->drop, own);
@@ -451,7 +465,7 @@ struct tensor *model_encoder_forward(const struct model_encoder *m, const struct
 	const struct model_config *c = &m->cfg;
 	struct tensor *key_mask = mask ? padding_of(m, mask) : NULL;
 	struct tensor *x = mask && !key_mask ? NULL : nn_embedding_forward(&m->embed, ids);
-	x = nn_dropout_forward(&m->drop, add_positions(m, x));
+	x = nn_dropout_forward(&m->drop, add_positions(m, x, mask));
 	for (int64_t i = 0; x && i < c->layers; i++)
 		x = layer_forward(c, &m->layers[i], x, key_mask);
 	if (c->pre_norm && c->final_norm)
@@ -468,6 +482,7 @@ void model_encoder_free(struct model_encoder *m)
 	free(m->layers);
 	nn_embedding_free(&m->embed);
 	nn_position_free(&m->pos);
+	nn_conv_position_free(&m->pos_conv);
 	nn_seq_proj_free(&m->shared_proj);
 	nn_layer_norm_free(&m->final_ln);
 	nn_rms_norm_free(&m->final_rms);

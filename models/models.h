@@ -50,6 +50,9 @@ struct model_config {
 	 * starts as the token embedding, so standard attention sees a set (a
 	 * Linformer projection still mixes positions with its own weights) */
 	bool no_positions;
+	/* > 0: a convolutional position encoding of this (odd) kernel after the
+	 * table, if any (nn_conv_position, "pos_conv.weight"); 0: none */
+	int64_t position_kernel;
 	double dropout, attn_dropout; /* embeddings, residuals, ff hidden / probabilities */
 	int64_t pad_id;
 	/* attention per layer */
@@ -112,6 +115,7 @@ struct model_encoder {
 	struct model_config cfg;
 	struct nn_embedding embed;
 	struct nn_position pos;
+	struct nn_conv_position pos_conv;
 	struct nn_dropout drop;
 	struct model_layer *layers;
 	struct nn_seq_proj shared_proj; /* layerwise sharing */
@@ -119,7 +123,7 @@ struct model_encoder {
 	struct nn_rms_norm final_rms;
 };
 
-/* Parameters under "embed.", "pos.", "layers.<i>.{attn,norm1,norm2,ff}.",
+/* Parameters under "embed.", "pos.", "pos_conv.", "layers.<i>.{attn,norm1,norm2,ff}.",
  * "norm.", "proj." (layerwise); cfg must be resolved (model_config_resolve). */
 int model_encoder_init(struct model_encoder *m, struct nn_params *ps,
 		       const struct model_config *cfg);

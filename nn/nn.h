@@ -155,6 +155,27 @@ struct tensor *nn_position_forward(const struct nn_position *m, struct tensor *x
 struct tensor *nn_position_forward_reuse(const struct nn_position *m, struct tensor *x);
 void nn_position_free(struct nn_position *m);
 
+/* A convolutional position encoding: x [B, T, dim] -> x + conv(x), one
+ * convolution over the sequence with a full [dim, dim, kernel] weight (no
+ * bias; odd kernel, zero padding of kernel / 2 at both ends, so T is kept),
+ * the position encoding generator of Chu et al. 2021 with every channel
+ * mixed. It gives each token its neighbours (word order, n-grams) and the
+ * padding tells the ends apart, without a row per absolute position to
+ * memorise with. The weight starts at zero (the identity; decayed), so a
+ * model starts as one without positions. pad [B, T] (nonzero: padding) or
+ * NULL: padding is read as zeros, as past the ends, so a padded sequence
+ * gets its unpadded outputs. Errors: kernel even or < 1, dim < 1, x not
+ * [B, T, dim] or of another dtype, pad not [B, T]. */
+struct nn_conv_position {
+	struct tensor *weight; /* [dim, dim, kernel]: out channel, in channel, offset */
+	int64_t dim, kernel;
+};
+int nn_conv_position_init(struct nn_conv_position *m, struct nn_params *ps, const char *name,
+			  int64_t dim, int64_t kernel);
+struct tensor *nn_conv_position_forward(const struct nn_conv_position *m, struct tensor *x,
+					const struct tensor *pad);
+void nn_conv_position_free(struct nn_conv_position *m);
+
 /* LayerNorm over the last dim: weight [dim] = 1, bias [dim] = 0 (no decay). */
 struct nn_layer_norm {
 	struct tensor *weight, *bias;

@@ -128,3 +128,71 @@ void nn_position_free(struct nn_position *m)
 		tensor_free(m->weight);
 	*m = (struct nn_position){ 0 };
 }
+
+int nn_conv_position_init(struct nn_conv_position *m, struct nn_params *ps, const char *name,
+			  int64_t dim, int64_t kernel)
+{
+	if (!m || !ps)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_conv_position_init: module or params is NULL");
+	*m = (struct nn_conv_position){ 0 };
+	if (dim < 1 || kernel < 1 || kernel % 2 == 0)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_conv_position_init: '%s': dim %lld must be >= 1 and kernel "
+				    "%lld odd and >= 1",
+				    name ? name : "", (long long)dim, (long long)kernel);
+	char full[NN_NAME_MAX];
+	struct tensor *w = nn_name(full, name, "weight")
+			       ? nn_param_new(ps, full, 3, (int64_t[]){ dim, dim, kernel }, false)
+			       : NULL;
+	if (!w)
+		return tensor_last_status();
+	*m = (struct nn_conv_position){ .weight = w, .dim = dim, .kernel = kernel };
+	return TENSOR_OK; /* nn_param_new's zeros: the identity */
+}
+
+struct tensor *nn_conv_position_forward(const struct nn_conv_position *m, struct tensor *x,
+					const struct tensor *pad)
+{
+	if (!x)
+		return NULL;
+	if (!m || !m->weight) {
+		tensor_error(TENSOR_ERR_ARG,
+			     "nn_conv_position_forward: module is NULL or not initialised");
+		return NULL;
+	}
+	char bx[128];
+	if (x->ndim != 3 || x->shape[2] != m->dim || x->dtype != m->weight->dtype) {
+		tensor_error(x->ndim == 3 && x->shape[2] == m->dim ? TENSOR_ERR_DTYPE
+								   : TENSOR_ERR_SHAPE,
+			     "nn_conv_position_forward: x %s %s, expected [B, T, %lld] %s",
+			     tensor_shape_str(x, bx, sizeof bx), tensor_dtype_name(x->dtype),
+			     (long long)m->dim, tensor_dtype_name(m->weight->dtype));
+		return NULL;
+	}
+	if (pad && (pad->ndim != 2 || pad->shape[0] != x->shape[0] || pad->shape[1] != x->shape[1])) {
+		char bp[128];
+		tensor_error(TENSOR_ERR_SHAPE,
+			     "nn_conv_position_forward: pad %s, expected [B, T] of x %s",
+			     tensor_shape_str(pad, bp, sizeof bp), tensor_shape_str(x, bx, sizeof bx));
+		return NULL;
+	}
+	bool scoped = !ag_grad_enabled(); /* no tape: the temporaries die here */
+	if (scoped)
+		tensor_scope_begin();
+	struct tensor *in = pad ? ag_masked_fill(x, tensor_unsqueeze(pad, 2), 0) : x;
+	/* [B, dim, T] channels first for the convolution, then back */
+	struct tensor *c = ag_conv1d(ag_transpose(in, 1, 2), m->weight, NULL, 1, m->kernel / 2);
+	struct tensor *y = c ? ag_add(x, ag_transpose(c, 1, 2)) : NULL;
+	if (scoped) {
+		y = y ? tensor_scope_keep(y) : NULL;
+		tensor_scope_end();
+	}
+	return y;
+}
+
+void nn_conv_position_free(struct nn_conv_position *m)
+{
+	if (m)
+		*m = (struct nn_conv_position){ 0 };
+}

@@ -5,7 +5,8 @@
 # accumulated batches give the gradients of one large batch; a run stopped mid-epoch
 # (--stop-after, the SIGINT path) and resumed with the command it prints ends with the same
 # test accuracy and byte-identical checkpoints as an uninterrupted run; SIGTERM saves and
-# exits 0; --ema evaluates averaged weights and resumes them exactly; --adv-eps trains twice; --eval-only reproduces
+# exits 0; --ema evaluates averaged weights and resumes them exactly; --adv-eps trains twice;
+# --positions conv trains a convolution instead of a table; --eval-only reproduces
 # the run's test accuracy; --predict prints probabilities;
 # --init-from takes an encoder; bad flags exit 1 naming the flag and the expected form.
 # Run from the build directory (as `make check` does); LINFORMER_IMDB and TB_DUMP override
@@ -370,6 +371,19 @@ run w0 $BASE --steps 2 --warmup 0 --log-dir "$tmp/w0"
 run la $BASE --steps 2 --warmup 0 --proj-l2 50 --log-dir "$tmp/la"
 if check la "--proj-l2 run" && cmp -s "$tmp/w0/last.safetensors" "$tmp/la/last.safetensors"; then
 	fail "--proj-l2 50 changed nothing"
+fi
+# --positions conv: the convolution replaces the table, and an encoder without it refuses
+# to take it over
+# shellcheck disable=SC2086
+run pc $BASE --steps 2 --warmup 0 --positions conv --log-dir "$tmp/pc"
+if check pc "--positions conv run"; then
+	head -c 4096 "$tmp/pc/last.safetensors" | grep -q '"pos_conv.weight"' ||
+		fail "--positions conv: no pos_conv.weight in the checkpoint"
+	if head -c 4096 "$tmp/pc/last.safetensors" | grep -q '"pos.weight"'; then
+		fail "--positions conv: the checkpoint still has a position table"
+	fi
+	expect 1 "--positions: conflicts with the encoder of --init-from" \
+		--init-from "$tmp/pc/last.safetensors" --positions learned
 fi
 # --lazy-embed: at step 2 the rows of step 1's tokens that step 2 lacks stay put, where dense
 # Adam's moments move them on

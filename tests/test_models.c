@@ -281,7 +281,8 @@ START_TEST(test_gradients_variants)
 		c.sharing = NN_SHARE_KV;
 		c.pooling = MODEL_POOL_CLS;
 		c.no_positions = true;
-		grad_check("max/mean post-norm rms kv cls no-positions", &c, false);
+		c.position_kernel = 3;
+		grad_check("max/mean post-norm rms kv cls conv-positions", &c, false);
 		break;
 	case 1:
 		c = tiny("RC");
@@ -556,19 +557,25 @@ END_TEST
 START_TEST(test_no_positions)
 {
 	/* without positions standard attention is permutation-equivariant:
-	 * reversing the tokens reverses the outputs; learned positions and a
-	 * Linformer projection (its own weights per position) break that */
+	 * reversing the tokens reverses the outputs; learned positions, a
+	 * Linformer projection (its own weights per position) and a trained
+	 * convolutional encoding (each token's neighbours) break that */
 	const int64_t T = 8, d = 8;
 	const int64_t v_ids[8] = { 3, 9, 1, 4, 4, 10, 2, 6 }, v_rev[8] = { 6, 2, 10, 4, 4, 1, 9, 3 };
 	struct tensor *ids = ids_tensor(1, T, v_ids), *rev = ids_tensor(1, T, v_rev);
-	for (int v = 0; v < 3; v++) {
+	for (int v = 0; v < 4; v++) {
 		struct model_config c = tiny(v == 2 ? "LL" : "SS");
 		c.no_positions = v != 1;
+		c.position_kernel = v == 3 ? 3 : 0;
 		struct nn_params ps;
 		ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 4), TENSOR_OK);
 		struct model_encoder e;
 		ck_assert_int_eq(model_encoder_init(&e, &ps, &c), TENSOR_OK);
 		ck_assert((nn_params_find(&ps, "pos.weight") != NULL) == !c.no_positions);
+		struct nn_param *conv = nn_params_find(&ps, "pos_conv.weight");
+		ck_assert((conv != NULL) == (v == 3));
+		if (conv) /* zero at first: the identity, still equivariant */
+			ck_assert_int_eq(nn_init_normal(conv->value, 0, 0.3, 5), TENSOR_OK);
 		struct tensor *y = model_encoder_forward(&e, ids, NULL),
 			      *yr = model_encoder_forward(&e, rev, NULL);
 		ck_assert_msg(y && yr, "%s", tensor_last_error());
@@ -579,7 +586,8 @@ START_TEST(test_no_positions)
 		if (v == 0)
 			ck_assert_msg(diff < 1e-12, "no positions: %g", diff);
 		else
-			ck_assert_msg(diff > 1e-3, "%s: %g", v == 1 ? "positions" : "linformer", diff);
+			ck_assert_msg(diff > 1e-3, "%s: %g",
+				      v == 1 ? "positions" : v == 2 ? "linformer" : "conv", diff);
 		free(a);
 		free(b);
 		model_encoder_free(&e);
@@ -591,16 +599,22 @@ END_TEST
 START_TEST(test_padding_invariance)
 {
 	/* a padded example gives the logits of the same example alone, unpadded,
-	 * for every attention kind (mean pooling and the key mask hide padding) */
+	 * for every attention kind (mean pooling and the key mask hide padding),
+	 * and with a convolutional position encoding (which reads padding as
+	 * zeros) */
 	const char *patterns[] = { "SS", "LL", "CC", "MM", "XX", "RR", "LC" };
 	const int64_t T = 8, len[3] = { 8, 5, 2 };
 	for (int p = 0; p < 7; p++)
-		for (int s = 0; s < 2; s++) {
+		for (int s = 0; s < 3; s++) {
 			struct model_config c = tiny(patterns[p]);
-			c.sharing = s ? NN_SHARE_NONE : NN_SHARE_HEADWISE;
+			c.sharing = s == 1 ? NN_SHARE_NONE : NN_SHARE_HEADWISE;
+			c.position_kernel = s == 2 ? 3 : 0;
 			struct nn_params ps;
 			struct model_classifier m;
 			make_classifier(&m, &ps, &c, TENSOR_F64, 8);
+			struct nn_param *conv = nn_params_find(&ps, "pos_conv.weight");
+			if (conv)
+				ck_assert_int_eq(nn_init_normal(conv->value, 0, 0.3, 9), TENSOR_OK);
 			struct tensor *ids = rand_ids(3, T, 11, 5 + p);
 			struct tensor *mask = prefix_mask(3, T, len);
 			struct tensor *y = model_classifier_forward(&m, ids, mask);

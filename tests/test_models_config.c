@@ -238,6 +238,8 @@ START_TEST(test_resolve_errors)
 	RESOLVE_FAILS(c.pad_id = 100, "pad_id 100", NULL);
 	RESOLVE_FAILS(c.pad_id = -2, "pad_id -2", NULL);
 	RESOLVE_FAILS(c.dropout = 1.0, "dropout 1", NULL);
+	RESOLVE_FAILS(c.position_kernel = 4, "position_kernel 4 must be 0 (none) or odd", NULL);
+	RESOLVE_FAILS(c.position_kernel = -1, "position_kernel -1", NULL);
 	RESOLVE_FAILS(c.attn_dropout = -0.5, "attn_dropout -0.5", NULL);
 	RESOLVE_FAILS(c.attn_dropout = NAN, "attn_dropout nan", NULL);
 	RESOLVE_FAILS(c.activation = (enum nn_activation)99, "unknown activation 99", NULL);
@@ -371,6 +373,7 @@ START_TEST(test_json_roundtrip)
 	c.rms_norm = true;
 	c.learned_positions = false;
 	c.no_positions = true;
+	c.position_kernel = 5;
 	c.final_norm = false;
 	c.dropout = 0.123456789012345678;
 	c.attn_dropout = 1.0 / 3.0;
@@ -589,6 +592,11 @@ START_TEST(test_param_count_hand)
 	c.no_positions = true; /* none: no table, learned or not */
 	ck_assert_int_eq(model_param_count(&c, false, false), 88 + 2 * (16 + 288 + 384) + 8);
 	check_count(&c, "no positions");
+	c.position_kernel = 3; /* a [8, 8, 3] convolution */
+	ck_assert_int_eq(model_param_count(&c, false, false),
+			 88 + 192 + 2 * (16 + 288 + 384) + 8);
+	check_count(&c, "conv positions");
+	c.position_kernel = 0;
 	c.pre_norm = false; /* post-norm: no final norm */
 	ck_assert_int_eq(model_param_count(&c, false, false), 88 + 2 * (16 + 288 + 384));
 	check_count(&c, "pooling swiglu rms post-norm");

@@ -1,7 +1,7 @@
-/* nn modules: activations, linear, embedding and position embeddings. Each
- * forward against a plain-loop reference, gradient checks w.r.t. inputs and
- * parameters, registered names / shapes / no_decay flags, and every error
- * path. */
+/* nn modules: activations, linear, embedding, position embeddings and the
+ * convolutional position encoding. Each forward against a plain-loop
+ * reference, gradient checks w.r.t. inputs and parameters, registered names /
+ * shapes / no_decay flags, and every error path. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -596,6 +596,155 @@ START_TEST(test_position_errors)
 }
 END_TEST
 
+/* y[b,t,o] = x[b,t,o] + sum_j sum_i w[o,i,j] x[b, t + j - K/2, i], zero outside. */
+static void conv_position_ref(const double *x, const double *w, double *y, int B, int T, int D,
+			      int K)
+{
+	for (int b = 0; b < B; b++)
+		for (int t = 0; t < T; t++)
+			for (int o = 0; o < D; o++) {
+				double s = x[(b * T + t) * D + o];
+				for (int j = 0; j < K; j++) {
+					int u = t + j - K / 2;
+					for (int i = 0; u >= 0 && u < T && i < D; i++)
+						s += w[(o * D + i) * K + j] * x[(b * T + u) * D + i];
+				}
+				y[(b * T + t) * D + o] = s;
+			}
+}
+
+START_TEST(test_conv_position_forward)
+{
+	enum { B = 2, T = 5, D = 3, K = 3 };
+	for (int k = 0; k < 2; k++) {
+		enum tensor_dtype dt = DTYPES[k];
+		struct nn_params ps;
+		nn_params_init(&ps, dt, TENSOR_CPU, 19);
+		struct nn_conv_position m;
+		ck_assert_int_eq(nn_conv_position_init(&m, &ps, "pos_conv", D, K), TENSOR_OK);
+		ck_assert_ptr_eq(m.weight, expect_param(&ps, "pos_conv.weight", 3,
+							(int64_t[]){ D, D, K }, false));
+		struct tensor *x = tu_rand(dt, 3, (int64_t[]){ B, T, D }, 20);
+		double *vx = tu_values(x), want[B * T * D];
+		/* zero weight: the identity (no tape, so the weight can be written next) */
+		ag_no_grad_begin();
+		tu_assert_close(nn_conv_position_forward(&m, x, NULL), vx, B * T * D, tol(dt), 0);
+		ag_no_grad_end();
+		ck_assert_int_eq(nn_init_normal(m.weight, 0, 0.5, 21), TENSOR_OK);
+		double *w = tu_values(m.weight);
+		conv_position_ref(vx, w, want, B, T, D, K);
+		tu_assert_close(nn_conv_position_forward(&m, x, NULL), want, B * T * D, tol(dt), tol(dt));
+		tu_assert_close(nn_conv_position_forward(&m, tu_strided(x), NULL), want, B * T * D,
+				tol(dt), tol(dt));
+		/* sequence 1's last two positions are padding: read as zeros, so its
+		 * first three rows are those of the sequence cut there */
+		double cut[B * T * D];
+		struct tensor *pad = tensor_from_data(TENSOR_I64, TENSOR_CPU, 2,
+						      (int64_t[]){ B, T }, (int64_t[]){ 0, 0, 0, 0, 0,
+											0, 0, 0, 1, 1 });
+		memcpy(cut, vx, sizeof cut);
+		for (int i = (T + 3) * D; i < B * T * D; i++)
+			cut[i] = 0;
+		conv_position_ref(cut, w, want, B, T, D, K);
+		double *got = tu_values(nn_conv_position_forward(&m, x, pad));
+		for (int i = 0; i < (T + 3) * D; i++)
+			ck_assert_msg(fabs(got[i] - want[i]) <= tol(dt) * (1 + fabs(want[i])),
+				      "row %d: %g, want %g", i / D, got[i], want[i]);
+		free(got);
+		conv_position_ref(vx, w, want, B, T, D, K);
+		/* without gradients and outside a scope: a heap result, no temporaries left */
+		ag_no_grad_begin();
+		tensor_heap_begin();
+		struct tensor *xh = tensor_clone(x);
+		tensor_heap_end();
+		int depth = tensor_scope_depth();
+		tensor_scope_end(); /* x dies here */
+		struct tensor *y = nn_conv_position_forward(&m, xh, NULL);
+		ck_assert_int_eq(tensor_scope_depth(), depth - 1);
+		tu_assert_close(y, want, B * T * D, tol(dt), tol(dt));
+		tensor_free(y);
+		tensor_free(xh);
+		tensor_scope_begin();
+		ag_no_grad_end();
+		free(w);
+		free(vx);
+		nn_conv_position_free(&m);
+		ck_assert_ptr_null(m.weight);
+		free_params(&ps);
+	}
+}
+END_TEST
+
+static struct tensor *f_conv_position(struct tensor *const *in, void *ctx)
+{
+	return nn_conv_position_forward(ctx, in[0], NULL);
+}
+
+START_TEST(test_conv_position_grad)
+{
+	struct nn_params ps;
+	nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 22);
+	for (int64_t K = 1; K <= 5; K += 2) {
+		char name[16];
+		snprintf(name, sizeof name, "conv%lld", (long long)K);
+		struct nn_conv_position m;
+		ck_assert_int_eq(nn_conv_position_init(&m, &ps, name, 3, K), TENSOR_OK);
+		nn_init_normal(m.weight, 0, 0.5, 23 + (uint64_t)K);
+		struct tensor *x = gc_input(3, (int64_t[]){ 2, 4, 3 }, 24, -1, 1, true);
+		gc_assert(name, f_conv_position, &m, 2, (struct tensor *[]){ x, m.weight });
+		free_grads(1, &x);
+	}
+	free_params(&ps);
+}
+END_TEST
+
+START_TEST(test_conv_position_errors)
+{
+	struct nn_params ps;
+	nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 1);
+	struct nn_conv_position m;
+	tu_assert_error(nn_conv_position_init(NULL, &ps, "c", 2, 3) < 0, TENSOR_ERR_ARG,
+			"nn_conv_position_init", "NULL");
+	tu_assert_error(nn_conv_position_init(&m, NULL, "c", 2, 3) < 0, TENSOR_ERR_ARG,
+			"nn_conv_position_init", "NULL");
+	tu_assert_error(nn_conv_position_init(&m, &ps, "c", 2, 4) < 0, TENSOR_ERR_ARG,
+			"nn_conv_position_init: 'c'", "kernel 4 odd");
+	tu_assert_error(nn_conv_position_init(&m, &ps, "c", 2, -1) < 0, TENSOR_ERR_ARG,
+			"nn_conv_position_init", "kernel -1");
+	tu_assert_error(nn_conv_position_init(&m, &ps, "c", 0, 3) < 0, TENSOR_ERR_ARG,
+			"nn_conv_position_init", "dim 0");
+	ck_assert_ptr_null(m.weight);
+	ck_assert_int_eq(ps.n, 0);
+	ck_assert_int_eq(nn_conv_position_init(&m, &ps, "c", 2, 3), TENSOR_OK);
+	struct nn_conv_position dup;
+	tu_assert_error(nn_conv_position_init(&dup, &ps, "c", 2, 3) < 0, TENSOR_ERR_ARG,
+			"c.weight", "already exists");
+	struct tensor *x = tu_rand(TENSOR_F32, 3, (int64_t[]){ 2, 3, 3 }, 1);
+	tu_assert_error(!nn_conv_position_forward(&m, x, NULL), TENSOR_ERR_SHAPE,
+			"nn_conv_position_forward: x [2,3,3] f32", "expected [B, T, 2] f32");
+	x = tu_rand(TENSOR_F32, 2, (int64_t[]){ 3, 2 }, 1);
+	tu_assert_error(!nn_conv_position_forward(&m, x, NULL), TENSOR_ERR_SHAPE,
+			"nn_conv_position_forward: x [3,2]", "[B, T, 2]");
+	x = tu_rand(TENSOR_F64, 3, (int64_t[]){ 2, 3, 2 }, 1);
+	tu_assert_error(!nn_conv_position_forward(&m, x, NULL), TENSOR_ERR_DTYPE,
+			"nn_conv_position_forward: x [2,3,2] f64", "f32");
+	struct tensor *pad = tensor_zeros(TENSOR_I64, TENSOR_CPU, 2, (int64_t[]){ 2, 2 });
+	tu_assert_error(!nn_conv_position_forward(&m, tu_rand(TENSOR_F32, 3, (int64_t[]){ 2, 3, 2 }, 1),
+						  pad),
+			TENSOR_ERR_SHAPE, "nn_conv_position_forward: pad [2,2]",
+			"expected [B, T] of x [2,3,2]");
+	ASSERT_NULL_KEEPS_ERROR(nn_conv_position_forward(&m, NULL, NULL));
+	struct nn_conv_position empty = { 0 };
+	tu_assert_error(!nn_conv_position_forward(&empty, x, NULL), TENSOR_ERR_ARG,
+			"nn_conv_position_forward", "not initialised");
+	tu_assert_error(!nn_conv_position_forward(NULL, x, NULL), TENSOR_ERR_ARG,
+			"nn_conv_position_forward", NULL);
+	nn_conv_position_free(&m);
+	nn_conv_position_free(NULL);
+	free_params(&ps);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("nn_modules");
@@ -622,6 +771,9 @@ int main(void)
 	tcase_add_test(tc, test_position_learned);
 	tcase_add_test(tc, test_position_grad);
 	tcase_add_test(tc, test_position_errors);
+	tcase_add_test(tc, test_conv_position_forward);
+	tcase_add_test(tc, test_conv_position_grad);
+	tcase_add_test(tc, test_conv_position_errors);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

@@ -20,6 +20,8 @@
 #ifndef CFORMER_VOCAB
 #define CFORMER_VOCAB "tests/data/tokenizer/bert-base-uncased-vocab.txt"
 #endif
+/* the kernel of --positions conv (nn_conv_position) */
+#define MODEL_FLAGS_POS_KERNEL 3
 
 struct model_flags {
 	const char *model, *proj, *sharing, *k_schedule, *k_list, *activation, *norm, *positions;
@@ -69,8 +71,9 @@ struct model_flags {
 	FLAG_DEF_CHOICE("norm", &(m).norm, "layer|rms", "LayerNorm or RMSNorm"),                   \
 	FLAG_DEF_BOOL("post-norm", &(m).post_norm,                                                 \
 		      "post-norm residual blocks (default: pre-norm)"),                            \
-	FLAG_DEF_CHOICE("positions", &(m).positions, "learned|sinusoidal|none",                    \
-			"position embeddings (none: the attention sees a set of tokens)"),         \
+	FLAG_DEF_CHOICE("positions", &(m).positions, "learned|sinusoidal|none|conv",               \
+			"position embeddings (none: the attention sees a set of tokens; conv: "    \
+			"no table, a kernel-3 convolution gives each token its neighbours)"),      \
 	FLAG_DEF_BOOL("conv-dense", &(m).conv_dense,                                               \
 		      "conv projections mix every channel (not per head)"),                        \
 	FLAG_DEF_BOOL("xavier-proj", &(m).xavier_projections,                                      \
