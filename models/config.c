@@ -774,11 +774,14 @@ void model_summary(const struct model_config *c, int64_t params, FILE *f)
 	const char *preset = preset_of(c);
 	fprintf(f,
 		"%s [%s]: vocab %lld, n %lld, dim %lld, heads %lld, layers %lld, ff %lld %s, "
-		"%s-norm %s",
+		"%s-norm %s, positions %s",
 		preset ? preset : "pattern", pattern, (long long)c->vocab_size,
 		(long long)c->max_len, (long long)c->dim, (long long)c->heads, (long long)c->layers,
 		(long long)c->ff_hidden, c->swiglu ? "swiglu" : nn_activation_name(c->activation),
-		c->pre_norm ? "pre" : "post", c->rms_norm ? "RMSNorm" : "LayerNorm");
+		c->pre_norm ? "pre" : "post", c->rms_norm ? "RMSNorm" : "LayerNorm",
+		c->no_positions ? "none" : c->learned_positions ? "learned" : "sinusoidal");
+	if (c->position_kernel > 0)
+		fprintf(f, " + conv %lld", (long long)c->position_kernel);
 	if (projected) {
 		fprintf(f, ", k");
 		for (int64_t i = 0; i < c->layers; i++)

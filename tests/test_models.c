@@ -151,8 +151,8 @@ START_TEST(test_summary)
 	fclose(f);
 	ck_assert_msg(strstr(buf, "linformer [LLLL]") && strstr(buf, "k 128,96,64,32") &&
 			  strstr(buf, "sharing headwise") && strstr(buf, "1234567 parameters") &&
-			  strstr(buf, "dim 256") && strstr(buf, "pre-norm LayerNorm") &&
-			  strstr(buf, "gelu"),
+			  strstr(buf, "dim 256") && strstr(buf, "pre-norm LayerNorm, positions learned") &&
+			  strstr(buf, "gelu") && !strstr(buf, "conv"),
 		      "%s", buf);
 	ck_assert(strchr(buf, '\n') == buf + len - 1); /* one line */
 	free(buf);
@@ -160,12 +160,14 @@ START_TEST(test_summary)
 	c.swiglu = true;
 	c.rms_norm = true;
 	c.pre_norm = false;
+	c.no_positions = true;
+	c.position_kernel = 3;
 	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
 	f = open_memstream(&buf, &len);
 	model_summary(&c, -1, f);
 	fclose(f);
 	ck_assert_msg(strstr(buf, "pattern [SL]") && strstr(buf, "k -,64") &&
-			  strstr(buf, "swiglu") && strstr(buf, "post-norm RMSNorm") &&
+			  strstr(buf, "swiglu") && strstr(buf, "post-norm RMSNorm, positions none + conv 3") &&
 			  !strstr(buf, "parameters"),
 		      "%s", buf);
 	free(buf);
