@@ -375,8 +375,9 @@ fi
 # --positions conv: the convolution replaces the table, and an encoder without it refuses
 # to take it over
 # shellcheck disable=SC2086
-run pc $BASE --steps 2 --warmup 0 --positions conv --log-dir "$tmp/pc"
+run pc $BASE --steps 2 --warmup 0 --positions conv --pos-kernel 5 --log-dir "$tmp/pc"
 if check pc "--positions conv run"; then
+	grep -q "positions none + conv 5" "$tmp/pc.out" || fail "--pos-kernel 5 not in the summary"
 	head -c 4096 "$tmp/pc/last.safetensors" | grep -q '"pos_conv.weight"' ||
 		fail "--positions conv: no pos_conv.weight in the checkpoint"
 	if head -c 4096 "$tmp/pc/last.safetensors" | grep -q '"pos.weight"'; then
@@ -490,6 +491,8 @@ expect 1 "--adv-eps: expected a number in \[0, 10\], got '-0.1'" --adv-eps -0.1
 expect 1 "--label-smoothing: expected a number in \[0, 1), got '1'" --label-smoothing 1
 expect 1 "--embed-l2-ramp: needs --embed-l2 or --pos-l2 L > 0" --embed-l2-ramp 0.5
 expect 1 "--pos-l2: needs --positions learned" --pos-l2 0.1 --positions sinusoidal
+expect 1 "--pos-kernel: needs --positions conv" --pos-kernel 5
+expect 1 "--pos-kernel: 4 is even: expected an odd kernel" --positions conv --pos-kernel 4
 expect 1 "--proj-l2: nn_anchor_init: no parameter name matches .*: expected Linformer layers" \
 	--proj-l2 0.1 --model transformer --max-train 8 --max-test 8
 expect 1 "--embed-l2-ramp: expected a number in \[0, 1\], got '2'" --embed-l2-ramp 2

@@ -14,6 +14,11 @@ void model_flags_check(const struct model_flags *m, const char *prog)
 		flags_fail(prog, "k-list", "needs --k-schedule list");
 	if (m->k_last && strcmp(m->k_schedule, "linear"))
 		flags_fail(prog, "k-last", "needs --k-schedule linear");
+	if (m->pos_kernel && strcmp(m->positions, "conv"))
+		flags_fail(prog, "pos-kernel", "needs --positions conv");
+	if (m->pos_kernel % 2 == 0 && m->pos_kernel)
+		flags_fail(prog, "pos-kernel", "%lld is even: expected an odd kernel",
+			   (long long)m->pos_kernel);
 }
 
 static bool is_preset(const char *model)
@@ -92,7 +97,9 @@ void model_flags_config(struct model_config *c, const struct model_flags *m,
 	c->pre_norm = !m->post_norm;
 	c->learned_positions = !strcmp(m->positions, "learned");
 	c->no_positions = !strcmp(m->positions, "none") || !strcmp(m->positions, "conv");
-	c->position_kernel = !strcmp(m->positions, "conv") ? MODEL_FLAGS_POS_KERNEL : 0;
+	c->position_kernel = strcmp(m->positions, "conv") ? 0
+			     : m->pos_kernel			? m->pos_kernel
+								: MODEL_FLAGS_POS_KERNEL;
 	c->conv_dense = m->conv_dense;
 	c->xavier_projections = m->xavier_projections;
 	c->mask_empty_slots = m->mask_empty_slots;

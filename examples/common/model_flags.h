@@ -20,13 +20,13 @@
 #ifndef CFORMER_VOCAB
 #define CFORMER_VOCAB "tests/data/tokenizer/bert-base-uncased-vocab.txt"
 #endif
-/* the kernel of --positions conv (nn_conv_position) */
+/* the kernel of --positions conv (nn_conv_position) without --pos-kernel */
 #define MODEL_FLAGS_POS_KERNEL 3
 
 struct model_flags {
 	const char *model, *proj, *sharing, *k_schedule, *k_list, *activation, *norm, *positions;
 	const char *tokenizer, *vocab;
-	int64_t n, k, k_last, dim, heads, layers, ff;
+	int64_t n, k, k_last, dim, heads, layers, ff, pos_kernel;
 	double dropout, attn_dropout;
 	bool swiglu, post_norm, conv_dense, shared_kv_head, xavier_projections, mask_empty_slots;
 };
@@ -73,7 +73,9 @@ struct model_flags {
 		      "post-norm residual blocks (default: pre-norm)"),                            \
 	FLAG_DEF_CHOICE("positions", &(m).positions, "learned|sinusoidal|none|conv",               \
 			"position embeddings (none: the attention sees a set of tokens; conv: "    \
-			"no table, a kernel-3 convolution gives each token its neighbours)"),      \
+			"no table, a convolution gives each token its neighbours)"),               \
+	FLAG_DEF_INT("pos-kernel", &(m).pos_kernel, 0, 1023, "K",                                  \
+		     "odd kernel of --positions conv (0: 3)"),                                     \
 	FLAG_DEF_BOOL("conv-dense", &(m).conv_dense,                                               \
 		      "conv projections mix every channel (not per head)"),                        \
 	FLAG_DEF_BOOL("xavier-proj", &(m).xavier_projections,                                      \
