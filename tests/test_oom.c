@@ -38,6 +38,8 @@ static void config(struct model_config *c, const char *preset)
 	c->k_first = c->k_last = 4;
 	c->dropout = c->attn_dropout = 0.1;
 	c->num_classes = 2;
+	/* the Conv-Linformer carries a convolutional position encoding too */
+	c->position_kernel = strcmp(preset, "conv-linformer:2") ? 0 : 3;
 }
 
 /* Heap inputs and a model: classifier (mlm false) or MLM. */
