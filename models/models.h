@@ -48,7 +48,8 @@ struct model_config {
 	bool swiglu, pre_norm, rms_norm, learned_positions, final_norm;
 	/* no position embedding at all (learned_positions ignored): the stream
 	 * starts as the token embedding, so standard attention sees a set (a
-	 * Linformer projection still mixes positions with its own weights) */
+	 * Linformer projection still mixes positions with its own weights, a
+	 * convolutional encoding gives each token its neighbours) */
 	bool no_positions;
 	/* > 0: a convolutional position encoding of this (odd) kernel after the
 	 * table, if any (nn_conv_position, "pos_conv.weight"); 0: none */
