@@ -779,7 +779,7 @@ void model_summary(const struct model_config *c, int64_t params, FILE *f)
 		(long long)c->max_len, (long long)c->dim, (long long)c->heads, (long long)c->layers,
 		(long long)c->ff_hidden, c->swiglu ? "swiglu" : nn_activation_name(c->activation),
 		c->pre_norm ? "pre" : "post", c->rms_norm ? "RMSNorm" : "LayerNorm",
-		c->no_positions ? "none" : c->learned_positions ? "learned" : "sinusoidal");
+		c->no_positions ? "none" : (c->learned_positions ? "learned" : "sinusoidal"));
 	if (c->position_kernel > 0)
 		fprintf(f, " + conv %lld", (long long)c->position_kernel);
 	if (projected) {

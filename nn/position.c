@@ -170,11 +170,12 @@ struct tensor *nn_conv_position_forward(const struct nn_conv_position *m, struct
 			     (long long)m->dim, tensor_dtype_name(m->weight->dtype));
 		return NULL;
 	}
-	if (pad && (pad->ndim != 2 || pad->shape[0] != x->shape[0] || pad->shape[1] != x->shape[1])) {
+	if (pad &&
+	    (pad->ndim != 2 || pad->shape[0] != x->shape[0] || pad->shape[1] != x->shape[1])) {
 		char bp[128];
-		tensor_error(TENSOR_ERR_SHAPE,
-			     "nn_conv_position_forward: pad %s, expected [B, T] of x %s",
-			     tensor_shape_str(pad, bp, sizeof bp), tensor_shape_str(x, bx, sizeof bx));
+		tensor_error(
+		    TENSOR_ERR_SHAPE, "nn_conv_position_forward: pad %s, expected [B, T] of x %s",
+		    tensor_shape_str(pad, bp, sizeof bp), tensor_shape_str(x, bx, sizeof bx));
 		return NULL;
 	}
 	bool scoped = !ag_grad_enabled(); /* no tape: the temporaries die here */

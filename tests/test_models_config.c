@@ -593,8 +593,7 @@ START_TEST(test_param_count_hand)
 	ck_assert_int_eq(model_param_count(&c, false, false), 88 + 2 * (16 + 288 + 384) + 8);
 	check_count(&c, "no positions");
 	c.position_kernel = 3; /* a [8, 8, 3] convolution */
-	ck_assert_int_eq(model_param_count(&c, false, false),
-			 88 + 192 + 2 * (16 + 288 + 384) + 8);
+	ck_assert_int_eq(model_param_count(&c, false, false), 88 + 192 + 2 * (16 + 288 + 384) + 8);
 	check_count(&c, "conv positions");
 	c.position_kernel = 0;
 	c.pre_norm = false; /* post-norm: no final norm */

@@ -606,8 +606,11 @@ static void conv_position_ref(const double *x, const double *w, double *y, int B
 				double s = x[(b * T + t) * D + o];
 				for (int j = 0; j < K; j++) {
 					int u = t + j - K / 2;
-					for (int i = 0; u >= 0 && u < T && i < D; i++)
-						s += w[(o * D + i) * K + j] * x[(b * T + u) * D + i];
+					if (u < 0 || u >= T)
+						continue;
+					const double *xu = x + (b * T + u) * D;
+					for (int i = 0; i < D; i++)
+						s += w[(o * D + i) * K + j] * xu[i];
 				}
 				y[(b * T + t) * D + o] = s;
 			}
@@ -633,15 +636,16 @@ START_TEST(test_conv_position_forward)
 		ck_assert_int_eq(nn_init_normal(m.weight, 0, 0.5, 21), TENSOR_OK);
 		double *w = tu_values(m.weight);
 		conv_position_ref(vx, w, want, B, T, D, K);
-		tu_assert_close(nn_conv_position_forward(&m, x, NULL), want, B * T * D, tol(dt), tol(dt));
+		tu_assert_close(nn_conv_position_forward(&m, x, NULL), want, B * T * D, tol(dt),
+				tol(dt));
 		tu_assert_close(nn_conv_position_forward(&m, tu_strided(x), NULL), want, B * T * D,
 				tol(dt), tol(dt));
 		/* sequence 1's last two positions are padding: read as zeros, so its
 		 * first three rows are those of the sequence cut there */
 		double cut[B * T * D];
-		struct tensor *pad = tensor_from_data(TENSOR_I64, TENSOR_CPU, 2,
-						      (int64_t[]){ B, T }, (int64_t[]){ 0, 0, 0, 0, 0,
-											0, 0, 0, 1, 1 });
+		struct tensor *pad =
+		    tensor_from_data(TENSOR_I64, TENSOR_CPU, 2, (int64_t[]){ B, T },
+				     (int64_t[]){ 0, 0, 0, 0, 0, 0, 0, 0, 1, 1 });
 		memcpy(cut, vx, sizeof cut);
 		for (int i = (T + 3) * D; i < B * T * D; i++)
 			cut[i] = 0;
@@ -717,8 +721,8 @@ START_TEST(test_conv_position_errors)
 	ck_assert_int_eq(ps.n, 0);
 	ck_assert_int_eq(nn_conv_position_init(&m, &ps, "c", 2, 3), TENSOR_OK);
 	struct nn_conv_position dup;
-	tu_assert_error(nn_conv_position_init(&dup, &ps, "c", 2, 3) < 0, TENSOR_ERR_ARG,
-			"c.weight", "already exists");
+	tu_assert_error(nn_conv_position_init(&dup, &ps, "c", 2, 3) < 0, TENSOR_ERR_ARG, "c.weight",
+			"already exists");
 	struct tensor *x = tu_rand(TENSOR_F32, 3, (int64_t[]){ 2, 3, 3 }, 1);
 	tu_assert_error(!nn_conv_position_forward(&m, x, NULL), TENSOR_ERR_SHAPE,
 			"nn_conv_position_forward: x [2,3,3] f32", "expected [B, T, 2] f32");
@@ -729,10 +733,10 @@ START_TEST(test_conv_position_errors)
 	tu_assert_error(!nn_conv_position_forward(&m, x, NULL), TENSOR_ERR_DTYPE,
 			"nn_conv_position_forward: x [2,3,2] f64", "f32");
 	struct tensor *pad = tensor_zeros(TENSOR_I64, TENSOR_CPU, 2, (int64_t[]){ 2, 2 });
-	tu_assert_error(!nn_conv_position_forward(&m, tu_rand(TENSOR_F32, 3, (int64_t[]){ 2, 3, 2 }, 1),
-						  pad),
-			TENSOR_ERR_SHAPE, "nn_conv_position_forward: pad [2,2]",
-			"expected [B, T] of x [2,3,2]");
+	tu_assert_error(
+	    !nn_conv_position_forward(&m, tu_rand(TENSOR_F32, 3, (int64_t[]){ 2, 3, 2 }, 1), pad),
+	    TENSOR_ERR_SHAPE, "nn_conv_position_forward: pad [2,2]",
+	    "expected [B, T] of x [2,3,2]");
 	ASSERT_NULL_KEEPS_ERROR(nn_conv_position_forward(&m, NULL, NULL));
 	struct nn_conv_position empty = { 0 };
 	tu_assert_error(!nn_conv_position_forward(&empty, x, NULL), TENSOR_ERR_ARG,

@@ -96,10 +96,9 @@ void model_flags_config(struct model_config *c, const struct model_flags *m,
 	c->rms_norm = !strcmp(m->norm, "rms");
 	c->pre_norm = !m->post_norm;
 	c->learned_positions = !strcmp(m->positions, "learned");
-	c->no_positions = !strcmp(m->positions, "none") || !strcmp(m->positions, "conv");
-	c->position_kernel = strcmp(m->positions, "conv") ? 0
-			     : m->pos_kernel			? m->pos_kernel
-								: MODEL_FLAGS_POS_KERNEL;
+	bool conv = !strcmp(m->positions, "conv");
+	c->no_positions = conv || !strcmp(m->positions, "none");
+	c->position_kernel = conv ? (m->pos_kernel ? m->pos_kernel : MODEL_FLAGS_POS_KERNEL) : 0;
 	c->conv_dense = m->conv_dense;
 	c->xavier_projections = m->xavier_projections;
 	c->mask_empty_slots = m->mask_empty_slots;
