@@ -398,18 +398,13 @@ static struct tensor *layer_scoped(const struct model_config *c, const struct mo
 
 /* x [B, T, dim] plus the position embeddings, in x's buffer where it can be
  * (nn_position_forward_reuse), then the convolutional encoding if any (a new
- * tensor); x itself without positions. */
+ * tensor, reading the padding key_mask marks as zeros); x itself without
+ * positions. */
 static struct tensor *add_positions(const struct model_encoder *m, struct tensor *x,
-				    const struct tensor *mask)
+				    const struct tensor *key_mask)
 {
 	x = m->cfg.no_positions ? x : nn_position_forward_reuse(&m->pos, x);
-	if (!x || m->cfg.position_kernel == 0)
-		return x;
-	struct tensor *pad = mask ? padding_of(m, mask) : NULL;
-	struct tensor *y = mask && !pad ? NULL : nn_conv_position_forward(&m->pos_conv, x, pad);
-	if (!ag_grad_enabled())
-		tensor_free(pad); /* with a tape, the scope of the step frees it */
-	return y;
+	return m->cfg.position_kernel > 0 ? nn_conv_position_forward(&m->pos_conv, x, key_mask) : x;
 }
 
 /* Without gradients: the embedding's output, made in the caller's scope (or
@@ -422,13 +417,14 @@ static struct tensor *forward_no_grad(const struct model_encoder *m, const struc
 				      const struct tensor *mask)
 {
 	const struct model_config *c = &m->cfg;
-	struct tensor *emb = nn_embedding_forward(&m->embed, ids);
-	struct tensor *own = add_positions(m, emb, mask);
-	if (own != emb)
-		tensor_free(emb); /* heap without a scope; else the caller's scope has it */
-	tensor_scope_begin();
+	/* key_mask, emb and own: heap without a scope (freed here), else the caller's */
 	struct tensor *key_mask = mask ? padding_of(m, mask) : NULL;
-	struct tensor *x = mask && !key_mask ? NULL : nn_dropout_forward(&m->drop, own);
+	struct tensor *emb = mask && !key_mask ? NULL : nn_embedding_forward(&m->embed, ids);
+	struct tensor *own = add_positions(m, emb, key_mask);
+	if (own != emb)
+		tensor_free(emb);
+	tensor_scope_begin();
+	struct tensor *x = nn_dropout_forward(&m->drop, own);
 	struct tensor *carry = NULL; /* the heap output of the last layer run apart */
 	for (int64_t i = 0; x && i < c->layers; i++) {
 		const struct model_layer *l = &m->layers[i];
@@ -451,7 +447,8 @@ static struct tensor *forward_no_grad(const struct model_encoder *m, const struc
 	tensor_scope_end();
 	tensor_free(carry);
 	if (y != own)
-		tensor_free(own); /* heap without a scope; else the caller's scope has it */
+		tensor_free(own);
+	tensor_free(key_mask);
 	return y;
 }
 
@@ -465,7 +462,7 @@ struct tensor *model_encoder_forward(const struct model_encoder *m, const struct
 	const struct model_config *c = &m->cfg;
 	struct tensor *key_mask = mask ? padding_of(m, mask) : NULL;
 	struct tensor *x = mask && !key_mask ? NULL : nn_embedding_forward(&m->embed, ids);
-	x = nn_dropout_forward(&m->drop, add_positions(m, x, mask));
+	x = nn_dropout_forward(&m->drop, add_positions(m, x, key_mask));
 	for (int64_t i = 0; x && i < c->layers; i++)
 		x = layer_forward(c, &m->layers[i], x, key_mask);
 	if (c->pre_norm && c->final_norm)

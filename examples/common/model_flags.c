@@ -16,7 +16,7 @@ void model_flags_check(const struct model_flags *m, const char *prog)
 		flags_fail(prog, "k-last", "needs --k-schedule linear");
 	if (m->pos_kernel && strcmp(m->positions, "conv"))
 		flags_fail(prog, "pos-kernel", "needs --positions conv");
-	if (m->pos_kernel % 2 == 0 && m->pos_kernel)
+	if (m->pos_kernel && m->pos_kernel % 2 == 0)
 		flags_fail(prog, "pos-kernel", "%lld is even: expected an odd kernel",
 			   (long long)m->pos_kernel);
 }
