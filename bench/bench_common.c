@@ -86,6 +86,12 @@ int bench_parse_words(const char *prog, const char *name, const char *text,
 	}
 }
 
+const char *bench_wait_policy(void)
+{
+	const char *p = getenv("OMP_WAIT_POLICY");
+	return p && *p ? p : "default";
+}
+
 double bench_load_average(void)
 {
 	double load = -1;

@@ -32,6 +32,8 @@ int bench_parse_ints(const char *prog, const char *name, const char *text, int64
 int bench_parse_words(const char *prog, const char *name, const char *text,
 		      char (*out)[BENCH_WORD_MAX], int max, const char *choices);
 
+/* OMP_WAIT_POLICY as set in the environment, or "default" (idle threads spin a while). */
+const char *bench_wait_policy(void);
 /* The 1-minute load average, or -1 if unknown. */
 double bench_load_average(void);
 /* MemAvailable of /proc/meminfo in bytes, or -1 if unknown. */

@@ -474,9 +474,10 @@ static void print_header(void)
 	       (long long)opt.dim, (long long)opt.heads,
 	       opt.batched_heads ? "batched" : "one at a time", (long long)opt.layers,
 	       (long long)opt.ff, (long long)opt.vocab);
-	printf("- threads %lld, BLIS kernels %s; load average at start %.2f; available memory "
-	       "%.1f GiB; sgemm %lld^3 (tensor_matmul): %.1f GFLOP/s\n",
-	       (long long)opt.threads, tensor_blas_arch(), bench_load_average(), avail / BENCH_GIB,
+	printf("- threads %lld (OpenMP wait policy %s), BLIS kernels %s; load average at start "
+	       "%.2f; available memory %.1f GiB; sgemm %lld^3 (tensor_matmul): %.1f GFLOP/s\n",
+	       (long long)opt.threads, bench_wait_policy(), tensor_blas_arch(),
+	       bench_load_average(), avail / BENCH_GIB,
 	       (long long)opt.sgemm_size, sgemm);
 	printf("- memory budget %.1f GiB; time guard %.0f s; best of %lld timed passes after a "
 	       "warm-up; peak = allocator peak, parameters included\n\n",

@@ -315,9 +315,9 @@ int main(int argc, char **argv)
 	       (long long)opt.vocab, (long long)opt.dim, (long long)opt.heads,
 	       (long long)opt.layers, (long long)opt.ff, (long long)opt.batch, (long long)opt.k,
 	       opt.sharing);
-	printf("- threads %lld, BLIS kernels %s, load average at start %.2f; sgemm %lld^3 "
-	       "(tensor_matmul): %.1f GFLOP/s\n",
-	       (long long)opt.threads, tensor_blas_arch(), bench_load_average(),
+	printf("- threads %lld (OpenMP wait policy %s), BLIS kernels %s, load average at start "
+	       "%.2f; sgemm %lld^3 (tensor_matmul): %.1f GFLOP/s\n",
+	       (long long)opt.threads, bench_wait_policy(), tensor_blas_arch(), bench_load_average(),
 	       (long long)opt.sgemm_size, sgemm);
 	printf(
 	    "- %lld warm-up steps, then the mean of %lld timed steps; peak = allocator peak of "

@@ -729,6 +729,12 @@ int nn_linformer_keys_values(const struct nn_linformer *m, struct tensor *x,
 	return k && v ? TENSOR_OK : tensor_last_status();
 }
 
+/* With sequential_heads, rows whose scores for all heads together take at
+ * most this many elements (a block of the no-grad encoder: 1,024 rows x 4
+ * heads x k 128 is 512Ki) still go through attention at once: one head at a
+ * time would save at most this much and cost a pass per head. */
+#define ALL_HEADS_MAX ((int64_t)1 << 20)
+
 struct tensor *nn_linformer_attend(const struct nn_linformer *m, struct tensor *rows,
 				   const struct nn_linformer_kv *kv, int64_t b0)
 {
@@ -758,7 +764,7 @@ struct tensor *nn_linformer_attend(const struct nn_linformer *m, struct tensor *
 	struct tensor *q = nn_split_heads(nn_linear_forward(&m->q_proj, rows), h);
 	double scale = 1 / sqrt((double)(m->dim / h));
 	struct tensor *y;
-	if (m->sequential_heads)
+	if (m->sequential_heads && nb * h * rows->shape[1] * m->k > ALL_HEADS_MAX)
 		y = nn_attention_by_head(q, k, v, mask, false, scale, &m->dropout);
 	else
 		y = merge_heads(nn_attention(q, k, v, mask, false, scale, &m->dropout));

@@ -321,7 +321,10 @@ void nn_seq_proj_free(struct nn_seq_proj *p);
  * projection is sliced to the first m positions; for CONV/MEAN/MAX,
  * projected slots that cover only padding are masked out of the softmax.
  * Longer than n is an error. shared_kv_head: one key/value head shared by
- * all query heads (k_proj, v_proj [dim/heads, dim]). */
+ * all query heads (k_proj, v_proj [dim/heads, dim]). sequential_heads (set
+ * after init): one head at a time as nn_mha, but only where the scores of
+ * all heads would exceed 2^20 elements (B x heads x T x k); a no-grad
+ * encoder's blocks of rows stay below and run all heads at once. */
 struct nn_linformer {
 	struct nn_linear q_proj, k_proj, v_proj, out_proj;
 	struct nn_seq_proj e, f;

@@ -688,6 +688,41 @@ START_TEST(test_memory_long_n)
 }
 END_TEST
 
+/* With sequential_heads, heads go one at a time only where the scores of all
+ * heads exceed 2^20 elements (nn_linformer_attend): below, the same peak as
+ * all at once; above, the same values with a lower peak. */
+START_TEST(test_sequential_heads_bound)
+{
+	const int64_t dim = 8, H = 2, k = 128;
+	for (int above = 0; above < 2; above++) {
+		const int64_t n = above ? 8192 : 1024; /* H x n x k: 2Mi or 256Ki */
+		struct lf f;
+		lf_make(&f, TENSOR_F32,
+			(struct cfg){ dim, H, n, k, NN_PROJ_LINEAR, NN_SHARE_HEADWISE, false, false,
+				      0, 26 });
+		struct tensor *x = tu_rand(TENSOR_F32, 3, (int64_t[]){ 1, n, dim }, 27);
+		size_t peak[2];
+		struct tensor *y[2];
+		for (int seq = 0; seq < 2; seq++) {
+			f.m.sequential_heads = seq;
+			peak[seq] = peak_of(&f.m, NULL, x);
+			ag_no_grad_begin();
+			y[seq] = nn_linformer_forward(&f.m, x, NULL);
+			ag_no_grad_end();
+		}
+		tu_assert_same(y[1], y[0], 1e-6);
+		size_t one_head = sizeof(float) * (size_t)(n * k);
+		if (above)
+			ck_assert_msg(peak[1] + one_head <= peak[0], "n %lld: peak %zu vs %zu",
+				      (long long)n, peak[1], peak[0]);
+		else
+			ck_assert_msg(peak[1] == peak[0], "n %lld: peak %zu vs %zu", (long long)n,
+				      peak[1], peak[0]);
+		lf_drop(&f);
+	}
+}
+END_TEST
+
 /* ---- errors ------------------------------------------------------------------------ */
 
 START_TEST(test_init_errors)
@@ -825,6 +860,7 @@ int main(void)
 	tcase_add_test(tc, test_sequential_equals_batched);
 	tcase_add_test(tc, test_dropout);
 	tcase_add_test(tc, test_memory_long_n);
+	tcase_add_test(tc, test_sequential_heads_bound);
 	tcase_add_test(tc, test_init_errors);
 	tcase_add_test(tc, test_forward_errors);
 	suite_add_tcase(s, tc);

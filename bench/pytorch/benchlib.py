@@ -97,6 +97,11 @@ def parse_model_flags(p, argv):
     return a
 
 
+def wait_policy() -> str:
+    """OMP_WAIT_POLICY as set in the environment, or "default"."""
+    return os.environ.get("OMP_WAIT_POLICY") or "default"
+
+
 def thread_env(threads: int) -> dict:
     """The environment of a child: OpenMP and MKL limited to threads."""
     env = dict(os.environ)

@@ -12,6 +12,9 @@
 # Other flags go to both sides unchanged (--threads, --dim, --heads, --layers, --ff, --vocab,
 # --reps, --k). Environment: BUILD (the cformer build directory, default .), PYTHON (an
 # interpreter with torch, default python3), OUT (where the CSVs go, default a new temp dir).
+# Both sides inherit the caller's environment, OpenMP's wait policy included: by default
+# idle threads spin a while before they sleep; OMP_WAIT_POLICY=passive makes them sleep at
+# once, which costs every parallel region a wake-up (docs/benchmarks.md measures both).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${BUILD:-.}
@@ -36,7 +39,6 @@ esac
 }
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
-export OMP_WAIT_POLICY=passive
 
 # The value of --flag in "$@", or the default.
 flag() {

@@ -195,7 +195,8 @@ def main(argv):
                     note.append(f"{model} n {n} k {k or '-'}: {r['params']} parameters ({same})")
                     slow = max(r["times"]) > a.max_seconds
     if info:
-        print(f"torch {info['torch']}, {info['threads']} threads, attention {a.attention}; "
+        print(f"torch {info['torch']}, {info['threads']} threads (OpenMP wait policy {B.wait_policy()}), "
+              f"attention {a.attention}; "
               f"dim {a.dim}, heads {a.heads}, layers {a.layers}, ff {a.ff}, vocab {a.vocab}; "
               f"Linformer: layerwise sharing; peak = RSS high-water mark growth"
               f"{'' if info['reset_hwm'] else ' (VmHWM could not be reset: includes the warm-up)'}")

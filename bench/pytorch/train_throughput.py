@@ -164,7 +164,8 @@ def main(argv):
                 if row:
                     rows.append(row)
                     print(",".join("" if v is None else str(v) for v in row), file=sys.stderr, flush=True)
-    print(f"torch {s['torch']}, {s['threads']} threads, attention {a.attention}; sgemm {a.sgemm}^3: "
+    print(f"torch {s['torch']}, {s['threads']} threads (OpenMP wait policy {B.wait_policy()}), "
+          f"attention {a.attention}; sgemm {a.sgemm}^3: "
           f"{s['gflops']:.1f} GFLOP/s; dim {a.dim}, heads {a.heads}, layers {a.layers}, ff {a.ff}, "
           f"vocab {a.vocab}, batch {a.batch}; AdamW, dropout 0; peak = RSS high-water mark growth")
     print()
