@@ -477,8 +477,7 @@ static void print_header(void)
 	printf("- threads %lld (OpenMP wait policy %s), BLIS kernels %s; load average at start "
 	       "%.2f; available memory %.1f GiB; sgemm %lld^3 (tensor_matmul): %.1f GFLOP/s\n",
 	       (long long)opt.threads, bench_wait_policy(), tensor_blas_arch(),
-	       bench_load_average(), avail / BENCH_GIB,
-	       (long long)opt.sgemm_size, sgemm);
+	       bench_load_average(), avail / BENCH_GIB, (long long)opt.sgemm_size, sgemm);
 	printf("- memory budget %.1f GiB; time guard %.0f s; best of %lld timed passes after a "
 	       "warm-up; peak = allocator peak, parameters included\n\n",
 	       opt.budget_gib, opt.max_seconds, (long long)opt.reps);

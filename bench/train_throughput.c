@@ -317,8 +317,8 @@ int main(int argc, char **argv)
 	       opt.sharing);
 	printf("- threads %lld (OpenMP wait policy %s), BLIS kernels %s, load average at start "
 	       "%.2f; sgemm %lld^3 (tensor_matmul): %.1f GFLOP/s\n",
-	       (long long)opt.threads, bench_wait_policy(), tensor_blas_arch(), bench_load_average(),
-	       (long long)opt.sgemm_size, sgemm);
+	       (long long)opt.threads, bench_wait_policy(), tensor_blas_arch(),
+	       bench_load_average(), (long long)opt.sgemm_size, sgemm);
 	printf(
 	    "- %lld warm-up steps, then the mean of %lld timed steps; peak = allocator peak of "
 	    "the timed steps, parameters, gradients and AdamW moments included; RSS = growth of "
