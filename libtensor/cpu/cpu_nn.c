@@ -35,7 +35,7 @@ static int64_t row_offset(const struct tensor *x, int64_t r)
 }
 
 /* Sum of a contiguous f32 run in double (of (x - shift)^2 when square). */
-static double sum_f32(const float *x, int64_t n, double shift, bool square)
+CPU_MATH double sum_f32(const float *x, int64_t n, double shift, bool square)
 {
 	double s = 0;
 	if (square) {
@@ -252,6 +252,10 @@ struct norm_job {
 	const struct tensor *w, *b;
 };
 
+/* The statistics in double, the row in float: x - mu as (x - mf) - ml with
+ * mf + ml = mu (x - mf is exact near the mean), so rows with a large offset
+ * and a small spread keep their precision. */
+CPU_WIDE_CLONES
 static void norm_row_f32(const struct norm_job *jb, float *y, const float *x, int64_t n, double *mu,
 			 double *rs)
 {
@@ -259,22 +263,23 @@ static void norm_row_f32(const struct norm_job *jb, float *y, const float *x, in
 	const float *b = jb->b ? (const float *)cpu_ptr(jb->b) : NULL;
 	double m = jb->rms ? 0 : sum_f32(x, n, 0, false) / (double)n;
 	double r = 1.0 / sqrt(sum_f32(x, n, m, true) / (double)n + jb->eps);
+	float mf = (float)m, ml = (float)(m - mf), rf = (float)r;
 	if (w && b) {
 #pragma omp simd
 		for (int64_t i = 0; i < n; i++)
-			y[i] = (float)((x[i] - m) * r * w[i] + b[i]);
+			y[i] = ((x[i] - mf) - ml) * rf * w[i] + b[i];
 	} else if (w) {
 #pragma omp simd
 		for (int64_t i = 0; i < n; i++)
-			y[i] = (float)((x[i] - m) * r * w[i]);
+			y[i] = ((x[i] - mf) - ml) * rf * w[i];
 	} else if (b) {
 #pragma omp simd
 		for (int64_t i = 0; i < n; i++)
-			y[i] = (float)((x[i] - m) * r + b[i]);
+			y[i] = ((x[i] - mf) - ml) * rf + b[i];
 	} else {
 #pragma omp simd
 		for (int64_t i = 0; i < n; i++)
-			y[i] = (float)((x[i] - m) * r);
+			y[i] = ((x[i] - mf) - ml) * rf;
 	}
 	*mu = m;
 	*rs = r;
@@ -373,6 +378,7 @@ static inline int64_t row_at(const struct tensor *t, bool contig, int64_t r, int
 }
 
 /* One f32 row with unit-stride runs; dx, dw, db NULL when not wanted. */
+CPU_WIDE_CLONES
 static void nbw_row_f32(const float *g, const float *x, const float *w, float *dx, double *dw,
 			double *db, int64_t n, float mu, float rs, bool rms)
 {
