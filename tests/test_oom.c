@@ -5,7 +5,8 @@
  * error, leaving no tensor behind (live bytes as before; LeakSanitizer checks
  * the rest in CI) and the parameters, AdamW's moments and step unchanged (the
  * dropout stream may have moved), or succeed with exactly the result of a
- * clean run: never a crash, never a wrong result. The same for the library's
+ * clean run: never a crash, never a wrong result. Building each model fails
+ * the same way or builds the clean run's parameters. The same for the library's
  * own buffers when saving and loading a checkpoint, loading a vocabulary and
  * tokenizing with it, and reading, splitting and batching a dataset: an error
  * changes neither the parameters, nor the file on disk, nor the output. */
@@ -255,6 +256,66 @@ static void every_allocation_fails(const char *what, struct fixture *f,
 }
 
 static const char *presets[] = { "linformer:2", "transformer:2", "conv-linformer:2" };
+
+/* Parameters, a model (classifier or MLM), packing and AdamW, as setup()
+ * builds them, stopping at the first error; free with teardown(). */
+static int build(struct fixture *f, const char *preset, bool mlm)
+{
+	memset(f, 0, sizeof *f);
+	config(&f->c, preset);
+	int rc = nn_params_init(&f->ps, TENSOR_F32, TENSOR_CPU, 3);
+	if (rc == TENSOR_OK)
+		rc = mlm ? model_mlm_init(&f->mlm, &f->ps, &f->c)
+			 : model_classifier_init(&f->cls, &f->ps, &f->c);
+	if (rc == TENSOR_OK)
+		rc = nn_params_pack(&f->ps);
+	if (rc == TENSOR_OK)
+		rc = nn_adamw_init(&f->opt, &f->ps, 1e-3, 0.9, 0.999, 1e-8, 0.01);
+	return rc;
+}
+
+/* Building each model with its i-th allocation failing, i = 0, 1, ...: a
+ * run fails with out of memory and leaves nothing live, or builds exactly
+ * the clean run's parameters. */
+START_TEST(test_model_init)
+{
+	for (int mlm = 0; mlm < 2; mlm++) {
+		struct fixture f;
+		ck_assert_int_eq(build(&f, presets[_i], mlm), TENSOR_OK);
+		tensor_heap_begin();
+		struct tensor *want = tensor_clone(f.ps.flat);
+		tensor_heap_end();
+		teardown(&f, mlm);
+		size_t live = tensor_mem_stats(TENSOR_CPU).live_bytes;
+		int64_t i, failed = 0;
+		for (i = 0;; i++) {
+			arm(i);
+			int rc = build(&f, presets[_i], mlm);
+			bool fired = disarm();
+			if (rc == TENSOR_OK)
+				tu_assert_same(f.ps.flat, want, 0);
+			else
+				ck_assert_msg(fired && tensor_last_status() == TENSOR_ERR_NOMEM,
+					      "%s: allocation %lld: %s", presets[_i], (long long)i,
+					      tensor_last_error());
+			tensor_clear_error();
+			teardown(&f, mlm);
+			ck_assert_msg(tensor_mem_stats(TENSOR_CPU).live_bytes == live,
+				      "%s: allocation %lld failed; %zu bytes live, %zu before",
+				      presets[_i], (long long)i,
+				      tensor_mem_stats(TENSOR_CPU).live_bytes, live);
+			failed += rc != TENSOR_OK;
+			if (!fired)
+				break;
+		}
+		ck_assert_msg(failed > 10, "%s: %lld of %lld allocations failed it", presets[_i],
+			      (long long)failed, (long long)i);
+		printf("%s %s init: %lld allocations, each failing in turn: %lld errors\n",
+		       presets[_i], mlm ? "MLM" : "classifier", (long long)i, (long long)failed);
+		tensor_free(want);
+	}
+}
+END_TEST
 
 START_TEST(test_train_step)
 {
@@ -686,6 +747,7 @@ int main(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_loop_test(tc, test_train_step, 0, 3);
 	tcase_add_test(tc, test_mlm_step);
+	tcase_add_loop_test(tc, test_model_init, 0, 3);
 	tcase_add_loop_test(tc, test_inference, 0, 3);
 	tcase_add_test(tc, test_checkpoint);
 	tcase_add_test(tc, test_anchor);
