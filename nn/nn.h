@@ -396,8 +396,9 @@ struct nn_adamw {
 int nn_adamw_init(struct nn_adamw *o, struct nn_params *ps, double lr, double beta1,
 		  double beta2, double eps, double weight_decay);
 /* One update from the current gradients, with o->lr. On an error nothing
- * has changed (with lazy rows or on a device without a fused AdamW kernel,
- * running out of memory mid-way can leave earlier segments updated). */
+ * has changed, lazy rows included (on a device without a fused AdamW
+ * kernel, running out of memory mid-way can leave earlier segments
+ * updated). */
 int nn_adamw_step(struct nn_adamw *o);
 void nn_adamw_free(struct nn_adamw *o);
 

@@ -219,34 +219,57 @@ static double *row_tops(const char *op, const struct tensor *g, int64_t *rows, i
 	return top;
 }
 
-/* Apply u to t[] (1-d, laid out as the parameter whose gradient is g) over the
- * runs of consecutive rows where g is not all zero. */
-static int for_live_rows(const char *op, const struct tensor *g, struct tensor *const *t, int nt,
-			 struct update *u)
+/* Views of t[] (1-d, laid out as the parameter whose gradient is g) over the
+ * runs of consecutive rows where g is not all zero, in the open scope: nt
+ * views a run, *runs runs, in a host array the caller frees (NULL on error,
+ * or with no run). */
+static struct tensor **live_views(const char *op, const struct tensor *g, struct tensor *const *t,
+				  int nt, int64_t *runs)
 {
-	int64_t rows, w;
+	int64_t rows, w, n = 0;
+	*runs = -1;
 	double *top = row_tops(op, g, &rows, &w);
 	if (!top)
-		return failed();
-	int rc = TENSOR_OK;
+		return NULL;
+	for (int64_t r = 0; r < rows; r++) /* a run starts at each live row after a dead one */
+		n += top[r] != 0 && (r == 0 || top[r - 1] == 0);
+	struct tensor **v = n ? tensor_host_calloc((size_t)(n * nt), sizeof *v) : NULL;
+	int rc = v || !n ? TENSOR_OK
+			 : tensor_error(TENSOR_ERR_NOMEM, "%s: views of %lld runs of rows", op,
+					(long long)n);
+	int64_t i = 0;
 	for (int64_t r0 = 0; r0 < rows && rc == TENSOR_OK;) {
 		int64_t r1 = r0;
 		while (r1 < rows && top[r1] != 0)
 			r1++;
-		if (r1 > r0) {
-			tensor_scope_begin();
-			struct tensor *s[SEG_MAX];
-			for (int k = 0; k < nt && rc == TENSOR_OK; k++)
-				rc = (s[k] = tensor_narrow(t[k], 0, r0 * w, (r1 - r0) * w))
-					 ? TENSOR_OK
-					 : failed();
-			if (rc == TENSOR_OK)
-				rc = for_chunks(s, nt, u);
-			tensor_scope_end();
-		}
+		for (int k = 0; r1 > r0 && k < nt && rc == TENSOR_OK; k++)
+			rc = (v[i * nt + k] = tensor_narrow(t[k], 0, r0 * w, (r1 - r0) * w))
+				 ? TENSOR_OK
+				 : failed();
+		i += r1 > r0;
 		r0 = r1 + 1;
 	}
 	free(top);
+	if (rc < 0) {
+		free(v);
+		return NULL;
+	}
+	*runs = n;
+	return v;
+}
+
+/* Apply u to t[] over the runs of live_views. */
+static int for_live_rows(const char *op, const struct tensor *g, struct tensor *const *t, int nt,
+			 struct update *u)
+{
+	int64_t runs;
+	tensor_scope_begin();
+	struct tensor **v = live_views(op, g, t, nt, &runs);
+	int rc = runs < 0 ? failed() : TENSOR_OK;
+	for (int64_t i = 0; i < runs && rc == TENSOR_OK; i++)
+		rc = for_chunks(v + i * nt, nt, u);
+	free(v);
+	tensor_scope_end();
 	return rc;
 }
 
@@ -294,14 +317,17 @@ static int for_segments(const char *op, struct nn_params *ps, bool decay_all,
 		if (rc < 0)
 			return rc; /* nothing has changed yet */
 	}
-	/* Every segment's views first, so that running out of memory for them
-	 * changes nothing; the fused update of a whole segment allocates nothing
-	 * more (lazy rows and the update in tensor ops still do). */
+	/* Every segment's views first, those of a lazy parameter's runs of live
+	 * rows too, so that running out of memory for them changes nothing; the
+	 * fused update then allocates nothing more (the update in tensor ops
+	 * still does). */
 	struct segment {
 		struct tensor *t[SEG_MAX];
+		struct tensor **runs; /* lazy: nruns x nt views */
+		int64_t nruns;
 		const struct nn_param *p;
 		bool decay;
-	} *seg = tensor_host_malloc(sizeof *seg * (size_t)(ps->n ? ps->n : 1));
+	} *seg = tensor_host_calloc((size_t)(ps->n ? ps->n : 1), sizeof *seg);
 	if (!seg)
 		return tensor_error(TENSOR_ERR_NOMEM, "%s: no memory for %d segments", op, ps->n);
 	int nt = 2 + u->nstate, nseg = 0, rc = TENSOR_OK;
@@ -339,16 +365,24 @@ static int for_segments(const char *op, struct nn_params *ps, bool decay_all,
 		for (int k = 0; k < nt && rc == TENSOR_OK; k++)
 			if (!t[k])
 				rc = failed();
+		if (rc == TENSOR_OK && p->lazy_rows) {
+			seg[nseg].runs = live_views(op, p->value->grad, t, nt, &seg[nseg].nruns);
+			rc = seg[nseg].nruns < 0 ? failed() : TENSOR_OK;
+		}
 		seg[nseg].p = p;
 		seg[nseg].decay = decay;
 		nseg += off > start;
 	}
 	for (int s = 0; s < nseg && rc == TENSOR_OK; s++) {
 		u->decay = seg[s].decay;
-		rc = seg[s].p->lazy_rows ? for_live_rows(op, seg[s].p->value->grad, seg[s].t, nt, u)
-					 : for_chunks(seg[s].t, nt, u);
+		if (!seg[s].p->lazy_rows)
+			rc = for_chunks(seg[s].t, nt, u);
+		for (int64_t r = 0; r < seg[s].nruns && rc == TENSOR_OK; r++)
+			rc = for_chunks(seg[s].runs + r * nt, nt, u);
 	}
 	tensor_scope_end();
+	for (int s = 0; s <= nseg && s < ps->n; s++)
+		free(seg[s].runs);
 	free(seg);
 	return rc;
 }

@@ -331,6 +331,22 @@ START_TEST(test_train_step)
 }
 END_TEST
 
+/* The same with lazy embedding tables: AdamW updates only their rows with a
+ * gradient, runs of rows apart (the toy vocabulary leaves gaps). */
+START_TEST(test_train_step_lazy)
+{
+	struct fixture f;
+	setup(&f, "linformer:2", false);
+	ck_assert_int_eq(nn_params_set_lazy(&f.ps, "embed.", true), 1);
+	ck_assert_int_eq(nn_params_set_lazy(&f.ps, "pos.", true), 1);
+	struct tensor *first;
+	ck_assert_int_eq(train_op(&f, 0, &first), TENSOR_OK);
+	tensor_free(first);
+	every_allocation_fails("linformer:2 training step, lazy embeddings", &f, train_op, 0);
+	teardown(&f, false);
+}
+END_TEST
+
 START_TEST(test_mlm_step)
 {
 	struct fixture f;
@@ -746,6 +762,7 @@ int main(void)
 	TCase *tc = tcase_create("oom"); /* no fixture: no scope is open */
 	tcase_set_timeout(tc, 300);
 	tcase_add_loop_test(tc, test_train_step, 0, 3);
+	tcase_add_test(tc, test_train_step_lazy);
 	tcase_add_test(tc, test_mlm_step);
 	tcase_add_loop_test(tc, test_model_init, 0, 3);
 	tcase_add_loop_test(tc, test_inference, 0, 3);
