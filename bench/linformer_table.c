@@ -168,15 +168,19 @@ static void build_config(struct model_config *c, enum model_kind m, int64_t n, i
  * parameters, and one layer's working set (each layer runs in a scope of its own): about
  * 18 [n, dim] and 3 [n, ff] f32 tensors (each linear layer makes two: the product and the
  * bias sum), plus, per head computed at once, the scores and the probabilities ([n, n], or
- * [n, k] and the projected keys and values). */
+ * [n, k] and the projected keys and values); standard attention one head at a time holds
+ * at most a block of NN_BY_HEAD_SCORES of them. */
 static double estimate_bytes(const struct model_config *c, double params, int64_t b)
 {
 	double n = (double)c->max_len, d = (double)c->dim, f = (double)c->ff_hidden;
 	double live_heads = c->sequential_heads ? 1 : (double)c->heads;
-	double attn = c->attention[0] == MODEL_ATTN_STANDARD
-			  ? 2 * n * n * live_heads
-			  : 2 * n * (double)c->k[0] * live_heads + 2 * (double)c->k[0] * d;
-	return 4 * (params + (double)b * (n * (18 * d + 3 * f) + attn));
+	bool standard = c->attention[0] == MODEL_ATTN_STANDARD;
+	double attn =
+	    (double)b * (standard ? 2 * n * n * live_heads
+				  : 2 * n * (double)c->k[0] * live_heads + 2 * (double)c->k[0] * d);
+	if (standard && c->sequential_heads)
+		attn = fmin(attn, 2 * (double)NN_BY_HEAD_SCORES);
+	return 4 * (params + (double)b * n * (18 * d + 3 * f) + attn);
 }
 
 /* Memory we may use: the given fraction of what the machine has available, plus what this

@@ -330,6 +330,29 @@ static struct tensor *by_head_recorded(struct tensor *q, struct tensor *k, struc
 	return y;
 }
 
+/* Head i of the sequences [b0, b0 + nb) and query rows [r0, r0 + nr), in a
+ * scope of its own, written into its place in y [B, T, H dv]. */
+static int by_head_block(struct tensor *y, struct tensor *q, struct tensor *k, struct tensor *v,
+			 const struct tensor *key_mask, bool causal, double scale,
+			 const struct nn_dropout *dropout, const int64_t at[5])
+{
+	int64_t i = at[0], b0 = at[1], nb = at[2], r0 = at[3], nr = at[4], dv = v->shape[3];
+	tensor_scope_begin();
+	struct tensor *qb = tensor_narrow(tensor_narrow(q, 0, b0, nb), 1, i, 1);
+	struct tensor *kb = tensor_narrow(tensor_narrow(k, 0, b0, nb), 1, i, 1);
+	struct tensor *vb = tensor_narrow(tensor_narrow(v, 0, b0, nb), 1, i, 1);
+	struct tensor *mb = key_mask ? tensor_narrow(key_mask, 0, b0, nb) : NULL;
+	struct tensor *o = NULL;
+	if (qb && kb && vb && (mb || !key_mask))
+		o = head_rows(
+		    nn_attention(tensor_narrow(qb, 2, r0, nr), kb, vb, mb, causal, scale, dropout));
+	struct tensor *dst =
+	    tensor_narrow(tensor_narrow(tensor_narrow(y, 0, b0, nb), 1, r0, nr), 2, i * dv, dv);
+	int rc = o && dst ? tensor_copy_(dst, o) : tensor_last_status();
+	tensor_scope_end();
+	return rc;
+}
+
 struct tensor *nn_attention_by_head(struct tensor *q, struct tensor *k, struct tensor *v,
 				    const struct tensor *key_mask, bool causal, double scale,
 				    const struct nn_dropout *dropout)
@@ -340,19 +363,26 @@ struct tensor *nn_attention_by_head(struct tensor *q, struct tensor *k, struct t
 		return NULL;
 	if (ag_grad_enabled())
 		return by_head_recorded(q, k, v, key_mask, causal, scale, dropout);
-	/* without grad: each head in a scope of its own, written into its columns */
-	int64_t b = q->shape[0], h = q->shape[1], t = q->shape[2], dv = v->shape[3];
+	/* without grad: each head, or block of it, in a scope of its own, written
+	 * into its columns */
+	int64_t b = q->shape[0], h = q->shape[1], t = q->shape[2], s = k->shape[2];
+	int64_t dv = v->shape[3], nb = b, nr = t;
+	if (!causal && b * t * s > NN_BY_HEAD_SCORES) {
+		nr = NN_BY_HEAD_SCORES / s < t ? NN_BY_HEAD_SCORES / s : t;
+		nr = nr > 0 ? nr : 1;
+		nb = NN_BY_HEAD_SCORES / (nr * s) < b ? NN_BY_HEAD_SCORES / (nr * s) : b;
+		nb = nb > 0 ? nb : 1;
+	}
 	struct tensor *y =
 	    tensor_empty(q->dtype, q->storage->device, 3, (int64_t[]){ b, t, h * dv });
 	int rc = y ? TENSOR_OK : tensor_last_status();
-	for (int64_t i = 0; i < h && rc == TENSOR_OK; i++) {
-		tensor_scope_begin();
-		struct tensor *o = head_rows(
-		    nn_attention(tensor_narrow(q, 1, i, 1), tensor_narrow(k, 1, i, 1),
-				 tensor_narrow(v, 1, i, 1), key_mask, causal, scale, dropout));
-		rc = o ? tensor_copy_(tensor_narrow(y, 2, i * dv, dv), o) : tensor_last_status();
-		tensor_scope_end();
-	}
+	for (int64_t i = 0; i < h && rc == TENSOR_OK; i++)
+		for (int64_t b0 = 0; b0 < b && rc == TENSOR_OK; b0 += nb)
+			for (int64_t r0 = 0; r0 < t && rc == TENSOR_OK; r0 += nr)
+				rc = by_head_block(y, q, k, v, key_mask, causal, scale, dropout,
+						   (const int64_t[]){ i, b0,
+								      b - b0 < nb ? b - b0 : nb, r0,
+								      t - r0 < nr ? t - r0 : nr });
 	if (rc < 0) {
 		tensor_free(y);
 		return NULL;

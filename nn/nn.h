@@ -237,9 +237,13 @@ struct tensor *nn_split_heads(struct tensor *x, int64_t heads);
 /* nn_attention one head at a time, the heads' outputs joined along the
  * features: the same arguments, and [B, T, H*dv]. Without grad each head runs
  * in a scope of its own and is written into its columns of the result, so the
- * peak holds one head's scores and no per-head copies. Attention dropout
- * draws one mask per head (in training with dropout the result is not the
- * all-heads one; both are valid dropout). */
+ * peak holds one head's scores and no per-head copies; without a causal mask
+ * too, a head whose scores (B x T x S) pass NN_BY_HEAD_SCORES elements runs
+ * in blocks of sequences and query rows within that bound (64 MiB of f32),
+ * so exact attention over long sequences needs no T x S buffer. Attention
+ * dropout draws one mask per head or block (in training with dropout the
+ * result is not the all-heads one; both are valid dropout). */
+#define NN_BY_HEAD_SCORES ((int64_t)1 << 24)
 struct tensor *nn_attention_by_head(struct tensor *q, struct tensor *k, struct tensor *v,
 				    const struct tensor *key_mask, bool causal, double scale,
 				    const struct nn_dropout *dropout);

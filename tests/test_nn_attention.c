@@ -590,6 +590,48 @@ START_TEST(test_mha_sequential_lower_peak)
 }
 END_TEST
 
+/* Past NN_BY_HEAD_SCORES scores a head (B x T x S) without a causal mask,
+ * the no-grad sequential path takes its queries in blocks of sequences and
+ * rows: the same values, with a peak of one block's scores (at most
+ * NN_BY_HEAD_SCORES floats) instead of one head's. Two sequences of 3,000
+ * (blocks of one sequence) and one of 6,000 (blocks of 2,796 rows). */
+START_TEST(test_mha_sequential_blocks)
+{
+	const int64_t dim = 8, H = 2;
+	const int64_t shapes[2][2] = { { 2, 3000 }, { 1, 6000 } };
+	for (int si = 0; si < 2; si++) {
+		int64_t B = shapes[si][0], T = shapes[si][1];
+		struct nn_params ps;
+		struct nn_mha m;
+		mha_make(&m, &ps, TENSOR_F32, dim, H, 0.0, 43);
+		int *pad = calloc((size_t)(B * T), sizeof *pad);
+		for (int64_t j = T - 100; j < T; j++) /* the last keys of the last sequence */
+			pad[(B - 1) * T + j] = 1;
+		struct tensor *mask = mask_i32(B, T, pad);
+		free(pad);
+		struct tensor *x = tu_rand(TENSOR_F32, 3, (int64_t[]){ B, T, dim }, 44);
+		ag_no_grad_begin();
+		struct tensor *y = nn_mha_forward(&m, x, mask, false);
+		m.sequential_heads = true;
+		tensor_scope_begin();
+		size_t base = tensor_mem_stats(TENSOR_CPU).live_bytes;
+		tensor_mem_reset_peak(TENSOR_CPU);
+		struct tensor *ys = nn_mha_forward(&m, x, mask, false);
+		size_t peak = tensor_mem_stats(TENSOR_CPU).peak_bytes - base;
+		ys = tensor_scope_keep(ys);
+		tensor_scope_end();
+		ag_no_grad_end();
+		size_t head = sizeof(float) * (size_t)(B * T * T);
+		size_t block = sizeof(float) * (size_t)NN_BY_HEAD_SCORES + ((size_t)1 << 20);
+		ck_assert_msg(block < head && peak < block,
+			      "B %lld, T %lld: peak %zu, one block %zu, one head's scores %zu",
+			      (long long)B, (long long)T, peak, block, head);
+		tu_assert_same(ys, y, 1e-6);
+		mha_drop(&m, &ps);
+	}
+}
+END_TEST
+
 START_TEST(test_mha_dropout)
 {
 	const int64_t B = 2, T = 6, dim = 8;
@@ -836,6 +878,7 @@ int main(void)
 	tcase_add_test(tc, test_mha_causal);
 	tcase_add_test(tc, test_mha_sequential_equals_batched);
 	tcase_add_test(tc, test_mha_sequential_lower_peak);
+	tcase_add_test(tc, test_mha_sequential_blocks);
 	tcase_add_test(tc, test_mha_dropout);
 	tcase_add_test(tc, test_mha_errors);
 	suite_add_tcase(s, tc);
