@@ -330,13 +330,23 @@ static struct tensor *by_head_recorded(struct tensor *q, struct tensor *k, struc
 	return y;
 }
 
-/* Head i of the sequences [b0, b0 + nb) and query rows [r0, r0 + nr), in a
- * scope of its own, written into its place in y [B, T, H dv]. */
+static int64_t clamp(int64_t x, int64_t lo, int64_t hi)
+{
+	return x < lo ? lo : x > hi ? hi : x;
+}
+
+/* Head i of the sequences [b0, b0 + nb) and their query rows [r0, r0 + nr). */
+struct head_block {
+	int64_t i, b0, nb, r0, nr;
+};
+
+/* One head_block through nn_attention, in a scope of its own, written into
+ * its place in y [B, T, H dv]. */
 static int by_head_block(struct tensor *y, struct tensor *q, struct tensor *k, struct tensor *v,
 			 const struct tensor *key_mask, bool causal, double scale,
-			 const struct nn_dropout *dropout, const int64_t at[5])
+			 const struct nn_dropout *dropout, struct head_block at)
 {
-	int64_t i = at[0], b0 = at[1], nb = at[2], r0 = at[3], nr = at[4], dv = v->shape[3];
+	int64_t i = at.i, b0 = at.b0, nb = at.nb, r0 = at.r0, nr = at.nr, dv = v->shape[3];
 	tensor_scope_begin();
 	struct tensor *qb = tensor_narrow(tensor_narrow(q, 0, b0, nb), 1, i, 1);
 	struct tensor *kb = tensor_narrow(tensor_narrow(k, 0, b0, nb), 1, i, 1);
@@ -368,10 +378,8 @@ struct tensor *nn_attention_by_head(struct tensor *q, struct tensor *k, struct t
 	int64_t b = q->shape[0], h = q->shape[1], t = q->shape[2], s = k->shape[2];
 	int64_t dv = v->shape[3], nb = b, nr = t;
 	if (!causal && b * t * s > NN_BY_HEAD_SCORES) {
-		nr = NN_BY_HEAD_SCORES / s < t ? NN_BY_HEAD_SCORES / s : t;
-		nr = nr > 0 ? nr : 1;
-		nb = NN_BY_HEAD_SCORES / (nr * s) < b ? NN_BY_HEAD_SCORES / (nr * s) : b;
-		nb = nb > 0 ? nb : 1;
+		nr = clamp(NN_BY_HEAD_SCORES / s, 1, t);
+		nb = clamp(NN_BY_HEAD_SCORES / (nr * s), 1, b);
 	}
 	struct tensor *y =
 	    tensor_empty(q->dtype, q->storage->device, 3, (int64_t[]){ b, t, h * dv });
@@ -380,9 +388,8 @@ struct tensor *nn_attention_by_head(struct tensor *q, struct tensor *k, struct t
 		for (int64_t b0 = 0; b0 < b && rc == TENSOR_OK; b0 += nb)
 			for (int64_t r0 = 0; r0 < t && rc == TENSOR_OK; r0 += nr)
 				rc = by_head_block(y, q, k, v, key_mask, causal, scale, dropout,
-						   (const int64_t[]){ i, b0,
-								      b - b0 < nb ? b - b0 : nb, r0,
-								      t - r0 < nr ? t - r0 : nr });
+						   (struct head_block){ i, b0, clamp(b - b0, 0, nb),
+									r0, clamp(t - r0, 0, nr) });
 	if (rc < 0) {
 		tensor_free(y);
 		return NULL;
