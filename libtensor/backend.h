@@ -91,6 +91,10 @@ struct tensor_backend {
 	 * dtype; h = { lr, beta1, beta2, eps, weight_decay, 1 - beta1^t, 1 - beta2^t }. */
 	int (*adamw)(struct tensor *p, struct tensor *m, struct tensor *v, const struct tensor *g,
 		     const double *h);
+	/* One SGD step in place over contiguous p, g and the momentum buffer buf (NULL
+	 * without momentum) of one length and float dtype; h = { lr, momentum,
+	 * weight_decay }. */
+	int (*sgd)(struct tensor *p, struct tensor *buf, const struct tensor *g, const double *h);
 };
 
 /* The table of a device, or NULL (with an error set) if not compiled in. */
@@ -99,7 +103,7 @@ const struct tensor_backend *tensor_backend_get(enum tensor_device dev);
 extern const struct tensor_backend tensor_cpu_backend;
 /* For tests: with fused false, tensor_backend_get(TENSOR_CPU) offers the CPU
  * table without the slots whose callers compose the op from others where a
- * device lacks them (softmax_backward, norm_backward, adamw), so those
+ * device lacks them (softmax_backward, norm_backward, adamw, sgd), so those
  * composed paths run on the CPU and can be checked against the kernels; true
  * (the default) restores the whole table. Not thread-safe. */
 void tensor_cpu_set_fused(bool fused);

@@ -1,32 +1,30 @@
-/* Optimizer front-ends: the fused AdamW update. */
+/* Optimizer front-ends: the fused AdamW and SGD updates. */
 #include <math.h>
 
 #include "backend.h"
 
-static const char OP[] = "adamw_";
-
-/* p, m, v and g: one shape, float dtype, device, and contiguous; p, m, v writable. */
-static int check_adamw(struct tensor *const t[4])
+/* t[0..n): one shape, float dtype, device, and contiguous; all but the last
+ * (the gradient) writable. */
+static int check_state(const char *op, struct tensor *const *t, const char *const *name, int n)
 {
-	static const char *const name[4] = { "p", "m", "v", "g" };
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < n; i++)
 		if (!t[i])
-			return tensor_error(TENSOR_ERR_ARG, "%s: %s is NULL", OP, name[i]);
-	int rc = tensor_check_float(OP, t[0]);
+			return tensor_error(TENSOR_ERR_ARG, "%s: %s is NULL", op, name[i]);
+	int rc = tensor_check_float(op, t[0]);
 	char b0[128], bi[128];
 	tensor_shape_str(t[0], b0, sizeof b0);
-	for (int i = 1; i < 4 && rc == TENSOR_OK; i++) {
-		rc = tensor_check_pair(OP, t[0], t[i]);
+	for (int i = 1; i < n && rc == TENSOR_OK; i++) {
+		rc = tensor_check_pair(op, t[0], t[i]);
 		if (rc == TENSOR_OK && !tensor_same_shape(t[0], t[i]))
-			rc = tensor_error(TENSOR_ERR_SHAPE, "%s: %s %s differs from p %s", OP,
+			rc = tensor_error(TENSOR_ERR_SHAPE, "%s: %s %s differs from p %s", op,
 					  name[i], tensor_shape_str(t[i], bi, sizeof bi), b0);
 	}
-	for (int i = 0; i < 4 && rc == TENSOR_OK; i++)
+	for (int i = 0; i < n && rc == TENSOR_OK; i++)
 		if (!tensor_is_contiguous(t[i]))
-			rc = tensor_error(TENSOR_ERR_STATE, "%s: %s %s is not contiguous", OP,
+			rc = tensor_error(TENSOR_ERR_STATE, "%s: %s %s is not contiguous", op,
 					  name[i], tensor_shape_str(t[i], bi, sizeof bi));
-	for (int i = 0; i < 3 && rc == TENSOR_OK; i++)
-		rc = tensor_check_writable(OP, t[i]);
+	for (int i = 0; i < n - 1 && rc == TENSOR_OK; i++)
+		rc = tensor_check_writable(op, t[i]);
 	return rc;
 }
 
@@ -34,8 +32,10 @@ int tensor_adamw_(struct tensor *p, struct tensor *m, struct tensor *v, const st
 		  double lr, double beta1, double beta2, double eps, double weight_decay,
 		  int64_t step)
 {
+	static const char OP[] = "adamw_";
+	static const char *const name[4] = { "p", "m", "v", "g" };
 	struct tensor *t[4] = { p, m, v, (struct tensor *)g };
-	int rc = check_adamw(t);
+	int rc = check_state(OP, t, name, 4);
 	if (rc < 0)
 		return rc;
 	if (!(lr >= 0 && isfinite(lr)) || !(beta1 >= 0 && beta1 < 1) ||
@@ -58,4 +58,26 @@ int tensor_adamw_(struct tensor *p, struct tensor *m, struct tensor *v, const st
 			      1 - pow(beta1, (double)step),
 			      1 - pow(beta2, (double)step) };
 	return tensor_numel(p) > 0 ? be->adamw(p, m, v, g, h) : TENSOR_OK;
+}
+
+int tensor_sgd_(struct tensor *p, struct tensor *buf, const struct tensor *g, double lr,
+		double momentum, double weight_decay)
+{
+	static const char OP[] = "sgd_";
+	const char *const name[3] = { "p", buf ? "buf" : "g", "g" };
+	struct tensor *t[3] = { p, buf ? buf : (struct tensor *)g, (struct tensor *)g };
+	int rc = check_state(OP, t, name, buf ? 3 : 2);
+	if (rc < 0)
+		return rc;
+	if (!(lr >= 0 && isfinite(lr)) || !(momentum >= 0 && isfinite(momentum)) ||
+	    !(weight_decay >= 0 && isfinite(weight_decay)))
+		return tensor_error(TENSOR_ERR_ARG,
+				    "%s: expected finite lr, momentum and weight_decay >= 0, got "
+				    "lr %g, momentum %g, weight_decay %g",
+				    OP, lr, momentum, weight_decay);
+	const struct tensor_backend *be = tensor_backend_get(p->storage->device);
+	if (!be || TENSOR_SLOT(be, sgd, OP) < 0)
+		return tensor_last_status();
+	const double h[3] = { lr, momentum, weight_decay };
+	return tensor_numel(p) > 0 ? be->sgd(p, buf, g, h) : TENSOR_OK;
 }

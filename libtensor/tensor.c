@@ -37,6 +37,7 @@ void tensor_cpu_set_fused(bool fused)
 	cpu_unfused.softmax_backward = NULL;
 	cpu_unfused.norm_backward = NULL;
 	cpu_unfused.adamw = NULL;
+	cpu_unfused.sgd = NULL;
 	cpu_fused = fused;
 }
 

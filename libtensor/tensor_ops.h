@@ -266,6 +266,13 @@ struct tensor *tensor_conv1d(const struct tensor *x, const struct tensor *w,
 int tensor_adamw_(struct tensor *p, struct tensor *m, struct tensor *v, const struct tensor *g,
 		  double lr, double beta1, double beta2, double eps, double weight_decay,
 		  int64_t step);
+/* One SGD update in place and in one pass (nn_sgd_step's kernel), PyTorch's
+ * momentum form without dampening: d = g + wd p; with a momentum buffer buf,
+ * buf = momentum buf + d and d = buf; p -= lr d. p, buf (or NULL: no
+ * momentum), g: one shape, f32 or f64, one device, contiguous. Errors change
+ * nothing, as tensor_adamw_'s. */
+int tensor_sgd_(struct tensor *p, struct tensor *buf, const struct tensor *g, double lr,
+		double momentum, double weight_decay);
 
 #ifdef __cplusplus
 }

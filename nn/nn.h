@@ -416,6 +416,9 @@ struct nn_sgd {
 };
 int nn_sgd_init(struct nn_sgd *o, struct nn_params *ps, double lr, double momentum,
 		double weight_decay);
+/* One update from the current gradients, in one fused pass per segment where
+ * the device has the kernel; on an error nothing has changed (as
+ * nn_adamw_step, lazy rows included). */
 int nn_sgd_step(struct nn_sgd *o);
 void nn_sgd_free(struct nn_sgd *o);
 

@@ -580,6 +580,13 @@ static int sgd_chunk(struct tensor *const *t, struct update *u)
 	return store(p, tensor_add(p, tensor_mul_scalar(d, u->a[2])));
 }
 
+/* The fused kernel: a = { lr, momentum, weight_decay }. */
+static int sgd_fused(struct tensor *const *t, struct update *u)
+{
+	return tensor_sgd_(t[SEG_P], u->nstate ? t[SEG_S1] : NULL, t[SEG_G], u->a[0], u->a[1],
+			   u->decay ? u->a[2] : 0);
+}
+
 int nn_sgd_step(struct nn_sgd *o)
 {
 	static const char op[] = "nn_sgd_step";
@@ -600,12 +607,21 @@ int nn_sgd_step(struct nn_sgd *o)
 	    (rc = state_pack(op, ps, o->buf, &o->flat_buf)) < 0)
 		return rc;
 	bool mom = o->buf && o->momentum > 0;
+	/* the fused kernel where the device has one, else the update in tensor ops */
+	struct update fused = { .chunk = sgd_fused,
+				.nstate = mom ? 1 : 0,
+				.whole = true,
+				.a = { o->lr, o->momentum, o->weight_decay } };
 	struct update u = { .chunk = sgd_chunk,
 			    .nstate = mom ? 1 : 0,
 			    .a = { o->weight_decay, o->momentum, -o->lr } };
 	struct tensor **state[] = { o->buf }, *flat[] = { mom ? o->flat_buf : NULL };
 	ag_no_grad_begin();
-	rc = for_segments(op, ps, o->weight_decay == 0, state, flat, &u);
+	rc = for_segments(op, ps, o->weight_decay == 0, state, flat, &fused);
+	if (rc == TENSOR_ERR_UNSUPPORTED) { /* refused on the first segment: nothing changed */
+		tensor_clear_error();
+		rc = for_segments(op, ps, o->weight_decay == 0, state, flat, &u);
+	}
 	ag_no_grad_end();
 	if (rc == TENSOR_OK)
 		o->step++;

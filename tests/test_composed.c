@@ -1,5 +1,5 @@
 /* The composed fallbacks that devices without a fused kernel take (softmax backward, the
- * norms' backward, AdamW), run on the CPU with those slots switched off
+ * norms' backward, AdamW, SGD), run on the CPU with those slots switched off
  * (tensor_cpu_set_fused) and checked against the CPU kernels. */
 #include <math.h>
 #include <stdlib.h>
@@ -34,12 +34,14 @@ START_TEST(test_switch)
 	ck_assert_ptr_nonnull(tensor_backend_get(TENSOR_CPU)->adamw);
 	tensor_cpu_set_fused(false);
 	const struct tensor_backend *be = tensor_backend_get(TENSOR_CPU);
-	ck_assert(!be->softmax_backward && !be->norm_backward && !be->adamw);
+	ck_assert(!be->softmax_backward && !be->norm_backward && !be->adamw && !be->sgd);
 	ck_assert_ptr_nonnull(be->gemm);
 	struct tensor *g = tensor_zeros(TENSOR_F32, TENSOR_CPU, 1, (int64_t[]){ 4 });
 	tu_assert_error(tensor_adamw_(g, g, g, g, 0.1, 0.9, 0.99, 1e-8, 0, 1) ==
 			    TENSOR_ERR_UNSUPPORTED,
 			TENSOR_ERR_UNSUPPORTED, "adamw", NULL);
+	tu_assert_error(tensor_sgd_(g, g, g, 0.1, 0.9, 0) == TENSOR_ERR_UNSUPPORTED,
+			TENSOR_ERR_UNSUPPORTED, "sgd", NULL);
 	tensor_cpu_set_fused(true);
 	ck_assert_ptr_nonnull(tensor_backend_get(TENSOR_CPU)->norm_backward);
 }
@@ -123,48 +125,93 @@ START_TEST(test_norm_backward)
 }
 END_TEST
 
+/* A packed list of three f32 parameters past a chunk edge, the middle one undecayed. */
+static void three_params(struct nn_params *ps)
+{
+	const int64_t shapes[3][2] = { { 300, 250 }, { 250, 1 }, { 40, 3 } };
+	ck_assert_int_eq(nn_params_init(ps, TENSOR_F32, TENSOR_CPU, 3), TENSOR_OK);
+	for (int k = 0; k < 3; k++) {
+		char name[8] = { 'p', (char)('0' + k), 0 };
+		struct tensor *t = nn_param_new(ps, name, 2, shapes[k], k == 1);
+		ck_assert_int_eq(nn_init_normal(t, 0, 1, nn_param_seed(ps, name)), TENSOR_OK);
+	}
+	ck_assert_int_eq(nn_params_pack(ps), TENSOR_OK);
+}
+
+/* The gradients of step s. */
+static void step_grads(struct nn_params *ps, int s)
+{
+	for (int k = 0; k < 3; k++) {
+		struct tensor *g = ps->items[k].value->grad;
+		struct tensor *src = tensor_rand_normal(TENSOR_F32, TENSOR_CPU, g->ndim, g->shape,
+							(uint64_t)(10 * s + k), 0, 1);
+		ck_assert_int_eq(tensor_copy_(g, src), TENSOR_OK);
+	}
+}
+
+/* Parameters and one state tensor per parameter of the fused run (0) and the composed one
+ * (1) agree: tol[0], tol[1] the parameters' tolerances, tol[2], tol[3] the state's (as
+ * tu_assert_close takes them). */
+static void assert_runs_agree(struct nn_params ps[2], struct tensor **const state[2],
+			      const double tol[4])
+{
+	for (int k = 0; k < 3; k++) {
+		int64_t n = tensor_numel(ps[0].items[k].value);
+		double *want = tu_values(ps[0].items[k].value);
+		tu_assert_close(ps[1].items[k].value, want, n, tol[0], tol[1]);
+		free(want);
+		want = tu_values(state[0][k]);
+		tu_assert_close(state[1][k], want, n, tol[2], tol[3]);
+		free(want);
+	}
+}
+
 /* nn_adamw_step in tensor ops (nn/optim.c's composed update) against the kernel: three steps
  * of a packed list with decayed and undecayed parameters past a chunk edge. */
 START_TEST(test_adamw)
 {
 	struct nn_params ps[2];
 	struct nn_adamw o[2];
-	const int64_t shapes[3][2] = { { 300, 250 }, { 250, 1 }, { 40, 3 } };
 	for (int j = 0; j < 2; j++) {
 		tensor_cpu_set_fused(j == 0);
-		ck_assert_int_eq(nn_params_init(&ps[j], TENSOR_F32, TENSOR_CPU, 3), TENSOR_OK);
-		for (int k = 0; k < 3; k++) {
-			char name[8] = { 'p', (char)('0' + k), 0 };
-			struct tensor *t = nn_param_new(&ps[j], name, 2, shapes[k], k == 1);
-			ck_assert_int_eq(nn_init_normal(t, 0, 1, nn_param_seed(&ps[j], name)),
-					 TENSOR_OK);
-		}
-		ck_assert_int_eq(nn_params_pack(&ps[j]), TENSOR_OK);
+		three_params(&ps[j]);
 		ck_assert_int_eq(nn_adamw_init(&o[j], &ps[j], 1e-2, 0.9, 0.95, 1e-6, 0.1),
 				 TENSOR_OK);
 		for (int s = 0; s < 3; s++) {
-			for (int k = 0; k < 3; k++) {
-				struct tensor *g = ps[j].items[k].value->grad;
-				struct tensor *src = tensor_rand_normal(TENSOR_F32, TENSOR_CPU,
-									g->ndim, g->shape,
-									(uint64_t)(10 * s + k), 0, 1);
-				ck_assert_int_eq(tensor_copy_(g, src), TENSOR_OK);
-			}
+			step_grads(&ps[j], s);
 			ck_assert_int_eq(nn_adamw_step(&o[j]), TENSOR_OK);
 		}
 	}
 	tensor_cpu_set_fused(true);
-	for (int k = 0; k < 3; k++) {
-		int64_t n = tensor_numel(ps[0].items[k].value);
-		double *want = tu_values(ps[0].items[k].value);
-		tu_assert_close(ps[1].items[k].value, want, n, 1e-6, 1e-5);
-		free(want);
-		want = tu_values(o[0].v[k]);
-		tu_assert_close(o[1].v[k], want, n, 1e-9, 1e-5);
-		free(want);
-	}
+	assert_runs_agree(ps, (struct tensor **const[2]){ o[0].v, o[1].v },
+			  (const double[4]){ 1e-6, 1e-5, 1e-9, 1e-5 });
 	for (int j = 0; j < 2; j++) {
 		nn_adamw_free(&o[j]);
+		nn_params_free(&ps[j]);
+	}
+}
+END_TEST
+
+/* nn_sgd_step the same way, with momentum: the kernel follows the composed form's
+ * operations, so the two agree to the bit. */
+START_TEST(test_sgd)
+{
+	struct nn_params ps[2];
+	struct nn_sgd o[2];
+	for (int j = 0; j < 2; j++) {
+		tensor_cpu_set_fused(j == 0);
+		three_params(&ps[j]);
+		ck_assert_int_eq(nn_sgd_init(&o[j], &ps[j], 1e-2, 0.9, 0.1), TENSOR_OK);
+		for (int s = 0; s < 3; s++) {
+			step_grads(&ps[j], s);
+			ck_assert_int_eq(nn_sgd_step(&o[j]), TENSOR_OK);
+		}
+	}
+	tensor_cpu_set_fused(true);
+	assert_runs_agree(ps, (struct tensor **const[2]){ o[0].buf, o[1].buf },
+			  (const double[4]){ 0, 0, 0, 0 });
+	for (int j = 0; j < 2; j++) {
+		nn_sgd_free(&o[j]);
 		nn_params_free(&ps[j]);
 	}
 }
@@ -178,6 +225,7 @@ int main(void)
 	tcase_add_test(tc, test_softmax_backward);
 	tcase_add_test(tc, test_norm_backward);
 	tcase_add_test(tc, test_adamw);
+	tcase_add_test(tc, test_sgd);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

@@ -142,6 +142,66 @@ START_TEST(test_adamw_kernel_errors)
 }
 END_TEST
 
+/* The fused SGD kernel gives the composed formula of nn/optim.c to the bit: with and
+ * without momentum and decay, f32 and f64, on two threads past the parallel threshold. */
+START_TEST(test_sgd_kernel_equals_ops)
+{
+	tensor_set_num_threads(2);
+	const double lr = 0.03;
+	const int64_t n[1] = { 100003 };
+	for (int d = 0; d < 2; d++)
+		for (int c = 0; c < 4; c++) {
+			enum tensor_dtype dt = d ? TENSOR_F64 : TENSOR_F32;
+			double wd = c & 1 ? 0.05 : 0, mu = c & 2 ? 0.9 : 0;
+			struct tensor *p = tensor_rand_normal(dt, TENSOR_CPU, 1, n, 1, 0, 1);
+			struct tensor *g = tensor_rand_normal(dt, TENSOR_CPU, 1, n, 2, 0, 1);
+			struct tensor *b =
+			    mu > 0 ? tensor_rand_normal(dt, TENSOR_CPU, 1, n, 3, 0, 0.1) : NULL;
+			struct tensor *dd = wd != 0 ? tensor_add(g, tensor_mul_scalar(p, wd)) : g;
+			struct tensor *b2 = b ? tensor_add(tensor_mul_scalar(b, mu), dd) : NULL;
+			struct tensor *p2 = tensor_add(p, tensor_mul_scalar(b2 ? b2 : dd, -lr));
+			double *wp = tu_values(p2), *wb = b2 ? tu_values(b2) : NULL;
+			ck_assert_int_eq(tensor_sgd_(p, b, g, lr, mu, wd), TENSOR_OK);
+			tu_assert_close(p, wp, n[0], 0, 0);
+			if (b)
+				tu_assert_close(b, wb, n[0], 0, 0);
+			free(wp);
+			free(wb);
+		}
+}
+END_TEST
+
+/* Errors name the op and change nothing. */
+START_TEST(test_sgd_kernel_errors)
+{
+	const int64_t s[2] = { 4, 6 };
+	struct tensor *p = tensor_rand_normal(TENSOR_F32, TENSOR_CPU, 2, s, 1, 0, 1);
+	struct tensor *b = tensor_zeros(TENSOR_F32, TENSOR_CPU, 2, s);
+	struct tensor *g = tensor_rand_normal(TENSOR_F32, TENSOR_CPU, 2, s, 2, 0, 1);
+	double *before = tu_values(p);
+	struct tensor *g64 = tensor_cast(g, TENSOR_F64);
+	struct tensor *bt = tensor_transpose(
+	    tensor_zeros(TENSOR_F32, TENSOR_CPU, 2, (const int64_t[]){ 6, 4 }), 0, 1);
+	struct tensor *short_b = tensor_zeros(TENSOR_F32, TENSOR_CPU, 1, (const int64_t[]){ 24 });
+	tu_assert_error(tensor_sgd_(p, NULL, g64, 0.1, 0, 0) < 0, TENSOR_ERR_DTYPE, "sgd_", NULL);
+	tu_assert_error(tensor_sgd_(p, short_b, g, 0.1, 0.9, 0) < 0, TENSOR_ERR_SHAPE,
+			"sgd_: buf [24] differs from p [4,6]", NULL);
+	tu_assert_error(tensor_sgd_(p, bt, g, 0.1, 0.9, 0) < 0, TENSOR_ERR_STATE,
+			"sgd_: buf [4,6] is not contiguous", NULL);
+	tu_assert_error(tensor_sgd_(p, b, g, -1, 0.9, 0) < 0, TENSOR_ERR_ARG, "sgd_", "lr -1");
+	tu_assert_error(tensor_sgd_(p, b, g, 0.1, 0.9, NAN) < 0, TENSOR_ERR_ARG, "sgd_",
+			"weight_decay nan");
+	tu_assert_error(tensor_sgd_(NULL, b, g, 0.1, 0.9, 0) < 0, TENSOR_ERR_ARG, "sgd_: p is NULL",
+			NULL);
+	tu_assert_error(tensor_sgd_(p, b, NULL, 0.1, 0.9, 0) < 0, TENSOR_ERR_ARG, "sgd_: g is NULL",
+			NULL);
+	tu_assert_close(p, before, 24, 0, 0);
+	double zero[24] = { 0 };
+	tu_assert_close(b, zero, 24, 0, 0);
+	free(before);
+}
+END_TEST
+
 /* A frozen parameter (requires_grad off) keeps its value even with a gradient. */
 START_TEST(test_adamw_skips_frozen)
 {
@@ -667,6 +727,8 @@ int main(void)
 	tcase_add_test(tc, test_adamw_packed_equals_unpacked);
 	tcase_add_test(tc, test_adamw_lazy_rows);
 	tcase_add_test(tc, test_sgd_by_hand);
+	tcase_add_test(tc, test_sgd_kernel_equals_ops);
+	tcase_add_test(tc, test_sgd_kernel_errors);
 	tcase_add_test(tc, test_sgd_packed_equals_unpacked);
 	tcase_add_test(tc, test_step_after_backward);
 	tcase_add_test(tc, test_clip_grad_norm);

@@ -6,7 +6,8 @@
  * the rest in CI) and the parameters, AdamW's moments and step unchanged (the
  * dropout stream may have moved), or succeed with exactly the result of a
  * clean run: never a crash, never a wrong result. Building each model fails
- * the same way or builds the clean run's parameters. The same for the library's
+ * the same way or builds the clean run's parameters; an SGD step alone fails
+ * or updates as the clean run does. The same for the library's
  * own buffers when saving and loading a checkpoint, loading a vocabulary and
  * tokenizing with it, and reading, splitting and batching a dataset: an error
  * changes neither the parameters, nor the file on disk, nor the output. */
@@ -343,6 +344,36 @@ START_TEST(test_train_step_lazy)
 	ck_assert_int_eq(train_op(&f, 0, &first), TENSOR_OK);
 	tensor_free(first);
 	every_allocation_fails("linformer:2 training step, lazy embeddings", &f, train_op, 0);
+	teardown(&f, false);
+}
+END_TEST
+
+static struct nn_sgd sgd_o; /* test_sgd_step's: no momentum, so no state but the parameters */
+
+static int sgd_op(struct fixture *f, int arg, struct tensor **out)
+{
+	(void)arg;
+	int rc = nn_sgd_step(&sgd_o);
+	*out = rc == TENSOR_OK ? heap_clone(f->ps.flat) : NULL;
+	return rc == TENSOR_OK && !*out ? tensor_last_status() : rc;
+}
+
+/* SGD's step alone on the gradients of one batch, with a lazy embedding table. */
+START_TEST(test_sgd_step)
+{
+	struct fixture f;
+	setup(&f, "linformer:2", false);
+	ck_assert_int_eq(nn_params_set_lazy(&f.ps, "embed.", true), 1);
+	ck_assert_int_eq(nn_sgd_init(&sgd_o, &f.ps, 0.1, 0, 0.01), TENSOR_OK);
+	tensor_scope_begin();
+	ck_assert_int_eq(nn_params_zero_grad(&f.ps), TENSOR_OK);
+	struct tensor *loss =
+	    nn_cross_entropy(model_classifier_forward(&f.cls, f.ids, f.mask), f.labels, -1, 0);
+	ck_assert_int_eq(ag_backward(loss, NULL), TENSOR_OK);
+	ag_tape_reset();
+	tensor_scope_end();
+	every_allocation_fails("linformer:2 SGD step, lazy embeddings", &f, sgd_op, 0);
+	nn_sgd_free(&sgd_o);
 	teardown(&f, false);
 }
 END_TEST
@@ -763,6 +794,7 @@ int main(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_loop_test(tc, test_train_step, 0, 3);
 	tcase_add_test(tc, test_train_step_lazy);
+	tcase_add_test(tc, test_sgd_step);
 	tcase_add_test(tc, test_mlm_step);
 	tcase_add_loop_test(tc, test_model_init, 0, 3);
 	tcase_add_loop_test(tc, test_inference, 0, 3);

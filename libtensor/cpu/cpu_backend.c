@@ -203,4 +203,5 @@ const struct tensor_backend tensor_cpu_backend = {
 	.gather = cpu_gather,
 	.scatter_add = cpu_scatter_add,
 	.adamw = cpu_adamw,
+	.sgd = cpu_sgd,
 };

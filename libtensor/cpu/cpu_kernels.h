@@ -30,6 +30,7 @@ int cpu_softmax(struct tensor *out, const struct tensor *x, bool log);
 int cpu_softmax_backward(struct tensor *dx, const struct tensor *y, const struct tensor *g);
 int cpu_adamw(struct tensor *p, struct tensor *m, struct tensor *v, const struct tensor *g,
 	      const double *h);
+int cpu_sgd(struct tensor *p, struct tensor *buf, const struct tensor *g, const double *h);
 int cpu_layer_norm(struct tensor *y, struct tensor *mean, struct tensor *rstd,
 		   const struct tensor *x, const struct tensor *w, const struct tensor *b,
 		   double eps);

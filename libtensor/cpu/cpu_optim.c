@@ -1,4 +1,5 @@
-/* CPU optimizer kernels: the fused AdamW update (one pass over p, m, v, g). */
+/* CPU optimizer kernels: the fused AdamW update (one pass over p, m, v, g) and the fused SGD
+ * update (one pass over p, the momentum buffer and g). */
 #include <math.h>
 
 #include "cpu_iter.h"
@@ -58,5 +59,45 @@ int cpu_adamw(struct tensor *p, struct tensor *m, struct tensor *v, const struct
 	else
 		adamw_f64((double *)cpu_ptr(p), (double *)cpu_ptr(m), (double *)cpu_ptr(v),
 			  (const double *)cpu_ptr(g), n, adamw_coef(h));
+	return TENSOR_OK;
+}
+
+/* The tensor-op form's operations in the same order: d = g + p wd; b = b mu + d, d = b;
+ * p = p + d (-lr). b is NULL without momentum; h = { lr, momentum, weight_decay }. */
+static void sgd_f32(float *restrict p, float *restrict b, const float *restrict g, int64_t n,
+		    const double *h)
+{
+	const float nlr = (float)-h[0], mu = (float)h[1], wd = (float)h[2];
+#pragma omp parallel for simd num_threads(cpu_num_threads()) if (n > CPU_PAR_MIN)
+	for (int64_t i = 0; i < n; i++) {
+		float d = wd != 0 ? g[i] + p[i] * wd : g[i];
+		if (b)
+			d = b[i] = b[i] * mu + d;
+		p[i] = p[i] + d * nlr;
+	}
+}
+
+static void sgd_f64(double *restrict p, double *restrict b, const double *restrict g, int64_t n,
+		    const double *h)
+{
+	const double nlr = -h[0], mu = h[1], wd = h[2];
+#pragma omp parallel for simd num_threads(cpu_num_threads()) if (n > CPU_PAR_MIN)
+	for (int64_t i = 0; i < n; i++) {
+		double d = wd != 0 ? g[i] + p[i] * wd : g[i];
+		if (b)
+			d = b[i] = b[i] * mu + d;
+		p[i] = p[i] + d * nlr;
+	}
+}
+
+int cpu_sgd(struct tensor *p, struct tensor *buf, const struct tensor *g, const double *h)
+{
+	int64_t n = tensor_numel(p);
+	if (p->dtype == TENSOR_F32)
+		sgd_f32((float *)cpu_ptr(p), buf ? (float *)cpu_ptr(buf) : NULL,
+			(const float *)cpu_ptr(g), n, h);
+	else
+		sgd_f64((double *)cpu_ptr(p), buf ? (double *)cpu_ptr(buf) : NULL,
+			(const double *)cpu_ptr(g), n, h);
 	return TENSOR_OK;
 }
