@@ -381,7 +381,7 @@ static int for_segments(const char *op, struct nn_params *ps, bool decay_all,
 			rc = for_chunks(seg[s].runs + r * nt, nt, u);
 	}
 	tensor_scope_end();
-	for (int s = 0; s <= nseg && s < ps->n; s++)
+	for (int s = 0; s < ps->n; s++) /* calloc'd: unused entries hold NULL */
 		free(seg[s].runs);
 	free(seg);
 	return rc;

@@ -62,33 +62,31 @@ int cpu_adamw(struct tensor *p, struct tensor *m, struct tensor *v, const struct
 	return TENSOR_OK;
 }
 
-/* The tensor-op form's operations in the same order: d = g + p wd; b = b mu + d, d = b;
- * p = p + d (-lr). b is NULL without momentum; h = { lr, momentum, weight_decay }. */
-static void sgd_f32(float *restrict p, float *restrict b, const float *restrict g, int64_t n,
-		    const double *h)
-{
-	const float nlr = (float)-h[0], mu = (float)h[1], wd = (float)h[2];
-#pragma omp parallel for simd num_threads(cpu_num_threads()) if (n > CPU_PAR_MIN)
-	for (int64_t i = 0; i < n; i++) {
-		float d = wd != 0 ? g[i] + p[i] * wd : g[i];
-		if (b)
-			d = b[i] = b[i] * mu + d;
-		p[i] = p[i] + d * nlr;
+/* The tensor-op form's operations in the same order: d = g + p wd (d = g when wd is 0);
+ * with momentum b = b mu + d and d = b; p = p + d (-lr). b is NULL without momentum (tested
+ * once, outside the loops); h = { lr, momentum, weight_decay }. */
+#define SGD_LOOP \
+	_Pragma("omp parallel for simd num_threads(cpu_num_threads()) if (n > CPU_PAR_MIN)")
+#define DEFINE_SGD(T, NAME)                                                              \
+	static void NAME(T *restrict p, T *restrict b, const T *restrict g, int64_t n,   \
+			 const double *h)                                                \
+	{                                                                                \
+		const T nlr = (T)-h[0], mu = (T)h[1], wd = (T)h[2];                      \
+		if (b) {                                                                 \
+			SGD_LOOP for (int64_t i = 0; i < n; i++)                         \
+			{                                                                \
+				b[i] = b[i] * mu + (wd != 0 ? g[i] + p[i] * wd : g[i]);  \
+				p[i] = p[i] + b[i] * nlr;                                \
+			}                                                                \
+		} else {                                                                 \
+			SGD_LOOP for (int64_t i = 0; i < n; i++)                         \
+			{                                                                \
+				p[i] = p[i] + (wd != 0 ? g[i] + p[i] * wd : g[i]) * nlr; \
+			}                                                                \
+		}                                                                        \
 	}
-}
-
-static void sgd_f64(double *restrict p, double *restrict b, const double *restrict g, int64_t n,
-		    const double *h)
-{
-	const double nlr = -h[0], mu = h[1], wd = h[2];
-#pragma omp parallel for simd num_threads(cpu_num_threads()) if (n > CPU_PAR_MIN)
-	for (int64_t i = 0; i < n; i++) {
-		double d = wd != 0 ? g[i] + p[i] * wd : g[i];
-		if (b)
-			d = b[i] = b[i] * mu + d;
-		p[i] = p[i] + d * nlr;
-	}
-}
+DEFINE_SGD(float, sgd_f32)
+DEFINE_SGD(double, sgd_f64)
 
 int cpu_sgd(struct tensor *p, struct tensor *buf, const struct tensor *g, const double *h)
 {
