@@ -150,20 +150,19 @@ double bench_rss_peak(void)
 	return status_bytes("VmHWM");
 }
 
-double bench_sgemm_gflops(int64_t size, int reps)
+double bench_sgemm_gflops(enum tensor_device dev, int64_t size, int reps)
 {
 	int64_t shape[2] = { size, size };
-	struct tensor *a = tensor_rand_uniform(TENSOR_F32, TENSOR_CPU, 2, shape, 11, -1, 1);
-	struct tensor *b = tensor_rand_uniform(TENSOR_F32, TENSOR_CPU, 2, shape, 12, -1, 1);
+	struct tensor *a = tensor_rand_uniform(TENSOR_F32, dev, 2, shape, 11, -1, 1);
+	struct tensor *b = tensor_rand_uniform(TENSOR_F32, dev, 2, shape, 12, -1, 1);
 	double best = 1e30;
-	int rc = a && b ? TENSOR_OK : tensor_last_status();
+	int rc = a && b ? tensor_synchronize(dev) : tensor_last_status();
 	for (int r = 0; r <= reps && rc == TENSOR_OK; r++) { /* r == 0 warms up */
 		tensor_scope_begin();
 		double t0 = bench_clock();
 		struct tensor *c = tensor_matmul(a, b);
+		rc = c ? tensor_synchronize(dev) : tensor_last_status();
 		double t = bench_clock() - t0;
-		if (!c)
-			rc = tensor_last_status();
 		tensor_scope_end();
 		if (r > 0 && t < best)
 			best = t;
@@ -173,6 +172,34 @@ double bench_sgemm_gflops(int64_t size, int reps)
 	if (rc < 0)
 		return rc;
 	return 2.0 * (double)size * (double)size * (double)size / best * 1e-9;
+}
+
+double bench_device_mem_available(enum tensor_device dev)
+{
+	size_t free_bytes, total;
+	if (dev == TENSOR_CPU)
+		return bench_mem_available();
+	return tensor_device_memory(dev, &free_bytes, &total) == TENSOR_OK ? (double)free_bytes
+									  : -1;
+}
+
+struct tensor *bench_to_device(struct tensor *t, enum tensor_device dev)
+{
+	if (!t || t->storage->device == dev)
+		return t;
+	struct tensor *d = tensor_to_device(t, dev);
+	tensor_free(t);
+	return d;
+}
+
+int bench_device_parse(const char *prog, const char *name)
+{
+	if (!strcmp(name, "cpu"))
+		return TENSOR_CPU;
+	size_t free_bytes, total;
+	if (tensor_device_memory(TENSOR_CUDA, &free_bytes, &total) < 0)
+		flags_fail(prog, "device", "%s", tensor_last_error());
+	return TENSOR_CUDA;
 }
 
 double bench_forward_flops_per_token(const struct model_config *c, bool head)

@@ -43,9 +43,16 @@ double bench_mem_available(void);
  * bench_rss_peak() returns VmHWM in bytes. -1 where /proc does not tell or refuses. */
 double bench_rss_reset(void);
 double bench_rss_peak(void);
-/* The f32 GEMM rate of tensor_matmul on [size, size] x [size, size] at the current thread
- * count, GFLOP/s, best of reps after one warm-up; negative status on error. */
-double bench_sgemm_gflops(int64_t size, int reps);
+/* The f32 GEMM rate of tensor_matmul on [size, size] x [size, size] on dev (the CPU at the
+ * current thread count), GFLOP/s, best of reps after one warm-up; negative status on error. */
+double bench_sgemm_gflops(enum tensor_device dev, int64_t size, int reps);
+/* Bytes free on dev (the CPU: bench_mem_available), -1 if unknown. */
+double bench_device_mem_available(enum tensor_device dev);
+/* The heap tensor t on dev: t itself if it is there, else a copy (t is freed); NULL on error. */
+struct tensor *bench_to_device(struct tensor *t, enum tensor_device dev);
+/* The device a --device flag names ("cpu" or "cuda"); exits 1 with the reason when it is
+ * not available. */
+int bench_device_parse(const char *prog, const char *name);
 /* Forward-pass matmul FLOPs per token of the resolved config c at its max_len (2 m n k per
  * matmul, the order nn_linformer computes in; docs/benchmarks.md has the formula), the
  * classifier head included (spread over the tokens) when head is true. */

@@ -17,11 +17,12 @@
 #include "models.h"
 
 static const char PROG[] = "linformer_table";
+static enum tensor_device dev;
 static const char CSV_HEADER[] =
 	"impl,model,n,k,batch,seconds_per_seq,peak_bytes,status,gflop_per_seq,gflops,sgemm_gflops";
 
 struct options {
-	const char *n_list, *k_list, *models, *batches, *csv;
+	const char *n_list, *k_list, *models, *batches, *csv, *device;
 	int64_t threads, reps, dim, heads, layers, ff, vocab, max_batch, seed, sgemm_size;
 	double budget_gib, max_seconds, mem_fraction;
 	bool batched_heads;
@@ -32,6 +33,7 @@ static struct options opt = {
 	.k_list = "128,256,512,1024,2048",
 	.models = "transformer,linformer",
 	.batches = "1,max",
+	.device = "cpu",
 	.threads = 2,
 	.reps = 3,
 	.dim = 256,
@@ -58,6 +60,8 @@ static struct flag flags[] = {
 	STR("k", k_list, "K1,K2,..",
 	    "Linformer projected lengths (a k >= n is left out, as in the paper)"),
 	STR("models", models, "M1,M2", "transformer and/or linformer"),
+	{ "device", FLAG_CHOICE, &opt.device, 0, 0, 0, "cpu|cuda", NULL, "where the encoder runs",
+	  NULL, false },
 	STR("batches", batches, "1,max", "batch 1 and/or the largest batch that fits --budget-gib"),
 	DBL("budget-gib", budget_gib, 0, 1 << 20, FLAG_MIN_OPEN, "GIB",
 	    "memory budget for the peak of one forward pass (the paper's V100: 16)"),
@@ -188,10 +192,10 @@ static double estimate_bytes(const struct model_config *c, double params, int64_
 static double machine_limit(void)
 {
 	tensor_mem_trim();
-	double avail = bench_mem_available();
+	double avail = bench_device_mem_available(dev);
 	if (avail < 0)
 		return INFINITY;
-	return opt.mem_fraction * avail + (double)tensor_mem_stats(TENSOR_CPU).live_bytes;
+	return opt.mem_fraction * avail + (double)tensor_mem_stats(dev).live_bytes;
 }
 
 /* ---- measuring ------------------------------------------------------------------------------- */
@@ -206,17 +210,20 @@ struct measure {
  * parameters included. Exits 1 on a library error. */
 static struct measure run_forward(const struct model_encoder *enc, int64_t b, int reps)
 {
-	struct tensor *ids = bench_random_ids(b, enc->cfg.max_len, opt.vocab, (uint64_t)opt.seed);
+	struct tensor *ids = bench_to_device(
+	    bench_random_ids(b, enc->cfg.max_len, opt.vocab, (uint64_t)opt.seed), dev);
 	if (!ids)
 		bench_die(PROG, "input ids");
 	struct measure m = { .best = INFINITY };
 	ag_no_grad_begin();
-	tensor_mem_reset_peak(TENSOR_CPU);
+	tensor_mem_reset_peak(dev);
 	double start = bench_clock();
 	for (int r = 0; r <= reps; r++) { /* r == 0 warms up */
 		tensor_scope_begin();
 		double t0 = bench_clock();
 		struct tensor *h = model_encoder_forward(enc, ids, NULL);
+		if (h && tensor_synchronize(dev) < 0)
+			h = NULL;
 		double t = bench_clock() - t0;
 		if (!h)
 			bench_die(PROG, "encoder forward");
@@ -228,7 +235,7 @@ static struct measure run_forward(const struct model_encoder *enc, int64_t b, in
 			break;
 	}
 	ag_no_grad_end();
-	struct tensor_mem_stats s = tensor_mem_stats(TENSOR_CPU);
+	struct tensor_mem_stats s = tensor_mem_stats(dev);
 	m.peak = (double)s.peak_bytes;
 	m.reserved = (double)s.reserved_bytes;
 	tensor_free(ids);
@@ -338,7 +345,7 @@ static void run_config(enum model_kind model, int64_t n, int64_t k, struct row *
 
 	struct nn_params ps;
 	struct model_encoder enc;
-	if (nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, cfg.seed) < 0 ||
+	if (nn_params_init(&ps, TENSOR_F32, dev, cfg.seed) < 0 ||
 	    model_encoder_init(&enc, &ps, &cfg) < 0)
 		bench_die(PROG, "building the model");
 	nn_params_train(&ps, false);
@@ -470,8 +477,10 @@ static void run_n(struct table *t, enum model_kind m, int64_t n, int64_t k, bool
 
 static void print_header(void)
 {
-	double avail = bench_mem_available();
-	printf("# Linformer inference table (cformer, CPU)\n\n");
+	double avail = bench_device_mem_available(dev);
+	char about[256];
+	printf("# Linformer inference table (cformer, %s)\n\n", tensor_device_name(dev));
+	printf("- device: %s\n", tensor_device_describe(dev, about, sizeof about));
 	printf("- encoder forward pass without gradients, f32: dim %lld, %lld heads (%s), %lld "
 	       "layers, ff %lld, vocab %lld, dropout 0; Linformer: learned E = F shared by "
 	       "every layer (layerwise)\n",
@@ -508,8 +517,9 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nb; i++)
 		*(strcmp(batches[i], "1") ? &want_max : &want1) = true;
 	FILE *csv = bench_csv_open(PROG, opt.csv, CSV_HEADER);
+	dev = (enum tensor_device)bench_device_parse(PROG, opt.device);
 	tensor_set_num_threads((int)opt.threads);
-	sgemm = bench_sgemm_gflops(opt.sgemm_size, 5);
+	sgemm = bench_sgemm_gflops(dev, opt.sgemm_size, 5);
 	if (sgemm < 0)
 		bench_die(PROG, "sgemm");
 	print_header();

@@ -15,12 +15,13 @@
 #include "models.h"
 
 static const char PROG[] = "train_throughput";
+static enum tensor_device dev;
 static const char CSV_HEADER[] = "impl,model,n,k,batch,tokens_per_s,step_seconds,peak_bytes,"
 				 "flops_per_token,gflops,sgemm_gflops,mfu,rss_peak_bytes,forward_s,"
 				 "backward_s,optimizer_s";
 
 struct options {
-	const char *n_list, *models, *sharing, *csv, *backward;
+	const char *n_list, *models, *sharing, *csv, *backward, *device;
 	int64_t k, batch, warmup, reps, threads, dim, heads, layers, ff, vocab, sgemm_size, seed;
 	double max_seconds, lr, mem_fraction;
 };
@@ -30,6 +31,7 @@ static struct options opt = {
 	.models = "transformer,linformer,conv-linformer",
 	.sharing = "headwise",
 	.backward = "release",
+	.device = "cpu",
 	.k = 128,
 	.batch = 16,
 	.warmup = 2,
@@ -60,6 +62,7 @@ static struct flag flags[] = {
 	INT("k", k, 1, 1 << 24, "K", "projected length of the Linformer layers (at most n)"),
 	CHO("sharing", sharing, "none|headwise|kv|layerwise",
 	    "projection sharing of the Linformer (conv-linformer: not layerwise)"),
+	CHO("device", device, "cpu|cuda", "where the model trains"),
 	CHO("backward", backward, "release|keep",
 	    "ag_backward_release (activations freed during backward) or ag_backward"),
 	INT("batch", batch, 1, 1 << 16, "B", "sequences per step"),
@@ -156,14 +159,20 @@ static void train_step(struct model_classifier *m, struct nn_params *ps, struct 
 		bench_die(PROG, "zero_grad");
 	struct tensor *logits = model_classifier_forward(m, ids, NULL);
 	struct tensor *loss = nn_cross_entropy(logits, labels, -1, 0.0);
+	/* a device runs behind the host: the phases end when its queue is done */
+	if (!loss || tensor_synchronize(dev) < 0)
+		bench_die(PROG, "forward");
 	double t1 = bench_clock();
 	bool release = !strcmp(opt.backward, "release");
-	if (!loss || (release ? ag_backward_release(loss, NULL) : ag_backward(loss, NULL)) < 0)
+	if ((release ? ag_backward_release(loss, NULL) : ag_backward(loss, NULL)) < 0 ||
+	    tensor_synchronize(dev) < 0)
 		bench_die(PROG, "training step");
 	double t2 = bench_clock();
 	if (nn_adamw_step(adamw) < 0)
 		bench_die(PROG, "AdamW step");
 	tensor_scope_end();
+	if (tensor_synchronize(dev) < 0)
+		bench_die(PROG, "AdamW step");
 	double t3 = bench_clock();
 	phase_s[FWD] += t1 - t0;
 	phase_s[BWD] += t2 - t1;
@@ -186,7 +195,7 @@ static struct result run_config(const char *model, int64_t n)
 	r.params = params;
 	double est = estimate_bytes(&cfg, params, opt.batch);
 	tensor_mem_trim();
-	double avail = bench_mem_available();
+	double avail = bench_device_mem_available(dev);
 	if (avail >= 0 && est > opt.mem_fraction * avail) {
 		snprintf(r.why, sizeof r.why,
 			 "not run: estimated %.1f MiB, the machine has %.1f MiB to spare",
@@ -194,18 +203,20 @@ static struct result run_config(const char *model, int64_t n)
 		r.skipped = true;
 		return r;
 	}
-	double rss0 = bench_rss_reset();
+	double rss0 = dev == TENSOR_CPU ? bench_rss_reset() : -1;
 	struct nn_params ps;
 	struct model_classifier m;
 	struct nn_adamw adamw;
-	if (nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, cfg.seed) < 0 ||
+	if (nn_params_init(&ps, TENSOR_F32, dev, cfg.seed) < 0 ||
 	    model_classifier_init(&m, &ps, &cfg) < 0)
 		bench_die(PROG, "building the model");
 	if (nn_params_pack(&ps) < 0 ||
 	    nn_adamw_init(&adamw, &ps, opt.lr, 0.9, 0.999, 1e-8, 0.01) < 0)
 		bench_die(PROG, "optimizer");
-	struct tensor *ids = bench_random_ids(opt.batch, n, opt.vocab, (uint64_t)opt.seed);
-	struct tensor *labels = bench_random_labels(opt.batch, 2, (uint64_t)opt.seed + 1);
+	struct tensor *ids = bench_to_device(
+	    bench_random_ids(opt.batch, n, opt.vocab, (uint64_t)opt.seed), dev);
+	struct tensor *labels =
+	    bench_to_device(bench_random_labels(opt.batch, 2, (uint64_t)opt.seed + 1), dev);
 	if (!ids || !labels)
 		bench_die(PROG, "inputs");
 	for (int64_t i = 0; i < opt.warmup; i++) {
@@ -215,7 +226,7 @@ static struct result run_config(const char *model, int64_t n)
 		double t = bench_clock() - t0;
 		r.longest = t > r.longest ? t : r.longest;
 	}
-	tensor_mem_reset_peak(TENSOR_CPU); /* parameters, gradients, moments stay counted */
+	tensor_mem_reset_peak(dev); /* parameters, gradients, moments stay counted */
 	double total = 0;
 	int64_t done = 0;
 	while (done < opt.reps && (done == 0 || total < opt.max_seconds)) {
@@ -228,7 +239,7 @@ static struct result run_config(const char *model, int64_t n)
 	r.step_s = total / (double)done;
 	for (int p = 0; p < NPHASES; p++)
 		r.phase_s[p] /= (double)done;
-	struct tensor_mem_stats ms = tensor_mem_stats(TENSOR_CPU);
+	struct tensor_mem_stats ms = tensor_mem_stats(dev);
 	r.peak = (double)ms.peak_bytes;
 	r.reserved = (double)ms.peak_reserved_bytes;
 	double hwm = bench_rss_peak();
@@ -304,12 +315,15 @@ int main(int argc, char **argv)
 		flags_fail(PROG, "heads", "%lld heads do not divide --dim %lld",
 			   (long long)opt.heads, (long long)opt.dim);
 	FILE *csv = bench_csv_open(PROG, opt.csv, CSV_HEADER);
+	dev = (enum tensor_device)bench_device_parse(PROG, opt.device);
 	tensor_set_num_threads((int)opt.threads);
-	double sgemm = bench_sgemm_gflops(opt.sgemm_size, 5);
+	double sgemm = bench_sgemm_gflops(dev, opt.sgemm_size, 5);
 	if (sgemm < 0)
 		bench_die(PROG, "sgemm");
+	char about[256];
 
-	printf("# Training throughput (cformer, CPU)\n\n");
+	printf("# Training throughput (cformer, %s)\n\n", tensor_device_name(dev));
+	printf("- device: %s\n", tensor_device_describe(dev, about, sizeof about));
 	printf("- classifier: vocab %lld, dim %lld, %lld heads, %lld layers, ff %lld, batch %lld, "
 	       "dropout 0, AdamW; Linformer k %lld (min(k, n)), sharing %s\n",
 	       (long long)opt.vocab, (long long)opt.dim, (long long)opt.heads,

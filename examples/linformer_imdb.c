@@ -112,7 +112,7 @@ static void load_model(const char *path, struct model_config *c, struct nn_param
 	char what[1200];
 	snprintf(what, sizeof what, "loading %s", path);
 	if (train_checkpoint_model_config(path, c) < 0 ||
-	    nn_params_init(ps, TENSOR_F32, TENSOR_CPU, c->seed) < 0 ||
+	    nn_params_init(ps, TENSOR_F32, train_device, c->seed) < 0 ||
 	    model_classifier_init(m, ps, c) < 0 || nn_checkpoint_load(path, ps, NULL, step) < 0)
 		train_die(PROG, what);
 }
@@ -187,7 +187,7 @@ static struct eval_result evaluate(const struct model_classifier *m, struct nn_p
 	for (int64_t i = 0; i < text_batcher_num_batches(b); i++) {
 		struct text_batch batch;
 		tensor_scope_begin();
-		if (text_batcher_get(b, i, &batch) < 0)
+		if (text_batcher_get(b, i, &batch) < 0 || train_batch_to_device(&batch) < 0)
 			train_die(PROG, "evaluation batch");
 		struct tensor *logits = model_classifier_forward(m, batch.ids, batch.mask);
 		struct tensor *l = nn_cross_entropy(logits, batch.labels, -1, 0.0);
@@ -300,8 +300,8 @@ static int run_predict(void)
 				train_die(PROG, "tokenizing");
 		tensor_scope_begin();
 		int64_t shape[2] = { B, n };
-		struct tensor *ti = tensor_from_data(TENSOR_I32, TENSOR_CPU, 2, shape, ids);
-		struct tensor *tm = tensor_from_data(TENSOR_I32, TENSOR_CPU, 2, shape, mask);
+		struct tensor *ti = tensor_from_data(TENSOR_I32, train_device, 2, shape, ids);
+		struct tensor *tm = tensor_from_data(TENSOR_I32, train_device, 2, shape, mask);
 		struct tensor *probs = tensor_softmax(model_classifier_forward(&m, ti, tm), 1);
 		if (!probs || tensor_to_host(probs, p, sizeof *p * (size_t)(B * C)) < 0)
 			train_die(PROG, "prediction");
@@ -515,7 +515,7 @@ static int64_t setup(struct run *r)
 	r->total = opt.steps ? opt.steps : opt.epochs * r->spe;
 	r->epochs = (r->total + r->spe - 1) / r->spe;
 
-	if (nn_params_init(&r->ps, TENSOR_F32, TENSOR_CPU, (uint64_t)opt.seed) < 0 ||
+	if (nn_params_init(&r->ps, TENSOR_F32, train_device, (uint64_t)opt.seed) < 0 ||
 	    model_classifier_init(&r->model, &r->ps, &r->cfg) < 0)
 		train_die(PROG, "building the model");
 	if (opt.embed_std > 0 && train_init_embedding(&r->ps, &r->model.enc, opt.embed_std) < 0)
@@ -707,6 +707,8 @@ static int run_train(int argc, char **argv)
 				  (uint64_t)opt.seed * 1000003u + (uint64_t)step, &group.ids,
 				  &unused) < 0)
 			train_die(PROG, "masking tokens");
+		if (train_batch_to_device(&group) < 0)
+			train_die(PROG, "training batch");
 		if (nn_params_zero_grad(&r.ps) < 0)
 			train_die(PROG, "zero_grad");
 		accumulate(&r, &group, &w);
@@ -866,6 +868,7 @@ int main(int argc, char **argv)
 	model_flags_check(&opt.enc, PROG);
 	if (opt.threads)
 		tensor_set_num_threads((int)opt.threads);
+	train_set_device(PROG, opt.device);
 	if (predicting)
 		return run_predict();
 	if (opt.eval_only)

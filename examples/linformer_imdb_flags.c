@@ -7,6 +7,7 @@
 struct options opt = {
 	.enc = { MODEL_FLAGS_DEFAULTS, .model = "CC", .n = 256, .dim = 64, .ff = 256 },
 	.pooling = "mean",
+	.device = "cpu",
 	.schedule = "cosine",
 	.data = CFORMER_DATA_DIR "/aclImdb_subset",
 	.val_split = "random",
@@ -97,6 +98,7 @@ struct flag flags[] = {
 	    "--resume (0: none)"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, dropout and batch order"),
 	INT("threads", threads, 0, 4096, "T", "threads (0: every core)"),
+	CHO("device", device, "cpu|cuda", "where the model trains and runs"),
 	STR("data", data, "DIR", "aclImdb directory (train/ and test/ with neg/ and pos/)"),
 	DBL("val-fraction", val_fraction, 0, 0.5, FLAG_MIN_OPEN, "F",
 	    "training reviews held out for validation"),
@@ -127,7 +129,7 @@ struct flag flags[] = {
 };
 const int NFLAGS = (int)(sizeof flags / sizeof flags[0]);
 
-const char *const RESUME_FREE[] = { "threads",	  "log-every",	"log-dir",	"checkpoint-dir",
+const char *const RESUME_FREE[] = { "threads",	  "device",	"log-every",	"log-dir",	"checkpoint-dir",
 				    "resume",	  "stop-after", "init-from",	"eval-only",
 				    "checkpoint", "predict",	"predict-file", NULL };
 

@@ -32,7 +32,7 @@ enum { NCSV = sizeof CSV_COLS / sizeof CSV_COLS[0] };
 struct options {
 	struct model_flags enc;
 	const char *schedule, *data, *corpus, *decode, *log_dir, *checkpoint_dir, *checkpoint,
-	    *init_from;
+	    *init_from, *device;
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_docs, log_every;
 	double embed_std, mask_prob, lr, min_lr, warmup, weight_decay, clip, val_fraction;
 	bool no_chunk, eval_only, no_bucket;
@@ -42,7 +42,7 @@ struct options {
 /* clang-format off */
 static struct options opt = {
 	.enc = { MODEL_FLAGS_DEFAULTS, .model = "linformer", .n = 128, .dim = 128, .ff = 512 },
-	.schedule = "cosine", .decode = "masked", .batch = 16, .accum = 1, .epochs = 2, .seed = 1,
+	.schedule = "cosine", .decode = "masked", .device = "cpu", .batch = 16, .accum = 1, .epochs = 2, .seed = 1,
 	.split_seed = 1, .log_every = 10, .embed_std = 0.02, .mask_prob = 0.15, .lr = 1e-3,
 	.min_lr = 1e-5, .warmup = 0.1, .weight_decay = 0.01, .clip = 1.0, .val_fraction = 0.1,
 };
@@ -93,6 +93,7 @@ static struct flag flags[] = {
 	DBL("clip", clip, 0, INFINITY, 0, "NORM", "gradient clipping norm (0: none)"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, dropout, order and masks"),
 	INT("threads", threads, 0, 4096, "T", "threads (0: every core)"),
+	CHO("device", device, "cpu|cuda", "where the model trains"),
 	STR("init-from", init_from, "CKPT", "start from a linformer_mlm checkpoint of the same "
 					    "width, layers and vocabulary trained at a shorter (or "
 					    "the same) n, as BERT's 128 then 512: positions past its "
@@ -148,7 +149,8 @@ static void build_config(struct model_config *c, const struct text_tokenizer *to
 static void build_model(struct model_mlm *m, struct nn_params *ps, const struct model_config *c,
 			double embed_std)
 {
-	if (nn_params_init(ps, TENSOR_F32, TENSOR_CPU, c->seed) < 0 || model_mlm_init(m, ps, c) < 0)
+	if (nn_params_init(ps, TENSOR_F32, train_device, c->seed) < 0 ||
+	    model_mlm_init(m, ps, c) < 0)
 		train_die(PROG, "building the model");
 	if (embed_std > 0 && train_init_embedding(ps, &m->enc, embed_std) < 0)
 		train_die(PROG, "initialising the embedding");
@@ -300,11 +302,20 @@ static int64_t mask_batch(const struct text_tokenizer *tok, const struct text_ba
  * head (dense, activation, LayerNorm, decoder) on those M positions only: it works position by
  * position, so the loss equals that of model_mlm_forward's [B*T, vocab] logits ("full") at
  * M/(B*T) of the decoder's cost. */
+/* t (a host tensor of the open scope) on train_device. */
+static struct tensor *on_device(const struct tensor *t)
+{
+	return train_device == TENSOR_CPU ? (struct tensor *)t : tensor_to_device(t, train_device);
+}
+
 static struct tensor *mlm_loss(const struct model_mlm *m, struct tensor *inputs,
 			       const struct tensor *mask, struct tensor *labels, int64_t M)
 {
 	int64_t B = inputs->shape[0], T = inputs->shape[1], V = m->enc.cfg.vocab_size;
+	inputs = on_device(inputs);
+	mask = on_device(mask);
 	if (!strcmp(opt.decode, "full")) {
+		labels = on_device(labels);
 		struct tensor *logits = model_mlm_forward(m, inputs, mask); /* [B, T, V] */
 		return nn_cross_entropy(ag_reshape(logits, 2, (int64_t[]){ B * T, V }),
 					tensor_reshape(labels, 1, (int64_t[]){ B * T }), IGNORE, 0);
@@ -319,6 +330,8 @@ static struct tensor *mlm_loss(const struct model_mlm *m, struct tensor *inputs,
 	for (int64_t i = 0, j = 0; i < B * T && j < M; i++)
 		if (lab[i] != IGNORE)
 			pi[j] = i, pt[j++] = lab[i];
+	idx = on_device(idx);
+	target = on_device(target);
 	struct tensor *h = model_encoder_forward(&m->enc, inputs, mask);	     /* [B, T, d] */
 	h = ag_index_select(ag_reshape(h, 2, (int64_t[]){ B * T, c->dim }), 0, idx); /* [M, d] */
 	/* the head as model_mlm_forward (models/heads.c) applies it */
@@ -714,5 +727,6 @@ int main(int argc, char **argv)
 	model_flags_check(&opt.enc, PROG);
 	if (opt.threads)
 		tensor_set_num_threads((int)opt.threads);
+	train_set_device(PROG, opt.device);
 	return opt.eval_only ? run_eval_only() : run_train();
 }

@@ -101,12 +101,13 @@ static void *raw_alloc(int chain, size_t nbytes)
 	return be->alloc(nbytes ? nbytes : 1);
 }
 
-static void raw_free(int chain, void *p)
+/* p of nbytes, as raw_alloc was asked for. */
+static void raw_free(int chain, void *p, size_t nbytes)
 {
 	if (chain == HOST)
 		free(p);
 	else
-		tensor_backend_get((enum tensor_device)chain)->free(p);
+		tensor_backend_get((enum tensor_device)chain)->free(p, nbytes ? nbytes : 1);
 }
 
 static size_t clamp_sub(size_t a, size_t b)
@@ -176,7 +177,7 @@ static void block_free(int chain, struct block *b)
 {
 	if (chain != HOST)
 		count_reserved((enum tensor_device)chain, 0, b->size);
-	raw_free(chain, b->data);
+	raw_free(chain, b->data, b->size);
 	free(b);
 }
 
@@ -432,7 +433,7 @@ void tensor_storage_release(struct tensor_storage *st)
 	if (h->block)
 		block_put(st->device, h->block);
 	else
-		raw_free(st->device, st->data);
+		raw_free(st->device, st->data, st->nbytes);
 	count_live(st->device, 0, st->nbytes);
 	free(h);
 }
@@ -462,6 +463,12 @@ struct tensor_mem_stats tensor_mem_stats(enum tensor_device dev)
 		m.reserved_bytes = atomic_load(&stats[dev].reserved);
 		m.peak_reserved_bytes = atomic_load(&stats[dev].peak_reserved);
 		m.n_device_allocs = atomic_load(&stats[dev].allocs);
+		/* a device with its own caching allocator counts what reaches
+		 * the device */
+		const struct tensor_backend *be =
+		    tensor_device_available(dev) ? tensor_backend_get(dev) : NULL;
+		if (be && be->counters)
+			be->counters(&m.n_device_allocs, &m.n_syncs);
 	}
 	return m;
 }
@@ -484,5 +491,13 @@ void tensor_mem_trim(void)
 		}
 		cached[c] = 0;
 		in_use_peak[c] = in_use[c];
+	}
+	for (int d = 0; d < TENSOR_NDEVICES; d++) {
+		const struct tensor_backend *be =
+		    tensor_device_available((enum tensor_device)d)
+			? tensor_backend_get((enum tensor_device)d)
+			: NULL;
+		if (be && be->trim)
+			be->trim();
 	}
 }

@@ -14,6 +14,10 @@
 
 #include "tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum tensor_reduce_op { TENSOR_RED_SUM, TENSOR_RED_MAX, TENSOR_RED_MIN, TENSOR_RED_ARGMAX };
 enum tensor_random_kind { TENSOR_RAND_UNIFORM, TENSOR_RAND_NORMAL };
 
@@ -21,11 +25,22 @@ struct tensor_backend {
 	const char *name;
 	/* memory */
 	void *(*alloc)(size_t nbytes); /* NULL on failure */
-	void (*free)(void *ptr);
+	void (*free)(void *ptr, size_t nbytes); /* nbytes as allocated */
 	int (*memset_zero)(void *ptr, size_t nbytes);
+	/* The host buffer may be reused as soon as copy_from_host returns (the
+	 * device side may still be in flight); copy_to_host waits for the device
+	 * and raises the faults its kernels found (synchronize too). */
 	int (*copy_from_host)(void *dst, const void *src, size_t nbytes);
 	int (*copy_to_host)(void *dst, const void *src, size_t nbytes);
 	int (*synchronize)(void);
+	/* Optional: return memory the device allocator caches (tensor_mem_trim),
+	 * and its counters: calls that reached the device's own allocator and
+	 * host waits for the device, so far. */
+	void (*trim)(void);
+	void (*counters)(size_t *allocs, size_t *syncs);
+	/* Optional: free and total device memory, and a one-line description. */
+	int (*mem_info)(size_t *free_bytes, size_t *total_bytes);
+	void (*describe)(char *buf, size_t len);
 
 	/* dst = src elementwise with dtype conversion; dst any strides. */
 	int (*copy)(struct tensor *dst, const struct tensor *src);
@@ -87,6 +102,11 @@ struct tensor_backend {
 		      const struct tensor *idx);
 	int (*scatter_add)(struct tensor *dst, int dim, const struct tensor *idx,
 			   const struct tensor *src);
+	/* Optional: check that every index of idx (any strides) is in [0, size)
+	 * without waiting for the device; a bad one is reported (op, value,
+	 * position, dim, size) by the next synchronisation (op: a string of
+	 * static storage). Without it the front-end checks on the host. */
+	int (*check_index)(const char *op, const struct tensor *idx, int dim, int64_t size);
 	/* One AdamW step in place over contiguous p, m, v, g of one length and float
 	 * dtype; h = { lr, beta1, beta2, eps, weight_decay, 1 - beta1^t, 1 - beta2^t }. */
 	int (*adamw)(struct tensor *p, struct tensor *m, struct tensor *v, const struct tensor *g,
@@ -112,6 +132,7 @@ void cpu_init(void);
 #ifdef CFORMER_HAVE_CUDA
 extern const struct tensor_backend tensor_cuda_backend;
 bool tensor_cuda_present(void);
+int cuda_set_tf32(bool on);
 #endif
 
 /* ---- helpers for front-ends (tensor.c, arena.c) ---------------------------- */
@@ -138,5 +159,9 @@ struct tensor_storage *tensor_storage_alloc(enum tensor_device dev, size_t nbyte
 void tensor_storage_release(struct tensor_storage *s);
 /* Allocate a tensor header (arena or heap). */
 struct tensor *tensor_header_alloc(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -80,8 +80,9 @@ static int64_t find_bad_index(const char *p, enum tensor_dtype dt, int ndim, con
 	return -1;
 }
 
-/* Check every index is in [0, size) on the host: in place for CPU tensors,
- * else through a contiguous copy to host memory. */
+/* Check every index is in [0, size): on the host for CPU tensors, on the
+ * device where its backend can (the error then comes at the next
+ * synchronisation), else through a contiguous copy to host memory. */
 static int check_index_range(const char *op, const struct tensor *idx, int dim, int64_t size)
 {
 	int64_t n = tensor_numel(idx), value = 0, bad;
@@ -94,6 +95,10 @@ static int check_index_range(const char *op, const struct tensor *idx, int dim, 
 	} else if (idx->storage->device == TENSOR_CPU) {
 		bad = find_bad_index(tensor_data(idx), idx->dtype, idx->ndim, idx->shape,
 				     idx->strides, n, size, &value);
+	} else if (tensor_backend_get(idx->storage->device)->check_index) {
+		/* on the device, reported by the next synchronisation */
+		return tensor_backend_get(idx->storage->device)
+		    ->check_index(op, idx, dim, size);
 	} else {
 		size_t nbytes = tensor_nbytes(idx);
 		void *host = tensor_host_malloc(nbytes);
@@ -115,6 +120,16 @@ static int check_index_range(const char *op, const struct tensor *idx, int dim, 
 	    TENSOR_ERR_ARG,
 	    "%s: index %lld (at position %lld) out of range for dim %d of size %lld", op,
 	    (long long)value, (long long)bad, dim, (long long)size);
+}
+
+int tensor_check_index(const char *op, const struct tensor *idx, int dim, int64_t size)
+{
+	if (!op || !idx)
+		return null_input(op ? op : "check_index");
+	if (idx->dtype != TENSOR_I32 && idx->dtype != TENSOR_I64)
+		return tensor_error(TENSOR_ERR_DTYPE, "%s: index dtype must be i32 or i64, got %s",
+				    op, tensor_dtype_name(idx->dtype));
+	return check_index_range(op, idx, dim, size);
 }
 
 /* Shape of t with dim replaced by idx's dims; its ndim, or -1 with an error. */

@@ -71,6 +71,49 @@ bool tensor_device_available(enum tensor_device dev)
 	return false;
 }
 
+int tensor_device_memory(enum tensor_device dev, size_t *free_bytes, size_t *total_bytes)
+{
+	const struct tensor_backend *be = tensor_backend_get(dev);
+	if (!be)
+		return tensor_last_status();
+	if (!free_bytes || !total_bytes)
+		return tensor_error(TENSOR_ERR_ARG, "device_memory: output is NULL");
+	if (TENSOR_SLOT(be, mem_info, "device_memory") < 0)
+		return TENSOR_ERR_UNSUPPORTED;
+	return be->mem_info(free_bytes, total_bytes);
+}
+
+const char *tensor_device_describe(enum tensor_device dev, char *buf, size_t len)
+{
+	const struct tensor_backend *be = tensor_backend_get(dev);
+	if (!buf || !len)
+		return buf;
+	if (be && be->describe)
+		be->describe(buf, len);
+	else if (be)
+		snprintf(buf, len, "%s (BLIS %s kernels, %d threads)", be->name, tensor_blas_arch(),
+			 tensor_get_num_threads());
+	else
+		snprintf(buf, len, "%s: not available", tensor_device_name(dev));
+	return buf;
+}
+
+int tensor_synchronize(enum tensor_device dev)
+{
+	const struct tensor_backend *be = tensor_backend_get(dev);
+	return be ? be->synchronize() : tensor_last_status();
+}
+
+int tensor_cuda_set_tf32(bool on)
+{
+#ifdef CFORMER_HAVE_CUDA
+	if (tensor_cuda_present())
+		return cuda_set_tf32(on);
+#endif
+	(void)on;
+	return tensor_error(TENSOR_ERR_UNSUPPORTED, "set_tf32: no CUDA device is available");
+}
+
 int64_t tensor_numel(const struct tensor *t)
 {
 	int64_t n = 1;

@@ -63,6 +63,21 @@ const char *tensor_dtype_name(enum tensor_dtype dt);
 const char *tensor_device_name(enum tensor_device dev);
 /* true if the device's backend was compiled in and a device is present. */
 bool tensor_device_available(enum tensor_device dev);
+/* Free and total bytes of a device's memory as its driver reports them;
+ * TENSOR_ERR_UNSUPPORTED for the CPU (whose memory /proc/meminfo describes). */
+int tensor_device_memory(enum tensor_device dev, size_t *free_bytes, size_t *total_bytes);
+/* One line about the device into buf (CUDA: name, compute capability, memory,
+ * driver and runtime versions; the CPU: its BLIS kernel set); returns buf. */
+const char *tensor_device_describe(enum tensor_device dev, char *buf, size_t len);
+/* Wait until the device has finished the work queued so far. Device kernels
+ * run asynchronously: an index out of range they found (TENSOR_ERR_ARG,
+ * naming the op) is reported here or by the next copy to the host. */
+int tensor_synchronize(enum tensor_device dev);
+/* Let f32 matrix products on CUDA use TF32 tensor cores (inputs rounded to a
+ * 10-bit mantissa, f32 accumulation: about 1e-3 relative error, several times
+ * the f32 rate). Off by default, so that CUDA matches the CPU to f32
+ * rounding. TENSOR_ERR_UNSUPPORTED without a CUDA device. */
+int tensor_cuda_set_tf32(bool on);
 
 /* ---- the tensor ----------------------------------------------------------- */
 
@@ -244,7 +259,9 @@ struct tensor_mem_stats {
 	size_t peak_bytes;	    /* max of live_bytes since the last reset */
 	size_t reserved_bytes;	    /* arena and recycled blocks held (in use or cached) */
 	size_t peak_reserved_bytes; /* max of reserved_bytes since the last reset */
-	size_t n_device_allocs;	    /* calls to the device allocator so far */
+	size_t n_device_allocs;	    /* calls that reached the device's allocator so far
+				       (on CUDA: cudaMalloc and cudaFree) */
+	size_t n_syncs;		    /* host waits for the device so far (0 on the CPU) */
 };
 /* Counters of a device (tensor data only, not headers). Small heap tensors
  * come from the device allocator and count as live only; heap tensors of 64
@@ -256,7 +273,8 @@ struct tensor_mem_stats tensor_mem_stats(enum tensor_device dev);
  * current reserved_bytes. */
 void tensor_mem_reset_peak(enum tensor_device dev);
 /* Return the blocks this thread keeps for reuse (of ended scopes and freed
- * heap tensors) to the device; blocks in use stay. */
+ * heap tensors), and what a device's caching allocator holds, to the device;
+ * blocks in use stay. */
 void tensor_mem_trim(void);
 /* For tests of the error paths: make the n-th allocation of this thread (a
  * tensor's header or data, or one of the library's own heap buffers; n = 0:

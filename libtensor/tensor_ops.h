@@ -233,6 +233,13 @@ struct tensor *tensor_gather(const struct tensor *src, int dim, const struct ten
 int tensor_scatter_add_(struct tensor *dst, int dim, const struct tensor *idx,
 			const struct tensor *src);
 
+/* TENSOR_OK if every value of idx (i32/i64, any shape and strides) is in
+ * [0, size), else TENSOR_ERR_ARG naming op, the value, its position and
+ * "dim" (the dim it indexes, for the message). On a device that checks
+ * asynchronously (CUDA) the call returns at once and a bad index is reported
+ * by the next synchronisation (a copy to the host). op: a static string. */
+int tensor_check_index(const char *op, const struct tensor *idx, int dim, int64_t size);
+
 /* Join n tensors along an existing dim (other dims equal). */
 struct tensor *tensor_concat(int n, struct tensor *const *ts, int dim);
 /* Join n equal-shaped tensors along a new dim. */

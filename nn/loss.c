@@ -82,9 +82,75 @@ static int select_rows(const char *op, const int64_t *ids, int64_t n, int64_t cl
 	return TENSOR_OK;
 }
 
+/* The loss of nn_cross_entropy without reading the targets on the host (a
+ * device's step then waits for nothing): every row goes through the softmax,
+ * ignored rows are masked out of the sums (a NaN in an ignored row's logits
+ * does reach its gradient here), and a target out of range is reported by
+ * the next synchronisation. */
+static struct tensor *cross_entropy_masked(struct tensor *logits, const struct tensor *targets,
+					   int64_t ignore_index, double label_smoothing)
+{
+	static const char op[] = "nn_cross_entropy";
+	enum tensor_device dev = logits->storage->device;
+	int64_t n_rows = logits->shape[0], classes = logits->shape[1];
+	enum tensor_dtype dt = logits->dtype;
+	tensor_scope_begin();
+	struct tensor *t = tensor_view(tensor_cast(targets, TENSOR_I64), 2,
+				       (int64_t[]){ n_rows, 1 });
+	struct tensor *keep = tensor_ne(t, tensor_full(TENSOR_I64, dev, 0, NULL, ignore_index));
+	struct tensor *zero_i = tensor_zeros(TENSOR_I64, dev, 0, NULL);
+	struct tensor *safe = tensor_where(keep, t, zero_i);
+	/* kept rows, at least 1 (0 rows kept: a loss of 0) */
+	struct tensor *count = tensor_maximum(tensor_sum(tensor_cast(keep, dt), 0, NULL, false),
+					      tensor_ones(dt, dev, 0, NULL));
+	if (!safe || !count || tensor_check_index(op, safe, 1, classes) < 0) {
+		tensor_scope_end();
+		return NULL;
+	}
+	/* the masks and the count outlive the scope: the graph holds them */
+	keep = tensor_scope_keep(keep);
+	safe = tensor_scope_keep(safe);
+	count = tensor_scope_keep(count);
+	tensor_scope_end();
+	struct tensor *zero = tensor_zeros(dt, dev, 0, NULL);
+	struct tensor *lp = ag_log_softmax(logits, 1);
+	struct tensor *gathered = ag_gather(lp, 1, safe);
+	struct tensor *picked = ag_where(keep, gathered, zero);
+	struct tensor *nll = ag_sum(picked, 0, NULL, false);
+	struct tensor *mean = ag_div(nll, count);
+	struct tensor *loss = ag_mul_scalar(mean, -(1 - label_smoothing));
+	drop(gathered);
+	drop(picked);
+	drop(nll);
+	drop(mean);
+	if (label_smoothing > 0) {
+		struct tensor *all = ag_sum(lp, 1, (int[]){ 1 }, true);
+		struct tensor *rows = ag_where(keep, all, zero);
+		struct tensor *total = ag_sum(rows, 0, NULL, false);
+		struct tensor *smean = ag_div(total, count);
+		struct tensor *smooth = ag_mul_scalar(smean, -label_smoothing / (double)classes);
+		struct tensor *sum = ag_add(loss, smooth);
+		drop(all);
+		drop(rows);
+		drop(total);
+		drop(smean);
+		drop(smooth);
+		drop(loss);
+		loss = sum;
+	}
+	drop(lp);
+	tensor_free(keep);
+	tensor_free(safe);
+	tensor_free(count);
+	tensor_free(zero);
+	return loss;
+}
+
 /* loss = (1 - eps) mean_i(-lp[i, t_i]) + eps mean_i mean_c(-lp[i, c]) over
- * the n kept rows, lp = log_softmax(logits). Ignored rows are dropped before
- * the softmax, so they cost nothing and cannot leak NaN into the gradient. */
+ * the n kept rows, lp = log_softmax(logits). On the CPU, ignored rows are
+ * dropped before the softmax, so they cost nothing and cannot leak NaN into
+ * the gradient; on other devices the rows are masked instead
+ * (cross_entropy_masked). */
 struct tensor *nn_cross_entropy(struct tensor *logits, const struct tensor *targets,
 				int64_t ignore_index, double label_smoothing)
 {
@@ -98,6 +164,8 @@ struct tensor *nn_cross_entropy(struct tensor *logits, const struct tensor *targ
 	}
 	int64_t n_rows = logits->shape[0], classes = logits->shape[1], n = 0;
 	enum tensor_device dev = logits->storage->device;
+	if (dev != TENSOR_CPU)
+		return cross_entropy_masked(logits, targets, ignore_index, label_smoothing);
 	int64_t *ids = host_ids(op, targets);
 	int64_t *rows =
 	    ids ? tensor_host_malloc(sizeof *rows * (size_t)(n_rows > 0 ? n_rows : 1)) : NULL;

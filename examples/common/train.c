@@ -1,6 +1,7 @@
 /* Training-loop helpers for the examples (see train.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "train.h"
+#include "flags.h"
 
 #include <errno.h>
 #include <math.h>
@@ -24,9 +25,46 @@ double train_clock(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+enum tensor_device train_device = TENSOR_CPU;
+
+void train_set_device(const char *prog, const char *name)
+{
+	if (!strcmp(name, "cpu")) {
+		train_device = TENSOR_CPU;
+		return;
+	}
+	size_t free_bytes, total;
+	if (tensor_device_memory(TENSOR_CUDA, &free_bytes, &total) < 0)
+		flags_fail(prog, "device", "%s", tensor_last_error());
+	train_device = TENSOR_CUDA;
+}
+
+/* *t moved to train_device. */
+static int move(struct tensor **t)
+{
+	if (!*t || (*t)->storage->device == train_device)
+		return TENSOR_OK;
+	struct tensor *d = tensor_to_device(*t, train_device);
+	if (!d)
+		return tensor_last_status();
+	tensor_free(*t);
+	*t = d;
+	return TENSOR_OK;
+}
+
+int train_batch_to_device(struct text_batch *b)
+{
+	int rc = move(&b->ids);
+	if (rc == TENSOR_OK)
+		rc = move(&b->mask);
+	if (rc == TENSOR_OK)
+		rc = move(&b->labels);
+	return rc;
+}
+
 double train_peak_mb(void)
 {
-	return (double)tensor_mem_stats(TENSOR_CPU).peak_bytes / (1024.0 * 1024.0);
+	return (double)tensor_mem_stats(train_device).peak_bytes / (1024.0 * 1024.0);
 }
 
 int train_mkdirs(const char *path, char *err, size_t errlen)

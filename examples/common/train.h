@@ -14,7 +14,15 @@
 void train_die(const char *prog, const char *what) __attribute__((noreturn));
 /* Seconds on a monotonic clock. */
 double train_clock(void);
-/* tensor_mem_stats(TENSOR_CPU).peak_bytes in MiB. */
+/* The device the example runs on (TENSOR_CPU unless train_set_device chose
+ * another). */
+extern enum tensor_device train_device;
+/* Set train_device from a --device value ("cpu" or "cuda"); exits 2 naming the
+ * flag when that device is not available. */
+void train_set_device(const char *prog, const char *name);
+/* Move a batch's tensors to train_device (the host ones are freed); a status. */
+int train_batch_to_device(struct text_batch *b);
+/* tensor_mem_stats(train_device).peak_bytes in MiB. */
 double train_peak_mb(void);
 /* mkdir -p. Returns 0, or -1 with a message in err. */
 int train_mkdirs(const char *path, char *err, size_t errlen);

@@ -152,8 +152,9 @@ static void *cpu_alloc(size_t nbytes)
 	return aligned_alloc(64, (nbytes + 63) & ~(size_t)63);
 }
 
-static void cpu_free(void *p)
+static void cpu_free(void *p, size_t n)
 {
+	(void)n;
 	free(p);
 }
 

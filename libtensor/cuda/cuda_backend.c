@@ -1,19 +1,29 @@
-/* The CUDA backend table: device memory through the CUDA runtime and the
- * kernels of cuda_kernels.cu. Slots left NULL report "unsupported"; the CPU
- * backend is the reference each CUDA kernel is tested against. */
+/* The CUDA backend: its table, the stream, device memory from a caching
+ * pool, host transfers through pinned staging buffers, the fault record that
+ * kernels report into, and the counters of allocations and synchronisations.
+ * The kernels live in the .cu files, GEMM in cuda_gemm.c; the CPU backend is
+ * the reference each of them is tested against (tests/test_cuda.c). */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "../backend.h"
 #include "cuda_internal.h"
 
+/* ---- device, stream, errors ------------------------------------------------ */
+
 static bool present;
+static cudaStream_t stream;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* pool, staging, scratch */
+static atomic_size_t n_mallocs, n_syncs;
 
 static void probe(void)
 {
 	int n = 0;
 	present = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+	if (present && cudaStreamCreate(&stream) != cudaSuccess)
+		stream = NULL;
 }
 
 bool tensor_cuda_present(void)
@@ -23,45 +33,43 @@ bool tensor_cuda_present(void)
 	return present;
 }
 
-static int check(cudaError_t e, const char *what)
+cudaStream_t cuda_stream(void)
+{
+	tensor_cuda_present();
+	return stream;
+}
+
+int cuda_status(cudaError_t e, const char *op)
 {
 	if (e == cudaSuccess)
 		return TENSOR_OK;
-	return tensor_error(TENSOR_ERR_CUDA, "cuda: %s: %s", what, cudaGetErrorString(e));
+	if (e == cudaErrorMemoryAllocation)
+		return tensor_error(TENSOR_ERR_NOMEM, "%s: out of device memory (%s)", op,
+				    cudaGetErrorString(e));
+	return tensor_error(TENSOR_ERR_CUDA, "%s: CUDA error: %s", op, cudaGetErrorString(e));
 }
 
-static void *cuda_alloc(size_t n)
+int cuda_launched(const char *op)
 {
-	void *p = NULL;
-	return cudaMalloc(&p, n) == cudaSuccess ? p : NULL;
+	return cuda_status(cudaGetLastError(), op);
 }
 
-static void cuda_free(void *p)
+unsigned cuda_blocks(int64_t n, int threads)
 {
-	cudaFree(p);
+	static int sms; /* multiprocessors, read once (a benign race: same value) */
+	if (!sms) {
+		int dev = 0, v = 0;
+		cudaGetDevice(&dev);
+		sms = cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+			      v > 0
+			  ? v
+			  : 132;
+	}
+	int64_t blocks = (n + threads - 1) / threads, cap = (int64_t)sms * 32;
+	return (unsigned)(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
 }
 
-static int cuda_memset_zero(void *p, size_t n)
-{
-	return check(cudaMemset(p, 0, n), "memset");
-}
-
-static int cuda_from_host(void *dst, const void *src, size_t n)
-{
-	return check(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), "copy to device");
-}
-
-static int cuda_to_host(void *dst, const void *src, size_t n)
-{
-	return check(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost), "copy to host");
-}
-
-static int cuda_sync(void)
-{
-	return check(cudaDeviceSynchronize(), "synchronize");
-}
-
-static struct cuda_geom geom(const struct tensor *t)
+struct cuda_geom cuda_geom_of(const struct tensor *t)
 {
 	struct cuda_geom g;
 	memset(&g, 0, sizeof g);
@@ -71,26 +79,315 @@ static struct cuda_geom geom(const struct tensor *t)
 		g.shape[i] = t->shape[i];
 		g.strides[i] = t->strides[i];
 	}
-	g.base = (char *)t->storage->data + t->offset * tensor_dtype_size(t->dtype);
+	g.base = cuda_ptr(t);
 	return g;
 }
+
+/* ---- faults found by kernels ---------------------------------------------- */
+
+static struct cuda_fault *fault_host, *fault_dev;
+
+struct cuda_fault *cuda_fault_device(void)
+{
+	pthread_mutex_lock(&lock);
+	if (!fault_dev) {
+		void *h = NULL, *d = NULL;
+		if (cudaHostAlloc(&h, sizeof *fault_host, cudaHostAllocMapped) == cudaSuccess &&
+		    cudaHostGetDevicePointer(&d, h, 0) == cudaSuccess) {
+			memset(h, 0, sizeof *fault_host);
+			fault_host = h;
+			fault_dev = d;
+		} else if (h) {
+			cudaFreeHost(h);
+		}
+	}
+	struct cuda_fault *d = fault_dev;
+	pthread_mutex_unlock(&lock);
+	if (!d)
+		tensor_error(TENSOR_ERR_CUDA, "cuda: cannot map the fault record into host memory");
+	return d;
+}
+
+int cuda_fault_raise(void)
+{
+	volatile struct cuda_fault *f = fault_host;
+	if (!f || f->code == CUDA_FAULT_NONE)
+		return TENSOR_OK;
+	int rc = tensor_error(TENSOR_ERR_ARG,
+			      "%s: index %lld (at position %lld) out of range for dim %d of size "
+			      "%lld (found on the device, reported at the next synchronisation)",
+			      (const char *)(uintptr_t)f->op, f->value, f->pos, f->dim, f->size);
+	f->code = CUDA_FAULT_NONE;
+	return rc;
+}
+
+/* Wait for the stream, then raise what its kernels found. */
+static int sync_stream(const char *op)
+{
+	atomic_fetch_add(&n_syncs, 1);
+	int rc = cuda_status(cudaStreamSynchronize(cuda_stream()), op);
+	int fault = cuda_fault_raise();
+	return rc < 0 ? rc : fault;
+}
+
+/* ---- memory: a caching pool ------------------------------------------------ */
+
+/* Freed allocations are kept per size for the next request of that size (the
+ * arena asks for few distinct sizes: its blocks come in size classes, small
+ * heap tensors are rounded up here to a power of two), so a steady state calls
+ * neither cudaMalloc nor cudaFree (which waits for the whole device). */
+#define POOL_SMALL (64u << 10)
+
+struct pool_entry {
+	struct pool_entry *next;
+	void *ptr;
+	size_t size;
+};
+static struct pool_entry *pool;
+static size_t pool_bytes;
+
+static size_t pool_size(size_t n)
+{
+	if (n > POOL_SMALL)
+		return n;
+	size_t s = 512;
+	while (s < n)
+		s <<= 1;
+	return s;
+}
+
+static void cuda_trim(void);
+
+static void *cuda_alloc(size_t n)
+{
+	size_t size = pool_size(n);
+	pthread_mutex_lock(&lock);
+	for (struct pool_entry **pp = &pool; *pp; pp = &(*pp)->next) {
+		if ((*pp)->size == size) {
+			struct pool_entry *e = *pp;
+			*pp = e->next;
+			pool_bytes -= size;
+			pthread_mutex_unlock(&lock);
+			void *p = e->ptr;
+			free(e);
+			return p;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	void *p = NULL;
+	atomic_fetch_add(&n_mallocs, 1);
+	if (cudaMalloc(&p, size) != cudaSuccess) {
+		cudaGetLastError(); /* not sticky: clear it */
+		/* Give the cache back and try once more. */
+		cuda_trim();
+		atomic_fetch_add(&n_mallocs, 1);
+		if (cudaMalloc(&p, size) != cudaSuccess) {
+			cudaGetLastError();
+			return NULL;
+		}
+	}
+	return p;
+}
+
+static void cuda_free(void *p, size_t n)
+{
+	struct pool_entry *e = p ? malloc(sizeof *e) : NULL;
+	if (!e) {
+		if (p) {
+			atomic_fetch_add(&n_mallocs, 1);
+			cudaFree(p);
+		}
+		return;
+	}
+	e->ptr = p;
+	e->size = pool_size(n);
+	pthread_mutex_lock(&lock);
+	e->next = pool;
+	pool = e;
+	pool_bytes += e->size;
+	pthread_mutex_unlock(&lock);
+}
+
+static void cuda_trim(void)
+{
+	pthread_mutex_lock(&lock);
+	struct pool_entry *e = pool;
+	pool = NULL;
+	pool_bytes = 0;
+	pthread_mutex_unlock(&lock);
+	while (e) {
+		struct pool_entry *next = e->next;
+		atomic_fetch_add(&n_mallocs, 1);
+		cudaFree(e->ptr);
+		free(e);
+		e = next;
+	}
+}
+
+static void cuda_counters(size_t *allocs, size_t *syncs)
+{
+	*allocs = atomic_load(&n_mallocs);
+	*syncs = atomic_load(&n_syncs);
+}
+
+static void *scratch;
+static size_t scratch_size;
+
+void *cuda_scratch(size_t nbytes, const char *op)
+{
+	if (nbytes <= scratch_size)
+		return scratch;
+	size_t want = nbytes < (1u << 20) ? 1u << 20 : nbytes + nbytes / 2;
+	void *p = cuda_alloc(want);
+	if (!p) {
+		tensor_error(TENSOR_ERR_NOMEM, "%s: no %zu bytes of device scratch memory", op,
+			     nbytes);
+		return NULL;
+	}
+	if (scratch)
+		cuda_free(scratch, scratch_size); /* the stream orders its last users */
+	scratch = p;
+	scratch_size = want;
+	return p;
+}
+
+/* ---- transfers ------------------------------------------------------------- */
+
+/* Host-to-device copies go through pinned staging buffers, so that they are
+ * asynchronous: the source is copied into a free staging slot and the slot's
+ * event says when the device has read it. Larger copies than a slot holds go
+ * directly (synchronously, from pageable memory). */
+#define STAGE_SLOTS 4
+#define STAGE_MAX (64u << 20)
+
+struct stage {
+	void *buf;
+	size_t size;
+	cudaEvent_t done;
+	bool pending;
+};
+static struct stage stages[STAGE_SLOTS];
+static int stage_next;
+
+/* A staging slot of at least n bytes whose last copy has finished, or NULL. */
+static struct stage *stage_get(size_t n)
+{
+	struct stage *s = &stages[stage_next];
+	stage_next = (stage_next + 1) % STAGE_SLOTS;
+	if (s->pending) {
+		if (cudaEventQuery(s->done) == cudaErrorNotReady)
+			atomic_fetch_add(&n_syncs, 1);
+		if (cudaEventSynchronize(s->done) != cudaSuccess)
+			return NULL;
+		s->pending = false;
+	}
+	if (!s->done && cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming) != cudaSuccess)
+		return NULL;
+	if (s->size < n) {
+		size_t want = n < (1u << 20) ? 1u << 20 : n;
+		void *b = NULL;
+		if (cudaHostAlloc(&b, want, cudaHostAllocDefault) != cudaSuccess) {
+			cudaGetLastError();
+			return NULL;
+		}
+		if (s->buf)
+			cudaFreeHost(s->buf);
+		s->buf = b;
+		s->size = want;
+	}
+	return s;
+}
+
+static int cuda_from_host(void *dst, const void *src, size_t n)
+{
+	static const char op[] = "copy to cuda";
+	if (!n)
+		return TENSOR_OK;
+	pthread_mutex_lock(&lock);
+	struct stage *s = n <= STAGE_MAX ? stage_get(n) : NULL;
+	int rc;
+	if (s) {
+		memcpy(s->buf, src, n);
+		rc = cuda_status(cudaMemcpyAsync(dst, s->buf, n, cudaMemcpyHostToDevice,
+						 cuda_stream()),
+				 op);
+		if (rc == TENSOR_OK && cudaEventRecord(s->done, cuda_stream()) == cudaSuccess)
+			s->pending = true;
+		pthread_mutex_unlock(&lock);
+		return rc;
+	}
+	pthread_mutex_unlock(&lock);
+	/* from pageable memory: CUDA stages src before the call returns */
+	return cuda_status(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cuda_stream()),
+			   op);
+}
+
+static int cuda_to_host(void *dst, const void *src, size_t n)
+{
+	static const char op[] = "copy to host";
+	int rc = n ? cuda_status(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost,
+						 cuda_stream()),
+				 op)
+		   : TENSOR_OK;
+	int sync = sync_stream(op);
+	return rc < 0 ? rc : sync;
+}
+
+static int cuda_memset_zero(void *p, size_t n)
+{
+	return cuda_status(cudaMemsetAsync(p, 0, n, cuda_stream()), "memset");
+}
+
+static int cuda_synchronize(void)
+{
+	return sync_stream("synchronize");
+}
+
+static int cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+	return cuda_status(cudaMemGetInfo(free_bytes, total_bytes), "device_memory");
+}
+
+static void cuda_describe(char *buf, size_t len)
+{
+	int dev = 0, driver = 0, runtime = 0;
+	struct cudaDeviceProp p;
+	if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+		cudaGetLastError();
+		snprintf(buf, len, "cuda: no device properties");
+		return;
+	}
+	cudaDriverGetVersion(&driver);
+	cudaRuntimeGetVersion(&runtime);
+	snprintf(buf, len,
+		 "%s (compute capability %d.%d, %d multiprocessors, %.1f GiB), CUDA driver %d.%d, "
+		 "runtime %d.%d",
+		 p.name, p.major, p.minor, p.multiProcessorCount,
+		 (double)p.totalGlobalMem / (1024.0 * 1024 * 1024), driver / 1000,
+		 driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+}
+
+/* ---- fills, copies, random numbers, dropout --------------------------------- */
 
 static int cuda_copy(struct tensor *dst, const struct tensor *src)
 {
 	int64_t n = tensor_numel(dst);
-	return n ? check(cuda_launch_copy(geom(dst), geom(src), n), "copy kernel") : TENSOR_OK;
+	return n ? cuda_status(cuda_launch_copy(cuda_geom_of(dst), cuda_geom_of(src), n), "copy")
+		 : TENSOR_OK;
 }
 
 static int cuda_fill(struct tensor *dst, double value)
 {
 	int64_t n = tensor_numel(dst);
-	return n ? check(cuda_launch_fill(geom(dst), n, value, 0.0), "fill kernel") : TENSOR_OK;
+	return n ? cuda_status(cuda_launch_fill(cuda_geom_of(dst), n, value, 0.0), "fill")
+		 : TENSOR_OK;
 }
 
 static int cuda_arange(struct tensor *dst, double start, double step)
 {
 	int64_t n = tensor_numel(dst);
-	return n ? check(cuda_launch_fill(geom(dst), n, start, step), "arange kernel") : TENSOR_OK;
+	return n ? cuda_status(cuda_launch_fill(cuda_geom_of(dst), n, start, step), "arange")
+		 : TENSOR_OK;
 }
 
 static int cuda_random(struct tensor *dst, enum tensor_random_kind kind, uint64_t seed, double a,
@@ -99,17 +396,19 @@ static int cuda_random(struct tensor *dst, enum tensor_random_kind kind, uint64_
 	int64_t n = tensor_numel(dst);
 	if (!n)
 		return TENSOR_OK;
-	return check(cuda_launch_random(geom(dst), n, kind == TENSOR_RAND_NORMAL, seed, a, b),
-		     "random kernel");
+	return cuda_status(
+	    cuda_launch_random(cuda_geom_of(dst), n, kind == TENSOR_RAND_NORMAL, seed, a, b),
+	    "random");
 }
 
 static int cuda_dropout(struct tensor *out, const struct tensor *x, double p, uint64_t seed)
 {
-	size_t es = tensor_dtype_size(x->dtype);
-	return check(cuda_launch_dropout((char *)out->storage->data + out->offset * es,
-					 (const char *)x->storage->data + x->offset * es,
-					 tensor_numel(out), out->dtype == TENSOR_F32, p, seed),
-		     "dropout kernel");
+	int64_t n = tensor_numel(out);
+	if (!n)
+		return TENSOR_OK;
+	return cuda_status(cuda_launch_dropout(cuda_ptr(out), cuda_ptr(x), n,
+					       out->dtype == TENSOR_F32, p, seed),
+			   "dropout");
 }
 
 const struct tensor_backend tensor_cuda_backend = {
@@ -119,10 +418,31 @@ const struct tensor_backend tensor_cuda_backend = {
 	.memset_zero = cuda_memset_zero,
 	.copy_from_host = cuda_from_host,
 	.copy_to_host = cuda_to_host,
-	.synchronize = cuda_sync,
+	.synchronize = cuda_synchronize,
+	.trim = cuda_trim,
+	.counters = cuda_counters,
+	.mem_info = cuda_mem_info,
+	.describe = cuda_describe,
 	.copy = cuda_copy,
 	.fill = cuda_fill,
 	.arange = cuda_arange,
 	.random = cuda_random,
 	.dropout = cuda_dropout,
+	.unary = cuda_unary,
+	.binary = cuda_binary,
+	.where = cuda_where,
+	.reduce = cuda_reduce,
+	.gemm = cuda_gemm,
+	.softmax = cuda_softmax,
+	.softmax_backward = cuda_softmax_backward,
+	.layer_norm = cuda_layer_norm,
+	.rms_norm = cuda_rms_norm,
+	.norm_backward = cuda_norm_backward,
+	.index_select = cuda_index_select,
+	.index_add = cuda_index_add,
+	.gather = cuda_gather,
+	.scatter_add = cuda_scatter_add,
+	.check_index = cuda_check_index,
+	.adamw = cuda_adamw,
+	.sgd = cuda_sgd,
 };
