@@ -9,6 +9,7 @@
 //   broadcast (stride 0) in every input, rows of it start 4-aligned: four
 //   elements a thread with 16-byte (32 for 8-byte types) loads and stores;
 //   f32 gets one instance per op.
+// - rows: otherwise, rows of 64 elements or more: a warp per row;
 // - gen: any strides; each operand's offset from the row-major index.
 #include <cuda_runtime.h>
 #include <math.h>
@@ -103,8 +104,8 @@ __device__ static __forceinline__ float f_exp(float x)
 	p = p * r + 5.0000001201e-1f;
 	p = p * r * r + r + 1.0f;
 	int n1 = n / 2;
-	float y = p * __int_as_float((n1 + 127) * (1 << 23)) *
-		  __int_as_float((n - n1 + 127) * (1 << 23));
+	float y =
+	    p * __int_as_float((n1 + 127) * (1 << 23)) * __int_as_float((n - n1 + 127) * (1 << 23));
 	return x != x ? x : (above ? y : 0.0f);
 }
 
@@ -151,14 +152,14 @@ __device__ static __forceinline__ float f_gelu_grad(float x)
 
 __device__ static __forceinline__ float f_gelu_tanh(float x)
 {
-	return x * f_sigmoid(2.0f * (float)EW_SQRT_2_OVER_PI *
-			     (x + (float)EW_GELU_TANH_C * x * x * x));
+	return x *
+	       f_sigmoid(2.0f * (float)EW_SQRT_2_OVER_PI * (x + (float)EW_GELU_TANH_C * x * x * x));
 }
 
 __device__ static __forceinline__ float f_gelu_tanh_grad(float x)
 {
-	float s = f_sigmoid(2.0f * (float)EW_SQRT_2_OVER_PI *
-			    (x + (float)EW_GELU_TANH_C * x * x * x));
+	float s =
+	    f_sigmoid(2.0f * (float)EW_SQRT_2_OVER_PI * (x + (float)EW_GELU_TANH_C * x * x * x));
 	float du = (float)EW_SQRT_2_OVER_PI * (1.0f + 3.0f * (float)EW_GELU_TANH_C * x * x);
 	return s + 2.0f * x * s * (1.0f - s) * du;
 }
@@ -235,17 +236,23 @@ __device__ static __forceinline__ double unary_fl(int op, double x, double al)
 	}
 }
 
-/* Unsigned twin of an integer dtype, for wrap-around arithmetic. */
-template <typename T> struct ew_uns;
+/* Unsigned twin of an integer dtype, for wrap-around arithmetic (a float
+ * type is its own). */
+template <typename T> struct ew_uns {
+	typedef T type;
+	enum { is_int = 0 };
+};
 template <> struct ew_uns<int32_t> {
 	typedef uint32_t type;
+	enum { is_int = 1 };
 };
 template <> struct ew_uns<int64_t> {
 	typedef uint64_t type;
+	enum { is_int = 1 };
 };
 
 /* The CPU's unary_i: the low bits of its int64 result are these. */
-template <typename T> __device__ static __forceinline__ T unary_int(int op, T x, T s)
+template <typename T> __device__ static __forceinline__ T unary_i(int op, T x, T s)
 {
 	typedef typename ew_uns<T>::type U;
 	U u = (U)x;
@@ -260,6 +267,14 @@ template <typename T> __device__ static __forceinline__ T unary_int(int op, T x,
 	}
 }
 
+template <typename T> __device__ static __forceinline__ T unary_op(int op, T x, T al)
+{
+	if constexpr (ew_uns<T>::is_int)
+		return unary_i(op, x, al);
+	else
+		return unary_fl(op, x, al);
+}
+
 __device__ static __forceinline__ float ew_pow(float a, float b)
 {
 	return powf(a, b);
@@ -270,15 +285,26 @@ __device__ static __forceinline__ double ew_pow(double a, double b)
 	return pow(a, b);
 }
 
-/* binary_d / binary_f32 of the CPU; maximum and minimum propagate NaN. */
-template <typename T> __device__ static __forceinline__ T binary_fl(int op, T a, T b)
+/* binary_f32 / binary_d / binary_i of the CPU: integers wrap, maximum and
+ * minimum propagate NaN, comparisons give 1 or 0; integer div and pow never
+ * come (the front-end refuses them). */
+template <typename T> __device__ static __forceinline__ T binary_op(int op, T a, T b)
 {
+	typedef typename ew_uns<T>::type U;
 	switch (op) {
-	case TENSOR_ADD: return a + b;
-	case TENSOR_SUB: return a - b;
-	case TENSOR_MUL: return a * b;
-	case TENSOR_DIV: return a / b;
-	case TENSOR_POW: return ew_pow(a, b);
+	case TENSOR_ADD: return (T)((U)a + (U)b);
+	case TENSOR_SUB: return (T)((U)a - (U)b);
+	case TENSOR_MUL: return (T)((U)a * (U)b);
+	case TENSOR_DIV:
+		if constexpr (ew_uns<T>::is_int)
+			return 0;
+		else
+			return a / b;
+	case TENSOR_POW:
+		if constexpr (ew_uns<T>::is_int)
+			return 0;
+		else
+			return ew_pow(a, b);
 	case TENSOR_MAXIMUM: return a > b || a != a ? a : b;
 	case TENSOR_MINIMUM: return a < b || a != a ? a : b;
 	case TENSOR_EQ: return a == b ? (T)1 : (T)0;
@@ -291,69 +317,29 @@ template <typename T> __device__ static __forceinline__ T binary_fl(int op, T a,
 	}
 }
 
-template <typename T> __device__ static __forceinline__ T binary_int(int op, T a, T b)
-{
-	typedef typename ew_uns<T>::type U;
-	switch (op) {
-	case TENSOR_ADD: return (T)(U)((U)a + (U)b);
-	case TENSOR_SUB: return (T)(U)((U)a - (U)b);
-	case TENSOR_MUL: return (T)(U)((U)a * (U)b);
-	case TENSOR_MAXIMUM: return a > b ? a : b;
-	case TENSOR_MINIMUM: return a < b ? a : b;
-	case TENSOR_EQ: return a == b;
-	case TENSOR_NE: return a != b;
-	case TENSOR_LT: return a < b;
-	case TENSOR_LE: return a <= b;
-	case TENSOR_GT: return a > b;
-	case TENSOR_GE: return a >= b;
-	default: return 0; /* div and pow are float-only */
-	}
-}
-
 /* ---- the element functions -------------------------------------------------- */
 
 /* Each has the operand types O (out), A, B, C (inputs), NIN inputs and
  * apply<OP>(a, b, c): OP >= 0 is the op fixed at compile time, -1 reads it
- * from the functor. */
-template <typename T> struct ew_unary_fl {
+ * from the functor. al: the scalar of the *_SCALAR ops. */
+template <typename T> struct ew_unary {
 	typedef T O, A, B, C;
 	enum { NIN = 1 };
 	int op;
 	T al;
 	template <int OP> __device__ __forceinline__ T apply(T x, T, T) const
 	{
-		return unary_fl(OP >= 0 ? OP : op, x, al);
+		return unary_op(OP >= 0 ? OP : op, x, al);
 	}
 };
 
-template <typename T> struct ew_unary_int {
-	typedef T O, A, B, C;
-	enum { NIN = 1 };
-	int op;
-	T s;
-	template <int OP> __device__ __forceinline__ T apply(T x, T, T) const
-	{
-		return unary_int<T>(OP >= 0 ? OP : op, x, s);
-	}
-};
-
-template <typename T> struct ew_binary_fl {
+template <typename T> struct ew_binary {
 	typedef T O, A, B, C;
 	enum { NIN = 2 };
 	int op;
 	template <int OP> __device__ __forceinline__ T apply(T a, T b, T) const
 	{
-		return binary_fl<T>(OP >= 0 ? OP : op, a, b);
-	}
-};
-
-template <typename T> struct ew_binary_int {
-	typedef T O, A, B, C;
-	enum { NIN = 2 };
-	int op;
-	template <int OP> __device__ __forceinline__ T apply(T a, T b, T) const
-	{
-		return binary_int<T>(OP >= 0 ? OP : op, a, b);
+		return binary_op(OP >= 0 ? OP : op, a, b);
 	}
 };
 
@@ -371,6 +357,33 @@ template <typename CT, typename E> struct ew_where {
 };
 
 /* ---- kernels ---------------------------------------------------------------- */
+
+/* The inputs of one element, at offsets o1..o3 of operands 1..3. */
+template <class Fn> struct ew_in {
+	typename Fn::A a;
+	typename Fn::B b;
+	typename Fn::C c;
+};
+
+template <class Fn>
+__device__ static __forceinline__ ew_in<Fn> ew_load(const ew_ptrs &p, int64_t o1, int64_t o2,
+						    int64_t o3)
+{
+	ew_in<Fn> r = {};
+	r.a = ((const typename Fn::A *)p.p[1])[o1];
+	if constexpr (Fn::NIN > 1)
+		r.b = ((const typename Fn::B *)p.p[2])[o2];
+	if constexpr (Fn::NIN > 2)
+		r.c = ((const typename Fn::C *)p.p[3])[o3];
+	return r;
+}
+
+template <class Fn, int OP>
+__device__ static __forceinline__ void ew_store(const Fn &fn, const ew_ptrs &p, int64_t o0,
+						const ew_in<Fn> &x)
+{
+	((typename Fn::O *)p.p[0])[o0] = fn.template apply<OP>(x.a, x.b, x.c);
+}
 
 template <typename T> struct alignas(4 * sizeof(T)) ew_vec4 {
 	T v[4];
@@ -429,14 +442,8 @@ __global__ void __launch_bounds__(EW_THREADS) ew_vec_kernel(Fn fn, ew_ptrs p, ew
 	int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
 	if (t < v.tail) {
 		int64_t i = v.n4 * 4 + t;
-		A a = ((const A *)p.p[1])[v.bc[1] ? 0 : i];
-		B b = B();
-		C cc = C();
-		if constexpr (Fn::NIN > 1)
-			b = ((const B *)p.p[2])[v.bc[2] ? 0 : i];
-		if constexpr (Fn::NIN > 2)
-			cc = ((const C *)p.p[3])[v.bc[3] ? 0 : i];
-		((O *)p.p[0])[i] = fn.template apply<OP>(a, b, cc);
+		ew_store<Fn, OP>(fn, p, i,
+				 ew_load<Fn>(p, v.bc[1] ? 0 : i, v.bc[2] ? 0 : i, v.bc[3] ? 0 : i));
 	}
 }
 
@@ -448,49 +455,34 @@ template <class Fn, int OP>
 __global__ void __launch_bounds__(EW_THREADS)
     ew_rows_kernel(Fn fn, ew_ptrs p, ew_geo g, int64_t rows, int small)
 {
-	typedef typename Fn::O O;
-	typedef typename Fn::A A;
-	typedef typename Fn::B B;
-	typedef typename Fn::C C;
 	const int K = Fn::NIN + 1, last = g.ndim - 1, lane = threadIdx.x & 31;
 	const int64_t cols = g.shape[last];
-	int64_t cs[K];
+	int64_t cs[EW_MAX_OPS];
 #pragma unroll
-	for (int k = 0; k < K; k++)
+	for (int k = 0; k < EW_MAX_OPS; k++)
 		cs[k] = g.st[k][last];
 	const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
 	for (int64_t r = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5; r < rows;
 	     r += nwarps) {
-		int64_t off[K];
-		ew_offsets<K>(g, last, r, small, off);
+		int64_t o[EW_MAX_OPS] = { 0, 0, 0, 0 };
+		ew_offsets<K>(g, last, r, small, o);
 		int64_t c = lane;
 		for (; c + 96 < cols; c += 128) {
-			A a[4];
-			B b[4] = {};
-			C cc[4] = {};
+			ew_in<Fn> x[4];
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
-				a[e] = ((const A *)p.p[1])[off[1] + (c + 32 * e) * cs[1]];
-				if constexpr (Fn::NIN > 1)
-					b[e] = ((const B *)p.p[2])[off[2] + (c + 32 * e) * cs[2]];
-				if constexpr (Fn::NIN > 2)
-					cc[e] = ((const C *)p.p[3])[off[3] + (c + 32 * e) * cs[3]];
+				int64_t ce = c + 32 * e;
+				x[e] = ew_load<Fn>(p, o[1] + ce * cs[1], o[2] + ce * cs[2],
+						   o[3] + ce * cs[3]);
 			}
 #pragma unroll
 			for (int e = 0; e < 4; e++)
-				((O *)p.p[0])[off[0] + (c + 32 * e) * cs[0]] =
-				    fn.template apply<OP>(a[e], b[e], cc[e]);
+				ew_store<Fn, OP>(fn, p, o[0] + (c + 32 * e) * cs[0], x[e]);
 		}
-		for (; c < cols; c += 32) {
-			A a = ((const A *)p.p[1])[off[1] + c * cs[1]];
-			B b = B();
-			C cc = C();
-			if constexpr (Fn::NIN > 1)
-				b = ((const B *)p.p[2])[off[2] + c * cs[2]];
-			if constexpr (Fn::NIN > 2)
-				cc = ((const C *)p.p[3])[off[3] + c * cs[3]];
-			((O *)p.p[0])[off[0] + c * cs[0]] = fn.template apply<OP>(a, b, cc);
-		}
+		for (; c < cols; c += 32)
+			ew_store<Fn, OP>(
+			    fn, p, o[0] + c * cs[0],
+			    ew_load<Fn>(p, o[1] + c * cs[1], o[2] + c * cs[2], o[3] + c * cs[3]));
 	}
 }
 
@@ -500,23 +492,11 @@ template <class Fn>
 __global__ void __launch_bounds__(EW_THREADS)
     ew_gen_kernel(Fn fn, ew_ptrs p, ew_geo g, int64_t n, int small)
 {
-	typedef typename Fn::O O;
-	typedef typename Fn::A A;
-	typedef typename Fn::B B;
-	typedef typename Fn::C C;
-	const int K = Fn::NIN + 1;
 	CUDA_GRID_LOOP(i, n)
 	{
-		int64_t off[K];
-		ew_offsets<K>(g, g.ndim, i, small, off);
-		A a = ((const A *)p.p[1])[off[1]];
-		B b = B();
-		C c = C();
-		if constexpr (Fn::NIN > 1)
-			b = ((const B *)p.p[2])[off[2]];
-		if constexpr (Fn::NIN > 2)
-			c = ((const C *)p.p[3])[off[3]];
-		((O *)p.p[0])[off[0]] = fn.template apply<-1>(a, b, c);
+		int64_t o[EW_MAX_OPS] = { 0, 0, 0, 0 };
+		ew_offsets<Fn::NIN + 1>(g, g.ndim, i, small, o);
+		ew_store<Fn, -1>(fn, p, o[0], ew_load<Fn>(p, o[1], o[2], o[3]));
 	}
 }
 
@@ -533,7 +513,8 @@ static int64_t ew_merge(ew_geo *g, int nops, const struct tensor *const *ts)
 		if (nd > 0) {
 			bool merge = true;
 			for (int k = 0; k < nops; k++)
-				merge = merge && g->st[k][nd - 1] == ts[k]->strides[d] * t0->shape[d];
+				merge =
+				    merge && g->st[k][nd - 1] == ts[k]->strides[d] * t0->shape[d];
 			if (merge) {
 				g->shape[nd - 1] *= t0->shape[d];
 				for (int k = 0; k < nops; k++)
@@ -566,8 +547,8 @@ static int64_t ew_merge(ew_geo *g, int nops, const struct tensor *const *ts)
  * contiguous or constant in every input; with several rows, rows of a
  * multiple of 4 elements whose starts keep 4-element alignment; every
  * non-constant operand aligned to 4 elements. */
-static bool ew_vec_plan(const ew_geo *g, int nops, const struct tensor *const *ts,
-			const ew_ptrs *p, int64_t n, ew_vinfo *v)
+static bool ew_vec_plan(const ew_geo *g, int nops, const struct tensor *const *ts, const ew_ptrs *p,
+			int64_t n, ew_vinfo *v)
 {
 	int last = g->ndim - 1;
 	int64_t cols = g->shape[last];
@@ -599,8 +580,7 @@ static bool ew_vec_plan(const ew_geo *g, int nops, const struct tensor *const *t
 enum { EW_VEC, EW_ROWS };
 
 template <class Fn, int OP>
-static void ew_launch(int mode, const Fn &fn, const ew_ptrs &p, const ew_geo &g,
-		      const ew_vinfo &v)
+static void ew_launch(int mode, const Fn &fn, const ew_ptrs &p, const ew_geo &g, const ew_vinfo &v)
 {
 	cudaStream_t st = cuda_stream();
 	if (mode == EW_VEC) {
@@ -634,7 +614,7 @@ template <class Fn, int NOPS>
 static int ew_run(const char *name, const Fn &fn, const struct tensor *const *ts)
 {
 	const int nops = Fn::NIN + 1;
-	ew_geo g;
+	ew_geo g = {};
 	int64_t n = ew_merge(&g, nops, ts);
 	if (n == 0)
 		return TENSOR_OK;
@@ -656,6 +636,15 @@ static int ew_run(const char *name, const Fn &fn, const struct tensor *const *ts
 	return cuda_launched(name);
 }
 
+/* The f32 ops get a kernel instance each, the others read the op at run
+ * time (they are rare in a training step). */
+template <typename T, int NOPS>
+static int ew_unary_run(enum tensor_unary_op op, const struct tensor *const *ts, T al)
+{
+	ew_unary<T> fn = { (int)op, al };
+	return ew_run<ew_unary<T>, NOPS>("unary", fn, ts);
+}
+
 extern "C" int cuda_unary(enum tensor_unary_op op, struct tensor *out, const struct tensor *x,
 			  double alpha)
 {
@@ -663,23 +652,18 @@ extern "C" int cuda_unary(enum tensor_unary_op op, struct tensor *out, const str
 	/* the scalar of an integer op is an integer of the dtype (checked) */
 	bool scalar = op == TENSOR_ADD_SCALAR || op == TENSOR_MUL_SCALAR;
 	switch (x->dtype) {
-	case TENSOR_F32: {
-		ew_unary_fl<float> fn = { (int)op, (float)alpha };
-		return ew_run<ew_unary_fl<float>, TENSOR_NUNARY>("unary", fn, ts);
+	case TENSOR_F32: return ew_unary_run<float, TENSOR_NUNARY>(op, ts, (float)alpha);
+	case TENSOR_F64: return ew_unary_run<double, 0>(op, ts, alpha);
+	case TENSOR_I32: return ew_unary_run<int32_t, 0>(op, ts, scalar ? (int32_t)alpha : 0);
+	default: return ew_unary_run<int64_t, 0>(op, ts, scalar ? (int64_t)alpha : 0);
 	}
-	case TENSOR_F64: {
-		ew_unary_fl<double> fn = { (int)op, alpha };
-		return ew_run<ew_unary_fl<double>, 0>("unary", fn, ts);
-	}
-	case TENSOR_I32: {
-		ew_unary_int<int32_t> fn = { (int)op, scalar ? (int32_t)alpha : 0 };
-		return ew_run<ew_unary_int<int32_t>, 0>("unary", fn, ts);
-	}
-	default: {
-		ew_unary_int<int64_t> fn = { (int)op, scalar ? (int64_t)alpha : 0 };
-		return ew_run<ew_unary_int<int64_t>, 0>("unary", fn, ts);
-	}
-	}
+}
+
+template <typename T, int NOPS>
+static int ew_binary_run(enum tensor_binary_op op, const struct tensor *const *ts)
+{
+	ew_binary<T> fn = { (int)op };
+	return ew_run<ew_binary<T>, NOPS>("binary", fn, ts);
 }
 
 extern "C" int cuda_binary(enum tensor_binary_op op, struct tensor *out, const struct tensor *a,
@@ -687,28 +671,15 @@ extern "C" int cuda_binary(enum tensor_binary_op op, struct tensor *out, const s
 {
 	const struct tensor *ts[3] = { out, a, b };
 	switch (a->dtype) {
-	case TENSOR_F32: {
-		ew_binary_fl<float> fn = { (int)op };
-		return ew_run<ew_binary_fl<float>, TENSOR_NBINARY>("binary", fn, ts);
-	}
-	case TENSOR_F64: {
-		ew_binary_fl<double> fn = { (int)op };
-		return ew_run<ew_binary_fl<double>, 0>("binary", fn, ts);
-	}
-	case TENSOR_I32: {
-		ew_binary_int<int32_t> fn = { (int)op };
-		return ew_run<ew_binary_int<int32_t>, 0>("binary", fn, ts);
-	}
-	default: {
-		ew_binary_int<int64_t> fn = { (int)op };
-		return ew_run<ew_binary_int<int64_t>, 0>("binary", fn, ts);
-	}
+	case TENSOR_F32: return ew_binary_run<float, TENSOR_NBINARY>(op, ts);
+	case TENSOR_F64: return ew_binary_run<double, 0>(op, ts);
+	case TENSOR_I32: return ew_binary_run<int32_t, 0>(op, ts);
+	default: return ew_binary_run<int64_t, 0>(op, ts);
 	}
 }
 
 /* where with elements of E (4 or 8 bytes) for each cond dtype. */
-template <typename E>
-static int ew_where_run(enum tensor_dtype cdt, const struct tensor *const *ts)
+template <typename E> static int ew_where_run(enum tensor_dtype cdt, const struct tensor *const *ts)
 {
 	switch (cdt) {
 	case TENSOR_F32: return ew_run<ew_where<float, E>, 0>("where", ew_where<float, E>{ 0 }, ts);

@@ -5,22 +5,22 @@
 //
 // Layout:
 //  - Row kernels (softmax, softmax backward, norm forward, the dx of norm
-//    backward): a group of G threads per row, a warp (G = 32, 8 rows to a
-//    256-thread block) for rows up to 1024, a block (G = 512 or 1024) for
-//    rows up to 16384; each thread keeps N elements of the row in registers,
-//    so the row is read once. Longer rows go through the same kernels in
-//    chunks of G * N, read again in each pass (CACHED = false).
+//    backward): a group of G threads per row: 8 or 16 lanes up to 128
+//    elements, a warp up to 1024, a block of 128 to 1024 threads up to 16384;
+//    each thread keeps N elements of the row in registers, so the row is read
+//    once. Longer rows go through the same kernels in chunks of G * N, read
+//    again in each pass (CACHED = false).
 //  - Register j of thread t holds column ((j / CH) * G + t) * CH + j % CH:
 //    runs of CH = 16 bytes, loaded as float4 / double2 where the rows are
 //    contiguous and 16-byte aligned, else element by element with any stride.
 //  - Rows of strided operands: the dims before the last, size-1 dims dropped
 //    and mergeable dims merged on the host (one multiply for most views).
-//  - Sums of rows are in double and reduced by warp shuffles (and shared
-//    memory across the warps of a block) in a fixed order: every thread gets
-//    the same bits and results do not depend on timing.
-//  - Norm backward's dw and db: blocks of 32 columns by a slice of rows sum
-//    in double into partial [C] rows in cuda_scratch(), a second kernel adds
-//    the partials in slice order (deterministic, no atomics).
+//  - Sums of rows are in double and reduced by shuffles (and shared memory
+//    across the warps of a block) in a fixed order: every thread gets the
+//    same bits and results do not depend on timing.
+//  - Norm backward's dw and db: blocks of 32 runs of columns by a slice of
+//    rows sum in double into partial [C] rows in cuda_scratch(), a second
+//    kernel adds the partials in slice order (deterministic, no atomics).
 //  - AdamW / SGD: one grid-stride pass, 16-byte vectors where aligned.
 //
 // Rounding: where the CPU rounds each float operation apart, the kernels use
@@ -37,6 +37,7 @@
 
 // ---- arithmetic rounded as written -----------------------------------------------
 
+// clang-format off
 __device__ static inline float add_rn(float a, float b) { return __fadd_rn(a, b); }
 __device__ static inline double add_rn(double a, double b) { return __dadd_rn(a, b); }
 __device__ static inline float sub_rn(float a, float b) { return __fsub_rn(a, b); }
@@ -52,6 +53,7 @@ __device__ static inline double exp_t(double a) { return exp(a); }
 // max ignoring NaN (as the CPU's x > m ? x : m, which never takes a NaN)
 __device__ static inline float max_t(float a, float b) { return fmaxf(a, b); }
 __device__ static inline double max_t(double a, double b) { return fmax(a, b); }
+// clang-format on
 
 // ---- rows of a strided operand ----------------------------------------------------
 
@@ -99,7 +101,10 @@ static rowgeom rowgeom_of(const struct tensor *t)
 	return a;
 }
 
-static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+static bool aligned16(const void *p)
+{
+	return ((uintptr_t)p & 15) == 0;
+}
 
 // Rows of n elements starting 16-byte aligned at p, each n apart (contiguous).
 static bool vec_contig(const void *p, int64_t n, size_t es)
@@ -150,8 +155,7 @@ __device__ static inline void st16(double *p, const double *v)
 // CH elements at offset o of a chunk (stride sc), pad past rem; vec: one
 // aligned vector load (then sc is 1 and rem a multiple of CH).
 template <typename T, int CH>
-__device__ static inline void ld_run(T *v, const T *p, int64_t sc, int rem, int o, bool vec,
-				     T pad)
+__device__ static inline void ld_run(T *v, const T *p, int64_t sc, int rem, int o, bool vec, T pad)
 {
 	if constexpr (CH > 1) {
 		if (vec) {
@@ -203,8 +207,7 @@ template <int GN> __device__ static inline int rem_of(int64_t n, int64_t base)
 
 // The thread's N registers of a chunk.
 template <typename T, int G, int N>
-__device__ static inline void ld_row(T *v, const T *p, int64_t sc, int rem, int t, bool vec,
-				     T pad)
+__device__ static inline void ld_row(T *v, const T *p, int64_t sc, int rem, int t, bool vec, T pad)
 {
 	constexpr int CH = chunk<T, N>();
 #pragma unroll
@@ -252,15 +255,15 @@ template <int G, bool MAX, typename V> __device__ static inline V group_red(V v,
 // last row works on the last row again and stores nothing (live false).
 // Chunks: one when CACHED.
 #define ROW_BLOCK(G) ((G) < 128 ? 256 : (G))
-#define FOR_ROWS(row, live, rows)                                                           \
-	const int t = threadIdx.x % G;                                                      \
-	constexpr int RPB = ROW_BLOCK(G) / G;                                               \
-	for (int64_t r0_ = blockIdx.x * (int64_t)RPB; r0_ < (rows);                          \
-	     r0_ += (int64_t)gridDim.x * RPB)                                               \
-		if (const bool live = r0_ + threadIdx.x / G < (rows); true)                 \
+#define FOR_ROWS(row, live, rows)                                           \
+	const int t = threadIdx.x % G;                                      \
+	constexpr int RPB = ROW_BLOCK(G) / G;                               \
+	for (int64_t r0_ = blockIdx.x * (int64_t)RPB; r0_ < (rows);         \
+	     r0_ += (int64_t)gridDim.x * RPB)                               \
+		if (const bool live = r0_ + threadIdx.x / G < (rows); true) \
 			if (const int64_t row = live ? r0_ + threadIdx.x / G : (rows)-1; true)
-#define FOR_CHUNKS(base, rem, n)                                                           \
-	for (int64_t base = 0; base < (CACHED ? 1 : (n)); base += G * N)                   \
+#define FOR_CHUNKS(base, rem, n)                                         \
+	for (int64_t base = 0; base < (CACHED ? 1 : (n)); base += G * N) \
 		if (const int rem = rem_of<G * N>((n), base); rem > 0)
 // Whether register j of thread t lies before rem.
 #define VALID(j) (off_of<T, G, N>((j) / CH, t) + (j) % CH < rem)
@@ -395,8 +398,8 @@ struct norm_args {
 // multiply-add fused as the CPU's FMA clones do; else in double, each
 // operation rounded apart, then rounded to T.
 template <typename T>
-__device__ static inline T norm_out(T x, T w, T b, bool hw, bool hb, bool fast, double m,
-				    double r, float mf, float ml, float rf)
+__device__ static inline T norm_out(T x, T w, T b, bool hw, bool hb, bool fast, double m, double r,
+				    float mf, float ml, float rf)
 {
 	if constexpr (sizeof(T) == 4) {
 		if (fast) {
@@ -466,15 +469,16 @@ __global__ void __launch_bounds__(ROW_BLOCK(G)) norm_kernel(norm_args a)
 				const int o = off_of<T, G, N>(k, t);
 				T wv[CH], bv[CH];
 				if (w)
-					ld_run<T, CH>(wv, w + base * a.ws, a.ws, rem, o, a.vw, (T)1);
+					ld_run<T, CH>(wv, w + base * a.ws, a.ws, rem, o, a.vw,
+						      (T)1);
 				if (b)
-					ld_run<T, CH>(bv, b + base * a.bs, a.bs, rem, o, a.vb, (T)0);
+					ld_run<T, CH>(bv, b + base * a.bs, a.bs, rem, o, a.vb,
+						      (T)0);
 #pragma unroll
 				for (int e = 0; e < CH; e++)
-					v[k * CH + e] = norm_out<T>(v[k * CH + e], w ? wv[e] : (T)1,
-								    b ? bv[e] : (T)0, w != NULL,
-								    b != NULL, a.fast, m, r, mf, ml,
-								    rf);
+					v[k * CH + e] = norm_out<T>(
+					    v[k * CH + e], w ? wv[e] : (T)1, b ? bv[e] : (T)0,
+					    w != NULL, b != NULL, a.fast, m, r, mf, ml, rf);
 			}
 			if (live)
 				st_row<T, G, N>(yr + base, v, rem, t, a.vo);
@@ -591,12 +595,14 @@ template <int CH, int LANES> __device__ static inline bool lanes_sum(double *aw,
 {
 	__shared__ double sw[LANES][PX * CH], sb[LANES][PX * CH];
 	const int tx = threadIdx.x * CH, ty = threadIdx.y;
+#pragma unroll
 	for (int e = 0; e < CH; e++)
 		sw[ty][tx + e] = aw[e], sb[ty][tx + e] = ab[e];
 	__syncthreads();
 	if (ty != 0)
 		return false;
 	for (int k = 1; k < LANES; k++)
+#pragma unroll
 		for (int e = 0; e < CH; e++)
 			aw[e] += sw[k][tx + e], ab[e] += sb[k][tx + e];
 	return true;
@@ -629,7 +635,10 @@ __global__ void __launch_bounds__(PX *PY)
 	}
 	if (!lanes_sum<CH, PY>(aw, ab))
 		return;
-	for (int e = 0; e < rem; e++) {
+#pragma unroll
+	for (int e = 0; e < CH; e++) {
+		if (e >= rem)
+			break;
 		if (part) {
 			part[blockIdx.y * n + c + e] = aw[e];
 			part[(gridDim.y + blockIdx.y) * (int64_t)n + c + e] = ab[e];
@@ -751,12 +760,12 @@ __global__ void sgd_kernel(T *p, T *b, const T *g, int64_t n, T nlr, T mu, T wd,
 // A kernel family's configurations (G, N, CACHED) by row length: 8 or 16
 // lanes per row up to 128 elements, a warp up to 1024, a block of 128 to
 // 1024 threads up to 16384 (16 elements a thread), chunks of 1024 x 8 beyond.
-#define ROW_CONFIGS(K, T)                                                                   \
-	{                                                                                   \
-		K<T, 8, 4, true>, K<T, 8, 8, true>, K<T, 16, 8, true>, K<T, 32, 8, true>,   \
-		    K<T, 32, 16, true>, K<T, 32, 32, true>, K<T, 128, 16, true>,            \
-		    K<T, 256, 16, true>, K<T, 512, 16, true>, K<T, 1024, 16, true>,         \
-		    K<T, 1024, 8, false>                                                    \
+#define ROW_CONFIGS(K, T)                                                                 \
+	{                                                                                 \
+		K<T, 8, 4, true>, K<T, 8, 8, true>, K<T, 16, 8, true>, K<T, 32, 8, true>, \
+		    K<T, 32, 16, true>, K<T, 32, 32, true>, K<T, 128, 16, true>,          \
+		    K<T, 256, 16, true>, K<T, 512, 16, true>, K<T, 1024, 16, true>,       \
+		    K<T, 1024, 8, false>                                                  \
 	}
 static const int64_t row_max[] = { 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384 };
 static const int row_group[] = { 8, 8, 16, 32, 32, 32, 128, 256, 512, 1024, 1024 };
@@ -868,7 +877,7 @@ extern "C" int cuda_rms_norm(struct tensor *y, struct tensor *rstd, const struct
 	return norm_launch("rms_norm", true, y, NULL, rstd, x, w, NULL, eps);
 }
 
-// dw, db: blocks of 32 column runs by slices of at least 64 rows (a few waves of
+// dw, db: blocks of 32 column runs by slices of at least 256 rows (about a wave of
 // the device in all), partial sums in the scratch buffer when there are
 // several slices.
 template <typename T>
@@ -877,7 +886,7 @@ static int norm_params(const nbw_args &a, struct tensor *dw, struct tensor *db)
 	static const char op[] = "norm_backward";
 	int64_t tiles = (a.n + PX * (16 / sizeof(T)) - 1) / (PX * (16 / sizeof(T)));
 	int64_t want = cuda_blocks(INT64_MAX / 2, PX * PY) / 4 / tiles; // about a wave
-	int64_t most = (a.rows + 63) / 64, slices;
+	int64_t most = (a.rows + 255) / 256, slices;
 	want = want < most ? want : most;
 	want = want < 1 ? 1 : want > 65535 ? 65535 : want;
 	int64_t rps = (a.rows + want - 1) / want;
@@ -913,11 +922,11 @@ extern "C" int cuda_norm_backward(struct tensor *dx, struct tensor *dw, struct t
 	if (rows == 0) { // sums over no rows: zeros, as the CPU
 		int rc = TENSOR_OK;
 		if (dw)
-			rc = cuda_status(cudaMemsetAsync(cuda_ptr(dw), 0, (size_t)n * es, cuda_stream()),
-					 op);
+			rc = cuda_status(
+			    cudaMemsetAsync(cuda_ptr(dw), 0, (size_t)n * es, cuda_stream()), op);
 		if (db && rc == TENSOR_OK)
-			rc = cuda_status(cudaMemsetAsync(cuda_ptr(db), 0, (size_t)n * es, cuda_stream()),
-					 op);
+			rc = cuda_status(
+			    cudaMemsetAsync(cuda_ptr(db), 0, (size_t)n * es, cuda_stream()), op);
 		return rc;
 	}
 	nbw_args a;
@@ -953,8 +962,9 @@ extern "C" int cuda_adamw(struct tensor *p, struct tensor *m, struct tensor *v,
 	if (n == 0)
 		return TENSOR_OK;
 	// as cpu_optim.c's adamw_coef
-	const double c[7] = { 1 - h[1], h[2], 1 - h[2], 1 / sqrt(h[6]), h[3], -h[0] / h[5],
-			      1 - h[0] * h[4] };
+	double c[7];
+	c[0] = 1 - h[1], c[1] = h[2], c[2] = 1 - h[2], c[3] = 1 / sqrt(h[6]);
+	c[4] = h[3], c[5] = -h[0] / h[5], c[6] = 1 - h[0] * h[4];
 	void *pp = cuda_ptr(p), *pm = cuda_ptr(m), *pv = cuda_ptr(v), *pg = cuda_ptr(g);
 	int vec = aligned16(pp) && aligned16(pm) && aligned16(pv) && aligned16(pg);
 	int chunk = p->dtype == TENSOR_F32 ? 4 : 2;
@@ -982,9 +992,11 @@ static void sgd_launch(struct tensor *p, struct tensor *buf, const struct tensor
 	unsigned grid = cuda_blocks(vec ? n / (16 / sizeof(T)) + 1 : n, 256);
 	const T nlr = (T)-h[0], mu = (T)h[1], wd = (T)h[2];
 	if (pb)
-		sgd_kernel<T, true><<<grid, 256, 0, cuda_stream()>>>(pp, pb, pg, n, nlr, mu, wd, vec);
+		sgd_kernel<T, true>
+		    <<<grid, 256, 0, cuda_stream()>>>(pp, pb, pg, n, nlr, mu, wd, vec);
 	else
-		sgd_kernel<T, false><<<grid, 256, 0, cuda_stream()>>>(pp, pb, pg, n, nlr, mu, wd, vec);
+		sgd_kernel<T, false>
+		    <<<grid, 256, 0, cuda_stream()>>>(pp, pb, pg, n, nlr, mu, wd, vec);
 }
 
 extern "C" int cuda_sgd(struct tensor *p, struct tensor *buf, const struct tensor *g,

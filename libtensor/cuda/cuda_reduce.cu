@@ -29,8 +29,8 @@ struct red_geo {
 	int ndim; /* >= 1 */
 	int64_t shape[CUDA_MAX_DIMS];
 	int64_t ost[CUDA_MAX_DIMS], xst[CUDA_MAX_DIMS]; /* strides of out and x */
-	int64_t m;				       /* outputs */
-	int64_t n, sx;				       /* length and stride of the reduced dim */
+	int64_t m;					/* outputs */
+	int64_t n, sx;					/* length and stride of the reduced dim */
 	int64_t chunk; /* elements of the reduced dim per blockIdx.y */
 	int lg_by;     /* log2 of the lanes per output */
 	int small;     /* output indices fit 32 bits */
@@ -174,9 +174,8 @@ __device__ static __forceinline__ void red_store(void *out, int64_t off, const r
 		red_put((T *)out + off, s.v);
 }
 
-/* Fold elements k, k + by, ... below k1 of the run at x (stride sx) into s:
- * batches of U loads issued together (the last one partial), folded in
- * index order, so that a short run costs one memory round trip. */
+/* Fold elements k, k + by, ... below k1 of the run at x (stride sx) into s,
+ * eight loads in flight. */
 template <int OP, typename T, typename V>
 __device__ static __forceinline__ void red_run(red_st<V> &s, const T *x, int64_t sx, int64_t k,
 					       int64_t k1, int by)
@@ -184,17 +183,18 @@ __device__ static __forceinline__ void red_run(red_st<V> &s, const T *x, int64_t
 	const int U = 8;
 	const int64_t step = (int64_t)by * sx;
 	const T *p = x + k * sx;
-	for (; k < k1; k += U * by, p += U * step) {
+	for (; k + (U - 1) * by < k1; k += U * by, p += U * step) {
 		T v[U];
 		const T *q = p;
 #pragma unroll
 		for (int u = 0; u < U; u++, q += step)
-			v[u] = k + u * by < k1 ? *q : T();
+			v[u] = *q;
 #pragma unroll
 		for (int u = 0; u < U; u++)
-			if (k + u * by < k1)
-				red_fold<OP>(s, (V)v[u], k + u * by);
+			red_fold<OP>(s, (V)v[u], k + u * by);
 	}
+	for (; k < k1; k += by, p += step)
+		red_fold<OP>(s, (V)*p, k);
 }
 
 template <typename T> struct alignas(16) red_vec {
@@ -205,24 +205,29 @@ template <typename T> struct alignas(16) red_vec {
  * ty, ty + by, ... of [k0, k1) (x + k0 aligned), then the elements past the
  * last whole vector; each lane still folds in index order. */
 template <int OP, typename T, typename V>
-__device__ static __forceinline__ void red_run_vec(red_st<V> &s, const T *x, int64_t k0,
-						   int64_t k1, int ty, int by)
+__device__ static __forceinline__ void red_run_vec(red_st<V> &s, const T *x, int64_t k0, int64_t k1,
+						   int ty, int by)
 {
 	const int W = 16 / sizeof(T), U = 4;
 	const red_vec<T> *q = (const red_vec<T> *)(x + k0);
 	const int64_t nv = (k1 - k0) / W;
-	for (int64_t i = ty; i < nv; i += U * by) {
+	int64_t i = ty;
+	for (; i + (U - 1) * by < nv; i += U * by) {
 		red_vec<T> v[U];
 #pragma unroll
 		for (int u = 0; u < U; u++)
-			if (i + u * by < nv)
-				v[u] = q[i + u * by];
+			v[u] = q[i + u * by];
 #pragma unroll
 		for (int u = 0; u < U; u++)
-			if (i + u * by < nv)
 #pragma unroll
-				for (int e = 0; e < W; e++)
-					red_fold<OP>(s, (V)v[u].v[e], k0 + (i + u * by) * W + e);
+			for (int e = 0; e < W; e++)
+				red_fold<OP>(s, (V)v[u].v[e], k0 + (i + u * by) * W + e);
+	}
+	for (; i < nv; i += by) {
+		red_vec<T> v = q[i];
+#pragma unroll
+		for (int e = 0; e < W; e++)
+			red_fold<OP>(s, (V)v.v[e], k0 + i * W + e);
 	}
 	for (int64_t k = k0 + nv * W + ty; k < k1; k += by)
 		red_fold<OP>(s, (V)x[k], k);
@@ -232,7 +237,7 @@ __device__ static __forceinline__ void red_run_vec(red_st<V> &s, const T *x, int
  * output's run; KFAST: lanes are the fast thread index. With gridDim.y 1 the
  * results go to out, else the partial states to pv/pi [chunk][output]. */
 template <typename T, int OP, bool KFAST>
-__global__ void __launch_bounds__(RED_THREADS, 3)
+__global__ void __launch_bounds__(RED_THREADS, 4)
     red_kernel(red_geo g, const T *__restrict__ x, void *out, typename red_acc<T>::type *pv,
 	       int64_t *pi)
 {
@@ -397,16 +402,15 @@ static int red_launch(red_geo *g, bool kfast, int64_t splits, void *out, const v
 		int rc = cuda_launched("reduce");
 		if (rc < 0)
 			return rc;
-		red_finish<T, OP>
-		    <<<cuda_blocks(g->m * 32, RED_THREADS), RED_THREADS, 0, st>>>(*g, out, pv, pi,
-										 (int)splits);
+		red_finish<T, OP><<<cuda_blocks(g->m * 32, RED_THREADS), RED_THREADS, 0, st>>>(
+		    *g, out, pv, pi, (int)splits);
 	}
 	return cuda_launched("reduce");
 }
 
 template <typename T>
-static int red_dispatch(enum tensor_reduce_op op, red_geo *g, bool kfast, int64_t splits,
-			void *out, const void *x)
+static int red_dispatch(enum tensor_reduce_op op, red_geo *g, bool kfast, int64_t splits, void *out,
+			const void *x)
 {
 	switch (op) {
 	case TENSOR_RED_SUM: return red_launch<T, TENSOR_RED_SUM>(g, kfast, splits, out, x);
@@ -425,7 +429,7 @@ extern "C" int cuda_reduce(enum tensor_reduce_op op, struct tensor *out, const s
 		return TENSOR_OK;
 	if (n == 0 && op != TENSOR_RED_SUM)
 		return tensor_error(TENSOR_ERR_SHAPE, "reduce: dim %d to reduce is empty", dim);
-	red_geo g;
+	red_geo g = {};
 	red_merge_dims(&g, out, x, dim);
 	g.m = m;
 	g.n = n;
@@ -434,7 +438,7 @@ extern "C" int cuda_reduce(enum tensor_reduce_op op, struct tensor *out, const s
 
 	/* Lanes along the reduced dim when it is contiguous (or steps less than
 	 * adjacent outputs do), else outputs along the threads. A contiguous run
-	 * is read in 16-byte vectors of w elements when every run starts
+	 * is read in 16-byte vectors of vw elements when every run starts
 	 * aligned; nl counts a lane's items (vectors or elements). */
 	int64_t xin = g.xst[g.ndim - 1], w = g.shape[g.ndim - 1];
 	int64_t ax = xin < 0 ? -xin : xin, as = g.sx < 0 ? -g.sx : g.sx;

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""train_cuda.py: the PyTorch side of `train_throughput --device cuda`: training
+tokens/s (forward, cross-entropy, backward, AdamW; steady state after warm-up
+steps) and peak GPU memory of the IMDB classifier (vocab 30522, dim 256,
+4 heads, 4 layers, ff 1024, batch 16; Transformer, Linformer and
+Conv-Linformer, headwise sharing, k = 128, dropout 0) in f32, with MFU
+against the measured f32 matmul rate of the same GPU. PyTorch runs at its
+strongest eager setup: the query, key and value projections as one fused GEMM,
+and each configuration timed with both the explicit softmax attention and
+scaled_dot_product_attention (SDPA), the faster one reported. TF32 is off on
+both sides (torch's default for matmuls; cformer's too). Peak memory is
+torch.cuda.max_memory_allocated: tensor bytes, parameters, gradients and
+AdamW state included, as cformer's allocator peak. Prints a markdown table;
+--csv writes impl,model,n,k,batch,tokens_per_s,step_seconds,peak_bytes,
+flops_per_token,gflops,sgemm_gflops,mfu,attention.
+"""
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib as B  # noqa: E402
+
+HEADER = ["impl", "model", "n", "k", "batch", "tokens_per_s", "step_seconds", "peak_bytes",
+          "flops_per_token", "gflops", "sgemm_gflops", "mfu", "attention"]
+MODELS = ("transformer", "linformer", "conv-linformer")
+
+
+def parse_flags(argv):
+    p = B.Parser(prog="train_cuda.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=B.int_list, default=[512, 2048, 4096], metavar="N1,N2,..",
+                   help="sequence lengths (default 512,2048,4096)")
+    p.add_argument("--k", type=int, default=128, metavar="K", help="projected length (default 128)")
+    p.add_argument("--models", type=B.name_list(MODELS), default=list(MODELS), metavar="M1,M2,..")
+    p.add_argument("--batch", type=B.positive(int), default=16, metavar="B", help="batch (default 16)")
+    p.add_argument("--dim", type=B.positive(int), default=256, metavar="D")
+    p.add_argument("--heads", type=B.positive(int), default=4, metavar="H")
+    p.add_argument("--layers", type=B.positive(int), default=4, metavar="L")
+    p.add_argument("--ff", type=B.positive(int), default=1024, metavar="F")
+    p.add_argument("--vocab", type=B.positive(int), default=30522, metavar="V")
+    p.add_argument("--warmup", type=B.positive(int), default=3, metavar="W")
+    p.add_argument("--reps", type=B.positive(int), default=10, metavar="R")
+    p.add_argument("--sgemm", type=B.positive(int), default=8192, metavar="S",
+                   help="the S^3 f32 matmul timed for the MFU (default 8192)")
+    p.add_argument("--device", default="cuda", help="torch device (default cuda; cpu to try the script)")
+    p.add_argument("--csv", metavar="FILE")
+    return p.parse_args(argv)
+
+
+def fuse_qkv(torch, model):
+    """Replace each layer's q, k, v projections by one [3 dim, dim] GEMM (the same function)."""
+    import models as M
+
+    for layer in model.layers:
+        att = layer.attn
+        d = att.q_proj.in_features
+        qkv = torch.nn.Linear(d, 3 * d).to(att.q_proj.weight.device)
+        with torch.no_grad():
+            qkv.weight.copy_(torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]))
+            qkv.bias.copy_(torch.cat([att.q_proj.bias, att.k_proj.bias, att.v_proj.bias]))
+        att.qkv = qkv
+        del att.q_proj, att.k_proj, att.v_proj
+
+        def forward(x, mask, att=att):
+            b, t, d = x.shape
+            q, k, v = (att._split(y) for y in att.qkv(x).split(d, dim=-1))
+            key_mask = mask
+            if att.kind != "standard":
+                if mask is not None:
+                    keep = mask[:, None, :, None]
+                    k, v = k * keep, v * keep
+                e, f = att._projections()
+                k, v = e(k), f(v)
+                key_mask = att._slot_mask(mask, b, t) if att.kind == "conv" else None
+            o = M._attention(att.cfg, q, k, v, key_mask, att.drop, att.training)
+            return att.out_proj(o.transpose(1, 2).reshape(b, t, d))
+
+        att.forward = forward
+
+
+def sgemm_rate(torch, dev, s):
+    x, y = torch.randn(s, s, device=dev), torch.randn(s, s, device=dev)
+    best = float("inf")
+    for _ in range(6):
+        sync(torch, dev)
+        t0 = time.perf_counter()
+        torch.matmul(x, y)
+        sync(torch, dev)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * s**3 / best / 1e9
+
+
+def sync(torch, dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def train(torch, a, dev, model_name, n, impl):
+    """(step seconds, peak bytes, flops per token) of one configuration."""
+    import models as M
+
+    cfg = M.preset(model_name, a.vocab, n, layers=a.layers, k=min(a.k, n), dim=a.dim, heads=a.heads,
+                   ff_hidden=a.ff, head_hidden=a.dim, dropout=0.0, attn_dropout=0.0, attention_impl=impl)
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    model = M.Classifier(cfg).to(dev).train()
+    fuse_qkv(torch, model)
+    named = list(model.named_parameters())
+    groups = [{"params": [p for nm, p in named if not M.no_decay(nm, p)], "weight_decay": 0.01},
+              {"params": [p for nm, p in named if M.no_decay(nm, p)], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=1e-4, betas=(0.9, 0.999), eps=1e-8,
+                            fused=dev.type == "cuda")
+    ids = torch.randint(1, a.vocab, (a.batch, n), device=dev)
+    labels = torch.randint(0, 2, (a.batch,), device=dev)
+
+    def step():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(ids), labels).backward()
+        opt.step()
+
+    for _ in range(a.warmup):
+        step()
+    sync(torch, dev)
+    t0 = time.perf_counter()
+    for _ in range(a.reps):
+        step()
+    sync(torch, dev)
+    step_s = (time.perf_counter() - t0) / a.reps
+    peak = torch.cuda.max_memory_allocated() if dev.type == "cuda" else -1
+    del model, opt
+    return step_s, peak, 3 * M.forward_flops(cfg, True) / n
+
+
+def main(argv):
+    a = parse_flags(argv)
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = torch.device(a.device)
+    name = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu"
+    sgemm = sgemm_rate(torch, dev, a.sgemm)
+    rows, md = [], []
+    for model_name in a.models:
+        for n in a.n:
+            best = None
+            for impl in ("math", "sdpa"):
+                try:
+                    r = train(torch, a, dev, model_name, n, impl)
+                except torch.cuda.OutOfMemoryError:
+                    print(f"note: {model_name} n {n} {impl}: out of memory", file=sys.stderr)
+                    continue
+                print(f"note: {model_name} n {n} {impl}: {r[0] * 1e3:.2f} ms/step", file=sys.stderr)
+                if best is None or r[0] < best[0][0]:
+                    best = (r, impl)
+            if best is None:
+                continue
+            (step_s, peak, fpt), impl = best
+            tps = a.batch * n / step_s
+            gflops = fpt * tps / 1e9
+            k = "" if model_name == "transformer" else min(a.k, n)
+            rows.append(["pytorch", model_name, n, k, a.batch, f"{tps:.1f}", f"{step_s:.6g}", peak, f"{fpt:.6g}",
+                         f"{gflops:.2f}", f"{sgemm:.2f}", f"{gflops / sgemm:.4f}", impl])
+            md.append([model_name, n, k or "-", a.batch, f"{tps:.0f}", f"{step_s * 1e3:.2f}",
+                       f"{peak / (1 << 20):.1f}" if peak >= 0 else "-", f"{fpt / 1e6:.2f}", f"{gflops:.1f}",
+                       f"{100 * gflops / sgemm:.1f}%", impl])
+    print(f"torch {torch.__version__} on {name}; f32, TF32 off; fused QKV, fused AdamW; "
+          f"sgemm {a.sgemm}^3: {sgemm:.1f} GFLOP/s; dim {a.dim}, heads {a.heads}, layers {a.layers}, "
+          f"ff {a.ff}, vocab {a.vocab}, batch {a.batch}; {a.warmup} warm-up then the mean of {a.reps} steps")
+    print()
+    print(B.markdown(["model", "n", "k", "batch", "tokens/s", "ms/step", "peak MiB", "MFLOP/token (train)",
+                      "GFLOP/s", "MFU", "attention"], md))
+    if a.csv:
+        B.write_csv(a.csv, HEADER, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,30 @@
+#!/bin/sh
+# Build cformer with the CUDA backend in build-cuda/src (programs linked with libtool's
+# -no-install: no wrapper scripts, libcformer.so found in the tree) and pack what a GPU machine without BLIS, Check, cJSON or
+# utf8proc needs into .device/ (git-ignored): the programs of the build tree and the shared
+# libraries they load that are neither glibc's nor CUDA's. scripts/device/run.sh runs them there.
+# Usage: scripts/device/pack.sh   (CUDA_ARCH overrides -gencode=arch=compute_90,code=sm_90)
+set -eu
+cd "$(dirname "$0")/../.."
+arch=${CUDA_ARCH:-"-gencode=arch=compute_90,code=sm_90"}
+jobs=$(nproc 2>/dev/null || echo 2)
+# A copy of the working tree (tracked and untracked files, not the ignored ones), built in place:
+# the checkout here may be configured in place itself, which rules out a VPATH build.
+mkdir -p build-cuda/src
+git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t build-cuda/src
+if [ ! -f build-cuda/src/Makefile ]; then
+	(cd build-cuda/src && autoreconf -fi >/dev/null 2>&1 &&
+		./configure -q --with-cuda --disable-static NVCCFLAGS="-O3 -std=c++17 $arch")
+fi
+make -C build-cuda/src -j"$jobs" LDFLAGS=-no-install all >/dev/null
+make -C build-cuda/src -j"$jobs" LDFLAGS=-no-install check TESTS= >/dev/null # not run
+rm -rf .device
+mkdir -p .device/lib
+progs=$(cd build-cuda/src && find examples bench tests -maxdepth 1 -type f -perm -u+x \
+	! -name '*.sh' ! -name '*.py' | sort)
+(cd build-cuda/src && tar czf ../../.device/build.tar.gz $progs .libs/libcformer.so*)
+# shared libraries a bare CUDA machine lacks
+for p in $progs; do ldd "build-cuda/src/$p"; done | awk '/=> \//{ print $3 }' | sort -u |
+	grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt|libnccl)\.so' |
+	while read -r lib; do cp -L "$lib" .device/lib/; done
+du -sh .device
