@@ -493,10 +493,10 @@ void tensor_mem_trim(void)
 		in_use_peak[c] = in_use[c];
 	}
 	for (int d = 0; d < TENSOR_NDEVICES; d++) {
+		/* a device this process never allocated on is left alone (not even
+		 * initialised) */
 		const struct tensor_backend *be =
-		    tensor_device_available((enum tensor_device)d)
-			? tensor_backend_get((enum tensor_device)d)
-			: NULL;
+		    atomic_load(&stats[d].allocs) ? tensor_backend_get((enum tensor_device)d) : NULL;
 		if (be && be->trim)
 			be->trim();
 	}

@@ -15,6 +15,10 @@
 #define T 16
 #define VOCAB 23
 
+/* The device under test: CUDA, or the CPU itself with CFORMER_PARITY_DEVICE=cpu
+ * (a self-check of these tests on a machine without a GPU). */
+static enum tensor_device dev = TENSOR_CUDA;
+
 struct run {
 	struct model_config c;
 	struct nn_params ps;
@@ -36,13 +40,13 @@ static void config(struct model_config *c, const char *preset)
 	c->position_kernel = strcmp(preset, "conv-linformer:2") ? 0 : 3;
 }
 
-/* A classifier on dev, its batch moved there too (heap tensors). */
+/* A classifier on where, its batch moved there too (heap tensors). */
 static void setup(struct run *r, const char *preset, enum tensor_dtype dt,
-		  enum tensor_device dev)
+		  enum tensor_device where)
 {
 	memset(r, 0, sizeof *r);
 	config(&r->c, preset);
-	ck_assert_int_eq(nn_params_init(&r->ps, dt, dev, 11), TENSOR_OK);
+	ck_assert_int_eq(nn_params_init(&r->ps, dt, where, 11), TENSOR_OK);
 	ck_assert_msg(model_classifier_init(&r->m, &r->ps, &r->c) == TENSOR_OK, "%s",
 		      tensor_last_error());
 	ck_assert_int_eq(nn_params_pack(&r->ps), TENSOR_OK);
@@ -53,9 +57,9 @@ static void setup(struct run *r, const char *preset, enum tensor_dtype dt,
 	struct tensor *ids = rand_ids(B, T, VOCAB, 7), *mask = prefix_mask(B, T, len);
 	struct tensor *lab = tensor_from_data(TENSOR_I64, TENSOR_CPU, 1, (int64_t[]){ B },
 					      (int64_t[]){ 0, 2, 1, 2 });
-	r->ids = tensor_to_device(ids, dev);
-	r->mask = tensor_to_device(mask, dev);
-	r->labels = tensor_to_device(lab, dev);
+	r->ids = tensor_to_device(ids, where);
+	r->mask = tensor_to_device(mask, where);
+	r->labels = tensor_to_device(lab, where);
 	tensor_free(ids);
 	tensor_free(mask);
 	tensor_free(lab);
@@ -84,20 +88,21 @@ static struct tensor *forward_backward(struct run *r)
 	return loss;
 }
 
-/* a (CUDA) within atol + rtol |b| of b (CPU), naming what. */
+/* a (the device) within atol + rtol |b| of b (either device), naming what. */
 static void assert_close(const char *what, const struct tensor *a, const struct tensor *b,
 			 double atol, double rtol)
 {
-	struct tensor *h = tensor_to_device(a, TENSOR_CPU);
-	ck_assert_msg(h != NULL, "%s: %s", what, tensor_last_error());
-	double *x = tu_values(h), *y = tu_values(b);
+	tensor_scope_begin(); /* the host copy leaves nothing behind */
+	struct tensor *h = tensor_to_device(a, TENSOR_CPU), *hb = tensor_to_device(b, TENSOR_CPU);
+	ck_assert_msg(h && hb, "%s: %s", what, tensor_last_error());
+	double *x = tu_values(h), *y = tu_values(hb);
 	for (int64_t i = 0; i < tensor_numel(b); i++)
 		ck_assert_msg(fabs(x[i] - y[i]) <= atol + rtol * fabs(y[i]),
 			      "%s: element %lld: cuda %.12g, cpu %.12g", what, (long long)i, x[i],
 			      y[i]);
 	free(x);
 	free(y);
-	tensor_free(h);
+	tensor_scope_end();
 }
 
 static const char *const presets[] = { "transformer:2", "linformer:2", "conv-linformer:2",
@@ -112,7 +117,7 @@ START_TEST(test_train_parity)
 	double tol = dt == TENSOR_F64 ? 1e-9 : 2e-4;
 	struct run cpu, gpu;
 	setup(&cpu, preset, dt, TENSOR_CPU);
-	setup(&gpu, preset, dt, TENSOR_CUDA);
+	setup(&gpu, preset, dt, dev);
 	ck_assert_int_eq(cpu.ps.n, gpu.ps.n);
 	for (int step = 0; step < 3; step++) {
 		tensor_scope_begin();
@@ -144,7 +149,7 @@ END_TEST
 START_TEST(test_masked_cross_entropy)
 {
 	struct tensor *x = tu_rand(TENSOR_F64, 2, (int64_t[]){ 6, 5 }, 3);
-	struct tensor *gx = tensor_to_device(x, TENSOR_CUDA);
+	struct tensor *gx = tensor_to_device(x, dev);
 	const int64_t sets[2][6] = { { 0, -100, 4, 2, -100, 1 }, { -100, -100, -100, -100, -100,
 								   -100 } };
 	for (int s = 0; s < 2; s++) {
@@ -154,14 +159,16 @@ START_TEST(test_masked_cross_entropy)
 			struct tensor *a = tensor_clone(x), *b = tensor_clone(gx);
 			a->requires_grad = b->requires_grad = true;
 			struct tensor *la = nn_cross_entropy(a, t, -100, 0.2 * smooth);
-			struct tensor *lb =
-			    nn_cross_entropy(b, tensor_to_device(t, TENSOR_CUDA), -100, 0.2 * smooth);
-			ck_assert_msg(la && lb, "%s", tensor_last_error());
-			assert_close("loss", lb, la, 1e-12, 1e-12);
-			ck_assert_int_eq(ag_backward(la, NULL), TENSOR_OK);
-			ck_assert_int_eq(ag_backward(lb, NULL), TENSOR_OK);
-			assert_close("gradient", b->grad, a->grad, 1e-12, 1e-12);
+			ck_assert_msg(la && ag_backward(la, NULL) == TENSOR_OK, "%s",
+				      tensor_last_error());
 			ag_tape_reset();
+			struct tensor *lb =
+			    nn_cross_entropy(b, tensor_to_device(t, dev), -100, 0.2 * smooth);
+			ck_assert_msg(lb && ag_backward(lb, NULL) == TENSOR_OK, "%s",
+				      tensor_last_error());
+			ag_tape_reset();
+			assert_close("loss", lb, la, 1e-12, 1e-12);
+			assert_close("gradient", b->grad, a->grad, 1e-12, 1e-12);
 		}
 	}
 }
@@ -173,18 +180,18 @@ END_TEST
 START_TEST(test_step_no_malloc_no_sync)
 {
 	struct run r;
-	setup(&r, presets[_i], TENSOR_F32, TENSOR_CUDA);
+	setup(&r, presets[_i], TENSOR_F32, dev);
 	struct tensor_mem_stats before = { 0 };
 	for (int step = 0; step < 4; step++) {
 		if (step == 3)
-			before = tensor_mem_stats(TENSOR_CUDA);
+			before = tensor_mem_stats(dev);
 		tensor_scope_begin();
 		forward_backward(&r);
 		ck_assert_int_eq(nn_adamw_step(&r.opt), TENSOR_OK);
 		ag_tape_reset();
 		tensor_scope_end();
 	}
-	struct tensor_mem_stats after = tensor_mem_stats(TENSOR_CUDA);
+	struct tensor_mem_stats after = tensor_mem_stats(dev);
 	ck_assert_msg(after.n_device_allocs == before.n_device_allocs,
 		      "%s: %zu device allocations in a warm step", presets[_i],
 		      after.n_device_allocs - before.n_device_allocs);
@@ -193,7 +200,7 @@ START_TEST(test_step_no_malloc_no_sync)
 	tensor_scope_begin();
 	double loss = tensor_get(forward_backward(&r), NULL);
 	ck_assert(isfinite(loss));
-	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CUDA).n_syncs, after.n_syncs + 1);
+	ck_assert_uint_eq(tensor_mem_stats(dev).n_syncs, after.n_syncs + 1);
 	ag_tape_reset();
 	tensor_scope_end();
 	teardown(&r);
@@ -209,7 +216,7 @@ START_TEST(test_checkpoint_across_devices)
 	ck_assert(fd >= 0);
 	close(fd);
 	struct run gpu, cpu;
-	setup(&gpu, "linformer:2", TENSOR_F32, TENSOR_CUDA);
+	setup(&gpu, "linformer:2", TENSOR_F32, dev);
 	setup(&cpu, "linformer:2", TENSOR_F32, TENSOR_CPU);
 	for (int step = 0; step < 2; step++) {
 		tensor_scope_begin();
@@ -254,52 +261,111 @@ START_TEST(test_checkpoint_across_devices)
 }
 END_TEST
 
+/* The state a training step changes, as heap copies: parameters, AdamW's
+ * moments and step, the dropout stream. */
+struct state {
+	struct tensor *flat, *m, *v;
+	int64_t step;
+	uint64_t rng;
+};
+
+static struct state save_state(const struct run *r)
+{
+	tensor_heap_begin();
+	struct state s = { tensor_clone(r->ps.flat), tensor_clone(r->opt.flat_m),
+			   tensor_clone(r->opt.flat_v), r->opt.step, r->ps.rng_counter };
+	tensor_heap_end();
+	ck_assert(s.flat && s.m && s.v);
+	return s;
+}
+
+static void restore_state(struct run *r, const struct state *s)
+{
+	ck_assert_int_eq(tensor_copy_(r->ps.flat, s->flat), TENSOR_OK);
+	ck_assert_int_eq(tensor_copy_(r->opt.flat_m, s->m), TENSOR_OK);
+	ck_assert_int_eq(tensor_copy_(r->opt.flat_v, s->v), TENSOR_OK);
+	r->opt.step = s->step;
+	r->ps.rng_counter = s->rng;
+}
+
+static void free_state(struct state *s)
+{
+	tensor_free(s->flat);
+	tensor_free(s->m);
+	tensor_free(s->v);
+}
+
+/* One training step in its own scope, the i-th allocation failing (i < 0:
+ * none); whether the failure fired. */
+static int failing_step(struct run *r, int64_t i, bool *fired)
+{
+	tensor_scope_begin();
+	tensor_mem_inject_failure(i);
+	int rc = nn_params_zero_grad(&r->ps);
+	struct tensor *loss =
+	    rc < 0 ? NULL
+		   : nn_cross_entropy(model_classifier_forward(&r->m, r->ids, r->mask), r->labels,
+				      -1, 0);
+	rc = loss ? ag_backward(loss, NULL) : tensor_last_status();
+	if (rc == TENSOR_OK)
+		rc = nn_adamw_step(&r->opt);
+	*fired = i >= 0 && tensor_mem_inject_failure(-1) > i;
+	ag_tape_reset();
+	tensor_scope_end();
+	return rc;
+}
+
 /* Each allocation of a device training step, failing in turn, gives an
- * out-of-memory error, leaves the parameters as they were, and leaks
- * nothing. */
+ * out-of-memory error and leaves the state and the live bytes as they were,
+ * or the step absorbs it and ends as the clean step. */
 START_TEST(test_step_out_of_memory)
 {
 	struct run r;
-	setup(&r, "linformer:2", TENSOR_F32, TENSOR_CUDA);
-	tensor_heap_begin();
-	struct tensor *start = tensor_clone(r.ps.flat);
-	tensor_heap_end();
-	size_t live = tensor_mem_stats(TENSOR_CUDA).live_bytes;
-	int failures = 0;
-	for (int64_t at = 0;; at++) {
-		tensor_scope_begin();
-		tensor_mem_inject_failure(at);
-		int rc = nn_params_zero_grad(&r.ps);
-		struct tensor *loss =
-		    rc < 0 ? NULL
-			   : nn_cross_entropy(model_classifier_forward(&r.m, r.ids, r.mask),
-					      r.labels, -1, 0);
-		rc = loss ? ag_backward(loss, NULL) : tensor_last_status();
-		if (rc == TENSOR_OK)
-			rc = nn_adamw_step(&r.opt);
-		int64_t seen = tensor_mem_inject_failure(-1);
-		ag_tape_reset();
-		tensor_scope_end();
-		if (seen <= at) {
-			ck_assert_int_eq(rc, TENSOR_OK); /* past the last allocation */
-			break;
+	bool fired;
+	setup(&r, "linformer:2", TENSOR_F32, dev);
+	ck_assert_int_eq(failing_step(&r, -1, &fired), TENSOR_OK); /* AdamW's state exists */
+	struct state s = save_state(&r);
+	ck_assert_int_eq(failing_step(&r, -1, &fired), TENSOR_OK);
+	struct state want = save_state(&r);
+	size_t live = tensor_mem_stats(dev).live_bytes;
+	int64_t i, failures = 0;
+	for (i = 0;; i++) {
+		restore_state(&r, &s);
+		int rc = failing_step(&r, i, &fired);
+		if (rc == TENSOR_OK) {
+			tensor_clear_error();
+			assert_close("parameters after the step", r.ps.flat, want.flat, 0, 0);
+			if (!fired)
+				break;
+			continue;
 		}
-		ck_assert_msg(rc == TENSOR_ERR_NOMEM, "allocation %lld: status %d: %s",
-			      (long long)at, rc, tensor_last_error());
+		ck_assert_msg(fired && tensor_last_status() == TENSOR_ERR_NOMEM,
+			      "allocation %lld: status %d: %s", (long long)i, tensor_last_status(),
+			      tensor_last_error());
 		tensor_clear_error();
-		assert_close("parameters after a failed step", r.ps.flat, start, 0, 0);
-		ck_assert_uint_eq(tensor_mem_stats(TENSOR_CUDA).live_bytes, live);
+		ck_assert_uint_eq(tensor_mem_stats(dev).live_bytes, live);
+		assert_close("parameters after a failed step", r.ps.flat, s.flat, 0, 0);
+		assert_close("moments after a failed step", r.opt.flat_v, s.v, 0, 0);
+		ck_assert_int_eq(r.opt.step, s.step);
 		failures++;
 	}
-	ck_assert_int_gt(failures, 50);
-	tensor_free(start);
+	ck_assert_msg(failures > 50, "%lld of %lld allocations failed the step",
+		      (long long)failures, (long long)i);
+	printf("%s training step: %lld allocations, each failing in turn: %lld errors\n",
+	       tensor_device_name(dev), (long long)i, (long long)failures);
+	free_state(&s);
+	free_state(&want);
 	teardown(&r);
 }
 END_TEST
 
 int main(void)
 {
-	if (!tensor_device_available(TENSOR_CUDA)) {
+	const char *self = getenv("CFORMER_PARITY_DEVICE");
+	if (self && !strcmp(self, "cpu")) {
+		dev = TENSOR_CPU;
+		printf("test_cuda_models: the CPU against itself (CFORMER_PARITY_DEVICE=cpu)\n");
+	} else if (!tensor_device_available(TENSOR_CUDA)) {
 		printf("test_cuda_models: SKIP: %s\n",
 #ifdef CFORMER_HAVE_CUDA
 		       "no CUDA device is present"
@@ -315,7 +381,8 @@ int main(void)
 	int np = (int)(sizeof presets / sizeof presets[0]);
 	tcase_add_loop_test(tc, test_train_parity, 0, 2 * np);
 	tcase_add_test(tc, test_masked_cross_entropy);
-	tcase_add_loop_test(tc, test_step_no_malloc_no_sync, 0, np);
+	if (dev == TENSOR_CUDA)
+		tcase_add_loop_test(tc, test_step_no_malloc_no_sync, 0, np);
 	tcase_add_test(tc, test_checkpoint_across_devices);
 	tcase_add_test(tc, test_step_out_of_memory);
 	suite_add_tcase(s, tc);

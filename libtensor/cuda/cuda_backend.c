@@ -22,8 +22,7 @@ static void probe(void)
 {
 	int n = 0;
 	present = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-	if (present && cudaStreamCreate(&stream) != cudaSuccess)
-		stream = NULL;
+	cudaGetLastError();
 }
 
 bool tensor_cuda_present(void)
@@ -33,9 +32,18 @@ bool tensor_cuda_present(void)
 	return present;
 }
 
+static void create_stream(void)
+{
+	if (cudaStreamCreate(&stream) != cudaSuccess) {
+		cudaGetLastError();
+		stream = NULL;
+	}
+}
+
 cudaStream_t cuda_stream(void)
 {
-	tensor_cuda_present();
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, create_stream);
 	return stream;
 }
 
@@ -134,39 +142,43 @@ static int sync_stream(const char *op)
 
 /* Freed allocations are kept per size for the next request of that size (the
  * arena asks for few distinct sizes: its blocks come in size classes, small
- * heap tensors are rounded up here to a power of two), so a steady state calls
- * neither cudaMalloc nor cudaFree (which waits for the whole device). */
-#define POOL_SMALL (64u << 10)
+ * heap tensors are rounded up here to a power of two, 512 B to 64 KiB), so a
+ * steady state calls neither cudaMalloc nor cudaFree (which waits for the
+ * whole device). One list per small class, one for the larger sizes. */
+#define POOL_MIN_LOG 9
+#define POOL_LISTS 9 /* 512 B .. 64 KiB, then the rest */
 
 struct pool_entry {
 	struct pool_entry *next;
 	void *ptr;
 	size_t size;
 };
-static struct pool_entry *pool;
-static size_t pool_bytes;
+static struct pool_entry *pool[POOL_LISTS];
 
-static size_t pool_size(size_t n)
+/* The size an allocation of n bytes takes, and its list. */
+static size_t pool_size(size_t n, int *list)
 {
-	if (n > POOL_SMALL)
-		return n;
-	size_t s = 512;
-	while (s < n)
+	size_t s = (size_t)1 << POOL_MIN_LOG;
+	int l = 0;
+	while (s < n && l < POOL_LISTS - 1) {
 		s <<= 1;
-	return s;
+		l++;
+	}
+	*list = l;
+	return s >= n ? s : n;
 }
 
 static void cuda_trim(void);
 
 static void *cuda_alloc(size_t n)
 {
-	size_t size = pool_size(n);
+	int l;
+	size_t size = pool_size(n, &l);
 	pthread_mutex_lock(&lock);
-	for (struct pool_entry **pp = &pool; *pp; pp = &(*pp)->next) {
+	for (struct pool_entry **pp = &pool[l]; *pp; pp = &(*pp)->next) {
 		if ((*pp)->size == size) {
 			struct pool_entry *e = *pp;
 			*pp = e->next;
-			pool_bytes -= size;
 			pthread_mutex_unlock(&lock);
 			void *p = e->ptr;
 			free(e);
@@ -199,28 +211,29 @@ static void cuda_free(void *p, size_t n)
 		}
 		return;
 	}
+	int l;
 	e->ptr = p;
-	e->size = pool_size(n);
+	e->size = pool_size(n, &l);
 	pthread_mutex_lock(&lock);
-	e->next = pool;
-	pool = e;
-	pool_bytes += e->size;
+	e->next = pool[l];
+	pool[l] = e;
 	pthread_mutex_unlock(&lock);
 }
 
 static void cuda_trim(void)
 {
-	pthread_mutex_lock(&lock);
-	struct pool_entry *e = pool;
-	pool = NULL;
-	pool_bytes = 0;
-	pthread_mutex_unlock(&lock);
-	while (e) {
-		struct pool_entry *next = e->next;
-		atomic_fetch_add(&n_mallocs, 1);
-		cudaFree(e->ptr);
-		free(e);
-		e = next;
+	for (int l = 0; l < POOL_LISTS; l++) {
+		pthread_mutex_lock(&lock);
+		struct pool_entry *e = pool[l];
+		pool[l] = NULL;
+		pthread_mutex_unlock(&lock);
+		while (e) {
+			struct pool_entry *next = e->next;
+			atomic_fetch_add(&n_mallocs, 1);
+			cudaFree(e->ptr);
+			free(e);
+			e = next;
+		}
 	}
 }
 
@@ -369,18 +382,60 @@ static void cuda_describe(char *buf, size_t len)
 
 /* ---- fills, copies, random numbers, dropout --------------------------------- */
 
+/* Drop the size-1 dims of the n operands (of one shape) and merge each dim
+ * into the previous one where every operand steps through the two as one, so
+ * that the kernels compute fewer offsets (a contiguous tensor becomes 1-d). */
+static void geom_merge(struct cuda_geom *g, int n)
+{
+	int nd = 0, ndim = g[0].ndim;
+	int64_t shape[CUDA_MAX_DIMS];
+	for (int d = 0; d < ndim; d++) {
+		int64_t s = g[0].shape[d];
+		if (s == 1)
+			continue;
+		bool merge = nd > 0;
+		for (int k = 0; k < n && merge; k++)
+			merge = g[k].strides[nd - 1] == g[k].strides[d] * s;
+		if (merge) {
+			shape[nd - 1] *= s;
+			for (int k = 0; k < n; k++)
+				g[k].strides[nd - 1] = g[k].strides[d];
+			continue;
+		}
+		shape[nd] = s;
+		for (int k = 0; k < n; k++)
+			g[k].strides[nd] = g[k].strides[d];
+		nd++;
+	}
+	for (int k = 0; k < n; k++) {
+		g[k].ndim = nd;
+		for (int d = 0; d < nd; d++)
+			g[k].shape[d] = shape[d];
+	}
+}
+
 static int cuda_copy(struct tensor *dst, const struct tensor *src)
 {
 	int64_t n = tensor_numel(dst);
-	return n ? cuda_status(cuda_launch_copy(cuda_geom_of(dst), cuda_geom_of(src), n), "copy")
-		 : TENSOR_OK;
+	if (!n)
+		return TENSOR_OK;
+	if (dst->dtype == src->dtype && tensor_is_contiguous(dst) && tensor_is_contiguous(src))
+		return cuda_status(cudaMemcpyAsync(cuda_ptr(dst), cuda_ptr(src), tensor_nbytes(dst),
+						   cudaMemcpyDeviceToDevice, cuda_stream()),
+				   "copy");
+	struct cuda_geom g[2] = { cuda_geom_of(dst), cuda_geom_of(src) };
+	geom_merge(g, 2);
+	return cuda_status(cuda_launch_copy(g[0], g[1], n), "copy");
 }
 
 static int cuda_fill(struct tensor *dst, double value)
 {
 	int64_t n = tensor_numel(dst);
-	return n ? cuda_status(cuda_launch_fill(cuda_geom_of(dst), n, value, 0.0), "fill")
-		 : TENSOR_OK;
+	if (!n)
+		return TENSOR_OK;
+	struct cuda_geom g = cuda_geom_of(dst);
+	geom_merge(&g, 1);
+	return cuda_status(cuda_launch_fill(g, n, value, 0.0), "fill");
 }
 
 static int cuda_arange(struct tensor *dst, double start, double step)
