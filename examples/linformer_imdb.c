@@ -24,7 +24,7 @@
 static const char PROG[] = "linformer_imdb";
 static const char *const CSV_COLS[] = { "step", "epoch",	"split",     "loss",   "accuracy",
 					"lr",	"tokens_per_s", "elapsed_s", "peak_mb" };
-enum { NCSV = sizeof CSV_COLS / sizeof CSV_COLS[0] };
+enum { NCSV = sizeof CSV_COLS / sizeof CSV_COLS[0], CSV_ELAPSED = 7 };
 
 /* ---- model configuration ------------------------------------------------------------------ */
 
@@ -381,79 +381,82 @@ static void save_averages(struct run *r, const char *path, const struct nn_adamw
 	swap_ema(r);
 }
 
-/* last.safetensors (with --ema also last-ema.safetensors, the averages) and the training
- * state last.json (step, best, flags); or best.safetensors (with --ema the averages). */
+/* The run state saved inside last.safetensors: what --resume needs beside the weights, the
+ * optimizer and the moving average (NULL if out of memory). */
+static char *run_json(const struct run *r, int64_t step)
+{
+	char *fl = flags_to_json(flags, NFLAGS, RESUME_FREE); /* the same bytes after a resume */
+	cJSON *o = cJSON_CreateObject();
+	cJSON *f = fl ? cJSON_Parse(fl) : NULL;
+	char *text = NULL;
+	if (o && f && cJSON_AddNumberToObject(o, "step", (double)step) &&
+	    cJSON_AddNumberToObject(o, "best_val_acc", r->best_val) &&
+	    cJSON_AddNumberToObject(o, "best_epoch", (double)r->best_epoch) &&
+	    cJSON_AddItemToObject(o, "flags", f))
+		text = cJSON_PrintUnformatted(o);
+	else
+		cJSON_Delete(f);
+	cJSON_Delete(o);
+	free(fl);
+	return text;
+}
+
+/* last.safetensors: the whole run state in one file (weights, AdamW, with --ema the moving
+ * average, the run state), so a run killed at any moment resumes from a complete state; with
+ * --ema then last-ema.safetensors, the averages as weights to evaluate (never read by
+ * --resume). Or best.safetensors (with --ema the averages). */
 static void save(struct run *r, const char *name, int64_t step)
 {
-	char path[1100], err[1200];
+	char path[1100];
 	path_in(path, sizeof path, r->ckpt_dir, name);
 	if (strcmp(name, "last.safetensors")) {
 		save_averages(r, path, &r->adamw, step);
 		return;
 	}
-	if (nn_checkpoint_save(path, &r->ps, &r->adamw, r->cfg_json, step) < 0)
+	char *run = run_json(r, step);
+	if (!run)
+		tensor_error(TENSOR_ERR_NOMEM, "out of memory for the run state");
+	if (!run || nn_checkpoint_save_run(path, &r->ps, &r->adamw, opt.ema > 0 ? &r->ema : NULL,
+					   r->cfg_json, run, step) < 0)
 		train_die(PROG, "saving a checkpoint");
+	cJSON_free(run);
 	if (opt.ema > 0) {
 		path_in(path, sizeof path, r->ckpt_dir, "last-ema.safetensors");
 		save_averages(r, path, NULL, step);
 	}
-	char *fl = flags_to_json(flags, NFLAGS);
-	cJSON *o = cJSON_CreateObject();
-	cJSON_AddNumberToObject(o, "step", (double)step);
-	cJSON_AddNumberToObject(o, "best_val_acc", r->best_val);
-	cJSON_AddNumberToObject(o, "best_epoch", (double)r->best_epoch);
-	cJSON_AddNumberToObject(o, "elapsed_s", elapsed(r));
-	cJSON_AddItemToObject(o, "flags", cJSON_Parse(fl));
-	char *text = cJSON_Print(o);
-	path_in(path, sizeof path, r->ckpt_dir, "last.json");
-	if (!text || train_write_file(path, text, err, sizeof err) < 0)
-		flags_fail(PROG, NULL, "%s", text ? err : "out of memory");
-	free(fl);
-	cJSON_free(text);
-	cJSON_Delete(o);
 }
 
-/* --resume: the state of last.json, the checkpoint's weights, optimizer and random stream. */
+/* --resume: weights, optimizer, moving average, random stream and run state, all from
+ * last.safetensors; the elapsed time from the log's last row. */
 static int64_t resume(struct run *r)
 {
 	char path[1100], err[1200];
-	path_in(path, sizeof path, r->ckpt_dir, "last.json");
-	char *text = train_read_file(path);
-	if (!text)
-		flags_fail(PROG, "resume", "cannot read %s: %s", path, strerror(errno));
-	cJSON *o = cJSON_Parse(text);
+	path_in(path, sizeof path, r->ckpt_dir, "last.safetensors");
+	if (access(path, F_OK) != 0)
+		flags_fail(PROG, "resume",
+			   "%s: no saved state (the run stopped before its first checkpoint: start it "
+			   "again without --resume)",
+			   path);
+	char *text = NULL;
+	int64_t step;
+	if (nn_checkpoint_load_run(path, &r->ps, &r->adamw, opt.ema > 0 ? &r->ema : NULL, &text,
+				   &step) < 0)
+		train_die(PROG, "resuming");
+	cJSON *o = text ? cJSON_Parse(text) : NULL;
 	const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step");
 	const cJSON *bv = cJSON_GetObjectItemCaseSensitive(o, "best_val_acc");
 	const cJSON *be = cJSON_GetObjectItemCaseSensitive(o, "best_epoch");
-	const cJSON *el = cJSON_GetObjectItemCaseSensitive(o, "elapsed_s");
 	char *fl = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(o, "flags"));
-	if (!cJSON_IsNumber(st) || !cJSON_IsNumber(bv) || !cJSON_IsNumber(be) ||
-	    !cJSON_IsNumber(el) || !fl)
-		flags_fail(PROG, "resume", "%s is not a training state file", path);
+	if (!cJSON_IsNumber(st) || !cJSON_IsNumber(bv) || !cJSON_IsNumber(be) || !fl ||
+	    st->valuedouble != (double)step || !(be->valuedouble >= 0 && be->valuedouble <= 1e12))
+		flags_fail(PROG, "resume",
+			   "%s holds no training state of %s (saved by a run with --checkpoint-dir "
+			   "at an epoch's end or when stopped)",
+			   path, PROG);
 	if (flags_compare_json(flags, NFLAGS, fl, RESUME_FREE, err, sizeof err) < 0)
 		flags_fail(PROG, "resume", "%s: %s (resume with the same settings)", path, err);
-	int64_t step;
-	path_in(path, sizeof path, r->ckpt_dir, "last.safetensors");
-	if (nn_checkpoint_load(path, &r->ps, &r->adamw, &step) < 0)
-		train_die(PROG, "resuming");
-	if (step != (int64_t)st->valuedouble)
-		flags_fail(PROG, "resume", "%s is at step %lld but last.json at step %.0f", path,
-			   (long long)step, st->valuedouble);
-	if (opt.ema > 0) {
-		int64_t ema_step;
-		path_in(path, sizeof path, r->ckpt_dir, "last-ema.safetensors");
-		swap_ema(r);
-		if (nn_checkpoint_load(path, &r->ps, NULL, &ema_step) < 0)
-			train_die(PROG, "resuming");
-		swap_ema(r);
-		if (ema_step != step)
-			flags_fail(PROG, "resume", "%s is at step %lld but last.json at step %lld",
-				   path, (long long)ema_step, (long long)step);
-		r->ema.updates = step;
-	}
 	r->best_val = bv->valuedouble;
 	r->best_epoch = (int64_t)be->valuedouble;
-	r->elapsed0 = el->valuedouble;
 	cJSON_free(fl);
 	cJSON_Delete(o);
 	free(text);
@@ -571,7 +574,9 @@ static int64_t setup(struct run *r)
 	r->best_val = -1;
 	int64_t step = opt.resume ? resume(r) : 0;
 	path_in(path, sizeof path, r->log_dir, "metrics.csv");
-	if ((opt.resume && csvlog_drop_after(path, (long long)step, err, sizeof err) < 0) ||
+	/* the elapsed time goes on from the last row kept */
+	if ((opt.resume && csvlog_drop_after(path, (long long)step, CSV_ELAPSED, &r->elapsed0, err,
+					     sizeof err) < 0) ||
 	    csvlog_open(&r->csv, path, CSV_COLS, NCSV, opt.resume, err, sizeof err) < 0 ||
 	    tb_open(&r->tb, r->log_dir, err, sizeof err) < 0)
 		flags_fail(PROG, "log-dir", "%s", err);
@@ -869,6 +874,7 @@ int main(int argc, char **argv)
 	if (opt.threads)
 		tensor_set_num_threads((int)opt.threads);
 	train_set_device(PROG, opt.device);
+	train_crash_hook_install();
 	if (predicting)
 		return run_predict();
 	if (opt.eval_only)

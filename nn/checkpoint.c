@@ -24,20 +24,13 @@
 #error "nn/checkpoint.c supports little-endian hosts only (safetensors data is little-endian)"
 #endif
 
-#define META "__metadata__"
-#define OPT_PREFIX "optimizer."
-#define OPT_M "optimizer.m."
-#define OPT_V "optimizer.v."
 #define MAX_EXACT 9007199254740992.0 /* 2^53: larger JSON numbers are not exact in cJSON */
 
-static const char *const st_dtype[TENSOR_NDTYPES] = {
+const char *const nn_ckpt_dtype_name[TENSOR_NDTYPES] = {
 	[TENSOR_F32] = "F32", [TENSOR_F64] = "F64", [TENSOR_I32] = "I32", [TENSOR_I64] = "I64"
 };
 
-/* Record "op: file: message" (first error wins, as everywhere). */
-static int fail(int status, const char *op, const char *file, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(int status, const char *op, const char *file, const char *fmt, ...)
+int nn_ckpt_fail(int status, const char *op, const char *file, const char *fmt, ...)
 {
 	char msg[768];
 	va_list ap;
@@ -175,16 +168,16 @@ static int cmp_entry_offset(const void *a, const void *b)
 static int parse_meta(const char *op, const char *file, const cJSON *m)
 {
 	if (!cJSON_IsObject(m))
-		return fail(TENSOR_ERR_IO, op, file, "__metadata__ is not a JSON object");
+		return nn_ckpt_fail(TENSOR_ERR_IO, op, file, "__metadata__ is not a JSON object");
 	int n = cJSON_GetArraySize(m);
 	const char **keys = tensor_host_malloc(sizeof *keys * (size_t)(n ? n : 1));
 	if (!keys)
-		return fail(TENSOR_ERR_NOMEM, op, file, "out of memory");
+		return nn_ckpt_fail(TENSOR_ERR_NOMEM, op, file, "out of memory");
 	int k = 0, rc = TENSOR_OK;
 	for (const cJSON *c = m->child; c; c = c->next) {
 		keys[k++] = c->string;
 		if (!cJSON_IsString(c)) {
-			rc = fail(
+			rc = nn_ckpt_fail(
 			    TENSOR_ERR_IO, op, file,
 			    "__metadata__ value of '%.200s' is not a string (metadata must map "
 			    "strings to strings)",
@@ -195,7 +188,7 @@ static int parse_meta(const char *op, const char *file, const cJSON *m)
 	qsort(keys, (size_t)k, sizeof *keys, cmp_str);
 	for (int i = 1; rc == TENSOR_OK && i < k; i++)
 		if (strcmp(keys[i - 1], keys[i]) == 0)
-			rc = fail(TENSOR_ERR_IO, op, file,
+			rc = nn_ckpt_fail(TENSOR_ERR_IO, op, file,
 				  "__metadata__ key '%.200s' appears twice", keys[i]);
 	free(keys);
 	return rc;
@@ -208,7 +201,7 @@ static int parse_entry(const char *op, const char *file, const cJSON *c, uint64_
 	const char *nm = c->string;
 	e->name = nm;
 	if (!cJSON_IsObject(c))
-		return fail(TENSOR_ERR_IO, op, file,
+		return nn_ckpt_fail(TENSOR_ERR_IO, op, file,
 			    "tensor '%.200s' is not an object with dtype, shape and data_offsets",
 			    nm);
 	const cJSON *dt = NULL, *sh = NULL, *off = NULL;
@@ -218,37 +211,37 @@ static int parse_entry(const char *op, const char *file, const cJSON *c, uint64_
 				     : strcmp(k->string, "data_offsets") == 0 ? &off
 									      : NULL;
 		if (!slot)
-			return fail(
+			return nn_ckpt_fail(
 			    TENSOR_ERR_IO, op, file,
 			    "tensor '%.200s' has an unexpected key '%.100s' (expected dtype, "
 			    "shape, data_offsets)",
 			    nm, k->string);
 		if (*slot)
-			return fail(TENSOR_ERR_IO, op, file, "tensor '%.200s' has '%s' twice", nm,
+			return nn_ckpt_fail(TENSOR_ERR_IO, op, file, "tensor '%.200s' has '%s' twice", nm,
 				    k->string);
 		*slot = k;
 	}
 	if (!dt || !sh || !off)
-		return fail(TENSOR_ERR_IO, op, file, "tensor '%.200s' lacks '%s'", nm,
+		return nn_ckpt_fail(TENSOR_ERR_IO, op, file, "tensor '%.200s' lacks '%s'", nm,
 			    !dt	  ? "dtype"
 			    : !sh ? "shape"
 				  : "data_offsets");
 	if (!cJSON_IsString(dt))
-		return fail(TENSOR_ERR_IO, op, file, "tensor '%.200s': dtype is not a string", nm);
+		return nn_ckpt_fail(TENSOR_ERR_IO, op, file, "tensor '%.200s': dtype is not a string", nm);
 	int d = 0;
-	while (d < TENSOR_NDTYPES && strcmp(dt->valuestring, st_dtype[d]) != 0)
+	while (d < TENSOR_NDTYPES && strcmp(dt->valuestring, nn_ckpt_dtype_name[d]) != 0)
 		d++;
 	if (d == TENSOR_NDTYPES)
-		return fail(TENSOR_ERR_IO, op, file,
+		return nn_ckpt_fail(TENSOR_ERR_IO, op, file,
 			    "tensor '%.200s': unsupported dtype '%.20s' (expected F32, F64, I32 or "
 			    "I64)",
 			    nm, dt->valuestring);
 	e->dtype = (enum tensor_dtype)d;
 	if (!cJSON_IsArray(sh))
-		return fail(TENSOR_ERR_IO, op, file, "tensor '%.200s': shape is not an array", nm);
+		return nn_ckpt_fail(TENSOR_ERR_IO, op, file, "tensor '%.200s': shape is not an array", nm);
 	int nd = cJSON_GetArraySize(sh);
 	if (nd > TENSOR_MAX_DIMS)
-		return fail(TENSOR_ERR_IO, op, file,
+		return nn_ckpt_fail(TENSOR_ERR_IO, op, file,
 			    "tensor '%.200s': shape has %d dims, at most %d supported", nm, nd,
 			    TENSOR_MAX_DIMS);
 	e->ndim = nd;
@@ -258,7 +251,7 @@ static int parse_entry(const char *op, const char *file, const cJSON *c, uint64_
 	for (const cJSON *x = sh->child; x; x = x->next, i++) {
 		uint64_t v;
 		if (!json_uint(x, &v))
-			return fail(TENSOR_ERR_IO, op, file,
+			return nn_ckpt_fail(TENSOR_ERR_IO, op, file,
 				    "tensor '%.200s': shape entry %d is not a non-negative integer "
 				    "(< 2^53)",
 				    nm, i);
@@ -275,30 +268,30 @@ static int parse_entry(const char *op, const char *file, const cJSON *c, uint64_
 	uint64_t o[2];
 	if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 || !json_uint(off->child, &o[0]) ||
 	    !json_uint(off->child->next, &o[1]))
-		return fail(TENSOR_ERR_IO, op, file,
+		return nn_ckpt_fail(TENSOR_ERR_IO, op, file,
 			    "tensor '%.200s': data_offsets is not [begin, end] of two non-negative "
 			    "integers",
 			    nm);
 	e->begin = o[0];
 	e->end = o[1];
 	if (o[1] < o[0])
-		return fail(TENSOR_ERR_IO, op, file,
+		return nn_ckpt_fail(TENSOR_ERR_IO, op, file,
 			    "tensor '%.200s': data_offsets [%" PRIu64 ",%" PRIu64
 			    "] end before they "
 			    "begin",
 			    nm, o[0], o[1]);
 	if (o[1] > data_len)
-		return fail(TENSOR_ERR_IO, op, file,
+		return nn_ckpt_fail(TENSOR_ERR_IO, op, file,
 			    "tensor '%.200s': data_offsets [%" PRIu64 ",%" PRIu64
 			    "] lie beyond the "
 			    "%" PRIu64 " bytes of data (truncated file?)",
 			    nm, o[0], o[1], data_len);
 	char sb[128];
 	if (big || o[1] - o[0] != nbytes)
-		return fail(TENSOR_ERR_IO, op, file,
+		return nn_ckpt_fail(TENSOR_ERR_IO, op, file,
 			    "tensor '%.200s': shape %s of %s needs %s%" PRIu64 " bytes but "
 			    "data_offsets [%" PRIu64 ",%" PRIu64 "] hold %" PRIu64,
-			    nm, shape_str(e->ndim, e->shape, sb), st_dtype[e->dtype],
+			    nm, shape_str(e->ndim, e->shape, sb), nn_ckpt_dtype_name[e->dtype],
 			    big ? "more than " : "", big ? data_len : nbytes, o[0], o[1],
 			    o[1] - o[0]);
 	return TENSOR_OK;
@@ -309,7 +302,7 @@ static int check_coverage(const char *op, const char *file, struct header *h)
 {
 	const struct entry **by = tensor_host_malloc(sizeof *by * (size_t)(h->n ? h->n : 1));
 	if (!by)
-		return fail(TENSOR_ERR_NOMEM, op, file, "out of memory");
+		return nn_ckpt_fail(TENSOR_ERR_NOMEM, op, file, "out of memory");
 	for (int i = 0; i < h->n; i++)
 		by[i] = &h->e[i];
 	qsort(by, (size_t)h->n, sizeof *by, cmp_entry_offset);
@@ -318,13 +311,13 @@ static int check_coverage(const char *op, const char *file, struct header *h)
 	for (int i = 0; rc == TENSOR_OK && i < h->n; i++) {
 		const struct entry *e = by[i];
 		if (e->begin < pos)
-			rc = fail(TENSOR_ERR_IO, op, file,
+			rc = nn_ckpt_fail(TENSOR_ERR_IO, op, file,
 				  "tensors '%.200s' [%" PRIu64 ",%" PRIu64
 				  ") and '%.200s' [%" PRIu64 ",%" PRIu64 ") overlap",
 				  by[i - 1]->name, by[i - 1]->begin, by[i - 1]->end, e->name,
 				  e->begin, e->end);
 		else if (e->begin > pos)
-			rc = fail(TENSOR_ERR_IO, op, file,
+			rc = nn_ckpt_fail(TENSOR_ERR_IO, op, file,
 				  "no tensor covers data bytes [%" PRIu64 ",%" PRIu64
 				  ") (gap before "
 				  "'%.200s')",
@@ -333,7 +326,7 @@ static int check_coverage(const char *op, const char *file, struct header *h)
 	}
 	free(by);
 	if (rc == TENSOR_OK && pos != h->data_len)
-		rc = fail(TENSOR_ERR_IO, op, file,
+		rc = nn_ckpt_fail(TENSOR_ERR_IO, op, file,
 			  "%" PRIu64
 			  " bytes of data follow the last tensor (the header declares %" PRIu64
 			  " of %" PRIu64 ")",
@@ -348,36 +341,36 @@ static int parse_header(const char *op, const char *file, const uint8_t *buf, si
 {
 	*h = (struct header){ 0 };
 	if (file_len < 8)
-		return fail(TENSOR_ERR_IO, op, file,
+		return nn_ckpt_fail(TENSOR_ERR_IO, op, file,
 			    "%" PRIu64 " bytes are too short for the 8-byte header size (truncated "
 			    "file?)",
 			    file_len);
 	uint64_t n = le64(buf);
 	if (n > NN_CHECKPOINT_HEADER_MAX)
-		return fail(TENSOR_ERR_IO, op, file,
+		return nn_ckpt_fail(TENSOR_ERR_IO, op, file,
 			    "header size %" PRIu64 " exceeds the limit of %llu bytes", n,
 			    NN_CHECKPOINT_HEADER_MAX);
 	if (n > file_len - 8)
-		return fail(TENSOR_ERR_IO, op, file,
+		return nn_ckpt_fail(TENSOR_ERR_IO, op, file,
 			    "header size %" PRIu64 " exceeds the %" PRIu64 " bytes after the size "
 			    "field (truncated file?)",
 			    n, file_len - 8);
 	if (avail < 8 + n)
-		return fail(TENSOR_ERR_IO, op, file, "header not read in full");
+		return nn_ckpt_fail(TENSOR_ERR_IO, op, file, "header not read in full");
 	const char *text = (const char *)buf + 8;
 	size_t bad = utf8_check(buf + 8, (size_t)n);
 	if (bad < n)
-		return fail(TENSOR_ERR_IO, op, file, "header byte %zu is %s, expected UTF-8 JSON",
+		return nn_ckpt_fail(TENSOR_ERR_IO, op, file, "header byte %zu is %s, expected UTF-8 JSON",
 			    bad, buf[8 + bad] ? "not valid UTF-8" : "a NUL");
 	if ((bad = escaped_nul(text, (size_t)n)) < n)
-		return fail(
+		return nn_ckpt_fail(
 		    TENSOR_ERR_IO, op, file,
 		    "header has an escaped NUL (\\u0000) at byte %zu, which cformer does not "
 		    "accept in names or metadata",
 		    bad);
 	char *s = tensor_host_malloc((size_t)n + 1);
 	if (!s)
-		return fail(TENSOR_ERR_NOMEM, op, file, "no memory for a %" PRIu64 "-byte header",
+		return nn_ckpt_fail(TENSOR_ERR_NOMEM, op, file, "no memory for a %" PRIu64 "-byte header",
 			    n);
 	memcpy(s, text, (size_t)n);
 	s[n] = '\0';
@@ -389,16 +382,16 @@ static int parse_header(const char *op, const char *file, const uint8_t *buf, si
 			at++;
 	free(s);
 	if (!h->root)
-		return fail(TENSOR_ERR_IO, op, file,
+		return nn_ckpt_fail(TENSOR_ERR_IO, op, file,
 			    "header is not valid JSON (error near byte %zu)", at);
 	if (at < n) {
 		header_free(h);
-		return fail(TENSOR_ERR_IO, op, file,
+		return nn_ckpt_fail(TENSOR_ERR_IO, op, file,
 			    "header has non-whitespace bytes after the JSON object (at byte %zu)",
 			    at);
 	}
 	if (!cJSON_IsObject(h->root) || text[0] != '{') {
-		int rc = fail(TENSOR_ERR_IO, op, file, "%s",
+		int rc = nn_ckpt_fail(TENSOR_ERR_IO, op, file, "%s",
 			      cJSON_IsObject(h->root) ? "header must begin with '{'"
 						      : "header is not a JSON object");
 		header_free(h);
@@ -410,12 +403,12 @@ static int parse_header(const char *op, const char *file, const uint8_t *buf, si
 	h->e = tensor_host_calloc((size_t)(count ? count : 1), sizeof *h->e);
 	if (!h->e) {
 		header_free(h);
-		return fail(TENSOR_ERR_NOMEM, op, file, "out of memory");
+		return nn_ckpt_fail(TENSOR_ERR_NOMEM, op, file, "out of memory");
 	}
 	for (const cJSON *c = h->root->child; rc == TENSOR_OK && c; c = c->next) {
-		if (strcmp(c->string, META) == 0) {
+		if (strcmp(c->string, CKPT_META) == 0) {
 			if (h->meta)
-				rc = fail(TENSOR_ERR_IO, op, file, "__metadata__ appears twice");
+				rc = nn_ckpt_fail(TENSOR_ERR_IO, op, file, "__metadata__ appears twice");
 			else if ((rc = parse_meta(op, file, c)) == TENSOR_OK)
 				h->meta = c;
 		} else {
@@ -426,7 +419,7 @@ static int parse_header(const char *op, const char *file, const uint8_t *buf, si
 		qsort(h->e, (size_t)h->n, sizeof *h->e, cmp_entry_name);
 		for (int i = 1; rc == TENSOR_OK && i < h->n; i++)
 			if (strcmp(h->e[i - 1].name, h->e[i].name) == 0)
-				rc = fail(TENSOR_ERR_IO, op, file, "tensor '%.200s' appears twice",
+				rc = nn_ckpt_fail(TENSOR_ERR_IO, op, file, "tensor '%.200s' appears twice",
 					  h->e[i].name);
 	}
 	if (rc == TENSOR_OK)
@@ -459,7 +452,7 @@ static int meta_uint(const char *op, const char *file, const struct header *h, c
 		x = x * 10 + dgt;
 	}
 	if (!ok)
-		return fail(
+		return nn_ckpt_fail(
 		    TENSOR_ERR_IO, op, file,
 		    "__metadata__ '%s' is '%.40s', expected a decimal integer in [0, %" PRIu64 "]",
 		    key, v->valuestring, max);
@@ -475,13 +468,13 @@ static int check_match(const char *op, const char *file, const struct entry *e,
 {
 	char fs[128], ms[128];
 	if (e->dtype != dst->dtype)
-		return fail(TENSOR_ERR_DTYPE, op, file,
+		return nn_ckpt_fail(TENSOR_ERR_DTYPE, op, file,
 			    "tensor '%s' is %s %s in the file, the model expects %s %s", e->name,
-			    st_dtype[e->dtype], shape_str(e->ndim, e->shape, fs),
-			    st_dtype[dst->dtype], tensor_shape_str(dst, ms, sizeof ms));
+			    nn_ckpt_dtype_name[e->dtype], shape_str(e->ndim, e->shape, fs),
+			    nn_ckpt_dtype_name[dst->dtype], tensor_shape_str(dst, ms, sizeof ms));
 	if (e->ndim != dst->ndim ||
 	    memcmp(e->shape, dst->shape, sizeof(int64_t) * (size_t)e->ndim) != 0)
-		return fail(TENSOR_ERR_SHAPE, op, file,
+		return nn_ckpt_fail(TENSOR_ERR_SHAPE, op, file,
 			    "tensor '%s' has shape %s in the file, the model expects %s", e->name,
 			    shape_str(e->ndim, e->shape, fs), tensor_shape_str(dst, ms, sizeof ms));
 	return TENSOR_OK;
@@ -493,32 +486,96 @@ struct copy {
 	struct tensor *staged; /* device copy of the bytes, when dst is not host memory */
 };
 
-/* Match the validated header against ps (and opt), then copy. */
-static int load_header(const char *op, const char *file, struct header *h, struct nn_params *ps,
-		       struct nn_adamw *opt, int64_t *step)
+/* Count the non-finite values among the n bytes of f32/f64 data at p. */
+static int64_t count_nonfinite(const uint8_t *p, uint64_t n, enum tensor_dtype dt)
 {
-	int np = ps->n, rc = TENSOR_OK, nopt = 0;
-	struct copy *cp = tensor_host_calloc((size_t)(3 * np + 1), sizeof *cp);
-	/* m, v by parameter */
-	struct entry **mv = tensor_host_calloc((size_t)(2 * np + 1), sizeof *mv);
-	if (!cp || !mv) {
+	int64_t bad = 0;
+	if (dt == TENSOR_F32) {
+		for (uint64_t i = 0; i + 4 <= n; i += 4) {
+			float v;
+			memcpy(&v, p + i, 4);
+			bad += !isfinite(v);
+		}
+	} else if (dt == TENSOR_F64) {
+		for (uint64_t i = 0; i + 8 <= n; i += 8) {
+			double v;
+			memcpy(&v, p + i, 8);
+			bad += !isfinite(v);
+		}
+	}
+	return bad;
+}
+
+/* What a load may fill besides the parameters. */
+struct load_out {
+	struct nn_adamw *opt;
+	struct nn_ema *ema;
+	char **run_json;
+	int64_t *step;
+};
+
+/* The kinds of state tensors, by name prefix: per parameter, slot 3 i + kind. */
+static const char *const state_prefix[3] = { CKPT_OPT_M, CKPT_OPT_V, CKPT_OPT_EMA };
+
+static int state_kind(const char *name)
+{
+	for (int k = 0; k < 3; k++)
+		if (!strncmp(name, state_prefix[k], strlen(state_prefix[k])))
+			return k;
+	return -1;
+}
+
+/* The destination of state tensor kind k of parameter i, if the caller wants it. */
+static struct tensor *state_dst(const struct load_out *o, int k, int i)
+{
+	if (k < 2)
+		return o->opt ? (k ? o->opt->v[i] : o->opt->m[i]) : NULL;
+	return o->ema ? o->ema->shadow[i] : NULL;
+}
+
+/* Every parameter of ps has its state tensor of kind k in slot[]. */
+static int check_complete(const char *op, const char *file, const struct nn_params *ps,
+			  struct entry **slot, int k)
+{
+	for (int i = 0; i < ps->n; i++)
+		if (!slot[3 * i + k])
+			return nn_ckpt_fail(TENSOR_ERR_ARG, op, file, "incomplete %s: missing '%s%s'",
+					    k < 2 ? "optimizer state" : "moving average",
+					    state_prefix[k], ps->items[i].name);
+	return TENSOR_OK;
+}
+
+/* Match the validated header against ps (and the state o asks for), check
+ * the values are finite, then copy: on any error nothing has changed. */
+static int load_header(const char *op, const char *file, struct header *h, struct nn_params *ps,
+		       const struct load_out *o)
+{
+	int np = ps->n, rc = TENSOR_OK, found[3] = { 0, 0, 0 };
+	struct copy *cp = tensor_host_calloc((size_t)(4 * np + 1), sizeof *cp);
+	struct entry **slot = tensor_host_calloc((size_t)(3 * np + 1), sizeof *slot);
+	if (!cp || !slot) {
 		free(cp);
-		free(mv);
-		return fail(TENSOR_ERR_NOMEM, op, file, "out of memory");
+		free(slot);
+		return nn_ckpt_fail(TENSOR_ERR_NOMEM, op, file, "out of memory");
 	}
 	/* State arrays end at a NULL (optim.c), so count before indexing. */
-	int nc = 0, nstate = 0;
-	while (opt && opt->m && opt->v && nstate < np && opt->m[nstate] && opt->v[nstate])
-		nstate++;
+	int nc = 0, nopt = 0, nema = 0;
+	while (o->opt && o->opt->m && o->opt->v && nopt < np && o->opt->m[nopt] && o->opt->v[nopt])
+		nopt++;
+	while (o->ema && o->ema->shadow && nema < np && o->ema->shadow[nema])
+		nema++;
+	if (o->ema && o->ema->swapped)
+		rc = nn_ckpt_fail(TENSOR_ERR_STATE, op, file,
+				  "the moving average is swapped in (nn_ema_swap back first)");
 	for (int i = 0; rc == TENSOR_OK && i < np; i++) {
 		struct nn_param *p = &ps->items[i];
 		struct entry *e = find_entry(h, p->name);
 		char ms[128];
 		if (!e)
-			rc = fail(TENSOR_ERR_ARG, op, file,
-				  "missing tensor '%s' (%s %s in the model)", p->name,
-				  st_dtype[p->value->dtype],
-				  tensor_shape_str(p->value, ms, sizeof ms));
+			rc = nn_ckpt_fail(TENSOR_ERR_ARG, op, file,
+					  "missing tensor '%s' (%s %s in the model)", p->name,
+					  nn_ckpt_dtype_name[p->value->dtype],
+					  tensor_shape_str(p->value, ms, sizeof ms));
 		else if ((rc = check_match(op, file, e, p->value)) == TENSOR_OK)
 			cp[nc++] = (struct copy){ .src = e, .dst = p->value };
 		if (e)
@@ -526,35 +583,31 @@ static int load_header(const char *op, const char *file, struct header *h, struc
 	}
 	for (int k = 0; rc == TENSOR_OK && k < h->n; k++) {
 		struct entry *e = &h->e[k];
-		if (e->used)
-			continue;
-		bool is_m = strncmp(e->name, OPT_M, strlen(OPT_M)) == 0;
-		if (!is_m && strncmp(e->name, OPT_V, strlen(OPT_V)) != 0) {
-			if (strncmp(e->name, OPT_PREFIX, strlen(OPT_PREFIX)) != 0)
-				rc = fail(
-				    TENSOR_ERR_ARG, op, file,
-				    "unexpected tensor '%.200s' (not a parameter of the model)",
-				    e->name);
+		int kind = e->used ? -1 : state_kind(e->name);
+		if (e->used || (kind < 0 && !strncmp(e->name, CKPT_OPT, strlen(CKPT_OPT))))
 			continue; /* other optimizer state is allowed and ignored */
+		if (kind < 0) {
+			rc = nn_ckpt_fail(TENSOR_ERR_ARG, op, file,
+					  "unexpected tensor '%.200s' (not a parameter of the model)",
+					  e->name);
+			continue;
 		}
-		struct nn_param *p = nn_params_find(ps, e->name + strlen(OPT_M));
+		struct nn_param *p = nn_params_find(ps, e->name + strlen(state_prefix[kind]));
 		if (!p) {
-			rc = fail(TENSOR_ERR_ARG, op, file,
-				  "unexpected tensor '%.200s' (optimizer state of a parameter the "
-				  "model does not have)",
-				  e->name);
+			rc = nn_ckpt_fail(TENSOR_ERR_ARG, op, file,
+					  "unexpected tensor '%.200s' (state of a parameter the model "
+					  "does not have)",
+					  e->name);
 			continue;
 		}
 		int i = (int)(p - ps->items);
-		const struct tensor *want = p->value;
-		if (opt && i < nstate)
-			want = is_m ? opt->m[i] : opt->v[i];
-		rc = check_match(op, file, e, want);
-		mv[2 * i + !is_m] = e;
-		nopt++;
+		bool wanted = kind < 2 ? i < nopt : i < nema;
+		rc = check_match(op, file, e, wanted ? state_dst(o, kind, i) : p->value);
+		slot[3 * i + kind] = e;
+		found[kind]++;
 	}
-	uint64_t ostep = 0, mstep = 0, rng = 0, seed = 0;
-	bool has_ostep = false, has_step = false, has_rng = false, has_seed = false;
+	uint64_t ostep = 0, mstep = 0, rng = 0, seed = 0, eup = 0;
+	bool has_ostep = false, has_step = false, has_rng = false, has_seed = false, has_eup = false;
 	if (rc == TENSOR_OK)
 		rc = meta_uint(op, file, h, "step", INT64_MAX, &mstep, &has_step);
 	if (rc == TENSOR_OK)
@@ -563,26 +616,52 @@ static int load_header(const char *op, const char *file, struct header *h, struc
 		rc = meta_uint(op, file, h, "seed", UINT64_MAX, &seed, &has_seed);
 	if (rc == TENSOR_OK)
 		rc = meta_uint(op, file, h, "optimizer_step", INT64_MAX, &ostep, &has_ostep);
-	bool load_opt = rc == TENSOR_OK && opt && nopt > 0;
-	if (load_opt && nstate < np)
-		rc = fail(TENSOR_ERR_STATE, op, file,
-			  "the optimizer has no state for '%s' (parameter added after it was "
-			  "created?)",
-			  ps->items[nstate].name);
-	for (int i = 0; load_opt && rc == TENSOR_OK && i < np; i++) {
-		for (int j = 0; j < 2 && rc == TENSOR_OK; j++)
-			if (!mv[2 * i + j])
-				rc = fail(TENSOR_ERR_ARG, op, file,
-					  "incomplete optimizer state: missing '%s%s'",
-					  j ? OPT_V : OPT_M, ps->items[i].name);
-			else
-				cp[nc++] = (struct copy){ .src = mv[2 * i + j],
-							  .dst = j ? opt->v[i] : opt->m[i] };
+	if (rc == TENSOR_OK)
+		rc = meta_uint(op, file, h, "ema_updates", INT64_MAX, &eup, &has_eup);
+	bool load_opt = rc == TENSOR_OK && o->opt && found[0] + found[1] > 0;
+	bool load_ema = rc == TENSOR_OK && o->ema != NULL;
+	const char *lacks = load_opt && nopt < np ? "the optimizer" : load_ema && nema < np
+									  ? "the moving average"
+									  : NULL;
+	if (lacks)
+		rc = nn_ckpt_fail(TENSOR_ERR_STATE, op, file,
+				  "%s has no state for '%s' (parameter added after it was created?)",
+				  lacks, ps->items[load_opt && nopt < np ? nopt : nema].name);
+	if (load_ema && rc == TENSOR_OK && found[2] == 0)
+		rc = nn_ckpt_fail(TENSOR_ERR_ARG, op, file,
+				  "the file holds no moving average (\"" CKPT_OPT_EMA "*\")");
+	for (int k = 0; k < 3 && rc == TENSOR_OK; k++) {
+		if (!(k < 2 ? load_opt : load_ema))
+			continue;
+		rc = check_complete(op, file, ps, slot, k);
+		for (int i = 0; rc == TENSOR_OK && i < np; i++)
+			cp[nc++] = (struct copy){ .src = slot[3 * i + k], .dst = state_dst(o, k, i) };
 	}
 	if (load_opt && rc == TENSOR_OK && !has_ostep)
-		rc = fail(TENSOR_ERR_IO, op, file,
-			  "the file has optimizer state but no \"optimizer_step\" in __metadata__");
-	/* Nothing has changed yet: check every destination can take its bytes. */
+		rc = nn_ckpt_fail(
+		    TENSOR_ERR_IO, op, file,
+		    "the file has optimizer state but no \"optimizer_step\" in __metadata__");
+	if (load_ema && rc == TENSOR_OK && !has_eup)
+		rc = nn_ckpt_fail(
+		    TENSOR_ERR_IO, op, file,
+		    "the file has a moving average but no \"ema_updates\" in __metadata__");
+	char *run = NULL;
+	const cJSON *rj = h->meta ? cJSON_GetObjectItemCaseSensitive(h->meta, "run") : NULL;
+	if (rc == TENSOR_OK && o->run_json && rj && !(run = tensor_host_strdup(rj->valuestring)))
+		rc = nn_ckpt_fail(TENSOR_ERR_NOMEM, op, file, "out of memory");
+	/* Nothing has changed yet: the values must be finite, and every
+	 * destination must take its bytes. */
+	for (int k = 0; rc == TENSOR_OK && k < nc; k++) {
+		const struct entry *e = cp[k].src;
+		int64_t bad = count_nonfinite(h->data + e->begin, e->end - e->begin, e->dtype);
+		if (bad)
+			rc = nn_ckpt_fail(TENSOR_ERR_ARG, op, file,
+					  "tensor '%s' holds %lld non-finite values (NaN or inf) of "
+					  "%llu",
+					  e->name, (long long)bad,
+					  (unsigned long long)((e->end - e->begin) /
+							       tensor_dtype_size(e->dtype)));
+	}
 	for (int k = 0; rc == TENSOR_OK && k < nc; k++) {
 		struct tensor *d = cp[k].dst;
 		char what[NN_NAME_MAX + 512];
@@ -611,30 +690,39 @@ static int load_header(const char *op, const char *file, struct header *h, struc
 		if (has_seed)
 			ps->seed = seed;
 		if (load_opt)
-			opt->step = (int64_t)ostep;
-		if (step)
-			*step = has_step ? (int64_t)mstep : 0;
+			o->opt->step = (int64_t)ostep;
+		if (load_ema)
+			o->ema->updates = (int64_t)eup;
+		if (o->step)
+			*o->step = has_step ? (int64_t)mstep : 0;
+		if (o->run_json)
+			*o->run_json = run;
+	} else {
+		free(run);
 	}
 	for (int k = 0; k < nc; k++)
 		tensor_free(cp[k].staged);
 	free(cp);
-	free(mv);
+	free(slot);
 	return rc;
 }
 
 int nn_checkpoint_load_buffer(const void *buf, size_t len, const char *name, struct nn_params *ps,
-			      struct nn_adamw *opt, int64_t *step)
+			      struct nn_adamw *opt, struct nn_ema *ema, char **run_json,
+			      int64_t *step)
 {
 	const char *op = "nn_checkpoint_load";
 	if (!buf || !ps)
-		return fail(TENSOR_ERR_ARG, op, name, "%s is NULL", !buf ? "buffer" : "ps");
-	if (opt && opt->ps != ps)
-		return fail(TENSOR_ERR_ARG, op, name, "the optimizer belongs to another nn_params");
+		return nn_ckpt_fail(TENSOR_ERR_ARG, op, name, "%s is NULL", !buf ? "buffer" : "ps");
+	if ((opt && opt->ps != ps) || (ema && ema->ps != ps))
+		return nn_ckpt_fail(TENSOR_ERR_ARG, op, name, "the %s belongs to another nn_params",
+				    opt && opt->ps != ps ? "optimizer" : "moving average");
 	struct header h;
 	int rc = parse_header(op, name, buf, len, len, &h);
 	if (rc < 0)
 		return rc;
-	rc = load_header(op, name, &h, ps, opt, step);
+	struct load_out o = { opt, ema, run_json, step };
+	rc = load_header(op, name, &h, ps, &o);
 	header_free(&h);
 	return rc;
 }
@@ -645,18 +733,18 @@ static int read_file(const char *op, const char *path, size_t max, uint8_t **out
 {
 	*out = NULL;
 	if (!path)
-		return fail(TENSOR_ERR_ARG, op, path, "path is NULL");
+		return nn_ckpt_fail(TENSOR_ERR_ARG, op, path, "path is NULL");
 	FILE *f = fopen(path, "rb");
 	if (!f)
-		return fail(TENSOR_ERR_IO, op, path, "cannot open: %s", strerror(errno));
+		return nn_ckpt_fail(TENSOR_ERR_IO, op, path, "cannot open: %s", strerror(errno));
 	struct stat st;
 	int rc = TENSOR_OK;
 	if (fstat(fileno(f), &st) != 0)
-		rc = fail(TENSOR_ERR_IO, op, path, "cannot stat: %s", strerror(errno));
+		rc = nn_ckpt_fail(TENSOR_ERR_IO, op, path, "cannot stat: %s", strerror(errno));
 	else if (!S_ISREG(st.st_mode))
-		rc = fail(TENSOR_ERR_IO, op, path, "not a regular file");
+		rc = nn_ckpt_fail(TENSOR_ERR_IO, op, path, "not a regular file");
 	else if ((uint64_t)st.st_size > SIZE_MAX - 1)
-		rc = fail(TENSOR_ERR_NOMEM, op, path, "file too large for memory");
+		rc = nn_ckpt_fail(TENSOR_ERR_NOMEM, op, path, "file too large for memory");
 	if (rc < 0) {
 		fclose(f);
 		return rc;
@@ -667,11 +755,11 @@ static int read_file(const char *op, const char *path, size_t max, uint8_t **out
 	uint8_t *b = tensor_host_malloc(n ? n : 1);
 	if (!b) {
 		fclose(f);
-		return fail(TENSOR_ERR_NOMEM, op, path, "no memory for %zu bytes", n);
+		return nn_ckpt_fail(TENSOR_ERR_NOMEM, op, path, "no memory for %zu bytes", n);
 	}
 	size_t r = fread(b, 1, n, f);
 	if (r != n)
-		rc = fail(TENSOR_ERR_IO, op, path, "read %zu of %zu bytes: %s", r, n,
+		rc = nn_ckpt_fail(TENSOR_ERR_IO, op, path, "read %zu of %zu bytes: %s", r, n,
 			  ferror(f) ? strerror(errno) : "file shrank");
 	fclose(f);
 	if (rc < 0) {
@@ -684,22 +772,26 @@ static int read_file(const char *op, const char *path, size_t max, uint8_t **out
 	return TENSOR_OK;
 }
 
-int nn_checkpoint_load(const char *path, struct nn_params *ps, struct nn_adamw *opt, int64_t *step)
+int nn_checkpoint_load_run(const char *path, struct nn_params *ps, struct nn_adamw *opt,
+			   struct nn_ema *ema, char **run_json, int64_t *step)
 {
 	const char *op = "nn_checkpoint_load";
 	if (!ps)
-		return fail(TENSOR_ERR_ARG, op, path, "ps is NULL");
-	if (opt && opt->ps != ps)
-		return fail(TENSOR_ERR_ARG, op, path, "the optimizer belongs to another nn_params");
+		return nn_ckpt_fail(TENSOR_ERR_ARG, op, path, "ps is NULL");
 	uint8_t *buf;
 	size_t n;
 	uint64_t len;
 	int rc = read_file(op, path, 0, &buf, &n, &len);
 	if (rc < 0)
 		return rc;
-	rc = nn_checkpoint_load_buffer(buf, n, path, ps, opt, step);
+	rc = nn_checkpoint_load_buffer(buf, n, path, ps, opt, ema, run_json, step);
 	free(buf);
 	return rc;
+}
+
+int nn_checkpoint_load(const char *path, struct nn_params *ps, struct nn_adamw *opt, int64_t *step)
+{
+	return nn_checkpoint_load_run(path, ps, opt, NULL, NULL, step);
 }
 
 /* ---- config --------------------------------------------------------------- */
@@ -708,7 +800,7 @@ char *nn_checkpoint_config_buffer(const void *buf, size_t avail, size_t file_len
 {
 	const char *op = "nn_checkpoint_config";
 	if (!buf) {
-		fail(TENSOR_ERR_ARG, op, name, "buffer is NULL");
+		nn_ckpt_fail(TENSOR_ERR_ARG, op, name, "buffer is NULL");
 		return NULL;
 	}
 	struct header h;
@@ -718,252 +810,122 @@ char *nn_checkpoint_config_buffer(const void *buf, size_t avail, size_t file_len
 	char *out = NULL;
 	cJSON *check = c ? cJSON_ParseWithOpts(c->valuestring, NULL, true) : NULL;
 	if (!c)
-		fail(TENSOR_ERR_ARG, op, name, "no \"config\" in __metadata__");
+		nn_ckpt_fail(TENSOR_ERR_ARG, op, name, "no \"config\" in __metadata__");
 	else if (!check)
-		fail(TENSOR_ERR_IO, op, name, "the \"config\" metadata is not valid JSON");
+		nn_ckpt_fail(TENSOR_ERR_IO, op, name, "the \"config\" metadata is not valid JSON");
 	else if (!(out = tensor_host_strdup(c->valuestring)))
-		fail(TENSOR_ERR_NOMEM, op, name, "out of memory");
+		nn_ckpt_fail(TENSOR_ERR_NOMEM, op, name, "out of memory");
 	cJSON_Delete(check);
 	header_free(&h);
 	return out;
 }
 
+/* The first bytes of path, through its header (not the data), as
+ * nn_checkpoint_config_buffer and nn_checkpoint_info_buffer take them. */
+static int read_header(const char *op, const char *path, uint8_t **buf, size_t *n, uint64_t *len)
+{
+	if (read_file(op, path, 8, buf, n, len) < 0)
+		return tensor_last_status();
+	uint64_t want = *n == 8 ? le64(*buf) : 0;
+	if (*n == 8 && want <= NN_CHECKPOINT_HEADER_MAX && want <= *len - 8) {
+		free(*buf);
+		if (read_file(op, path, (size_t)(8 + want), buf, n, len) < 0)
+			return tensor_last_status();
+	}
+	return TENSOR_OK;
+}
+
 char *nn_checkpoint_config(const char *path)
 {
-	const char *op = "nn_checkpoint_config";
 	uint8_t *buf;
 	size_t n;
 	uint64_t len;
-	if (read_file(op, path, 8, &buf, &n, &len) < 0)
+	if (read_header("nn_checkpoint_config", path, &buf, &n, &len) < 0)
 		return NULL;
-	uint64_t want = n == 8 ? le64(buf) : 0; /* read the header only, not the data */
-	if (n == 8 && want <= NN_CHECKPOINT_HEADER_MAX && want <= len - 8) {
-		free(buf);
-		if (read_file(op, path, (size_t)(8 + want), &buf, &n, &len) < 0)
-			return NULL;
-	}
 	char *out = nn_checkpoint_config_buffer(buf, n, (size_t)len, path);
 	free(buf);
 	return out;
 }
 
-/* ---- save ----------------------------------------------------------------- */
+/* ---- info --------------------------------------------------------------------- */
 
-struct item {
-	char name[NN_NAME_MAX + 16];
-	const struct tensor *t;
-};
-
-static cJSON *json_uints(const int64_t *v, int n)
+int nn_checkpoint_info_buffer(const void *buf, size_t avail, size_t file_len, const char *name,
+			      struct nn_checkpoint_info *out)
 {
-	cJSON *a = cJSON_CreateArray();
-	for (int i = 0; a && i < n; i++) {
-		char s[24];
-		snprintf(s, sizeof s, "%" PRId64, v[i]);
-		cJSON *x = cJSON_CreateRaw(s); /* exact integers, never 1e+15 */
-		if (!x || !cJSON_AddItemToArray(a, x)) {
-			cJSON_Delete(x);
-			cJSON_Delete(a);
-			return NULL;
-		}
-	}
-	return a;
-}
-
-static bool meta_add(cJSON *meta, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static bool meta_add(cJSON *meta, const char *key, const char *fmt, ...)
-{
-	char s[64];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(s, sizeof s, fmt, ap);
-	va_end(ap);
-	return cJSON_AddStringToObject(meta, key, s) != NULL;
-}
-
-/* The JSON header for items (data laid out in order), unpadded. */
-static char *build_header(const struct nn_params *ps, const struct nn_adamw *opt,
-			  const char *config, int64_t step, const struct item *it, int n)
-{
-	cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, META);
-	bool ok = meta && cJSON_AddStringToObject(meta, "format", "cformer") &&
-		  meta_add(meta, "step", "%" PRId64, step) &&
-		  meta_add(meta, "rng_counter", "%" PRIu64, ps->rng_counter) &&
-		  meta_add(meta, "seed", "%" PRIu64, ps->seed) &&
-		  (!config || cJSON_AddStringToObject(meta, "config", config));
-	if (ok && opt)
-		ok = cJSON_AddStringToObject(meta, "optimizer", "adamw") &&
-		     meta_add(meta, "optimizer_step", "%" PRId64, opt->step) &&
-		     meta_add(meta, "optimizer_lr", "%.17g", opt->lr) &&
-		     meta_add(meta, "optimizer_beta1", "%.17g", opt->beta1) &&
-		     meta_add(meta, "optimizer_beta2", "%.17g", opt->beta2) &&
-		     meta_add(meta, "optimizer_eps", "%.17g", opt->eps) &&
-		     meta_add(meta, "optimizer_weight_decay", "%.17g", opt->weight_decay) &&
-		     meta_add(meta, "optimizer_decay_all", "%s", opt->decay_all ? "true" : "false");
-	int64_t off[2] = { 0, 0 };
-	for (int i = 0; ok && i < n; i++) {
-		off[0] = off[1];
-		off[1] += (int64_t)tensor_nbytes(it[i].t);
-		cJSON *e = cJSON_AddObjectToObject(root, it[i].name);
-		cJSON *sh = json_uints(it[i].t->shape, it[i].t->ndim), *of = json_uints(off, 2);
-		ok = e && sh && of && cJSON_AddStringToObject(e, "dtype", st_dtype[it[i].t->dtype]);
-		ok = ok && cJSON_AddItemToObject(e, "shape", sh);
-		if (!ok)
-			cJSON_Delete(sh);
-		ok = ok && cJSON_AddItemToObject(e, "data_offsets", of);
-		if (!ok)
-			cJSON_Delete(of);
-	}
-	char *s = ok ? cJSON_PrintUnformatted(root) : NULL;
-	cJSON_Delete(root);
-	return s;
-}
-
-/* Write header and tensor data to f. */
-static int write_all(const char *op, const char *path, const char *tmp, FILE *f, const char *json,
-		     const struct item *it, int n)
-{
-	size_t len = strlen(json), pad = (8 - len % 8) % 8; /* 8 + header: 8-byte aligned */
-	uint64_t hlen = len + pad;
-	uint8_t size[8];
-	for (int i = 0; i < 8; i++)
-		size[i] = (uint8_t)(hlen >> (8 * i));
-	bool ok = fwrite(size, 1, 8, f) == 8 && fwrite(json, 1, len, f) == len &&
-		  fwrite("        ", 1, pad, f) == pad;
-	void *scratch = NULL;
-	size_t scratch_len = 0;
-	int rc = TENSOR_OK;
-	for (int i = 0; ok && rc == TENSOR_OK && i < n; i++) {
-		const struct tensor *t = it[i].t;
-		size_t nb = tensor_nbytes(t);
-		const void *src = tensor_data(t);
-		if (nb == 0)
+	const char *op = "nn_checkpoint_info";
+	if (!buf || !out)
+		return nn_ckpt_fail(TENSOR_ERR_ARG, op, name, "%s is NULL", buf ? "out" : "buffer");
+	*out = (struct nn_checkpoint_info){ 0 };
+	struct header h;
+	int rc = parse_header(op, name, buf, avail, file_len, &h);
+	if (rc < 0)
+		return rc;
+	struct nn_checkpoint_info info = { 0 };
+	uint64_t step = 0;
+	bool has_step;
+	rc = meta_uint(op, name, &h, "step", INT64_MAX, &step, &has_step);
+	info.step = (int64_t)step;
+	info.tensors = rc == TENSOR_OK ? tensor_host_calloc((size_t)h.n + 1, sizeof *info.tensors)
+				       : NULL;
+	if (rc == TENSOR_OK && !info.tensors)
+		rc = nn_ckpt_fail(TENSOR_ERR_NOMEM, op, name, "out of memory");
+	for (int k = 0; rc == TENSOR_OK && k < h.n; k++) {
+		const struct entry *e = &h.e[k];
+		if (!strncmp(e->name, CKPT_OPT, strlen(CKPT_OPT)))
 			continue;
-		if (t->storage->device != TENSOR_CPU || !tensor_is_contiguous(t)) {
-			if (nb > scratch_len) {
-				void *p = tensor_host_realloc(scratch, nb);
-				if (!p) {
-					rc = fail(TENSOR_ERR_NOMEM, op, path,
-						  "no memory to stage '%s'", it[i].name);
-					break;
-				}
-				scratch = p;
-				scratch_len = nb;
-			}
-			if ((rc = tensor_to_host(t, scratch, nb)) < 0)
-				break;
-			src = scratch;
+		struct nn_checkpoint_tensor *t = &info.tensors[info.n];
+		if (strlen(e->name) >= sizeof t->name) {
+			rc = nn_ckpt_fail(TENSOR_ERR_ARG, op, name,
+					  "tensor name '%.60s...' is longer than %d characters",
+					  e->name, NN_NAME_MAX - 1);
+			break;
 		}
-		ok = fwrite(src, 1, nb, f) == nb;
+		strcpy(t->name, e->name);
+		t->dtype = e->dtype;
+		t->ndim = e->ndim;
+		int64_t numel = 1;
+		for (int d = 0; d < e->ndim; d++)
+			numel *= t->shape[d] = e->shape[d];
+		info.numel += numel; /* bounded by the file's size: no overflow */
+		info.n++;
 	}
-	free(scratch);
-	if (rc == TENSOR_OK && (!ok || fflush(f) != 0 || fsync(fileno(f)) != 0))
-		rc = fail(TENSOR_ERR_IO, op, path, "cannot write %s: %s", tmp, strerror(errno));
+	header_free(&h);
+	if (rc < 0) {
+		free(info.tensors);
+		return rc;
+	}
+	*out = info;
+	return TENSOR_OK;
+}
+
+int nn_checkpoint_info(const char *path, struct nn_checkpoint_info *out)
+{
+	uint8_t *buf;
+	size_t n;
+	uint64_t len;
+	if (out)
+		*out = (struct nn_checkpoint_info){ 0 };
+	int rc = read_header("nn_checkpoint_info", path, &buf, &n, &len);
+	if (rc < 0)
+		return rc;
+	rc = nn_checkpoint_info_buffer(buf, n, (size_t)len, path, out);
+	free(buf);
 	return rc;
 }
 
-/* Make the rename durable: fsync the directory (best effort; the file itself
- * is complete either way). */
-static void sync_dir(const char *path)
+const struct nn_checkpoint_tensor *nn_checkpoint_info_find(const struct nn_checkpoint_info *info,
+							   const char *name)
 {
-	char *copy = tensor_host_strdup(path);
-	if (!copy)
-		return;
-	int fd = open(dirname(copy), O_RDONLY);
-	if (fd >= 0) {
-		(void)fsync(fd);
-		close(fd);
-	}
-	free(copy);
+	for (int i = 0; info && name && i < info->n; i++)
+		if (!strcmp(info->tensors[i].name, name))
+			return &info->tensors[i];
+	return NULL;
 }
 
-int nn_checkpoint_save(const char *path, const struct nn_params *ps, const struct nn_adamw *opt,
-		       const char *config_json, int64_t step)
+void nn_checkpoint_info_free(struct nn_checkpoint_info *info)
 {
-	const char *op = "nn_checkpoint_save";
-	if (!path || !*path || !ps)
-		return fail(TENSOR_ERR_ARG, op, path, "%s", !ps ? "ps is NULL" : "no path given");
-	if (step < 0)
-		return fail(TENSOR_ERR_ARG, op, path, "step %" PRId64 " is negative", step);
-	if (opt && (opt->ps != ps || !opt->m || !opt->v || opt->step < 0))
-		return fail(TENSOR_ERR_ARG, op, path, "the optimizer %s",
-			    opt->ps != ps   ? "belongs to another nn_params"
-			    : opt->step < 0 ? "has a negative step"
-					    : "has no state allocated");
-	if (config_json) {
-		const char *end = NULL;
-		cJSON *c = cJSON_ParseWithOpts(config_json, &end, true);
-		cJSON_Delete(c);
-		if (!c)
-			return fail(TENSOR_ERR_ARG, op, path,
-				    "config_json is not valid JSON (error near byte %td)",
-				    end ? end - config_json : (ptrdiff_t)0);
+	if (info) {
+		free(info->tensors);
+		*info = (struct nn_checkpoint_info){ 0 };
 	}
-	int nstate = 0;
-	while (opt && nstate < ps->n && opt->m[nstate] && opt->v[nstate])
-		nstate++;
-	if (opt && nstate < ps->n)
-		return fail(TENSOR_ERR_ARG, op, path,
-			    "the optimizer has no state for '%s' (parameter added after it was "
-			    "created?)",
-			    ps->items[nstate].name);
-	int per = opt ? 3 : 1, n = 0;
-	struct item *it = tensor_host_calloc((size_t)(per * ps->n + 1), sizeof *it);
-	if (!it)
-		return fail(TENSOR_ERR_NOMEM, op, path, "out of memory");
-	int rc = TENSOR_OK;
-	/* 8-byte dtypes first, so every tensor's data stays aligned to its size. */
-	for (int pass = 0; pass < 2 && rc == TENSOR_OK; pass++) {
-		for (int i = 0; i < ps->n && rc == TENSOR_OK; i++) {
-			const struct nn_param *p = &ps->items[i];
-			const struct tensor *ts[3] = { p->value, opt ? opt->m[i] : NULL,
-						       opt ? opt->v[i] : NULL };
-			static const char *const pre[3] = { "", OPT_M, OPT_V };
-			if (strcmp(p->name, META) == 0 ||
-			    strncmp(p->name, OPT_PREFIX, strlen(OPT_PREFIX)) == 0) {
-				rc =
-				    fail(TENSOR_ERR_ARG, op, path,
-					 "parameter name '%s' is reserved in checkpoints", p->name);
-				break;
-			}
-			for (int j = 0; j < per; j++) {
-				if ((tensor_dtype_size(ts[j]->dtype) == 8) == (pass == 0)) {
-					snprintf(it[n].name, sizeof it[n].name, "%s%s", pre[j],
-						 p->name);
-					it[n++].t = ts[j];
-				}
-			}
-		}
-	}
-	char *json = rc == TENSOR_OK ? build_header(ps, opt, config_json, step, it, n) : NULL;
-	if (rc == TENSOR_OK && !json)
-		rc = fail(TENSOR_ERR_NOMEM, op, path, "cannot build the JSON header");
-	char *tmp = rc == TENSOR_OK ? tensor_host_malloc(strlen(path) + 5) : NULL;
-	if (rc == TENSOR_OK && !tmp)
-		rc = fail(TENSOR_ERR_NOMEM, op, path, "out of memory");
-	if (rc == TENSOR_OK) {
-		sprintf(tmp, "%s.tmp", path);
-		FILE *f = fopen(tmp, "wb");
-		if (!f) {
-			rc = fail(TENSOR_ERR_IO, op, path, "cannot create %s: %s", tmp,
-				  strerror(errno));
-		} else {
-			rc = write_all(op, path, tmp, f, json, it, n);
-			if (fclose(f) != 0 && rc == TENSOR_OK)
-				rc = fail(TENSOR_ERR_IO, op, path, "cannot close %s: %s", tmp,
-					  strerror(errno));
-			if (rc == TENSOR_OK && rename(tmp, path) != 0)
-				rc = fail(TENSOR_ERR_IO, op, path, "cannot rename %s to it: %s",
-					  tmp, strerror(errno));
-			if (rc < 0)
-				unlink(tmp);
-			else
-				sync_dir(path);
-		}
-	}
-	free(tmp);
-	cJSON_free(json);
-	free(it);
-	return rc;
 }

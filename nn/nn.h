@@ -522,29 +522,77 @@ int nn_schedule_init(struct nn_schedule *s, enum nn_schedule_kind kind, double b
 /* The learning rate for step (0-based). */
 double nn_schedule_lr(const struct nn_schedule *s, int64_t step);
 
-/* ---- checkpoints (checkpoint.c): safetensors files -------------------------- */
+/* ---- checkpoints (checkpoint.c, checkpoint_save.c): safetensors files ------- */
 
 /* Save every parameter (F32/F64/I32/I64, little-endian, row-major) under its
  * name, plus, if opt is not NULL, AdamW state as "optimizer.m.<name>" and
  * "optimizer.v.<name>". __metadata__ holds "format": "cformer", "step",
  * "rng_counter", "seed", and "config" (config_json, if not NULL, must be
- * valid JSON). Atomic: written to path.tmp, fsync'd, renamed over path. */
+ * valid JSON). Atomic: written to a temporary file of a name unique to this
+ * save (path.tmp.<pid>.<n>), fsync'd, renamed over path; readers see the old
+ * file or the new one. */
 int nn_checkpoint_save(const char *path, const struct nn_params *ps,
 		       const struct nn_adamw *opt, const char *config_json, int64_t step);
+/* A training run's whole state in one file, so that a run killed at any
+ * moment leaves a complete state to resume from: what nn_checkpoint_save
+ * writes, plus the moving average if ema is not NULL ("optimizer.ema.<name>",
+ * which loaders that do not ask for it skip as optimizer state; "ema_updates"
+ * and "ema_decay" in the metadata; ema must not be swapped in) and the
+ * caller's own JSON (run_json: step, best score, flags...) as the metadata
+ * string "run". */
+int nn_checkpoint_save_run(const char *path, const struct nn_params *ps,
+			   const struct nn_adamw *opt, const struct nn_ema *ema,
+			   const char *config_json, const char *run_json, int64_t step);
 /* Load into existing parameters (and opt if not NULL and present in the
  * file; partial optimizer state is an error): every parameter must be present
- * with its exact shape and dtype; other tensors are refused except
- * "optimizer.*". Metadata is optional (files from other tools load): step
- * (0 if absent), seed and rng_counter restore ps's random stream.
+ * with its exact shape and dtype and only finite values; other tensors are
+ * refused except "optimizer.*". Metadata is optional (files from other tools
+ * load): step (0 if absent), seed and rng_counter restore ps's random stream.
  * The whole file is validated before anything changes, so a truncated,
- * corrupt, oversized or mismatched file returns an error naming the file and
- * the problem and leaves ps and opt untouched. step receives the saved step
+ * corrupt, oversized or mismatched file, or one with NaN or inf values,
+ * returns an error naming the file and the problem (the tensor, how many
+ * values) and leaves ps and opt untouched. step receives the saved step
  * (may be NULL). */
 int nn_checkpoint_load(const char *path, struct nn_params *ps, struct nn_adamw *opt,
 		       int64_t *step);
+/* nn_checkpoint_load of a file nn_checkpoint_save_run wrote: also the moving
+ * average into ema if not NULL (then the file must hold it whole), and
+ * *run_json receives a malloc'd copy of the "run" metadata (NULL if absent;
+ * run_json may be NULL). All or nothing, as nn_checkpoint_load. */
+int nn_checkpoint_load_run(const char *path, struct nn_params *ps, struct nn_adamw *opt,
+			   struct nn_ema *ema, char **run_json, int64_t *step);
 /* The "config" metadata string of a checkpoint (malloc'd; free it), so a
  * model can be rebuilt from the file alone. NULL with an error if absent. */
 char *nn_checkpoint_config(const char *path);
+
+/* What a checkpoint's header says, read without its data: the parameter
+ * tensors ("optimizer.*" left out) sorted by name, their total element count
+ * and the saved step; so that a model can be checked against the file before
+ * anything is allocated. Free with nn_checkpoint_info_free. */
+struct nn_checkpoint_tensor {
+	char name[NN_NAME_MAX];
+	enum tensor_dtype dtype;
+	int ndim;
+	int64_t shape[TENSOR_MAX_DIMS];
+};
+struct nn_checkpoint_info {
+	int n;
+	struct nn_checkpoint_tensor *tensors;
+	int64_t numel, step;
+};
+int nn_checkpoint_info(const char *path, struct nn_checkpoint_info *out);
+/* The tensor of info named name, or NULL. */
+const struct nn_checkpoint_tensor *nn_checkpoint_info_find(const struct nn_checkpoint_info *info,
+							   const char *name);
+void nn_checkpoint_info_free(struct nn_checkpoint_info *info);
+
+/* For tests of crash safety: hook(path, point) is called at each point of a
+ * save (NN_CKPT_BEGIN before the temporary file exists, NN_CKPT_HEADER_WRITTEN
+ * with part of it written, NN_CKPT_FILE_WRITTEN complete and fsync'd but not
+ * yet renamed, NN_CKPT_RENAMED in place), so a test can end the process
+ * there; NULL removes it. */
+enum { NN_CKPT_BEGIN, NN_CKPT_HEADER_WRITTEN, NN_CKPT_FILE_WRITTEN, NN_CKPT_RENAMED };
+void nn_checkpoint_set_crash_hook(void (*hook)(const char *path, int point));
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,7 @@
 #ifndef CFORMER_TESTS_CHECKPOINT_COMMON_H
 #define CFORMER_TESTS_CHECKPOINT_COMMON_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -48,6 +49,18 @@ static inline char *in_dir(char *buf, const char *name)
 {
 	snprintf(buf, 256, "%s/%s", dir, name);
 	return buf;
+}
+
+/* Entries of the test directory (temporary files left behind show up). */
+static inline int files_in_dir(void)
+{
+	DIR *d = opendir(dir);
+	ck_assert(d != NULL);
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	closedir(d);
+	return n;
 }
 
 static inline bool exists(const char *path)

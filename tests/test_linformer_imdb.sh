@@ -80,10 +80,10 @@ check a "training run" || {
 	echo "$failures failure(s)"
 	exit 1
 }
-for f in last.safetensors best.safetensors last.json metrics.csv; do
+for f in last.safetensors best.safetensors metrics.csv; do
 	[ -s "$tmp/a/$f" ] || fail "no $f in the run directory"
 done
-for f in "$tmp"/a/*.tmp; do
+for f in "$tmp"/a/*.tmp*; do
 	[ ! -e "$f" ] || fail "temporary file left: $f"
 done
 grep -q '^test: loss [0-9.]* accuracy [0-9.]* ([0-9]*/24 reviews)$' "$tmp/a.out" ||
@@ -236,16 +236,23 @@ if check eb2 "--ema resumed run"; then
 		same "--ema: resumed $f equals the uninterrupted one" "$tmp/ea/$f" "$tmp/eb/$f"
 	done
 fi
+# last.safetensors alone is the run's state: the averages' file is only for evaluation
 rm "$tmp/ec/last-ema.safetensors"
 # shellcheck disable=SC2086
-expect 1 "$tmp/ec/last-ema.safetensors: cannot open" $SMALL --ema 0.5 --log-dir "$tmp/ec" --resume
+run ec2 $SMALL --ema 0.5 --log-dir "$tmp/ec" --resume
+if check ec2 "--ema resumed without last-ema.safetensors"; then
+	[ "$(test_line "$tmp/ea.out")" = "$(test_line "$tmp/ec2.out")" ] ||
+		fail "--ema: resumed without last-ema.safetensors: $(test_line "$tmp/ec2.out")"
+	same "--ema: last-ema.safetensors written again" "$tmp/ea/last-ema.safetensors" \
+		"$tmp/ec/last-ema.safetensors"
+fi
 expect 1 "--ema: expected a number in \[0, 1), got '1'" --ema 1
 # a resumed run must be given the same settings
 # shellcheck disable=SC2086
 expect 1 "--lr is '0.002' but the run being resumed used '0.003'" \
 	$BASE --epochs 3 --lr 2e-3 --log-dir "$tmp/b" --resume
 expect 1 "--resume: needs --checkpoint-dir" --resume
-expect 1 "cannot read $tmp/none/last.json" --resume --checkpoint-dir "$tmp/none"
+expect 1 "$tmp/none/last.safetensors: no saved state" --resume --checkpoint-dir "$tmp/none"
 
 # ---- SIGTERM: the step finishes, last.safetensors is saved, exit 0 -------------------------
 # shellcheck disable=SC2086
@@ -355,9 +362,9 @@ fi
 # shellcheck disable=SC2086
 run lp $BASE --steps 2 --pos-l2 5 --log-dir "$tmp/lp"
 if check lp "--pos-l2 run"; then
-	if cmp -s "$tmp/l0/last.safetensors" "$tmp/lp/last.safetensors"; then
+	if cmp -s "$tmp/l0/best.safetensors" "$tmp/lp/best.safetensors"; then
 		fail "--pos-l2 5 changed nothing"
-	elif cmp -s "$tmp/l2/last.safetensors" "$tmp/lp/last.safetensors"; then
+	elif cmp -s "$tmp/l2/best.safetensors" "$tmp/lp/best.safetensors"; then
 		fail "--pos-l2 5 ended as --embed-l2 5: it penalised the token embedding"
 	else
 		echo "ok: --pos-l2 reaches the position embedding"
@@ -369,7 +376,7 @@ fi
 run w0 $BASE --steps 2 --warmup 0 --log-dir "$tmp/w0"
 # shellcheck disable=SC2086
 run la $BASE --steps 2 --warmup 0 --proj-l2 50 --log-dir "$tmp/la"
-if check la "--proj-l2 run" && cmp -s "$tmp/w0/last.safetensors" "$tmp/la/last.safetensors"; then
+if check la "--proj-l2 run" && cmp -s "$tmp/w0/best.safetensors" "$tmp/la/best.safetensors"; then
 	fail "--proj-l2 50 changed nothing"
 fi
 # --positions conv: the convolution replaces the table, and an encoder without it refuses
@@ -391,7 +398,7 @@ fi
 # shellcheck disable=SC2086
 run lz $BASE --steps 2 --lazy-embed --log-dir "$tmp/lz"
 if check lz "--lazy-embed run"; then
-	if cmp -s "$tmp/l0/last.safetensors" "$tmp/lz/last.safetensors"; then
+	if cmp -s "$tmp/l0/best.safetensors" "$tmp/lz/best.safetensors"; then
 		fail "--lazy-embed changed nothing"
 	else
 		echo "ok: --lazy-embed changes the updates"
@@ -405,7 +412,7 @@ run av $BASE --steps 2 --adv-eps 0.05 --log-dir "$tmp/av"
 run a0 $BASE --steps 2 --adv-eps 0 --log-dir "$tmp/a0"
 if check av "--adv-eps run" && check a0 "--adv-eps 0 run"; then
 	first() { awk -F, '$3 == "train" { print $4; exit }' "$1/metrics.csv"; }
-	if cmp -s "$tmp/a0/last.safetensors" "$tmp/av/last.safetensors"; then
+	if cmp -s "$tmp/a0/best.safetensors" "$tmp/av/best.safetensors"; then
 		fail "--adv-eps 0.05 changed nothing"
 	elif [ "$(first "$tmp/a0")" != "$(first "$tmp/av")" ]; then
 		fail "--adv-eps: first training loss $(first "$tmp/av"), without $(first "$tmp/a0")"
@@ -417,7 +424,7 @@ fi
 # shellcheck disable=SC2086
 run sm $BASE --steps 2 --label-smoothing 0.2 --log-dir "$tmp/sm"
 if check sm "--label-smoothing run"; then
-	if cmp -s "$tmp/l0/last.safetensors" "$tmp/sm/last.safetensors"; then
+	if cmp -s "$tmp/l0/best.safetensors" "$tmp/sm/best.safetensors"; then
 		fail "--label-smoothing 0.2 changed nothing"
 	else
 		echo "ok: --label-smoothing changes the training"
@@ -443,9 +450,9 @@ run lr $BASE --steps 2 --embed-l2 5 --embed-l2-ramp 1 --log-dir "$tmp/lr"
 # shellcheck disable=SC2086
 run ls $BASE --steps 2 --embed-l2 5 --embed-l2-ramp 0.4 --log-dir "$tmp/ls"
 if check lr "--embed-l2-ramp run" && check ls "--embed-l2-ramp 0.4 run"; then
-	if cmp -s "$tmp/l2/last.safetensors" "$tmp/lr/last.safetensors"; then
+	if cmp -s "$tmp/l2/best.safetensors" "$tmp/lr/best.safetensors"; then
 		fail "--embed-l2-ramp 1 changed nothing"
-	elif ! cmp -s "$tmp/l2/last.safetensors" "$tmp/ls/last.safetensors"; then
+	elif ! cmp -s "$tmp/l2/best.safetensors" "$tmp/ls/best.safetensors"; then
 		fail "--embed-l2-ramp 0.4 of 2 steps (under one step) changed the weights"
 	else
 		echo "ok: --embed-l2-ramp scales the penalty over its steps"

@@ -3,6 +3,7 @@
  * independently with cJSON, and the config. */
 #define _GNU_SOURCE /* nftw, mkdtemp, strndup */
 #include <cjson/cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,28 +23,22 @@ static void round_trip(enum tensor_dtype dt, bool pack_src, bool pack_dst)
 		ck_assert_int_eq(nn_params_pack(&a), TENSOR_OK);
 	if (pack_dst)
 		ck_assert_int_eq(nn_params_pack(&b), TENSOR_OK);
-	/* special values must survive bit for bit */
+	/* special finite values must survive bit for bit */
 	struct tensor *w = a.items[0].value;
 	if (dt == TENSOR_F32) {
 		float *p = tensor_data(w);
 		p[0] = -0.0f;
 		p[1] = 1e-45f; /* subnormal */
-		p[2] = INFINITY;
-		uint32_t nan = 0x7fc01234u; /* NaN with a payload */
-		memcpy(&p[3], &nan, 4);
+		p[2] = -FLT_MAX;
 	} else {
 		double *p = tensor_data(w);
 		p[0] = -0.0;
 		p[1] = 5e-324;
-		p[2] = -INFINITY;
-		uint64_t nan = 0x7ff8000000abcdefull;
-		memcpy(&p[3], &nan, 8);
+		p[2] = DBL_MAX;
 	}
 	a.rng_counter = 12345;
 	ck_assert_int_eq(nn_checkpoint_save(path, &a, NULL, "{\"dim\":5}", 42), TENSOR_OK);
-	in_dir(path, "model.safetensors.tmp");
-	ck_assert(!exists(path)); /* renamed away */
-	in_dir(path, "model.safetensors");
+	ck_assert_int_eq(files_in_dir(), 1); /* the temporary file was renamed away */
 	int64_t step = -1;
 	ck_assert_int_eq(nn_checkpoint_load(path, &b, NULL, &step), TENSOR_OK);
 	ck_assert_int_eq(step, 42);
@@ -390,6 +385,190 @@ START_TEST(test_config)
 }
 END_TEST
 
+/* ---- a run's whole state in one file --------------------------------------------- */
+
+/* The bytes of every moving average of e. */
+static struct blob ema_of(const struct nn_ema *e)
+{
+	struct blob b = { malloc(tensor_nbytes(e->flat) + 1), tensor_nbytes(e->flat) };
+	ck_assert(b.p && tensor_to_host(e->flat, b.p, b.n) == TENSOR_OK);
+	return b;
+}
+
+START_TEST(test_run_state)
+{
+	char path[256];
+	in_dir(path, "last.safetensors");
+	struct nn_params a, b;
+	struct nn_adamw oa, ob;
+	struct nn_ema ea, eb;
+	model(&a, TENSOR_F32, 1);
+	model(&b, TENSOR_F32, 2);
+	ck_assert_int_eq(nn_params_pack(&a), TENSOR_OK);
+	ck_assert_int_eq(nn_params_pack(&b), TENSOR_OK);
+	adamw_random(&oa, &a, 100, 7);
+	adamw_random(&ob, &b, 200, 1);
+	ck_assert_int_eq(nn_ema_init(&ea, &a, 0.9), TENSOR_OK);
+	ck_assert_int_eq(nn_ema_init(&eb, &b, 0.9), TENSOR_OK);
+	ck_assert_int_eq(tensor_uniform_(ea.flat, 5, -1, 1), TENSOR_OK); /* not the weights */
+	ea.updates = 7;
+	const char *run = "{\"step\":9,\"best\":0.5,\"flags\":{\"lr\":\"1e-3\"}}";
+	ck_assert_int_eq(nn_checkpoint_save_run(path, &a, &oa, &ea, "{\"dim\":5}", run, 9),
+			 TENSOR_OK);
+	char *got = NULL;
+	int64_t step = 0;
+	ck_assert_msg(nn_checkpoint_load_run(path, &b, &ob, &eb, &got, &step) == TENSOR_OK, "%s",
+		      tensor_last_error());
+	ck_assert_int_eq(step, 9);
+	ck_assert_str_eq(got, run);
+	free(got);
+	ck_assert_int_eq(eb.updates, 7);
+	assert_same("params", state_of(&a, NULL), state_of(&b, NULL));
+	assert_same("adamw", state_of(&a, &oa), state_of(&b, &ob));
+	assert_same("averages", ema_of(&ea), ema_of(&eb));
+
+	/* a plain load takes the weights and skips the averages */
+	struct nn_params c;
+	model(&c, TENSOR_F32, 3);
+	ck_assert_int_eq(nn_checkpoint_load(path, &c, NULL, NULL), TENSOR_OK);
+	assert_same("params", state_of(&a, NULL), state_of(&c, NULL));
+	/* asking for averages a file does not hold is an error that changes nothing */
+	in_dir(path, "plain.safetensors");
+	ck_assert_int_eq(nn_checkpoint_save(path, &a, &oa, NULL, 3), TENSOR_OK);
+	struct blob before = state_of(&b, &ob);
+	tu_assert_error(nn_checkpoint_load_run(path, &b, &ob, &eb, NULL, NULL) < 0, TENSOR_ERR_ARG,
+			path, "no moving average");
+	assert_same("unchanged", before, state_of(&b, &ob));
+	/* no "run" metadata: NULL */
+	got = (char *)1;
+	ck_assert_int_eq(nn_checkpoint_load_run(path, &b, NULL, NULL, &got, NULL), TENSOR_OK);
+	ck_assert_ptr_null(got);
+	/* errors of the arguments */
+	ck_assert_int_eq(nn_ema_swap(&ea), TENSOR_OK);
+	tu_assert_error(nn_checkpoint_save_run(path, &a, NULL, &ea, NULL, NULL, 1) < 0,
+			TENSOR_ERR_ARG, "moving average", "swapped");
+	ck_assert_int_eq(nn_ema_swap(&ea), TENSOR_OK);
+	tu_assert_error(nn_checkpoint_save_run(path, &a, NULL, &eb, NULL, NULL, 1) < 0,
+			TENSOR_ERR_ARG, "moving average", "another nn_params");
+	tu_assert_error(nn_checkpoint_save_run(path, &a, NULL, NULL, NULL, "{run", 1) < 0,
+			TENSOR_ERR_ARG, "run_json", "not valid JSON");
+	nn_ema_free(&ea);
+	nn_ema_free(&eb);
+	nn_adamw_free(&oa);
+	nn_adamw_free(&ob);
+	nn_params_free(&a);
+	nn_params_free(&b);
+	nn_params_free(&c);
+}
+END_TEST
+
+/* Saved NaN or inf values are refused on loading, naming the tensor and the
+ * count, and nothing changes. */
+START_TEST(test_non_finite_refused)
+{
+	char path[256];
+	in_dir(path, "nan.safetensors");
+	for (int dt = TENSOR_F32; dt <= TENSOR_F64; dt++) {
+		struct nn_params a, b;
+		model(&a, (enum tensor_dtype)dt, 1);
+		model(&b, (enum tensor_dtype)dt, 2);
+		struct tensor *w = a.items[0].value; /* [3, 5] */
+		double bad[3] = { NAN, INFINITY, -INFINITY };
+		for (int k = 0; k < 3; k++) {
+			if (dt == TENSOR_F32)
+				((float *)tensor_data(w))[4 * k] = (float)bad[k];
+			else
+				((double *)tensor_data(w))[4 * k] = bad[k];
+		}
+		ck_assert_int_eq(nn_checkpoint_save(path, &a, NULL, NULL, 1), TENSOR_OK);
+		struct blob before = state_of(&b, NULL);
+		char count[64];
+		snprintf(count, sizeof count, "holds 3 non-finite values (NaN or inf) of %lld",
+			 (long long)tensor_numel(w));
+		tu_assert_error(nn_checkpoint_load(path, &b, NULL, NULL) < 0, TENSOR_ERR_ARG,
+				a.items[0].name, count);
+		assert_same("unchanged", before, state_of(&b, NULL));
+		nn_params_free(&a);
+		nn_params_free(&b);
+	}
+}
+END_TEST
+
+/* The header alone tells the parameters, their count and the step. */
+START_TEST(test_info)
+{
+	char path[256];
+	in_dir(path, "info.safetensors");
+	struct nn_params a;
+	struct nn_adamw oa;
+	model(&a, TENSOR_F64, 1);
+	adamw_random(&oa, &a, 1, 2);
+	ck_assert_int_eq(nn_checkpoint_save(path, &a, &oa, NULL, 12), TENSOR_OK);
+	struct nn_checkpoint_info info;
+	ck_assert_int_eq(nn_checkpoint_info(path, &info), TENSOR_OK);
+	ck_assert_int_eq(info.n, a.n); /* the optimizer's tensors left out */
+	ck_assert_int_eq(info.numel, nn_params_count(&a));
+	ck_assert_int_eq(info.step, 12);
+	for (int i = 0; i < a.n; i++) {
+		const struct nn_checkpoint_tensor *t = nn_checkpoint_info_find(&info, a.items[i].name);
+		ck_assert_ptr_nonnull(t);
+		ck_assert_int_eq(t->dtype, TENSOR_F64);
+		ck_assert_int_eq(t->ndim, a.items[i].value->ndim);
+		for (int d = 0; d < t->ndim; d++)
+			ck_assert_int_eq(t->shape[d], a.items[i].value->shape[d]);
+	}
+	ck_assert_ptr_null(nn_checkpoint_info_find(&info, "nope"));
+	nn_checkpoint_info_free(&info);
+	ck_assert_int_eq(info.n, 0);
+	/* a truncated header and a missing file are errors naming the file */
+	struct blob b = file_blob(path);
+	write_all(path, b.p, 20);
+	free(b.p);
+	tu_assert_error(nn_checkpoint_info(path, &info) < 0, TENSOR_ERR_IO, path, NULL);
+	ck_assert_int_eq(info.n, 0);
+	in_dir(path, "missing.safetensors");
+	tu_assert_error(nn_checkpoint_info(path, &info) < 0, TENSOR_ERR_IO, path, "cannot open");
+	nn_adamw_free(&oa);
+	nn_params_free(&a);
+}
+END_TEST
+
+static int points[8], npoints;
+static char seen_tmp[8];
+
+static void record_point(const char *path, int point)
+{
+	(void)path;
+	if (npoints < 8) {
+		seen_tmp[npoints] = (char)files_in_dir();
+		points[npoints++] = point;
+	}
+}
+
+/* A save passes its crash points in order; the temporary file exists only
+ * between them, beside the old file. */
+START_TEST(test_crash_points)
+{
+	char path[256];
+	in_dir(path, "m.safetensors");
+	struct nn_params a;
+	model(&a, TENSOR_F32, 1);
+	ck_assert_int_eq(nn_checkpoint_save(path, &a, NULL, NULL, 1), TENSOR_OK);
+	nn_checkpoint_set_crash_hook(record_point);
+	ck_assert_int_eq(nn_checkpoint_save(path, &a, NULL, NULL, 2), TENSOR_OK);
+	nn_checkpoint_set_crash_hook(NULL);
+	const int want[4] = { NN_CKPT_BEGIN, NN_CKPT_HEADER_WRITTEN, NN_CKPT_FILE_WRITTEN,
+			      NN_CKPT_RENAMED };
+	const char files[4] = { 1, 2, 2, 1 };
+	ck_assert_int_eq(npoints, 4);
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(points[i], want[i]);
+		ck_assert_int_eq(seen_tmp[i], files[i]);
+	}
+	nn_params_free(&a);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("nn_checkpoint");
@@ -403,6 +582,12 @@ int main(void)
 	tcase_add_test(tc, test_file_layout);
 	tcase_add_test(tc, test_alignment_mixed_dtypes);
 	tcase_add_test(tc, test_config);
+	suite_add_tcase(s, tc);
+	tc = tcase("run_state");
+	tcase_add_test(tc, test_run_state);
+	tcase_add_test(tc, test_non_finite_refused);
+	tcase_add_test(tc, test_info);
+	tcase_add_test(tc, test_crash_points);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

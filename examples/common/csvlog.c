@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int header(const char *const *cols, int ncols, char *buf, size_t len)
 {
@@ -55,7 +56,23 @@ int csvlog_open(struct csvlog *c, const char *path, const char *const *cols, int
 	return 0;
 }
 
-int csvlog_drop_after(const char *path, long long step, char *err, size_t errlen)
+/* Field col (0-based) of a CSV line as a number, if it has one. */
+static bool field(const char *line, int col, double *v)
+{
+	for (int i = 0; i < col && line; i++) {
+		line = strchr(line, ',');
+		line = line ? line + 1 : NULL;
+	}
+	char *end;
+	double x = line ? strtod(line, &end) : 0;
+	if (!line || end == line)
+		return false;
+	*v = x;
+	return true;
+}
+
+int csvlog_drop_after(const char *path, long long step, int col, double *last, char *err,
+		      size_t errlen)
 {
 	FILE *in = fopen(path, "r");
 	if (!in && errno == ENOENT)
@@ -65,7 +82,7 @@ int csvlog_drop_after(const char *path, long long step, char *err, size_t errlen
 		return -1;
 	}
 	char tmp[4096], line[4096];
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
 	FILE *out = fopen(tmp, "w");
 	int rc = out ? 0 : -1;
 	for (long long row = 0; rc == 0 && fgets(line, sizeof line, in); row++) {
@@ -74,6 +91,8 @@ int csvlog_drop_after(const char *path, long long step, char *err, size_t errlen
 		bool keep = row == 0 || end == line || s <= step;
 		if (keep && fputs(line, out) < 0)
 			rc = -1;
+		if (keep && row > 0 && last)
+			field(line, col, last);
 	}
 	if (rc == 0 && ferror(in))
 		rc = -1;

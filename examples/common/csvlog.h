@@ -17,14 +17,17 @@ struct csvlog {
  * the file is created anew. Returns 0, or -1 with a message in err. */
 int csvlog_open(struct csvlog *c, const char *path, const char *const *cols, int ncols, bool append,
 		char *err, size_t errlen);
+/* Keep the header and the rows of path whose first field (the step) is at
+ * most step, dropping the rows a killed run wrote after its last checkpoint
+ * (a resume logs those steps again); *last (if not NULL) receives field col
+ * of the last row kept, where it is a number. The file is replaced
+ * atomically; a missing file is not an error. Returns 0, or -1 with a message
+ * in err. */
+int csvlog_drop_after(const char *path, long long step, int col, double *last, char *err,
+		      size_t errlen);
 /* One row from a printf format (fields separated by commas; an empty field
  * for a missing value). Returns 0, or -1 if the row has the wrong number of
  * fields or cannot be written. */
-/* Keep the header and the rows of path whose first field (the step) is at
- * most step, dropping the rows a killed run wrote after its last checkpoint
- * (a resume logs those steps again). The file is replaced atomically; a
- * missing file is not an error. Returns 0, or -1 with a message in err. */
-int csvlog_drop_after(const char *path, long long step, char *err, size_t errlen);
 int csvlog_row(struct csvlog *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void csvlog_close(struct csvlog *c);
 

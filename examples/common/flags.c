@@ -223,12 +223,22 @@ void flags_usage(FILE *out, const struct flag *flags, int n, const char *synopsi
 		fprintf(out, "\n%s", epilog);
 }
 
-char *flags_to_json(const struct flag *flags, int n)
+/* Whether name is in the NULL-terminated list (NULL: empty). */
+static bool listed(const char *const *list, const char *name)
+{
+	for (; list && *list; list++)
+		if (!strcmp(*list, name))
+			return true;
+	return false;
+}
+
+char *flags_to_json(const struct flag *flags, int n, const char *const *ignore)
 {
 	cJSON *o = cJSON_CreateObject();
 	char buf[1024];
 	for (int i = 0; o && i < n; i++)
-		if (!cJSON_AddStringToObject(o, flags[i].name,
+		if (!listed(ignore, flags[i].name) &&
+		    !cJSON_AddStringToObject(o, flags[i].name,
 					     flags_value_str(&flags[i], buf, sizeof buf))) {
 			cJSON_Delete(o);
 			o = NULL;
@@ -252,10 +262,7 @@ int flags_compare_json(const struct flag *flags, int n, const char *json, const 
 	int rc = 0;
 	char buf[1024];
 	for (int i = 0; !rc && i < n; i++) {
-		bool skip = false;
-		for (const char *const *p = ignore; p && *p && !skip; p++)
-			skip = !strcmp(*p, flags[i].name);
-		if (skip)
+		if (listed(ignore, flags[i].name))
 			continue;
 		const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, flags[i].name);
 		const char *now = flags_value_str(&flags[i], buf, sizeof buf);

@@ -70,8 +70,9 @@ const char *flags_value_str(const struct flag *f, char *buf, size_t len);
 void flags_fail(const char *prog, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
 
-/* All values as a JSON object {"name": "value", ...} (malloc'd). */
-char *flags_to_json(const struct flag *flags, int n);
+/* The values as a JSON object {"name": "value", ...} (malloc'd), leaving out
+ * the names in ignore (NULL-terminated, or NULL). */
+char *flags_to_json(const struct flag *flags, int n, const char *const *ignore);
 /* Compare the values with a flags_to_json object, skipping the names in
  * ignore (NULL-terminated). Returns 0 if equal, else -1 with a message naming
  * the first flag that differs (or the JSON problem) in err. */

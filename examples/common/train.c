@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 void train_die(const char *prog, const char *what)
 {
@@ -23,6 +24,24 @@ double train_clock(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static long crash_at, crash_seen;
+
+/* Kill the process (SIGKILL, as `kill -9` would) at the crash_at-th save point. */
+static void crash_point(const char *path, int point)
+{
+	(void)path, (void)point;
+	if (++crash_seen == crash_at)
+		kill(getpid(), SIGKILL);
+}
+
+void train_crash_hook_install(void)
+{
+	const char *env = getenv("CFORMER_CRASH_AT");
+	crash_at = env ? strtol(env, NULL, 10) : 0;
+	if (crash_at > 0)
+		nn_checkpoint_set_crash_hook(crash_point);
 }
 
 enum tensor_device train_device = TENSOR_CPU;
@@ -93,21 +112,6 @@ int train_mkdirs(const char *path, char *err, size_t errlen)
 		if (!c)
 			return 0;
 	}
-}
-
-int train_write_file(const char *path, const char *text, char *err, size_t errlen)
-{
-	char tmp[4200];
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	FILE *f = fopen(tmp, "w");
-	bool ok = f && fputs(text, f) >= 0;
-	ok = f && fclose(f) == 0 && ok;
-	if (!ok || rename(tmp, path) < 0) {
-		snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
-		remove(tmp);
-		return -1;
-	}
-	return 0;
 }
 
 char *train_read_file(const char *path)

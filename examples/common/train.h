@@ -26,10 +26,13 @@ int train_batch_to_device(struct text_batch *b);
 double train_peak_mb(void);
 /* mkdir -p. Returns 0, or -1 with a message in err. */
 int train_mkdirs(const char *path, char *err, size_t errlen);
-/* Write text to path atomically (path.tmp, then rename). 0 or -1 with err. */
-int train_write_file(const char *path, const char *text, char *err, size_t errlen);
 /* The whole file as a string (malloc'd), or NULL (errno set). */
 char *train_read_file(const char *path);
+
+/* For tests of crash safety: with CFORMER_CRASH_AT=N in the environment, the
+ * process kills itself (SIGKILL) at the N-th point of its checkpoint saves
+ * (nn_checkpoint_set_crash_hook: four points a save, counted from 1). */
+void train_crash_hook_install(void);
 
 /* SIGINT and SIGTERM set a flag that train_stop_signal() returns (the signal
  * number, 0 if none), so the loop can finish its step, save and exit; a second

@@ -63,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		int64_t step = -1;
 		tensor_clear_error();
 		int rc = nn_checkpoint_load_buffer(data, size, "fuzz", &ps, with_opt ? &opt : NULL,
-						   &step);
+						   NULL, NULL, &step);
 		if (rc < 0 && (tensor_last_status() != rc || !strstr(tensor_last_error(), "fuzz")))
 			abort(); /* an error without its message */
 		if (rc < 0)
