@@ -111,8 +111,14 @@ static void load_model(const char *path, struct model_config *c, struct nn_param
 {
 	char what[1200];
 	snprintf(what, sizeof what, "loading %s", path);
-	if (train_checkpoint_model_config(path, c) < 0 ||
-	    nn_params_init(ps, TENSOR_F32, train_device, c->seed) < 0 ||
+	if (model_config_from_checkpoint(path, c) < 0)
+		train_die(PROG, what);
+	snprintf(what, sizeof what, "%s at n %lld, batch %lld", path, (long long)c->max_len,
+		 (long long)opt.batch);
+	if (!opt.no_mem_check)
+		train_check_memory(PROG, model_estimate_bytes(c, opt.batch, false, false), 0, what);
+	snprintf(what, sizeof what, "loading %s", path);
+	if (nn_params_init(ps, TENSOR_F32, train_device, c->seed) < 0 ||
 	    model_classifier_init(m, ps, c) < 0 || nn_checkpoint_load(path, ps, NULL, step) < 0)
 		train_die(PROG, what);
 }
@@ -336,7 +342,7 @@ struct run {
 	struct nn_schedule sched;
 	int64_t spe, total, epochs; /* steps per epoch, steps, epochs */
 	double best_val, elapsed0;  /* best validation accuracy; elapsed before resuming */
-	int64_t best_epoch;
+	int64_t best_epoch, skipped; /* steps skipped for a non-finite loss or gradient */
 	char log_dir[1024], ckpt_dir[1024];
 	struct csvlog csv;
 	struct tb_writer tb;
@@ -490,7 +496,7 @@ static int64_t setup(struct run *r)
 	build_config(&r->cfg, &r->tok);
 	struct model_config pre;
 	if (opt.init_from) {
-		if (train_checkpoint_model_config(opt.init_from, &pre) < 0)
+		if (model_config_from_checkpoint(opt.init_from, &pre) < 0)
 			train_die(PROG, "--init-from");
 		adopt_encoder(&r->cfg, &pre);
 	}
@@ -506,6 +512,14 @@ static int64_t setup(struct run *r)
 			   opt.val_fraction, (long long)all.n);
 	text_dataset_free(&all);
 	int64_t n = r->cfg.max_len;
+	if (!opt.no_mem_check) { /* before tokenizing: the batchers hold ids and mask, 8 B a slot */
+		char what[128];
+		snprintf(what, sizeof what, "training at n %lld, batch %lld", (long long)n,
+			 (long long)opt.batch);
+		double text = 8.0 * (double)n * (double)(r->train.n + r->val.n + r->test.n);
+		train_check_memory(PROG, model_estimate_bytes(&r->cfg, opt.batch, true, false), text,
+				   what);
+	}
 	bool bucket = !opt.no_bucket;
 	/* one batch of the training batcher per optimizer step, cut into --accum
 	 * micro-batches: accumulating sees the examples one big batch would */
@@ -655,9 +669,11 @@ struct window {
 };
 
 /* Forward and backward of the group in micro-batches of --batch, adding the
- * gradient of the group's mean loss; counted in w unless w is NULL. */
-static void accumulate(struct run *r, const struct text_batch *group, struct window *w)
+ * gradient of the group's mean loss; counted in w unless w is NULL. Whether
+ * every loss was finite. */
+static bool accumulate(struct run *r, const struct text_batch *group, struct window *w)
 {
+	bool finite = true;
 	for (int64_t s0 = 0; s0 < group->size; s0 += opt.batch) {
 		int64_t size = group->size - s0 < opt.batch ? group->size - s0 : opt.batch;
 		tensor_scope_begin();
@@ -672,6 +688,7 @@ static void accumulate(struct run *r, const struct text_batch *group, struct win
 			train_die(PROG, "training step");
 		/* read before backward releases the forward's memory */
 		double l = tensor_get(loss, NULL);
+		finite = finite && isfinite(l);
 		if (ag_backward_release(scaled, NULL) < 0)
 			train_die(PROG, "training step");
 		if (w) {
@@ -682,6 +699,7 @@ static void accumulate(struct run *r, const struct text_batch *group, struct win
 		}
 		tensor_scope_end();
 	}
+	return finite;
 }
 
 static int run_train(int argc, char **argv)
@@ -691,7 +709,7 @@ static int run_train(int argc, char **argv)
 	int64_t step = setup(&r);
 	int64_t steps_run = 0;
 	double train_time = 0;
-	int64_t padded_all = 0, real_all = 0, saved = -1;
+	int64_t padded_all = 0, real_all = 0, saved = opt.resume ? step : -1;
 	for (int64_t e = 0; e < step / r.spe; e++)
 		text_batcher_next_epoch(&r.btrain); /* the order is a function of (seed, epoch) */
 	train_signals_install();
@@ -716,12 +734,12 @@ static int run_train(int argc, char **argv)
 			train_die(PROG, "training batch");
 		if (nn_params_zero_grad(&r.ps) < 0)
 			train_die(PROG, "zero_grad");
-		accumulate(&r, &group, &w);
+		bool finite = accumulate(&r, &group, &w);
 		if (opt.adv_eps > 0) {
 			struct nn_fgm adv = { 0 };
 			if (nn_fgm_perturb(&adv, &r.ps, "embed.", opt.adv_eps) < 0)
 				train_die(PROG, "--adv-eps");
-			accumulate(&r, &group, NULL);
+			finite = accumulate(&r, &group, NULL) && finite;
 			if (nn_fgm_restore(&adv) < 0)
 				train_die(PROG, "--adv-eps");
 		}
@@ -735,12 +753,21 @@ static int run_train(int argc, char **argv)
 			train_die(PROG, "--pos-l2");
 		if (opt.proj_l2 > 0 && nn_anchor_l2_grad(&r.anchor, opt.proj_l2) < 0)
 			train_die(PROG, "--proj-l2");
-		double norm = train_optimizer_step(&r.ps, &r.adamw, &r.sched, step, opt.clip);
+		if (train_poison_gradients(&r.ps, step + 1) < 0)
+			train_die(PROG, "CFORMER_NAN_GRAD_AT");
+		double norm =
+		    finite ? train_optimizer_step(&r.ps, &r.adamw, &r.sched, step, opt.clip) : NAN;
 		if (norm < 0)
 			train_die(PROG, "optimizer step");
-		if (opt.ema > 0 && nn_ema_update(&r.ema) < 0)
-			train_die(PROG, "--ema");
-		w.grad_norm += norm;
+		if (isnan(norm)) {
+			progress_end(&r.bar);
+			train_nonfinite(PROG, step + 1, finite, opt.skip_nonfinite, r.ckpt_dir, saved,
+					&r.skipped);
+		} else {
+			if (opt.ema > 0 && nn_ema_update(&r.ema) < 0)
+				train_die(PROG, "--ema");
+			w.grad_norm += norm;
+		}
 		tensor_scope_end();
 		step++, steps_run++, w.steps++;
 		double dt = train_clock() - t0;
@@ -822,6 +849,10 @@ static int run_train(int argc, char **argv)
 	       r.best_val, (long long)r.best_epoch, progress_duration(elapsed(&r), el, sizeof el),
 	       train_time > 0 ? (double)padded_all / train_time : 0.0,
 	       train_time > 0 ? (double)real_all / train_time : 0.0, train_peak_mb());
+	if (r.skipped)
+		printf("%lld of %lld steps skipped: their loss or gradients were not finite "
+		       "(--skip-nonfinite)\n",
+		       (long long)r.skipped, (long long)steps_run);
 out:
 	csvlog_close(&r.csv);
 	tb_close(&r.tb);

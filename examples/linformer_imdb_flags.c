@@ -99,6 +99,11 @@ struct flag flags[] = {
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, dropout and batch order"),
 	INT("threads", threads, 0, 4096, "T", "threads (0: every core)"),
 	CHO("device", device, "cpu|cuda", "where the model trains and runs"),
+	BOOL("skip-nonfinite", skip_nonfinite,
+	     "skip a step whose loss or gradients are NaN or inf (default: stop the run, the last "
+	     "checkpoint intact)"),
+	BOOL("no-mem-check", no_mem_check,
+	     "run even when the estimated peak memory exceeds what the machine has available"),
 	STR("data", data, "DIR", "aclImdb directory (train/ and test/ with neg/ and pos/)"),
 	DBL("val-fraction", val_fraction, 0, 0.5, FLAG_MIN_OPEN, "F",
 	    "training reviews held out for validation"),
@@ -129,7 +134,7 @@ struct flag flags[] = {
 };
 const int NFLAGS = (int)(sizeof flags / sizeof flags[0]);
 
-const char *const RESUME_FREE[] = { "threads",	  "device",	"log-every",	"log-dir",	"checkpoint-dir",
+const char *const RESUME_FREE[] = { "threads",	  "device",	"no-mem-check",	"log-every",	"log-dir",	"checkpoint-dir",
 				    "resume",	  "stop-after", "init-from",	"eval-only",
 				    "checkpoint", "predict",	"predict-file", NULL };
 

@@ -35,7 +35,7 @@ struct options {
 	    *init_from, *device;
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_docs, log_every;
 	double embed_std, mask_prob, lr, min_lr, warmup, weight_decay, clip, val_fraction;
-	bool no_chunk, eval_only, no_bucket;
+	bool no_chunk, eval_only, no_bucket, no_mem_check, skip_nonfinite;
 };
 
 /* The tables read better aligned by hand. */
@@ -94,6 +94,10 @@ static struct flag flags[] = {
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, dropout, order and masks"),
 	INT("threads", threads, 0, 4096, "T", "threads (0: every core)"),
 	CHO("device", device, "cpu|cuda", "where the model trains"),
+	BOOL("skip-nonfinite", skip_nonfinite,
+	     "skip a step whose loss or gradients are NaN or inf (default: stop the run)"),
+	BOOL("no-mem-check", no_mem_check,
+	     "run even when the estimated peak memory exceeds what the machine has available"),
 	STR("init-from", init_from, "CKPT", "start from a linformer_mlm checkpoint of the same "
 					    "width, layers and vocabulary trained at a shorter (or "
 					    "the same) n, as BERT's 128 then 512: positions past its "
@@ -407,8 +411,11 @@ static int run_eval_only(void)
 	int64_t step;
 	char what[1200];
 	snprintf(what, sizeof what, "loading %s", opt.checkpoint);
-	if (train_checkpoint_model_config(opt.checkpoint, &c) < 0)
+	if (model_config_from_checkpoint(opt.checkpoint, &c) < 0)
 		train_die(PROG, what);
+	if (!opt.no_mem_check)
+		train_check_memory(PROG, model_estimate_bytes(&c, opt.batch, false, true), 0,
+				   opt.checkpoint);
 	build_model(&m, &ps, &c, 0);
 	if (nn_checkpoint_load(opt.checkpoint, &ps, NULL, &step) < 0)
 		train_die(PROG, what);
@@ -447,6 +454,7 @@ struct run {
 	char *cfg_json;
 	char log_dir[1024], ckpt_dir[1024];
 	int64_t nb, spe, total, epochs, best_epoch; /* batches and steps an epoch */
+	int64_t saved, skipped; /* the step last saved (-1: none); non-finite steps skipped */
 	double start, best_val;
 };
 
@@ -461,6 +469,8 @@ static void save(struct run *r, const char *name, int64_t step)
 	snprintf(path, sizeof path, "%s/%s", r->ckpt_dir, name);
 	if (nn_checkpoint_save(path, &r->ps, NULL, r->cfg_json, step) < 0)
 		train_die(PROG, "saving a checkpoint");
+	if (!strcmp(name, "last.safetensors"))
+		r->saved = step;
 }
 
 static void log_scalar(struct run *r, const char *tag, double v, int64_t step)
@@ -493,6 +503,14 @@ static void setup(struct run *r)
 	model_flags_tokenizer(&r->tok, &opt.enc, 0, flags, NFLAGS, PROG);
 	build_config(&r->cfg, &r->tok);
 	load_data(&r->tok, opt.enc.n, &r->train, &r->val);
+	if (!opt.no_mem_check) { /* before tokenizing: the batchers hold ids and mask, 8 B a slot */
+		char what[128];
+		snprintf(what, sizeof what, "training at n %lld, batch %lld", (long long)opt.enc.n,
+			 (long long)opt.batch);
+		double text = 8.0 * (double)opt.enc.n * (double)(r->train.n + r->val.n);
+		train_check_memory(PROG, model_estimate_bytes(&r->cfg, opt.batch, true, true), text,
+				   what);
+	}
 	bool bucket = !opt.no_bucket;
 	if (train_batcher_init(&r->btrain, &r->train, &r->tok, opt.enc.n, opt.batch,
 			       (uint64_t)opt.seed, true, bucket) < 0 ||
@@ -554,6 +572,7 @@ static void setup(struct run *r)
 		printf("(the bundled subset; for the full dataset see --help)\n");
 	printf("logs in %s, checkpoints in %s\n", r->log_dir, r->ckpt_dir);
 	r->best_val = INFINITY;
+	r->saved = -1;
 }
 
 /* Running sums between log points. */
@@ -569,6 +588,7 @@ static void train_step(struct run *r, int64_t step, int64_t first, int64_t last,
 	struct tensor *in[last - first], *lab[last - first];
 	struct text_batch batch[last - first];
 	int64_t M[last - first], total = 0, base = step / r->spe * r->nb;
+	bool finite = true;
 	tensor_scope_begin();
 	if (nn_params_zero_grad(&r->ps) < 0)
 		train_die(PROG, "zero_grad");
@@ -589,14 +609,25 @@ static void train_step(struct run *r, int64_t step, int64_t first, int64_t last,
 		if (!scaled)
 			train_die(PROG, "training step");
 		/* read before backward releases the forward's memory */
-		w->loss += tensor_get(loss, NULL) * (double)M[i];
+		double l = tensor_get(loss, NULL);
+		finite = finite && isfinite(l);
+		w->loss += l * (double)M[i];
 		if (ag_backward_release(scaled, NULL) < 0)
 			train_die(PROG, "training step");
 		tensor_scope_end();
 	}
 	w->predicted += total;
-	if (train_optimizer_step(&r->ps, &r->adamw, &r->sched, step, opt.clip) < 0)
+	if (train_poison_gradients(&r->ps, step + 1) < 0)
+		train_die(PROG, "CFORMER_NAN_GRAD_AT");
+	double norm =
+	    finite ? train_optimizer_step(&r->ps, &r->adamw, &r->sched, step, opt.clip) : NAN;
+	if (norm < 0)
 		train_die(PROG, "optimizer step");
+	if (isnan(norm)) {
+		progress_end(&r->bar);
+		train_nonfinite(PROG, step + 1, finite, opt.skip_nonfinite, r->ckpt_dir, r->saved,
+				&r->skipped);
+	}
 	tensor_scope_end();
 }
 
@@ -696,8 +727,13 @@ static int run_train(void)
 	       first_loss, last_loss, exp(first_loss), exp(last_loss), exp(v.loss), exp(r.best_val),
 	       (long long)r.best_epoch, progress_duration(elapsed(&r), el, sizeof el),
 	       train_time > 0 ? (double)padded_all / train_time : 0.0, train_peak_mb());
-	printf("fine-tune the classifier: linformer_imdb --init-from %s/best.safetensors%s\n",
-	       r.ckpt_dir, !strcmp(opt.enc.tokenizer, "byte") ? " --tokenizer byte" : "");
+	if (r.skipped)
+		printf("%lld steps skipped: their loss or gradients were not finite "
+		       "(--skip-nonfinite)\n",
+		       (long long)r.skipped);
+	if (r.best_epoch > 0) /* a best checkpoint was written */
+		printf("fine-tune the classifier: linformer_imdb --init-from %s/best.safetensors%s\n",
+		       r.ckpt_dir, !strcmp(opt.enc.tokenizer, "byte") ? " --tokenizer byte" : "");
 	free_run(&r);
 	return isfinite(v.loss) ? 0 : 1;
 }

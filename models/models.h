@@ -174,6 +174,21 @@ int64_t model_param_count(const struct model_config *c, bool with_classifier, bo
 /* The layer kinds of c as pattern letters (S/L/C/M/X/R, '?' for an unknown kind), one per
  * layer up to MODEL_MAX_LAYERS, NUL-terminated in out; returns out ("" for c NULL). */
 const char *model_config_pattern(const struct model_config *c, char out[MODEL_MAX_LAYERS + 1]);
+/* The model config saved in the checkpoint at path, checked against the file's
+ * tensor headers (nn_checkpoint_info) before anything is allocated:
+ * embed.weight must be [vocab_size, dim], a learned pos.weight [max_len, dim],
+ * the layers those the names show, and the parameter count that of the config
+ * with a classifier or an MLM head. Errors name the file and the field. */
+int model_config_from_checkpoint(const char *path, struct model_config *c);
+/* The same check of a config against a checkpoint's info (path for messages). */
+int model_config_check_checkpoint(const struct model_config *c, const char *path,
+				  const struct nn_checkpoint_info *info);
+/* An estimate of the peak bytes of running c on batches of `batch` sequences of
+ * max_len tokens, f32: training (parameters, gradients, AdamW's moments and the
+ * activations the tape saves, calibrated on bench/train_throughput's peaks) or
+ * no-grad inference (parameters and one layer's working set); mlm adds the
+ * decoder's logits. -1 for an invalid config or batch < 1. */
+double model_estimate_bytes(const struct model_config *c, int64_t batch, bool training, bool mlm);
 /* One line: preset/pattern, sizes, k per layer, sharing, parameter count. */
 void model_summary(const struct model_config *c, int64_t params, FILE *f);
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "models_common.h"
 
@@ -655,6 +656,114 @@ START_TEST(test_param_count_all_modes)
 }
 END_TEST
 
+/* Save ps under a config JSON claiming c; the path. */
+static void save_claiming(const char *path, const struct nn_params *ps,
+			  const struct model_config *c)
+{
+	char *json = model_config_to_json(c);
+	ck_assert(json != NULL);
+	ck_assert_int_eq(nn_checkpoint_save(path, ps, NULL, json, 1), TENSOR_OK);
+	free(json);
+}
+
+/* A config read from a checkpoint is checked against the file's tensor headers before
+ * anything is allocated: one that misstates dim, vocab_size, max_len, layers or ff_hidden is
+ * refused naming the field (or the count), with no tensor allocated. */
+START_TEST(test_config_from_checkpoint)
+{
+	char dir[] = "/tmp/cformer_cfgXXXXXX", path[64];
+	ck_assert(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof path, "%s/m.safetensors", dir);
+	struct model_config c = tiny("linformer:2"), got;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	struct nn_params ps;
+	struct model_classifier m;
+	make_classifier(&m, &ps, &c, TENSOR_F32, 3);
+	save_claiming(path, &ps, &c);
+	ck_assert_msg(model_config_from_checkpoint(path, &got) == TENSOR_OK, "%s",
+		      tensor_last_error());
+	assert_config_eq(&got, &c);
+
+	struct {
+		const char *field, *says;
+		int64_t value;
+	} lies[] = { { "dim", "its config's dim 16384 does not match its tensors (embed.weight is "
+			      "[11,8])",
+		       16384 },
+		     { "vocab_size", "its config's vocab_size 4096 does not match", 4096 },
+		     { "max_len", "its config's max_len 1048576 does not match", 1048576 },
+		     { "layers", "its config's layers 3 does not match its tensors (layers.0 to "
+				 "layers.1)",
+		       3 },
+		     { "ff_hidden", "does not describe its tensors", 1 << 20 } };
+	for (size_t k = 0; k < sizeof lies / sizeof lies[0]; k++) {
+		struct model_config bad = c;
+		if (!strcmp(lies[k].field, "dim"))
+			bad.dim = lies[k].value;
+		else if (!strcmp(lies[k].field, "vocab_size"))
+			bad.vocab_size = lies[k].value;
+		else if (!strcmp(lies[k].field, "max_len"))
+			bad.max_len = lies[k].value;
+		else if (!strcmp(lies[k].field, "layers"))
+			bad.layers = 3, bad.attention[2] = MODEL_ATTN_LINEAR;
+		else
+			bad.ff_hidden = lies[k].value;
+		save_claiming(path, &ps, &bad);
+		size_t live = tensor_mem_stats(TENSOR_CPU).live_bytes;
+		tu_assert_error(model_config_from_checkpoint(path, &got) < 0, TENSOR_ERR_ARG, path,
+				lies[k].says);
+		ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes, live);
+	}
+	model_classifier_free(&m);
+	drop_params(&ps);
+
+	/* an MLM model's checkpoint is a model of its config too */
+	struct model_mlm mlm;
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 4), TENSOR_OK);
+	ck_assert_int_eq(model_mlm_init(&mlm, &ps, &c), TENSOR_OK);
+	save_claiming(path, &ps, &c);
+	ck_assert_msg(model_config_from_checkpoint(path, &got) == TENSOR_OK, "%s",
+		      tensor_last_error());
+	model_mlm_free(&mlm);
+	drop_params(&ps);
+	/* no config, no file */
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 4), TENSOR_OK);
+	ck_assert_int_eq(nn_checkpoint_save(path, &ps, NULL, NULL, 1), TENSOR_OK);
+	tu_assert_error(model_config_from_checkpoint(path, &got) < 0, TENSOR_ERR_ARG, path,
+			"no \"config\"");
+	drop_params(&ps);
+	unlink(path);
+	tu_assert_error(model_config_from_checkpoint(path, &got) < 0, TENSOR_ERR_IO, path,
+			"cannot open");
+	rmdir(dir);
+}
+END_TEST
+
+/* The memory estimate grows with what costs memory and is refused for a bad config. */
+START_TEST(test_estimate_bytes)
+{
+	struct model_config c;
+	ck_assert_int_eq(model_config_preset(&c, "linformer", 30522, 512), TENSOR_OK);
+	double train = model_estimate_bytes(&c, 32, true, false);
+	double infer = model_estimate_bytes(&c, 32, false, false);
+	ck_assert(train > infer && infer > 0);
+	ck_assert(model_estimate_bytes(&c, 64, true, false) > train);
+	ck_assert(model_estimate_bytes(&c, 32, true, true) > train); /* the decoder's logits */
+	/* the parameters alone, at least: 4 copies of f32 when training */
+	ck_assert(train >= 16.0 * (double)model_param_count(&c, true, false));
+	struct model_config t;
+	ck_assert_int_eq(model_config_preset(&t, "transformer", 30522, 4096), TENSOR_OK);
+	struct model_config l = t;
+	ck_assert_int_eq(model_config_preset(&l, "linformer", 30522, 4096), TENSOR_OK);
+	/* quadratic scores against k slots */
+	ck_assert(model_estimate_bytes(&t, 8, true, false) > 4 * model_estimate_bytes(&l, 8, true, false));
+	ck_assert(model_estimate_bytes(&c, 0, true, false) < 0);
+	c.heads = 3; /* does not divide dim */
+	ck_assert(model_estimate_bytes(&c, 1, true, false) < 0);
+	tensor_clear_error();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("models_config");
@@ -671,6 +780,8 @@ int main(void)
 	tc = tu_tcase("counts");
 	tcase_add_test(tc, test_param_count_hand);
 	tcase_add_test(tc, test_param_count_all_modes);
+	tcase_add_test(tc, test_config_from_checkpoint);
+	tcase_add_test(tc, test_estimate_bytes);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

@@ -4,6 +4,7 @@
 #include "flags.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -45,6 +46,46 @@ void train_crash_hook_install(void)
 }
 
 enum tensor_device train_device = TENSOR_CPU;
+
+/* MemAvailable of /proc/meminfo in bytes, -1 if unknown. */
+static double host_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	double kib = -1;
+	char line[256];
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kib < 0 ? -1 : kib * 1024;
+}
+
+void train_check_memory(const char *prog, double model_bytes, double data_bytes, const char *what)
+{
+	const double gib = 1024.0 * 1024 * 1024;
+	double host = host_available(), dev = host;
+	size_t free_bytes, total;
+	if (train_device != TENSOR_CPU)
+		dev = tensor_device_memory(train_device, &free_bytes, &total) == TENSOR_OK
+			  ? (double)free_bytes
+			  : -1;
+	bool one = train_device == TENSOR_CPU;
+	double need_dev = one ? model_bytes + data_bytes : model_bytes;
+	double need_host = one ? 0 : data_bytes;
+	if (model_bytes < 0)
+		flags_fail(prog, NULL, "%s: the model's memory cannot be estimated: %s", what,
+			   tensor_last_error());
+	if ((dev < 0 || need_dev <= dev) && (host < 0 || need_host <= host))
+		return;
+	bool on_dev = dev >= 0 && need_dev > dev && train_device != TENSOR_CPU;
+	flags_fail(prog, NULL,
+		   "%s needs about %.2f GiB (the model %.2f GiB, the tokenized text %.2f GiB) but "
+		   "%s has %.2f GiB available: lower --n or --batch, or pass --no-mem-check to run "
+		   "anyway",
+		   what, (model_bytes + data_bytes) / gib, model_bytes / gib, data_bytes / gib,
+		   on_dev ? "the GPU" : "the machine", (on_dev ? dev : host) / gib);
+}
 
 void train_set_device(const char *prog, const char *name)
 {
@@ -110,40 +151,19 @@ int train_mkdirs(const char *path, char *err, size_t errlen)
 		}
 		*p = c;
 		if (!c)
-			return 0;
+			break;
 	}
-}
-
-char *train_read_file(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	char *s = NULL;
-	size_t n = 0, cap = 0, got;
-	do {
-		if (n + 4096 + 1 > cap) {
-			char *t = realloc(s, cap = 2 * cap + 4096 + 1);
-			if (!t) {
-				free(s);
-				fclose(f);
-				errno = ENOMEM;
-				return NULL;
-			}
-			s = t;
-		}
-		got = fread(s + n, 1, 4096, f);
-		n += got;
-	} while (got == 4096);
-	bool bad = ferror(f);
-	fclose(f);
-	if (bad) {
-		free(s);
-		errno = EIO;
-		return NULL;
+	/* writable: a file can be created there (found now, not after an epoch) */
+	char probe[4200];
+	snprintf(probe, sizeof probe, "%s/.cformer-write-test.%ld", buf, (long)getpid());
+	int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	if (fd < 0) {
+		snprintf(err, errlen, "cannot write in %s: %s", buf, strerror(errno));
+		return -1;
 	}
-	s[n] = 0;
-	return s;
+	close(fd);
+	unlink(probe);
+	return 0;
 }
 
 /* ---- signals ------------------------------------------------------------------------------ */
@@ -192,10 +212,41 @@ double train_optimizer_step(struct nn_params *ps, struct nn_adamw *opt,
 {
 	opt->lr = nn_schedule_lr(sched, step);
 	double norm = nn_clip_grad_norm(ps, clip > 0 ? clip : INFINITY);
-	if (norm < 0)
-		return norm;
+	if (norm < 0 || !isfinite(norm))
+		return norm < 0 ? norm : NAN; /* no update from NaN or inf gradients */
 	int rc = nn_adamw_step(opt);
 	return rc < 0 ? rc : norm;
+}
+
+int train_poison_gradients(struct nn_params *ps, int64_t step)
+{
+	const char *env = getenv("CFORMER_NAN_GRAD_AT");
+	if (!env || strtoll(env, NULL, 10) != step || ps->n == 0 || !ps->items[0].value->grad)
+		return TENSOR_OK;
+	return tensor_fill_(ps->items[0].value->grad, NAN);
+}
+
+void train_nonfinite(const char *prog, int64_t step, bool loss_finite, bool skip,
+		     const char *dir, int64_t saved, int64_t *skipped)
+{
+	const char *what = loss_finite ? "gradients are" : "loss is";
+	if (skip) {
+		if (!*skipped)
+			fprintf(stderr, "%s: step %lld: the %s not finite: skipped (--skip-nonfinite)\n",
+				prog, (long long)step, what);
+		++*skipped;
+		return;
+	}
+	fprintf(stderr, "\n%s: step %lld: the %s not finite (NaN or inf); stopped without saving: ",
+		prog, (long long)step, what);
+	if (saved >= 0)
+		fprintf(stderr, "%s/last.safetensors holds step %lld, the last good state\n", dir,
+			(long long)saved);
+	else
+		fprintf(stderr, "no checkpoint was saved yet\n");
+	fprintf(stderr, "(a lower --lr or a --clip norm may help; --skip-nonfinite skips such "
+			"steps instead)\n");
+	exit(1);
 }
 
 int train_init_embedding(struct nn_params *ps, const struct model_encoder *enc, double std)
@@ -212,21 +263,6 @@ int train_init_embedding(struct nn_params *ps, const struct model_encoder *enc, 
 }
 
 /* ---- checkpoints ------------------------------------------------------------------------ */
-
-int train_checkpoint_model_config(const char *path, struct model_config *cfg)
-{
-	char *json = nn_checkpoint_config(path);
-	if (!json)
-		return tensor_last_status();
-	int rc = model_config_from_json(cfg, json);
-	free(json);
-	if (rc < 0) {
-		char msg[512];
-		snprintf(msg, sizeof msg, "%s", tensor_last_error());
-		return tensor_error(rc, "%s: its config is not a model config: %s", path, msg);
-	}
-	return TENSOR_OK;
-}
 
 static bool is_encoder_name(const char *name)
 {
@@ -320,7 +356,7 @@ static int copy_pretrained(const char *path, const struct model_config *like, st
 {
 	struct model_config cfg;
 	struct nn_params src;
-	int rc = train_checkpoint_model_config(path, &cfg);
+	int rc = model_config_from_checkpoint(path, &cfg);
 	if (rc == TENSOR_OK)
 		rc = model_config_resolve(&cfg);
 	char a[MODEL_MAX_LAYERS + 1], b[MODEL_MAX_LAYERS + 1];

@@ -1,7 +1,9 @@
 /* Training-loop helpers shared by the example programs: fatal errors, clock,
- * peak memory, directories, small files, SIGINT/SIGTERM as a stop request, the
- * optimizer step (schedule, clipping, AdamW), and moving a pretrained encoder
- * into a new model. Example support code: train_die prints and exits. */
+ * the device, peak memory and the memory check before a run, writable
+ * directories, SIGINT/SIGTERM as a stop request, the optimizer step
+ * (schedule, clipping, AdamW, non-finite steps), the test hooks (crash
+ * points, poisoned gradients), and moving a pretrained encoder into a new
+ * model. Example support code: train_die prints and exits. */
 #ifndef CFORMER_TRAIN_H
 #define CFORMER_TRAIN_H
 
@@ -20,14 +22,19 @@ extern enum tensor_device train_device;
 /* Set train_device from a --device value ("cpu" or "cuda"); exits 2 naming the
  * flag when that device is not available. */
 void train_set_device(const char *prog, const char *name);
+/* Exit (status 1, naming the estimate and what is available) when a run
+ * cannot fit: model_bytes (model_estimate_bytes) on train_device, data_bytes
+ * (the tokenized text) in host memory (both on the CPU alone); what names
+ * the run ("training at n 512, batch 32"). Available memory: MemAvailable on
+ * the CPU, the device's free memory. */
+void train_check_memory(const char *prog, double model_bytes, double data_bytes, const char *what);
 /* Move a batch's tensors to train_device (the host ones are freed); a status. */
 int train_batch_to_device(struct text_batch *b);
 /* tensor_mem_stats(train_device).peak_bytes in MiB. */
 double train_peak_mb(void);
-/* mkdir -p. Returns 0, or -1 with a message in err. */
+/* mkdir -p, then check that a file can be created there. Returns 0, or -1
+ * with a message in err. */
 int train_mkdirs(const char *path, char *err, size_t errlen);
-/* The whole file as a string (malloc'd), or NULL (errno set). */
-char *train_read_file(const char *path);
 
 /* For tests of crash safety: with CFORMER_CRASH_AT=N in the environment, the
  * process kills itself (SIGKILL) at the N-th point of its checkpoint saves
@@ -53,14 +60,20 @@ int train_batcher_init(struct text_batcher *b, const struct text_dataset *ds,
  * negative status. */
 double train_optimizer_step(struct nn_params *ps, struct nn_adamw *opt,
 			    const struct nn_schedule *sched, int64_t step, double clip);
+/* For tests of that: with CFORMER_NAN_GRAD_AT=step in the environment, the
+ * first parameter's gradient becomes NaN at that (1-based) step. */
+int train_poison_gradients(struct nn_params *ps, int64_t step);
+/* A step whose loss (loss_finite false) or gradients (train_optimizer_step's
+ * NaN) were not finite: with skip, count it and go on (the caller made no
+ * update); else exit 1 naming the step and the last good state (saved: the
+ * step of the checkpoint in dir, -1 if none), which is left as it was. */
+void train_nonfinite(const char *prog, int64_t step, bool loss_finite, bool skip,
+		     const char *dir, int64_t saved, int64_t *skipped);
 
 /* Redraw the token embedding of enc N(0, std) from its parameter seed, the padding row zero
  * (the library draws N(0, 1), as PyTorch; BERT-style models use 0.02). Returns a status. */
 int train_init_embedding(struct nn_params *ps, const struct model_encoder *enc, double std);
 
-/* The model config stored in checkpoint path (model_config_from_json of
- * nn_checkpoint_config). Returns a status. */
-int train_checkpoint_model_config(const char *path, struct model_config *cfg);
 /* Copy the encoder weights ("embed.*", "pos.*", "layers.*", "norm.*",
  * "proj.*") of checkpoint path — an MLM or a classifier checkpoint — into the
  * parameters of the same names in dst, which must all exist with the same

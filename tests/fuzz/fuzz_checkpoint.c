@@ -1,7 +1,10 @@
 /* libFuzzer target for the checkpoint loader: any bytes must give a load or
  * a clean error that leaves the destination untouched, never a crash, leak
  * or out-of-bounds access. The model is fixed: w [2,3] and b [2] (f32) with
- * AdamW state, as in tests/fuzz/corpus_checkpoint (make_corpus.py). */
+ * AdamW state, as in tests/fuzz/corpus_checkpoint (make_corpus.py). The
+ * config in the metadata is then parsed and checked against the file's
+ * tensors (model_config_check_checkpoint), as the model loaders do;
+ * model_tiny.safetensors seeds a real model's config to mutate. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -9,6 +12,7 @@
 #include <string.h>
 
 #include "checkpoint_internal.h"
+#include "models.h"
 
 static struct nn_params ps;
 static struct nn_adamw opt;
@@ -72,7 +76,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 	}
 	tensor_clear_error();
-	free(nn_checkpoint_config_buffer(data, size, size, "fuzz"));
+	/* the config in the metadata, checked against the tensors as a model loader does
+	 * before it allocates anything */
+	char *json = nn_checkpoint_config_buffer(data, size, size, "fuzz");
+	struct model_config c;
+	struct nn_checkpoint_info info;
+	if (json && model_config_from_json(&c, json) == TENSOR_OK &&
+	    nn_checkpoint_info_buffer(data, size, size, "fuzz", &info) == TENSOR_OK) {
+		if (model_config_check_checkpoint(&c, "fuzz", &info) == TENSOR_OK &&
+		    model_param_count(&c, true, false) != info.numel &&
+		    model_param_count(&c, false, true) != info.numel &&
+		    model_param_count(&c, false, false) != info.numel &&
+		    model_param_count(&c, true, true) != info.numel)
+			abort(); /* accepted a config whose count is not the file's */
+		nn_checkpoint_info_free(&info);
+	}
+	free(json);
 	tensor_clear_error();
 	return 0;
 }
