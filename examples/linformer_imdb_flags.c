@@ -94,8 +94,8 @@ struct flag flags[] = {
 	DBL("clip", clip, 0, INFINITY, 0, "NORM", "gradient clipping norm (0: none)"),
 	DBL("ema", ema, 0, 1, FLAG_MAX_OPEN, "D",
 	    "validate, test and keep as best.safetensors a moving average of the weights, "
-	    "decay D per step (e.g. 0.999; nn_ema); last-ema.safetensors holds it for "
-	    "--resume (0: none)"),
+	    "decay D per step (e.g. 0.999; nn_ema); last.safetensors carries it for --resume, "
+	    "last-ema.safetensors holds it as weights to evaluate (0: none)"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, dropout and batch order"),
 	INT("threads", threads, 0, 4096, "T", "threads (0: every core)"),
 	CHO("device", device, "cpu|cuda", "where the model trains and runs"),
