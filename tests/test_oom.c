@@ -11,6 +11,7 @@
  * own buffers when saving and loading a checkpoint, loading a vocabulary and
  * tokenizing with it, and reading, splitting and batching a dataset: an error
  * changes neither the parameters, nor the file on disk, nor the output. */
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -495,7 +496,8 @@ static void assert_file(const char *path, const char *want, long n)
  * training) and the states that go with them. */
 struct ckpt {
 	struct fixture f;
-	char path[32], tmp[40];
+	struct nn_ema ema;
+	char path[32], tmp[40]; /* tmp: the pattern of the temporary files */
 	char *want, *old;
 	long want_n, old_n;
 	struct state saved, moved;
@@ -513,13 +515,14 @@ static void save_reset(void *p) /* the older file in place */
 static int save_op(void *p)
 {
 	struct ckpt *c = p;
-	return nn_checkpoint_save(c->path, &c->f.ps, &c->f.opt, "{}", 2);
+	return nn_checkpoint_save_run(c->path, &c->f.ps, &c->f.opt, &c->ema, "{}", "{\"s\":2}", 2);
 }
 
 static void save_check(void *p, int rc) /* the new file, or the old one, and no temporary */
 {
 	struct ckpt *c = p;
-	ck_assert(access(c->tmp, F_OK) != 0);
+	glob_t g;
+	ck_assert_int_eq(glob(c->tmp, 0, NULL, &g), GLOB_NOMATCH);
 	if (rc == TENSOR_OK)
 		assert_file(c->path, c->want, c->want_n);
 	else
@@ -536,7 +539,12 @@ static void load_reset(void *p)
 static int load_op(void *p)
 {
 	struct ckpt *c = p;
-	return nn_checkpoint_load(c->path, &c->f.ps, &c->f.opt, &c->step);
+	char *run = NULL;
+	int rc = nn_checkpoint_load_run(c->path, &c->f.ps, &c->f.opt, &c->ema, &run, &c->step);
+	ck_assert(rc != TENSOR_OK || (run && !strcmp(run, "{\"s\":2}")));
+	ck_assert(rc == TENSOR_OK || !run);
+	free(run);
+	return rc;
 }
 
 static void load_check(void *p, int rc) /* the saved state, or the one before */
@@ -552,14 +560,15 @@ START_TEST(test_checkpoint)
 {
 	struct ckpt c = { .path = "/tmp/cformer-oom-XXXXXX" };
 	setup(&c.f, "linformer:2", false);
+	ck_assert_int_eq(nn_ema_init(&c.ema, &c.f.ps, 0.5), TENSOR_OK);
 	ck_assert(close(mkstemp(c.path)) == 0);
-	snprintf(c.tmp, sizeof c.tmp, "%s.tmp", c.path);
+	snprintf(c.tmp, sizeof c.tmp, "%s.tmp*", c.path);
 	struct tensor *out;
 	ck_assert_int_eq(nn_checkpoint_save(c.path, &c.f.ps, &c.f.opt, "{}", 1), TENSOR_OK);
 	c.old = slurp(c.path, &c.old_n);
 	ck_assert_int_eq(train_op(&c.f, 0, &out), TENSOR_OK);
 	tensor_free(out);
-	ck_assert_int_eq(nn_checkpoint_save(c.path, &c.f.ps, &c.f.opt, "{}", 2), TENSOR_OK);
+	ck_assert_int_eq(save_op(&c), TENSOR_OK);
 	c.want = slurp(c.path, &c.want_n);
 	c.saved = save_state(&c.f);
 	fail_each("checkpoint save", &c, save_reset, save_op, save_check);
@@ -572,6 +581,7 @@ START_TEST(test_checkpoint)
 	free(c.old);
 	free_state(&c.saved);
 	free_state(&c.moved);
+	nn_ema_free(&c.ema);
 	teardown(&c.f, false);
 }
 END_TEST
