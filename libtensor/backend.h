@@ -12,6 +12,8 @@
 #ifndef CFORMER_BACKEND_H
 #define CFORMER_BACKEND_H
 
+#include <stddef.h>
+
 #include "tensor.h"
 
 #ifdef __cplusplus
@@ -148,6 +150,15 @@ struct tensor *tensor_new_view(const struct tensor *t, int ndim, const int64_t *
  * naming op. */
 int tensor_broadcast_shape(const char *op, const struct tensor *a, const struct tensor *b,
 			   int64_t *out);
+/* The ceremony of an op front-end, once: the table of dev if it has the slot,
+ * else NULL with the error (the device is not available, or "op: not
+ * supported on <device>"); and the end of an op that made out: out if rc is
+ * TENSOR_OK, else NULL after freeing out. */
+#define TENSOR_BACKEND_FOR(dev, slot, op) \
+	tensor_backend_for((dev), offsetof(struct tensor_backend, slot), (op))
+const struct tensor_backend *tensor_backend_for(enum tensor_device dev, size_t slot,
+						const char *op);
+struct tensor *tensor_op_result(struct tensor *out, int rc);
 /* TENSOR_OK if the slot exists, else an "unsupported" error naming opname. */
 #define TENSOR_SLOT(be, slot, opname)                                                         \
 	((be)->slot ? TENSOR_OK                                                               \

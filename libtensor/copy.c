@@ -33,10 +33,8 @@ int tensor_copy_(struct tensor *dst, const struct tensor *src)
 		if (!s)
 			return tensor_last_status();
 	}
-	const struct tensor_backend *be = tensor_backend_get(dst->storage->device);
-	int rc = TENSOR_SLOT(be, copy, "copy_");
-	if (rc == TENSOR_OK)
-		rc = be->copy(dst, s);
+	const struct tensor_backend *be = TENSOR_BACKEND_FOR(dst->storage->device, copy, "copy_");
+	int rc = be ? be->copy(dst, s) : tensor_last_status();
 	if (s != src)
 		tensor_free((struct tensor *)s);
 	return rc;

@@ -53,11 +53,7 @@ static struct tensor *pad_last(const struct tensor *x, int64_t padding)
 	struct tensor *mid = tensor_narrow(xp, 2, padding, x->shape[2]);
 	int rc = mid ? tensor_copy_(mid, x) : TENSOR_ERR_NOMEM;
 	tensor_free(mid);
-	if (rc < 0) {
-		tensor_free(xp);
-		return NULL;
-	}
-	return xp;
+	return tensor_op_result(xp, rc);
 }
 
 struct tensor *tensor_conv1d(const struct tensor *x, const struct tensor *w,

@@ -151,17 +151,11 @@ struct tensor *tensor_unary(enum tensor_unary_op op, const struct tensor *x, dou
 			     name, alpha, tensor_dtype_name(x->dtype), bx);
 		return NULL;
 	}
-	const struct tensor_backend *be = tensor_backend_get(x->storage->device);
-	if (!be || TENSOR_SLOT(be, unary, name) < 0)
-		return NULL;
-	struct tensor *out = tensor_new(x->dtype, x->storage->device, x->ndim, x->shape);
+	const struct tensor_backend *be = TENSOR_BACKEND_FOR(x->storage->device, unary, name);
+	struct tensor *out = be ? tensor_new(x->dtype, x->storage->device, x->ndim, x->shape) : NULL;
 	if (!out)
 		return NULL;
-	if (tensor_numel(out) > 0 && be->unary(op, out, x, alpha) < 0) {
-		tensor_free(out);
-		return NULL;
-	}
-	return out;
+	return tensor_op_result(out, tensor_numel(out) ? be->unary(op, out, x, alpha) : TENSOR_OK);
 }
 
 struct tensor *tensor_add_scalar(const struct tensor *x, double s)
@@ -262,10 +256,8 @@ struct tensor *tensor_binary(enum tensor_binary_op op, const struct tensor *a,
 	int nd = tensor_broadcast_shape(name, a, b, shape);
 	if (nd < 0)
 		return NULL;
-	const struct tensor_backend *be = tensor_backend_get(a->storage->device);
-	if (!be || TENSOR_SLOT(be, binary, name) < 0)
-		return NULL;
-	struct tensor *out = tensor_new(a->dtype, a->storage->device, nd, shape);
+	const struct tensor_backend *be = TENSOR_BACKEND_FOR(a->storage->device, binary, name);
+	struct tensor *out = be ? tensor_new(a->dtype, a->storage->device, nd, shape) : NULL;
 	if (!out)
 		return NULL;
 	struct tensor *ea = expand_to(a, nd, shape), *eb = expand_to(b, nd, shape);
@@ -274,11 +266,7 @@ struct tensor *tensor_binary(enum tensor_binary_op op, const struct tensor *a,
 		rc = be->binary(op, out, ea, eb);
 	drop_expanded(ea, a);
 	drop_expanded(eb, b);
-	if (rc < 0) {
-		tensor_free(out);
-		return NULL;
-	}
-	return out;
+	return tensor_op_result(out, rc);
 }
 
 /* a op= b in place (tensor_add_, tensor_mul_); name names the op in errors. */
@@ -301,8 +289,8 @@ static int binary_inplace(enum tensor_binary_op op, const char *name, struct ten
 		return tensor_error(
 		    TENSOR_ERR_SHAPE, "%s: a %s must be contiguous and b %s broadcast to it", name,
 		    tensor_shape_str(a, ba, sizeof ba), tensor_shape_str(b, bb, sizeof bb));
-	const struct tensor_backend *be = tensor_backend_get(a->storage->device);
-	if (!be || TENSOR_SLOT(be, binary, name) < 0)
+	const struct tensor_backend *be = TENSOR_BACKEND_FOR(a->storage->device, binary, name);
+	if (!be)
 		return tensor_last_status();
 	struct tensor *eb = expand_to(b, nd, shape);
 	int rc = eb ? TENSOR_OK : tensor_last_status();
@@ -405,11 +393,7 @@ static struct tensor *where_run(const struct tensor_backend *be, int nd, const i
 	drop_expanded(ec, cond);
 	drop_expanded(ea, a);
 	drop_expanded(eb, b);
-	if (rc < 0) {
-		tensor_free(out);
-		return NULL;
-	}
-	return out;
+	return tensor_op_result(out, rc);
 }
 
 struct tensor *tensor_where(const struct tensor *cond, const struct tensor *a,
@@ -435,10 +419,8 @@ struct tensor *tensor_where(const struct tensor *cond, const struct tensor *a,
 	int nd = broadcast_n("where", 3, ts, names, shape);
 	if (nd < 0)
 		return NULL;
-	const struct tensor_backend *be = tensor_backend_get(a->storage->device);
-	if (!be || TENSOR_SLOT(be, where, "where") < 0)
-		return NULL;
-	return where_run(be, nd, shape, cond, a, b);
+	const struct tensor_backend *be = TENSOR_BACKEND_FOR(a->storage->device, where, "where");
+	return be ? where_run(be, nd, shape, cond, a, b) : NULL;
 }
 
 /* Checks of masked_fill (name: the op): x and mask not NULL, one device, mask
@@ -479,8 +461,7 @@ static const struct tensor_backend *masked_fill_check(const char *name, const st
 			     name, value, tensor_dtype_name(x->dtype), bx);
 		return NULL;
 	}
-	const struct tensor_backend *be = tensor_backend_get(x->storage->device);
-	return be && TENSOR_SLOT(be, where, name) == TENSOR_OK ? be : NULL;
+	return TENSOR_BACKEND_FOR(x->storage->device, where, name);
 }
 
 struct tensor *tensor_masked_fill(const struct tensor *x, const struct tensor *mask, double value)

@@ -169,17 +169,12 @@ struct tensor *tensor_index_select(const struct tensor *src, int dim, const stru
 	if (nd < 0 || check_index_tensor(op, src, idx) < 0 ||
 	    check_index_range(op, idx, d, src->shape[d]) < 0)
 		return NULL;
-	const struct tensor_backend *be = tensor_backend_get(src->storage->device);
-	if (!be || TENSOR_SLOT(be, index_select, op) < 0)
-		return NULL;
-	struct tensor *out = tensor_new(src->dtype, src->storage->device, nd, shape);
+	const struct tensor_backend *be = TENSOR_BACKEND_FOR(src->storage->device, index_select, op);
+	struct tensor *out = be ? tensor_new(src->dtype, src->storage->device, nd, shape) : NULL;
 	if (!out)
 		return NULL;
-	if (tensor_numel(out) > 0 && be->index_select(out, src, d, idx) < 0) {
-		tensor_free(out);
-		return NULL;
-	}
-	return out;
+	return tensor_op_result(out, tensor_numel(out) ? be->index_select(out, src, d, idx)
+						       : TENSOR_OK);
 }
 
 int tensor_index_add_(struct tensor *dst, int dim, const struct tensor *idx,
@@ -213,11 +208,9 @@ int tensor_index_add_(struct tensor *dst, int dim, const struct tensor *idx,
 	    (rc = tensor_check_writable(op, dst)) < 0 ||
 	    (rc = check_index_range(op, idx, d, dst->shape[d])) < 0)
 		return rc;
-	const struct tensor_backend *be = tensor_backend_get(dst->storage->device);
+	const struct tensor_backend *be = TENSOR_BACKEND_FOR(dst->storage->device, index_add, op);
 	if (!be)
 		return tensor_last_status();
-	if ((rc = TENSOR_SLOT(be, index_add, op)) < 0)
-		return rc;
 	return tensor_numel(src) > 0 ? be->index_add(dst, d, idx, src) : TENSOR_OK;
 }
 
@@ -256,17 +249,12 @@ struct tensor *tensor_gather(const struct tensor *src, int dim, const struct ten
 	    check_gather_shape(op, "src", src, d, idx, false) < 0 ||
 	    check_index_range(op, idx, d, src->shape[d]) < 0)
 		return NULL;
-	const struct tensor_backend *be = tensor_backend_get(src->storage->device);
-	if (!be || TENSOR_SLOT(be, gather, op) < 0)
-		return NULL;
-	struct tensor *out = tensor_new(src->dtype, src->storage->device, idx->ndim, idx->shape);
+	const struct tensor_backend *be = TENSOR_BACKEND_FOR(src->storage->device, gather, op);
+	struct tensor *out =
+	    be ? tensor_new(src->dtype, src->storage->device, idx->ndim, idx->shape) : NULL;
 	if (!out)
 		return NULL;
-	if (tensor_numel(out) > 0 && be->gather(out, src, d, idx) < 0) {
-		tensor_free(out);
-		return NULL;
-	}
-	return out;
+	return tensor_op_result(out, tensor_numel(out) ? be->gather(out, src, d, idx) : TENSOR_OK);
 }
 
 int tensor_scatter_add_(struct tensor *dst, int dim, const struct tensor *idx,
@@ -287,11 +275,9 @@ int tensor_scatter_add_(struct tensor *dst, int dim, const struct tensor *idx,
 	    (rc = check_distinct(op, dst)) < 0 || (rc = tensor_check_writable(op, dst)) < 0 ||
 	    (rc = check_index_range(op, idx, d, dst->shape[d])) < 0)
 		return rc;
-	const struct tensor_backend *be = tensor_backend_get(dst->storage->device);
+	const struct tensor_backend *be = TENSOR_BACKEND_FOR(dst->storage->device, scatter_add, op);
 	if (!be)
 		return tensor_last_status();
-	if ((rc = TENSOR_SLOT(be, scatter_add, op)) < 0)
-		return rc;
 	return tensor_numel(idx) > 0 ? be->scatter_add(dst, d, idx, src) : TENSOR_OK;
 }
 

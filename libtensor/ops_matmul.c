@@ -263,8 +263,8 @@ static struct tensor *matmul_impl(const struct tensor *a, const struct tensor *b
 		return NULL;
 	if (add && tensor_check_pair(OP, a, add) < 0)
 		return NULL;
-	const struct tensor_backend *be = tensor_backend_get(a->storage->device);
-	if (!be || TENSOR_SLOT(be, gemm, OP) < 0)
+	const struct tensor_backend *be = TENSOR_BACKEND_FOR(a->storage->device, gemm, OP);
+	if (!be)
 		return NULL;
 
 	struct tensor *am = as_matrix(a, false), *bm = as_matrix(b, true);

@@ -20,11 +20,7 @@ static struct tensor *softmax_last(const struct tensor_backend *be, const struct
 				   bool log)
 {
 	struct tensor *out = tensor_new(x->dtype, x->storage->device, x->ndim, x->shape);
-	if (out && be->softmax(out, x, log) < 0) {
-		tensor_free(out);
-		return NULL;
-	}
-	return out;
+	return out ? tensor_op_result(out, be->softmax(out, x, log)) : NULL;
 }
 
 static struct tensor *softmax_op(const char *op, const struct tensor *x, int dim, bool log)
@@ -39,8 +35,8 @@ static struct tensor *softmax_op(const char *op, const struct tensor *x, int dim
 			     op, dim, tensor_shape_str(x, bx, sizeof bx), -lim, lim - 1);
 		return NULL;
 	}
-	const struct tensor_backend *be = tensor_backend_get(x->storage->device);
-	if (!be || TENSOR_SLOT(be, softmax, op) < 0)
+	const struct tensor_backend *be = TENSOR_BACKEND_FOR(x->storage->device, softmax, op);
+	if (!be)
 		return NULL;
 	if (nd == 0) { /* a scalar is one row of one element */
 		const int64_t one = 1;
@@ -169,8 +165,8 @@ int tensor_softmax_(struct tensor *x)
 		return tensor_error(TENSOR_ERR_SHAPE,
 				    "tensor_softmax_: x %s must be contiguous with at least 1 dim",
 				    tensor_shape_str(x, bx, sizeof bx));
-	const struct tensor_backend *be = tensor_backend_get(x->storage->device);
-	if (!be || TENSOR_SLOT(be, softmax, "tensor_softmax_") < 0)
+	const struct tensor_backend *be = TENSOR_BACKEND_FOR(x->storage->device, softmax, "tensor_softmax_");
+	if (!be)
 		return tensor_last_status();
 	return be->softmax(x, x, false);
 }
@@ -186,8 +182,7 @@ static const struct tensor_backend *dropout_check(const char *op, const struct t
 		tensor_error(TENSOR_ERR_ARG, "%s: p %g, expected 0 <= p < 1", op, p);
 		return NULL;
 	}
-	const struct tensor_backend *be = tensor_backend_get(x->storage->device);
-	return be && TENSOR_SLOT(be, dropout, op) == TENSOR_OK ? be : NULL;
+	return TENSOR_BACKEND_FOR(x->storage->device, dropout, op);
 }
 
 struct tensor *tensor_dropout(const struct tensor *x, double p, uint64_t seed)
@@ -200,10 +195,9 @@ struct tensor *tensor_dropout(const struct tensor *x, double p, uint64_t seed)
 	struct tensor *xc = be ? tensor_contiguous(x) : NULL;
 	struct tensor *out =
 	    xc ? tensor_new(x->dtype, x->storage->device, x->ndim, x->shape) : NULL;
-	if (out && tensor_numel(out) > 0 && be->dropout(out, xc, p, seed) < 0) {
-		tensor_free(out);
-		out = NULL;
-	}
+	if (out)
+		out = tensor_op_result(out, tensor_numel(out) ? be->dropout(out, xc, p, seed)
+							  : TENSOR_OK);
 	tensor_free(xc);
 	return out;
 }
@@ -293,8 +287,10 @@ static struct tensor *norm_op(const char *op, bool rms, const struct tensor *x,
 	if (!x || check_norm_x(op, x, eps) < 0 || check_param(op, "w", w, x) < 0 ||
 	    check_param(op, "b", b, x) < 0)
 		return NULL;
-	const struct tensor_backend *be = tensor_backend_get(x->storage->device);
-	if (!be || (rms ? TENSOR_SLOT(be, rms_norm, op) : TENSOR_SLOT(be, layer_norm, op)) < 0)
+	enum tensor_device dev = x->storage->device;
+	const struct tensor_backend *be = rms ? TENSOR_BACKEND_FOR(dev, rms_norm, op)
+					      : TENSOR_BACKEND_FOR(dev, layer_norm, op);
+	if (!be)
 		return NULL;
 	struct tensor *m = NULL, *mf = NULL, *r = NULL, *rf = NULL;
 	struct tensor *y = tensor_new(x->dtype, x->storage->device, x->ndim, x->shape);

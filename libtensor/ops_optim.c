@@ -47,8 +47,8 @@ int tensor_adamw_(struct tensor *p, struct tensor *m, struct tensor *v, const st
 		    "0 and step >= 1, got lr %g, betas (%g, %g), eps %g, "
 		    "weight_decay %g, step %lld",
 		    OP, lr, beta1, beta2, eps, weight_decay, (long long)step);
-	const struct tensor_backend *be = tensor_backend_get(p->storage->device);
-	if (!be || TENSOR_SLOT(be, adamw, OP) < 0)
+	const struct tensor_backend *be = TENSOR_BACKEND_FOR(p->storage->device, adamw, OP);
+	if (!be)
 		return tensor_last_status();
 	const double h[7] = { lr,
 			      beta1,
@@ -75,8 +75,8 @@ int tensor_sgd_(struct tensor *p, struct tensor *buf, const struct tensor *g, do
 				    "%s: expected finite lr, momentum and weight_decay >= 0, got "
 				    "lr %g, momentum %g, weight_decay %g",
 				    OP, lr, momentum, weight_decay);
-	const struct tensor_backend *be = tensor_backend_get(p->storage->device);
-	if (!be || TENSOR_SLOT(be, sgd, OP) < 0)
+	const struct tensor_backend *be = TENSOR_BACKEND_FOR(p->storage->device, sgd, OP);
+	if (!be)
 		return tensor_last_status();
 	const double h[3] = { lr, momentum, weight_decay };
 	return tensor_numel(p) > 0 ? be->sgd(p, buf, g, h) : TENSOR_OK;

@@ -106,8 +106,8 @@ static struct tensor *merged_view(const struct tensor *x, const struct red_dims 
 static struct tensor *reduce_keep(const char *op, enum tensor_reduce_op rop, const struct tensor *x,
 				  const struct red_dims *rd)
 {
-	const struct tensor_backend *be = tensor_backend_get(x->storage->device);
-	if (!be || TENSOR_SLOT(be, reduce, op) < 0)
+	const struct tensor_backend *be = TENSOR_BACKEND_FOR(x->storage->device, reduce, op);
+	if (!be)
 		return NULL;
 	bool red[TENSOR_MAX_DIMS];
 	struct tensor *cur = merged_view(x, rd, red);
@@ -226,14 +226,11 @@ struct tensor *tensor_argmax(const struct tensor *x, int dim, bool keepdim)
 	enum tensor_device dev = x->storage->device;
 	if (x->ndim == 0)
 		return tensor_zeros(TENSOR_I64, dev, 0, NULL);
-	const struct tensor_backend *be = tensor_backend_get(dev);
-	if (!be || TENSOR_SLOT(be, reduce, "argmax") < 0)
+	const struct tensor_backend *be = TENSOR_BACKEND_FOR(dev, reduce, "argmax");
+	if (!be)
 		return NULL;
 	int d = dim < 0 ? dim + x->ndim : dim;
 	struct tensor *out = tensor_new(TENSOR_I64, dev, x->ndim, rd.keep);
-	if (out && be->reduce(TENSOR_RED_ARGMAX, out, x, d) < 0) {
-		tensor_free(out);
-		return NULL;
-	}
+	out = out ? tensor_op_result(out, be->reduce(TENSOR_RED_ARGMAX, out, x, d)) : NULL;
 	return finish(out, &rd, keepdim);
 }

@@ -1,4 +1,4 @@
-/* Tensor basics: dtypes, devices, headers, creation and argument checks. */
+/* Tensor basics: dtypes, headers, creation and argument checks. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,93 +25,6 @@ const char *tensor_device_name(enum tensor_device dev)
 	case TENSOR_CUDA: return "cuda";
 	default: return "invalid";
 	}
-}
-
-/* tensor_cpu_set_fused(false): the CPU table less the slots with composed fallbacks. */
-static struct tensor_backend cpu_unfused;
-static bool cpu_fused = true;
-
-void tensor_cpu_set_fused(bool fused)
-{
-	cpu_unfused = tensor_cpu_backend;
-	cpu_unfused.softmax_backward = NULL;
-	cpu_unfused.norm_backward = NULL;
-	cpu_unfused.adamw = NULL;
-	cpu_unfused.sgd = NULL;
-	cpu_fused = fused;
-}
-
-const struct tensor_backend *tensor_backend_get(enum tensor_device dev)
-{
-	if (dev == TENSOR_CPU) {
-		cpu_init();
-		return cpu_fused ? &tensor_cpu_backend : &cpu_unfused;
-	}
-#ifdef CFORMER_HAVE_CUDA
-	if (dev == TENSOR_CUDA) {
-		if (tensor_cuda_present())
-			return &tensor_cuda_backend;
-		tensor_error(TENSOR_ERR_CUDA, "cuda: no CUDA device is available");
-		return NULL;
-	}
-#endif
-	tensor_error(TENSOR_ERR_DEVICE, "tensor: device %s is not compiled in",
-		     tensor_device_name(dev));
-	return NULL;
-}
-
-bool tensor_device_available(enum tensor_device dev)
-{
-	if (dev == TENSOR_CPU)
-		return true;
-#ifdef CFORMER_HAVE_CUDA
-	if (dev == TENSOR_CUDA)
-		return tensor_cuda_present();
-#endif
-	return false;
-}
-
-int tensor_device_memory(enum tensor_device dev, size_t *free_bytes, size_t *total_bytes)
-{
-	const struct tensor_backend *be = tensor_backend_get(dev);
-	if (!be)
-		return tensor_last_status();
-	if (!free_bytes || !total_bytes)
-		return tensor_error(TENSOR_ERR_ARG, "device_memory: output is NULL");
-	if (TENSOR_SLOT(be, mem_info, "device_memory") < 0)
-		return TENSOR_ERR_UNSUPPORTED;
-	return be->mem_info(free_bytes, total_bytes);
-}
-
-const char *tensor_device_describe(enum tensor_device dev, char *buf, size_t len)
-{
-	const struct tensor_backend *be = tensor_backend_get(dev);
-	if (!buf || !len)
-		return buf;
-	if (be && be->describe)
-		be->describe(buf, len);
-	else if (be)
-		snprintf(buf, len, "%s (BLIS %s kernels, %d threads)", be->name, tensor_blas_arch(),
-			 tensor_get_num_threads());
-	else
-		snprintf(buf, len, "%s: not available", tensor_device_name(dev));
-	return buf;
-}
-
-int tensor_synchronize(enum tensor_device dev)
-{
-	const struct tensor_backend *be = tensor_backend_get(dev);
-	return be ? be->synchronize() : tensor_last_status();
-}
-
-int tensor_cuda_set_tf32(bool on)
-{
-#ifdef CFORMER_HAVE_CUDA
-	if (tensor_cuda_present())
-		return cuda_set_tf32(on);
-#endif
-	(void)on;
-	return tensor_error(TENSOR_ERR_UNSUPPORTED, "set_tf32: no CUDA device is available");
 }
 
 int64_t tensor_numel(const struct tensor *t)
@@ -314,12 +227,8 @@ struct tensor *tensor_arange(enum tensor_dtype dt, enum tensor_device dev, doubl
 	struct tensor *t = tensor_empty(dt, dev, 1, &n);
 	if (!t)
 		return NULL;
-	const struct tensor_backend *be = tensor_backend_get(dev);
-	if (TENSOR_SLOT(be, arange, "tensor_arange") < 0 || be->arange(t, start, step) < 0) {
-		tensor_free(t);
-		return NULL;
-	}
-	return t;
+	const struct tensor_backend *be = TENSOR_BACKEND_FOR(dev, arange, "tensor_arange");
+	return tensor_op_result(t, be ? be->arange(t, start, step) : tensor_last_status());
 }
 
 struct tensor *tensor_from_data(enum tensor_dtype dt, enum tensor_device dev, int ndim,
@@ -333,11 +242,7 @@ struct tensor *tensor_from_data(enum tensor_dtype dt, enum tensor_device dev, in
 	if (!t)
 		return NULL;
 	const struct tensor_backend *be = tensor_backend_get(dev);
-	if (be->copy_from_host(t->storage->data, data, tensor_nbytes(t)) < 0) {
-		tensor_free(t);
-		return NULL;
-	}
-	return t;
+	return tensor_op_result(t, be->copy_from_host(t->storage->data, data, tensor_nbytes(t)));
 }
 
 static int fill_random(const char *op, struct tensor *t, enum tensor_random_kind kind,
@@ -349,9 +254,8 @@ static int fill_random(const char *op, struct tensor *t, enum tensor_random_kind
 		return TENSOR_ERR_DTYPE;
 	if (tensor_check_writable(op, t) < 0)
 		return TENSOR_ERR_STATE;
-	const struct tensor_backend *be = tensor_backend_get(t->storage->device);
-	int rc = TENSOR_SLOT(be, random, op);
-	return rc < 0 ? rc : be->random(t, kind, seed, a, b);
+	const struct tensor_backend *be = TENSOR_BACKEND_FOR(t->storage->device, random, op);
+	return be ? be->random(t, kind, seed, a, b) : tensor_last_status();
 }
 
 int tensor_uniform_(struct tensor *t, uint64_t seed, double lo, double hi)
@@ -413,9 +317,8 @@ int tensor_fill_(struct tensor *t, double value)
 		return tensor_error(TENSOR_ERR_ARG, "tensor_fill_: tensor is NULL");
 	if (tensor_check_writable("tensor_fill_", t) < 0)
 		return TENSOR_ERR_STATE;
-	const struct tensor_backend *be = tensor_backend_get(t->storage->device);
-	int rc = TENSOR_SLOT(be, fill, "tensor_fill_");
-	return rc < 0 ? rc : be->fill(t, value);
+	const struct tensor_backend *be = TENSOR_BACKEND_FOR(t->storage->device, fill, "tensor_fill_");
+	return be ? be->fill(t, value) : tensor_last_status();
 }
 
 /* ---- argument checks shared by the op front-ends -------------------------- */
