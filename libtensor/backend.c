@@ -40,8 +40,7 @@ const struct tensor_backend *tensor_backend_get(enum tensor_device dev)
 	return NULL;
 }
 
-const struct tensor_backend *tensor_backend_for(enum tensor_device dev, size_t slot,
-						const char *op)
+const struct tensor_backend *tensor_backend_for(enum tensor_device dev, size_t slot, const char *op)
 {
 	const struct tensor_backend *be = tensor_backend_get(dev);
 	void (*fn)(void) = NULL;
@@ -111,4 +110,3 @@ int tensor_cuda_set_tf32(bool on)
 	(void)on;
 	return tensor_error(TENSOR_ERR_UNSUPPORTED, "set_tf32: no CUDA device is available");
 }
-

@@ -14,8 +14,8 @@ static int check_matrix(const char *path, const struct nn_checkpoint_info *info,
 {
 	const struct nn_checkpoint_tensor *t = nn_checkpoint_info_find(info, name);
 	if (!t)
-		return tensor_error(TENSOR_ERR_ARG, "%s: its config needs a tensor %s the file lacks",
-				    path, name);
+		return tensor_error(TENSOR_ERR_ARG,
+				    "%s: its config needs a tensor %s the file lacks", path, name);
 	if (t->ndim == 2 && t->shape[0] == a && t->shape[1] == b)
 		return TENSOR_OK;
 	bool first = t->ndim != 2 || t->shape[0] != a;
@@ -58,10 +58,11 @@ int model_config_check_checkpoint(const struct model_config *cfg, const char *pa
 		rc = check_matrix(path, info, "pos.weight", c.max_len, "max_len", c.dim, "dim");
 	int64_t layers = rc == TENSOR_OK ? file_layers(info) : 0;
 	if (rc == TENSOR_OK && layers != c.layers)
-		rc = tensor_error(TENSOR_ERR_ARG,
-				  "%s: its config's layers %lld does not match its tensors (layers.0 "
-				  "to layers.%lld)",
-				  path, (long long)c.layers, (long long)layers - 1);
+		rc = tensor_error(
+		    TENSOR_ERR_ARG,
+		    "%s: its config's layers %lld does not match its tensors (layers.0 "
+		    "to layers.%lld)",
+		    path, (long long)c.layers, (long long)layers - 1);
 	if (rc < 0)
 		return rc;
 	/* the whole count: a classifier, an MLM model, or both heads */
@@ -71,14 +72,14 @@ int model_config_check_checkpoint(const struct model_config *cfg, const char *pa
 		if (want[k] == info->numel)
 			return TENSOR_OK;
 	}
-	return tensor_error(TENSOR_ERR_ARG,
-			    "%s: its config gives %lld parameters with a classifier head (%lld with "
-			    "an MLM head), but the file holds %lld: a field of the config (dim "
-			    "%lld, heads %lld, ff_hidden %lld, k %lld, ...) does not describe its "
-			    "tensors",
-			    path, (long long)want[1], (long long)want[2], (long long)info->numel,
-			    (long long)c.dim, (long long)c.heads, (long long)c.ff_hidden,
-			    (long long)c.k_first);
+	return tensor_error(
+	    TENSOR_ERR_ARG,
+	    "%s: its config gives %lld parameters with a classifier head (%lld with "
+	    "an MLM head), but the file holds %lld: a field of the config (dim "
+	    "%lld, heads %lld, ff_hidden %lld, k %lld, ...) does not describe its "
+	    "tensors",
+	    path, (long long)want[1], (long long)want[2], (long long)info->numel, (long long)c.dim,
+	    (long long)c.heads, (long long)c.ff_hidden, (long long)c.k_first);
 }
 
 int model_config_from_checkpoint(const char *path, struct model_config *c)
@@ -104,8 +105,7 @@ int model_config_from_checkpoint(const char *path, struct model_config *c)
 
 /* ---- the memory of a run ------------------------------------------------------------- */
 
-double model_estimate_bytes(const struct model_config *cfg, int64_t batch, bool training,
-			    bool mlm)
+double model_estimate_bytes(const struct model_config *cfg, int64_t batch, bool training, bool mlm)
 {
 	struct model_config c = *cfg;
 	if (model_config_resolve(&c) < 0 || batch < 1)

@@ -209,19 +209,18 @@ static int check_args(const char *op, const char *path, const struct meta_in *in
 		cJSON *c = cJSON_ParseWithOpts(json[k], &end, true);
 		cJSON_Delete(c);
 		if (!c)
-			return nn_ckpt_fail(TENSOR_ERR_ARG, op, path,
-					    "%s is not valid JSON (error near byte %td)",
-					    k ? "run_json" : "config_json",
-					    end ? end - json[k] : (ptrdiff_t)0);
+			return nn_ckpt_fail(
+			    TENSOR_ERR_ARG, op, path, "%s is not valid JSON (error near byte %td)",
+			    k ? "run_json" : "config_json", end ? end - json[k] : (ptrdiff_t)0);
 	}
 	for (int i = 0; i < ps->n; i++) {
 		const char *name = ps->items[i].name;
 		if (!strcmp(name, CKPT_META) || !strncmp(name, CKPT_OPT, strlen(CKPT_OPT)))
 			return nn_ckpt_fail(TENSOR_ERR_ARG, op, path,
 					    "parameter name '%s' is reserved in checkpoints", name);
-		const char *lacks = opt && (!opt->m[i] || !opt->v[i])	? "the optimizer"
-				    : ema && !ema->shadow[i]		? "the moving average"
-									: NULL;
+		const char *lacks = opt && (!opt->m[i] || !opt->v[i]) ? "the optimizer"
+				    : ema && !ema->shadow[i]	      ? "the moving average"
+								      : NULL;
 		if (lacks)
 			return nn_ckpt_fail(TENSOR_ERR_ARG, op, path,
 					    "%s has no state for '%s' (parameter added after it "
@@ -318,9 +317,9 @@ static int write_file(const char *op, const char *path, const char *json, const 
 	return rc;
 }
 
-int nn_checkpoint_save_run(const char *path, const struct nn_params *ps,
-			   const struct nn_adamw *opt, const struct nn_ema *ema,
-			   const char *config_json, const char *run_json, int64_t step)
+int nn_checkpoint_save_run(const char *path, const struct nn_params *ps, const struct nn_adamw *opt,
+			   const struct nn_ema *ema, const char *config_json, const char *run_json,
+			   int64_t step)
 {
 	const char *op = "nn_checkpoint_save";
 	struct meta_in in = { ps, opt, ema, config_json, run_json, step };

@@ -41,8 +41,7 @@ static void config(struct model_config *c, const char *preset)
 }
 
 /* A classifier on where, its batch moved there too (heap tensors). */
-static void setup(struct run *r, const char *preset, enum tensor_dtype dt,
-		  enum tensor_device where)
+static void setup(struct run *r, const char *preset, enum tensor_dtype dt, enum tensor_device where)
 {
 	memset(r, 0, sizeof *r);
 	config(&r->c, preset);
@@ -50,8 +49,7 @@ static void setup(struct run *r, const char *preset, enum tensor_dtype dt,
 	ck_assert_msg(model_classifier_init(&r->m, &r->ps, &r->c) == TENSOR_OK, "%s",
 		      tensor_last_error());
 	ck_assert_int_eq(nn_params_pack(&r->ps), TENSOR_OK);
-	ck_assert_int_eq(nn_adamw_init(&r->opt, &r->ps, 3e-3, 0.9, 0.999, 1e-8, 0.01),
-			 TENSOR_OK);
+	ck_assert_int_eq(nn_adamw_init(&r->opt, &r->ps, 3e-3, 0.9, 0.999, 1e-8, 0.01), TENSOR_OK);
 	const int64_t len[B] = { T, T - 3, 9, 5 };
 	tensor_heap_begin();
 	struct tensor *ids = rand_ids(B, T, VOCAB, 7), *mask = prefix_mask(B, T, len);
@@ -105,8 +103,7 @@ static void assert_close(const char *what, const struct tensor *a, const struct 
 	tensor_scope_end();
 }
 
-static const char *const presets[] = { "transformer:2", "linformer:2", "conv-linformer:2",
-				       "LCMX" };
+static const char *const presets[] = { "transformer:2", "linformer:2", "conv-linformer:2", "LCMX" };
 
 /* Loss and every gradient of a first step, then the parameters after three
  * AdamW steps, on both devices. */
@@ -150,11 +147,11 @@ START_TEST(test_masked_cross_entropy)
 {
 	struct tensor *x = tu_rand(TENSOR_F64, 2, (int64_t[]){ 6, 5 }, 3);
 	struct tensor *gx = tensor_to_device(x, dev);
-	const int64_t sets[2][6] = { { 0, -100, 4, 2, -100, 1 }, { -100, -100, -100, -100, -100,
-								   -100 } };
+	const int64_t sets[2][6] = { { 0, -100, 4, 2, -100, 1 },
+				     { -100, -100, -100, -100, -100, -100 } };
 	for (int s = 0; s < 2; s++) {
-		struct tensor *t = tensor_from_data(TENSOR_I64, TENSOR_CPU, 1, (int64_t[]){ 6 },
-						    sets[s]);
+		struct tensor *t =
+		    tensor_from_data(TENSOR_I64, TENSOR_CPU, 1, (int64_t[]){ 6 }, sets[s]);
 		for (int smooth = 0; smooth < 2; smooth++) {
 			struct tensor *a = tensor_clone(x), *b = tensor_clone(gx);
 			a->requires_grad = b->requires_grad = true;

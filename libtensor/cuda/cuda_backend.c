@@ -68,7 +68,8 @@ unsigned cuda_blocks(int64_t n, int threads)
 	if (!sms) {
 		int dev = 0, v = 0;
 		cudaGetDevice(&dev);
-		sms = cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+		sms = cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) ==
+				  cudaSuccess &&
 			      v > 0
 			  ? v
 			  : 132;
@@ -321,9 +322,8 @@ static int cuda_from_host(void *dst, const void *src, size_t n)
 	int rc;
 	if (s) {
 		memcpy(s->buf, src, n);
-		rc = cuda_status(cudaMemcpyAsync(dst, s->buf, n, cudaMemcpyHostToDevice,
-						 cuda_stream()),
-				 op);
+		rc = cuda_status(
+		    cudaMemcpyAsync(dst, s->buf, n, cudaMemcpyHostToDevice, cuda_stream()), op);
 		if (rc == TENSOR_OK && cudaEventRecord(s->done, cuda_stream()) == cudaSuccess)
 			s->pending = true;
 		pthread_mutex_unlock(&lock);
@@ -331,17 +331,15 @@ static int cuda_from_host(void *dst, const void *src, size_t n)
 	}
 	pthread_mutex_unlock(&lock);
 	/* from pageable memory: CUDA stages src before the call returns */
-	return cuda_status(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cuda_stream()),
-			   op);
+	return cuda_status(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cuda_stream()), op);
 }
 
 static int cuda_to_host(void *dst, const void *src, size_t n)
 {
 	static const char op[] = "copy to host";
-	int rc = n ? cuda_status(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost,
-						 cuda_stream()),
-				 op)
-		   : TENSOR_OK;
+	int rc =
+	    n ? cuda_status(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, cuda_stream()), op)
+	      : TENSOR_OK;
 	int sync = sync_stream(op);
 	return rc < 0 ? rc : sync;
 }
@@ -461,9 +459,9 @@ static int cuda_dropout(struct tensor *out, const struct tensor *x, double p, ui
 	int64_t n = tensor_numel(out);
 	if (!n)
 		return TENSOR_OK;
-	return cuda_status(cuda_launch_dropout(cuda_ptr(out), cuda_ptr(x), n,
-					       out->dtype == TENSOR_F32, p, seed),
-			   "dropout");
+	return cuda_status(
+	    cuda_launch_dropout(cuda_ptr(out), cuda_ptr(x), n, out->dtype == TENSOR_F32, p, seed),
+	    "dropout");
 }
 
 const struct tensor_backend tensor_cuda_backend = {

@@ -136,17 +136,15 @@ int cuda_gemm(struct tensor *c, const struct tensor *a, const struct tensor *b, 
 		char *pc = cuda_ptr(c);
 		if (c->dtype == TENSOR_F32) {
 			float fa = (float)alpha, fb = (float)beta;
-			st = cublasSgemmStridedBatched(h, l.op, r.op, p, q, (int)k, &fa,
-						       (const float *)pl, (int)l.ld, l.sb,
-						       (const float *)pr, (int)r.ld, r.sb, &fb,
-						       (float *)pc, (int)ldc, c->strides[0],
-						       (int)per);
+			st = cublasSgemmStridedBatched(
+			    h, l.op, r.op, p, q, (int)k, &fa, (const float *)pl, (int)l.ld, l.sb,
+			    (const float *)pr, (int)r.ld, r.sb, &fb, (float *)pc, (int)ldc,
+			    c->strides[0], (int)per);
 		} else {
-			st = cublasDgemmStridedBatched(h, l.op, r.op, p, q, (int)k, &alpha,
-						       (const double *)pl, (int)l.ld, l.sb,
-						       (const double *)pr, (int)r.ld, r.sb, &beta,
-						       (double *)pc, (int)ldc, c->strides[0],
-						       (int)per);
+			st = cublasDgemmStridedBatched(
+			    h, l.op, r.op, p, q, (int)k, &alpha, (const double *)pl, (int)l.ld,
+			    l.sb, (const double *)pr, (int)r.ld, r.sb, &beta, (double *)pc,
+			    (int)ldc, c->strides[0], (int)per);
 		}
 	}
 	if (st != CUBLAS_STATUS_SUCCESS)

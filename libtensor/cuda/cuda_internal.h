@@ -60,11 +60,11 @@ int cuda_fault_raise(void);
 /* ---- geometry of a strided operand, passed to kernels by value ------------ */
 
 struct cuda_geom {
-	int ndim; /* 0 for a scalar */
+	int ndim;  /* 0 for a scalar */
 	int dtype; /* enum tensor_dtype */
 	int64_t shape[CUDA_MAX_DIMS];
 	int64_t strides[CUDA_MAX_DIMS]; /* elements */
-	void *base; /* address of element 0 */
+	void *base;			/* address of element 0 */
 };
 
 /* The geometry of t as it is (shape, strides and element 0). */
@@ -164,7 +164,7 @@ __device__ static inline int64_t cuda_load_index(const void *base, int dtype, in
 	return dtype == TENSOR_I32 ? ((const int32_t *)base)[off] : ((const int64_t *)base)[off];
 }
 
-#define CUDA_GRID_LOOP(i, n)                                                          \
+#define CUDA_GRID_LOOP(i, n)                                                      \
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
 	     i += (int64_t)gridDim.x * blockDim.x)
 
