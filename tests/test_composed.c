@@ -166,7 +166,7 @@ static void assert_runs_agree(struct nn_params ps[2], struct tensor **const stat
 	}
 }
 
-/* nn_adamw_step in tensor ops (nn/optim.c's composed update) against the kernel: three steps
+/* nn_adamw_step in tensor ops (nn/adamw.c's composed update) against the kernel: three steps
  * of a packed list with decayed and undecayed parameters past a chunk edge. */
 START_TEST(test_adamw)
 {

@@ -84,7 +84,7 @@ START_TEST(test_adamw_kernel_equals_ops)
 			struct tensor *g = tensor_rand_normal(dt, TENSOR_CPU, 1, n, 2, 0, 1);
 			struct tensor *m = tensor_rand_normal(dt, TENSOR_CPU, 1, n, 3, 0, 0.1);
 			struct tensor *v = tensor_rand_uniform(dt, TENSOR_CPU, 1, n, 4, 0, 0.1);
-			/* the composed formula of nn/optim.c at step 7 */
+			/* the composed formula of nn/adamw.c at step 7 */
 			double bc1 = 1 - pow(b1, 7), bc2 = 1 - pow(b2, 7);
 			struct tensor *m2 =
 			    tensor_add(m, tensor_mul_scalar(tensor_sub(g, m), 1 - b1));
@@ -142,7 +142,7 @@ START_TEST(test_adamw_kernel_errors)
 }
 END_TEST
 
-/* The fused SGD kernel gives the composed formula of nn/optim.c to the bit: with and
+/* The fused SGD kernel gives the composed formula of nn/adamw.c to the bit: with and
  * without momentum and decay, f32 and f64, on two threads past the parallel threshold. */
 START_TEST(test_sgd_kernel_equals_ops)
 {
