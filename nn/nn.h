@@ -383,7 +383,7 @@ double nn_accuracy(const struct tensor *logits, const struct tensor *targets,
 /* Binary accuracy of logits [N] (positive class when > 0) against 0/1 targets. */
 double nn_binary_accuracy(const struct tensor *logits, const struct tensor *targets);
 
-/* ---- optimizers (adamw.c, sgd.c, ema.c, penalty.c, clip.c; optim.c) ------------------------------------------------- */
+/* ---- optimizers (adamw.c, sgd.c, ema.c, penalty.c, clip.c; optim.c) ----- */
 
 /* AdamW (Loshchilov & Hutter): m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  * p -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + lr wd p, the decay
