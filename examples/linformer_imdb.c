@@ -177,14 +177,73 @@ static void load_data(struct text_dataset *train, struct text_dataset *test)
 
 /* ---- evaluation -------------------------------------------------------------------------- */
 
+/* --output: each review's logits, as JSON lines ({"review": i, "label": l, "logits": [..]})
+ * or CSV (review,label,logit_0,..); label -1 where there is none (predictions). */
+struct logits_out {
+	FILE *f;
+	bool json;
+};
+
+static void logits_open(struct logits_out *o, int64_t classes)
+{
+	*o = (struct logits_out){ 0 };
+	if (!opt.output)
+		return;
+	size_t n = strlen(opt.output);
+	o->json = n > 6 && !strcmp(opt.output + n - 6, ".jsonl");
+	o->f = fopen(opt.output, "w");
+	if (!o->f)
+		flags_fail(PROG, "output", "cannot create %s: %s", opt.output, strerror(errno));
+	if (!o->json) {
+		fprintf(o->f, "review,label");
+		for (int64_t j = 0; j < classes; j++)
+			fprintf(o->f, ",logit_%lld", (long long)j);
+		fprintf(o->f, "\n");
+	}
+}
+
+/* The B x C logits of a batch (float: %.9g gives them back exactly). */
+static void logits_write(struct logits_out *o, const struct tensor *logits,
+			 const int64_t *review, const int64_t *label)
+{
+	if (!o->f)
+		return;
+	int64_t B = logits->shape[0], C = logits->shape[1];
+	float *v = malloc(sizeof *v * (size_t)(B * C > 0 ? B * C : 1));
+	struct tensor *f = tensor_cast(logits, TENSOR_F32);
+	if (!v || !f || tensor_to_host(f, v, sizeof *v * (size_t)(B * C)) < 0)
+		train_die(PROG, "--output");
+	for (int64_t i = 0; i < B; i++) {
+		long long rv = (long long)review[i], lb = label ? (long long)label[i] : -1;
+		if (o->json)
+			fprintf(o->f, "{\"review\": %lld, \"label\": %lld, \"logits\": [", rv, lb);
+		else
+			fprintf(o->f, "%lld,%lld", rv, lb);
+		for (int64_t j = 0; j < C; j++)
+			fprintf(o->f, "%s%.9g", j == 0 && o->json ? "" : o->json ? ", " : ",",
+				v[i * C + j]);
+		fprintf(o->f, o->json ? "]}\n" : "\n");
+	}
+	free(v);
+}
+
+static void logits_close(struct logits_out *o)
+{
+	if (o->f && (ferror(o->f) | fclose(o->f)))
+		flags_fail(PROG, "output", "cannot write %s: %s", opt.output, strerror(errno));
+	else if (o->f)
+		fprintf(stderr, "%s: logits written to %s\n", PROG, opt.output);
+}
+
 struct eval_result {
 	double loss, acc;
 	int64_t correct, n;
 };
 
-/* Loss and accuracy over every batch, in eval mode without a tape. */
+/* Loss and accuracy over every batch, in eval mode without a tape; out (or NULL) receives
+ * each review's logits with its index in the dataset and its label. */
 static struct eval_result evaluate(const struct model_classifier *m, struct nn_params *ps,
-				   const struct text_batcher *b)
+				   const struct text_batcher *b, struct logits_out *out)
 {
 	struct eval_result r = { 0 };
 	double loss = 0;
@@ -200,6 +259,14 @@ static struct eval_result evaluate(const struct model_classifier *m, struct nn_p
 		double acc = l ? nn_accuracy(logits, batch.labels, -1) : -1;
 		if (!l || acc < 0)
 			train_die(PROG, "evaluation");
+		if (out && out->f) {
+			int64_t *lab = malloc(sizeof *lab * (size_t)batch.size);
+			struct tensor *hl = tensor_to_device(batch.labels, TENSOR_CPU);
+			if (!lab || !hl || tensor_to_host(hl, lab, sizeof *lab * (size_t)batch.size) < 0)
+				train_die(PROG, "--output");
+			logits_write(out, logits, b->order + i * b->batch_size, lab);
+			free(lab);
+		}
 		loss += tensor_get(l, NULL) * (double)batch.size;
 		r.correct += llround(acc * (double)batch.size);
 		r.n += batch.size;
@@ -235,7 +302,10 @@ static int run_eval_only(void)
 		train_die(PROG, "tokenizing the test split");
 	printf("%s (step %lld) on %lld test reviews of %s\n", opt.checkpoint, (long long)step,
 	       (long long)test.n, opt.data);
-	struct eval_result r = evaluate(&m, &ps, &b);
+	struct logits_out out;
+	logits_open(&out, c.num_classes);
+	struct eval_result r = evaluate(&m, &ps, &b, &out);
+	logits_close(&out);
 	print_test(&r);
 	text_batcher_free(&b);
 	text_dataset_free(&test);
@@ -296,6 +366,9 @@ static int run_predict(void)
 	int32_t *ids = xmalloc(sizeof *ids * (size_t)(opt.batch * n));
 	int32_t *mask = xmalloc(sizeof *mask * (size_t)(opt.batch * n));
 	float *p = xmalloc(sizeof *p * (size_t)(opt.batch * C));
+	int64_t *row = xmalloc(sizeof *row * (size_t)opt.batch);
+	struct logits_out out;
+	logits_open(&out, C);
 	nn_params_train(&ps, false);
 	ag_no_grad_begin();
 	for (int64_t s = 0; s < nlines; s += opt.batch) {
@@ -308,18 +381,23 @@ static int run_predict(void)
 		int64_t shape[2] = { B, n };
 		struct tensor *ti = tensor_from_data(TENSOR_I32, train_device, 2, shape, ids);
 		struct tensor *tm = tensor_from_data(TENSOR_I32, train_device, 2, shape, mask);
-		struct tensor *probs = tensor_softmax(model_classifier_forward(&m, ti, tm), 1);
+		struct tensor *logits = model_classifier_forward(&m, ti, tm);
+		struct tensor *probs = tensor_softmax(logits, 1);
 		if (!probs || tensor_to_host(probs, p, sizeof *p * (size_t)(B * C)) < 0)
 			train_die(PROG, "prediction");
+		for (int64_t i = 0; i < B; i++)
+			row[i] = s + i;
+		logits_write(&out, logits, row, NULL);
 		for (int64_t i = 0; i < B; i++)
 			for (int64_t j = 0; j < C; j++)
 				printf("%.4f%c", p[i * C + j], j + 1 < C ? ' ' : '\n');
 		tensor_scope_end();
 	}
 	ag_no_grad_end();
+	logits_close(&out);
 	for (int64_t i = 0; i < nlines; i++)
 		free(lines[i]);
-	free(lines), free(ids), free(mask), free(p);
+	free(lines), free(ids), free(mask), free(p), free(row);
 	text_tokenizer_free(&tok);
 	model_classifier_free(&m);
 	nn_params_free(&ps);
@@ -802,7 +880,7 @@ static int run_train(int argc, char **argv)
 		}
 		if (step % r.spe == 0 || step == r.total) { /* the end of an epoch */
 			swap_ema(&r);
-			struct eval_result v = evaluate(&r.model, &r.ps, &r.bval);
+			struct eval_result v = evaluate(&r.model, &r.ps, &r.bval, NULL);
 			swap_ema(&r);
 			bool best = v.acc > r.best_val;
 			if (best)
@@ -838,7 +916,7 @@ static int run_train(int argc, char **argv)
 	progress_end(&r.bar);
 	padded_all += w.padded, real_all += w.real;
 	swap_ema(&r);
-	struct eval_result t = evaluate(&r.model, &r.ps, &r.btest);
+	struct eval_result t = evaluate(&r.model, &r.ps, &r.btest, NULL);
 	print_test(&t);
 	csv_row(&r, step, r.epochs, "test", t.loss, t.acc, -1, -1);
 	log_scalar(&r, "test/loss", t.loss, step);
@@ -885,6 +963,8 @@ int main(int argc, char **argv)
 		flags_find(flags, NFLAGS, sections[i][0])->section = sections[i][1];
 	flags_parse(flags, NFLAGS, argc, argv, PROG, SYNOPSIS, EPILOG);
 	bool predicting = opt.predict || opt.predict_file;
+	if (opt.output && !predicting && !opt.eval_only)
+		flags_fail(PROG, "output", "goes with --predict, --predict-file or --eval-only");
 	if (opt.predict && opt.predict_file)
 		flags_fail(PROG, "predict", "give --predict or --predict-file, not both");
 	if ((predicting || opt.eval_only) && !opt.checkpoint)

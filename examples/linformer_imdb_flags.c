@@ -131,12 +131,15 @@ struct flag flags[] = {
 	STR("checkpoint", checkpoint, "CKPT", "the model of --eval-only and --predict"),
 	STR("predict", predict, "TEXT", "print P(neg) P(pos) of TEXT with --checkpoint"),
 	STR("predict-file", predict_file, "FILE", "print P(neg) P(pos) of each line of FILE"),
+	STR("output", output, "FILE",
+	    "with --predict, --predict-file or --eval-only: also write each review's logits at full "
+	    "precision, as JSON lines if FILE ends in .jsonl, else CSV"),
 };
 const int NFLAGS = (int)(sizeof flags / sizeof flags[0]);
 
 const char *const RESUME_FREE[] = { "threads",	  "device",	"no-mem-check",	"log-every",	"log-dir",	"checkpoint-dir",
 				    "resume",	  "stop-after", "init-from",	"eval-only",
-				    "checkpoint", "predict",	"predict-file", NULL };
+				    "checkpoint", "predict",	"predict-file", "output", NULL };
 
 const char SYNOPSIS[] =
     "usage: linformer_imdb [--flag VALUE]...\n"

@@ -7,7 +7,7 @@
 # test accuracy and byte-identical checkpoints as an uninterrupted run; SIGTERM saves and
 # exits 0; --ema evaluates averaged weights and resumes them exactly; --adv-eps trains twice;
 # --positions conv trains a convolution instead of a table; --eval-only reproduces
-# the run's test accuracy; --predict prints probabilities;
+# the run's test accuracy; --predict prints probabilities and --output writes the logits;
 # --init-from takes an encoder; bad flags exit 1 naming the flag and the expected form.
 # Run from the build directory (as `make check` does); LINFORMER_IMDB and TB_DUMP override
 # the programs.
@@ -304,6 +304,26 @@ if check p "predict"; then
 		fail "predict printed: $(cat "$tmp/p.out")"
 	fi
 fi
+# --output: the logits at full precision, whose softmax is what --predict prints, and whose
+# argmax reproduces the test accuracy of --eval-only
+"$prog" --predict "A wonderful, moving film; I loved it." --checkpoint "$tmp/a/best.safetensors" \
+	--threads 1 --output "$tmp/p.jsonl" >"$tmp/po.out" 2>/dev/null
+if ! cmp -s "$tmp/p.out" "$tmp/po.out" ||
+	! sed 's/.*"logits": \[\(.*\), \(.*\)\]}/\1 \2/' "$tmp/p.jsonl" | paste -d' ' - "$tmp/p.out" |
+	awk '{ e = exp($2 - $1); p = 1 / (1 + e); d = p - $3; exit !(NF == 4 && d < 6e-5 && d > -6e-5) }'; then
+	fail "--output .jsonl: $(cat "$tmp/p.jsonl") against $(cat "$tmp/p.out")"
+else
+	echo "ok: --predict --output writes the logits behind the printed probabilities"
+fi
+run eo --eval-only --checkpoint "$tmp/a/last.safetensors" --max-test 24 --batch 4 --threads 1 \
+	--output "$tmp/e.csv"
+if check eo "eval-only --output"; then
+	hits=$(awk -F, 'NR > 1 { n++; if (($4 > $3) == ($2 == 1)) h++ } END { print n, h }' "$tmp/e.csv")
+	want=$(sed -n 's/^test: .*(\([0-9]*\)\/\([0-9]*\) reviews)$/\2 \1/p' "$tmp/e.out")
+	[ "$(head -1 "$tmp/e.csv")" = "review,label,logit_0,logit_1" ] && [ "$hits" = "$want" ] ||
+		fail "--eval-only --output: $hits (rows, argmax hits), want $want"
+fi
+expect 1 "--output: goes with --predict" $BASE --steps 1 --output "$tmp/x.csv"
 printf 'Dreadful.\n\nOne of the best films of the decade.\n' >"$tmp/reviews.txt"
 "$prog" --predict-file "$tmp/reviews.txt" --checkpoint "$tmp/w/last.safetensors" --batch 2 \
 	--threads 1 >"$tmp/pf.out" 2>"$tmp/pf.err"
