@@ -331,7 +331,10 @@ START_TEST(test_step_out_of_memory)
 		int rc = failing_step(&r, i, &fired);
 		if (rc == TENSOR_OK) {
 			tensor_clear_error();
-			assert_close("parameters after the step", r.ps.flat, want.flat, 0, 0);
+			/* on a GPU the embedding's gradient adds with atomics in no fixed
+			 * order: the last bits of a clean step may differ */
+			double tol = dev == TENSOR_CPU ? 0 : 1e-6;
+			assert_close("parameters after the step", r.ps.flat, want.flat, tol, tol);
 			if (!fired)
 				break;
 			continue;

@@ -15,7 +15,9 @@
 
 static bool present;
 static cudaStream_t stream;
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* pool, staging, scratch */
+/* The pool, the staging buffers and the fault record. The backend is driven from one host
+ * thread at a time (one stream); cuda_scratch relies on that. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_size_t n_mallocs, n_syncs;
 
 static void probe(void)
@@ -51,6 +53,7 @@ int cuda_status(cudaError_t e, const char *op)
 {
 	if (e == cudaSuccess)
 		return TENSOR_OK;
+	cudaGetLastError(); /* reported here: the next launch must not report it again */
 	if (e == cudaErrorMemoryAllocation)
 		return tensor_error(TENSOR_ERR_NOMEM, "%s: out of device memory (%s)", op,
 				    cudaGetErrorString(e));
@@ -106,8 +109,10 @@ struct cuda_fault *cuda_fault_device(void)
 			memset(h, 0, sizeof *fault_host);
 			fault_host = h;
 			fault_dev = d;
-		} else if (h) {
-			cudaFreeHost(h);
+		} else {
+			cudaGetLastError();
+			if (h)
+				cudaFreeHost(h);
 		}
 	}
 	struct cuda_fault *d = fault_dev;
@@ -289,14 +294,23 @@ static struct stage *stage_get(size_t n)
 	struct stage *s = &stages[stage_next];
 	stage_next = (stage_next + 1) % STAGE_SLOTS;
 	if (s->pending) {
-		if (cudaEventQuery(s->done) == cudaErrorNotReady)
+		cudaError_t q = cudaEventQuery(s->done);
+		if (q == cudaErrorNotReady) { /* not an error: clear it, then wait */
+			cudaGetLastError();
 			atomic_fetch_add(&n_syncs, 1);
-		if (cudaEventSynchronize(s->done) != cudaSuccess)
+			q = cudaEventSynchronize(s->done);
+		}
+		if (q != cudaSuccess) {
+			cudaGetLastError();
 			return NULL;
+		}
 		s->pending = false;
 	}
-	if (!s->done && cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming) != cudaSuccess)
+	if (!s->done && cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming) != cudaSuccess) {
+		cudaGetLastError();
+		s->done = NULL;
 		return NULL;
+	}
 	if (s->size < n) {
 		size_t want = n < (1u << 20) ? 1u << 20 : n;
 		void *b = NULL;
@@ -326,6 +340,8 @@ static int cuda_from_host(void *dst, const void *src, size_t n)
 		    cudaMemcpyAsync(dst, s->buf, n, cudaMemcpyHostToDevice, cuda_stream()), op);
 		if (rc == TENSOR_OK && cudaEventRecord(s->done, cuda_stream()) == cudaSuccess)
 			s->pending = true;
+		else if (rc == TENSOR_OK) /* no event to wait on: wait for the copy itself */
+			rc = cuda_status(cudaStreamSynchronize(cuda_stream()), op);
 		pthread_mutex_unlock(&lock);
 		return rc;
 	}

@@ -102,6 +102,13 @@ int cuda_gemm(struct tensor *c, const struct tensor *a, const struct tensor *b, 
 				    tensor_dtype_name(c->dtype));
 	if (batch == 0 || m == 0 || n == 0)
 		return TENSOR_OK;
+	if (k == 0) { /* C = beta C, zeros for beta 0 (cuBLAS leaves k == 0 undefined) */
+		if (beta == 1)
+			return TENSOR_OK;
+		if (beta == 0)
+			return cuda_status(cuda_launch_fill(cuda_geom_of(c), batch * m * n, 0, 0), op);
+		return cuda_unary(TENSOR_MUL_SCALAR, c, c, beta);
+	}
 	bool ar, br, cr;
 	int64_t lda, ldb, ldc;
 	if (!layout(a, m, k, &ar, &lda) || !layout(b, k, n, &br, &ldb) ||

@@ -18,7 +18,7 @@ __global__ static void fill_kernel(cuda_geom dst, int64_t n, double value, doubl
 {
 	CUDA_GRID_LOOP(i, n)
 		cuda_store(dst.base, dst.dtype, cuda_offset(dst, i),
-			   __dadd_rn(value, __dmul_rn(step, (double)i)));
+			   step == 0 ? value : __dadd_rn(value, __dmul_rn(step, (double)i)));
 }
 
 __global__ static void random_kernel(cuda_geom dst, int64_t n, int normal, uint64_t seed,

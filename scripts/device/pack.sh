@@ -3,10 +3,11 @@
 # -no-install: no wrapper scripts, libcformer.so found in the tree) and pack what a GPU machine without BLIS, Check, cJSON or
 # utf8proc needs into .device/ (git-ignored): the programs of the build tree and the shared
 # libraries they load that are neither glibc's nor CUDA's. scripts/device/run.sh runs them there.
-# Usage: scripts/device/pack.sh   (CUDA_ARCH overrides -gencode=arch=compute_90,code=sm_90)
+# Usage: scripts/device/pack.sh   (CUDA_ARCH overrides -gencode=arch=compute_90,code=[sm_90,
+# compute_90]: Hopper machine code, and PTX the driver compiles for a newer GPU)
 set -eu
 cd "$(dirname "$0")/../.."
-arch=${CUDA_ARCH:-"-gencode=arch=compute_90,code=sm_90"}
+arch=${CUDA_ARCH:-"-gencode=arch=compute_90,code=[sm_90,compute_90]"}
 jobs=$(nproc 2>/dev/null || echo 2)
 # A copy of the working tree (tracked and untracked files, not the ignored ones), built in place:
 # the checkout here may be configured in place itself, which rules out a VPATH build.
