@@ -134,6 +134,10 @@ static void grad_case(const struct op_row *r, enum tensor_dtype dt, int j, unsig
 	char what[200];
 	what_of(what, sizeof what, "gradient", r, TENSOR_F64, j, l);
 	gc_assert(what, grad_fn, &c, r->nin, leaves);
+	for (int i = 0; i < r->nin; i++) { /* the leaves' gradients are heap tensors */
+		tensor_free(leaves[i]->grad);
+		leaves[i]->grad = NULL;
+	}
 	ag_tape_reset();
 	tensor_scope_end();
 }
