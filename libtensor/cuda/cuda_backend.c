@@ -273,9 +273,10 @@ void *cuda_scratch(size_t nbytes, const char *op)
 /* ---- transfers ------------------------------------------------------------- */
 
 /* Host-to-device copies go through pinned staging buffers, so that they are
- * asynchronous: the source is copied into a free staging slot and the slot's
- * event says when the device has read it. Larger copies than a slot holds go
- * directly (synchronously, from pageable memory). */
+ * asynchronous: the source is copied into a free staging slot (one whose last
+ * copy the device has read, by its event) and the host goes on. A copy of
+ * more than STAGE_MAX bytes goes directly from pageable memory, which the
+ * runtime may make wait for the stream (counted as a synchronisation). */
 #define STAGE_SLOTS 4
 #define STAGE_MAX (64u << 20)
 
@@ -346,7 +347,7 @@ static int cuda_from_host(void *dst, const void *src, size_t n)
 		return rc;
 	}
 	pthread_mutex_unlock(&lock);
-	/* from pageable memory: CUDA stages src before the call returns */
+	atomic_fetch_add(&n_syncs, 1); /* pageable: the runtime may wait for the stream */
 	return cuda_status(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cuda_stream()), op);
 }
 
