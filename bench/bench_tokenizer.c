@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/data.h"
 #include "text.h"
 
 static const char usage[] =
@@ -229,14 +230,8 @@ int main(int argc, char **argv)
 		}
 	}
 	char def[4096];
-	if (!vocab) { /* the copy in the source tree, found from this file's path */
-		const char *slash = strrchr(__FILE__, '/');
-		int n = slash ? (int)(slash - __FILE__) : 1;
-		snprintf(def, sizeof def,
-			 "%.*s/../tests/data/tokenizer/bert-base-uncased-vocab.txt", n,
-			 slash ? __FILE__ : ".");
-		vocab = def;
-	}
+	if (!vocab) /* the bundled copy */
+		vocab = example_data_path("bert-base-uncased-vocab.txt", def, sizeof def);
 
 	struct docs d = { 0 };
 	const char *source = "synthetic";

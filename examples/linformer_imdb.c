@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/csvlog.h"
+#include "common/data.h"
 #include "common/flags.h"
 #include "common/model_flags.h"
 #include "common/progress.h"
@@ -962,6 +963,9 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
 		flags_find(flags, NFLAGS, sections[i][0])->section = sections[i][1];
 	flags_parse(flags, NFLAGS, argc, argv, PROG, SYNOPSIS, EPILOG);
+	static char subset[4096];
+	if (!opt.data)
+		opt.data = example_data_path("aclImdb_subset", subset, sizeof subset);
 	bool predicting = opt.predict || opt.predict_file;
 	if (opt.output && !predicting && !opt.eval_only)
 		flags_fail(PROG, "output", "goes with --predict, --predict-file or --eval-only");

@@ -9,7 +9,7 @@ struct options opt = {
 	.pooling = "mean",
 	.device = "cpu",
 	.schedule = "cosine",
-	.data = CFORMER_DATA_DIR "/aclImdb_subset",
+	.data = NULL, /* the bundled subset (example_data_path) */
 	.val_split = "random",
 	.batch = 32,
 	.accum = 1,
@@ -104,7 +104,9 @@ struct flag flags[] = {
 	     "checkpoint intact)"),
 	BOOL("no-mem-check", no_mem_check,
 	     "run even when the estimated peak memory exceeds what the machine has available"),
-	STR("data", data, "DIR", "aclImdb directory (train/ and test/ with neg/ and pos/)"),
+	STR("data", data, "DIR",
+	    "aclImdb directory (train/ and test/ with neg/ and pos/; default: the bundled subset of "
+	    "1,000 + 1,000 reviews)"),
 	DBL("val-fraction", val_fraction, 0, 0.5, FLAG_MIN_OPEN, "F",
 	    "training reviews held out for validation"),
 	INT("split-seed", split_seed, 0, 9007199254740992.0, "S", "seed of the validation split"),

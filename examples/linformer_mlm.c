@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "common/csvlog.h"
+#include "common/data.h"
 #include "common/flags.h"
 #include "common/model_flags.h"
 #include "common/progress.h"
@@ -225,7 +226,9 @@ static struct text_dataset chunk_docs(const struct text_dataset *in,
  * split of --data, cut to a seeded sample of --max-docs. */
 static void load_docs(struct text_dataset *docs, char *desc, size_t desc_len)
 {
-	const char *data = opt.data ? opt.data : CFORMER_DATA_DIR "/aclImdb_subset";
+	char subset[4096];
+	const char *data = opt.data ? opt.data
+				    : example_data_path("aclImdb_subset", subset, sizeof subset);
 	if (opt.corpus) {
 		if (text_lines_load(opt.corpus, docs) < 0)
 			flags_fail(PROG, "corpus", "%s", tensor_last_error());

@@ -10,11 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/data.h" /* where the bundled langid.tsv is */
 #include "nn.h"
 
-#ifndef TUTORIAL_DATA
-#define TUTORIAL_DATA "examples/data/langid.tsv"
-#endif
 #define MAX_LEN 256	  /* bytes kept of each sentence */
 #define BATCH 32	  /* sentences per training step */
 #define MIN_ACCURACY 0.80 /* --check: held-out accuracy at least this (typically 0.85-0.96) */
@@ -261,7 +259,8 @@ static long number(const char *flag, const char *s, long min)
 int main(int argc, char **argv)
 {
 	long steps = 300, seed = 1, threads = 0;
-	const char *data = TUTORIAL_DATA, *save = NULL;
+	char bundled[4096];
+	const char *data = example_data_path("langid.tsv", bundled, sizeof bundled), *save = NULL;
 	int check = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *flag = argv[i], *val = i + 1 < argc ? argv[i + 1] : "";

@@ -2,6 +2,7 @@
  * model_flags.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "model_flags.h"
+#include "data.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -114,7 +115,11 @@ void model_flags_tokenizer(struct text_tokenizer *tok, const struct model_flags 
 	bool bytes = !strcmp(m->tokenizer, "byte");
 	if (vocab_size && !flags_given(flags, nflags, "tokenizer"))
 		bytes = vocab_size == 261;
-	int rc = bytes ? text_byte_init(tok) : text_wordpiece_load(tok, m->vocab);
+	char vocab[4096];
+	if (!bytes && !m->vocab)
+		example_data_path("bert-base-uncased-vocab.txt", vocab, sizeof vocab);
+	int rc = bytes ? text_byte_init(tok)
+		       : text_wordpiece_load(tok, m->vocab ? m->vocab : vocab);
 	if (rc < 0)
 		flags_fail(prog, bytes ? "tokenizer" : "vocab", "%s", tensor_last_error());
 	if (vocab_size && tok->vocab_size != vocab_size)

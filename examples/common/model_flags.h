@@ -13,13 +13,6 @@
 #include "models.h"
 #include "text.h"
 
-/* The bundled data; the build passes absolute paths. */
-#ifndef CFORMER_DATA_DIR
-#define CFORMER_DATA_DIR "examples/data"
-#endif
-#ifndef CFORMER_VOCAB
-#define CFORMER_VOCAB "tests/data/tokenizer/bert-base-uncased-vocab.txt"
-#endif
 /* the kernel of --positions conv (nn_conv_position) without --pos-kernel */
 #define MODEL_FLAGS_POS_KERNEL 3
 
@@ -35,7 +28,7 @@ struct model_flags {
  * .model, .n, .dim and .ff. */
 #define MODEL_FLAGS_DEFAULTS                                                                    \
 	.sharing = "headwise", .k_schedule = "constant", .activation = "gelu", .norm = "layer", \
-	.positions = "learned", .tokenizer = "wordpiece", .vocab = CFORMER_VOCAB, .heads = 4,   \
+	.positions = "learned", .tokenizer = "wordpiece", .vocab = NULL, .heads = 4,   \
 	.layers = 2, .dropout = 0.1, .attn_dropout = 0.1
 
 /* The flag-table entries of --model to --shared-kv-head, bound to the fields of m (a struct
@@ -90,7 +83,7 @@ struct model_flags {
 	FLAG_DEF_CHOICE("tokenizer", &(m).tokenizer, "wordpiece|byte",                             \
 			"WordPiece with --vocab, or bytes"),                                       \
 	FLAG_DEF_STRING("vocab", &(m).vocab, "FILE",                                               \
-			"WordPiece vocabulary (BERT uncased vocab.txt)")
+			"WordPiece vocabulary (default: the bundled BERT uncased vocab.txt)")
 /* clang-format on */
 
 /* After flags_parse: --k-list needs --k-schedule list and --k-last needs --k-schedule linear;
