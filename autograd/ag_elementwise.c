@@ -2,6 +2,7 @@
 #include <math.h>
 
 #include "autograd.h"
+#include "ag_internal.h"
 
 #define INV_SQRT_2PI 0.3989422804014327
 

@@ -1,6 +1,7 @@
 /* Indexing and joining with their backward: index_select, gather, concat,
  * stack and split. Index arguments are saved, never differentiated. */
 #include "autograd.h"
+#include "ag_internal.h"
 
 /* ---- index_select, gather --------------------------------------------------- */
 

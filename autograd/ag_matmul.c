@@ -1,5 +1,6 @@
 /* matmul and conv1d with their backward. */
 #include "autograd.h"
+#include "ag_internal.h"
 
 /* ---- matmul --------------------------------------------------------------- */
 

@@ -1,5 +1,6 @@
 /* Layer norm and RMS norm over the last dim with their backward. */
 #include "autograd.h"
+#include "ag_internal.h"
 
 /* Node: inputs x, w, b (w, b may be NULL; RMS norm has no b); i[0] = 1 for
  * RMS norm; saved x, [mean,] rstd and w (when given), in that order.

@@ -17,12 +17,6 @@ extern "C" {
 struct tensor *ag_unary(enum tensor_unary_op op, struct tensor *x, double alpha);
 struct tensor *ag_binary(enum tensor_binary_op op, struct tensor *a, struct tensor *b);
 struct tensor *ag_add(struct tensor *a, struct tensor *b);
-/* a + b (b broadcast to a) written into a's buffer, as ag_add otherwise: for a
- * branch whose value is used once, like a residual's, so that the sum takes
- * no memory of its own. a must not be read afterwards. Falls back to ag_add
- * (a new buffer) when a is a parameter, is saved for backward, is not
- * contiguous or would have to grow to b's shape. */
-struct tensor *ag_add_reuse(struct tensor *a, struct tensor *b);
 struct tensor *ag_sub(struct tensor *a, struct tensor *b);
 struct tensor *ag_mul(struct tensor *a, struct tensor *b);
 struct tensor *ag_div(struct tensor *a, struct tensor *b);

@@ -1,5 +1,6 @@
 /* Views and their backward: gradients flow back through the inverse view. */
 #include "autograd.h"
+#include "ag_internal.h"
 
 /* Gradient of a reshaping view: reshape dout back to the input's shape. */
 static int reshape_backward(struct ag_node *n, const struct tensor *g)

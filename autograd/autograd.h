@@ -100,20 +100,6 @@ struct tensor *ag_save(struct ag_node *n, struct tensor *t);
 /* Add g into t's gradient if t requires grad. g may have t's shape or a
  * shape that broadcasts to it (then it is summed over the broadcast dims). */
 int ag_accumulate(struct tensor *t, const struct tensor *g);
-/* As ag_accumulate, for a heap tensor g that the caller hands over (made
- * with tensor_heap_begin): it becomes t's gradient as it is when t is an
- * intermediate with no gradient yet and g has its shape and dtype (no copy),
- * else it is added and freed. An arena g is only added. */
-int ag_accumulate_take(struct tensor *t, struct tensor *g);
-/* n's output gradient (the dout of its backward) handed over to the backward
- * when nothing else holds it (a contiguous heap tensor with one reference),
- * so that an input's gradient can be made in its memory; NULL otherwise, and
- * dout stays the node's. Give a taken tensor to ag_accumulate_take (or free
- * it). */
-struct tensor *ag_dout_take(struct ag_node *n);
-/* tensor_matmul(a, b) as a heap tensor, for a backward to hand to
- * ag_accumulate_take (the product is not copied into the gradient). */
-struct tensor *ag_heap_matmul(const struct tensor *a, const struct tensor *b);
 /* g summed down to shape (ndim, shape) over broadcast dims. */
 struct tensor *ag_sum_to(const struct tensor *g, int ndim, const int64_t *shape);
 

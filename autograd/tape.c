@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "autograd.h"
+#include "ag_internal.h"
 #include "mem.h"
 
 #define CHUNK 256

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 
 #include "models.h"
+#include "nn_internal.h"
+#include "ag_internal.h"
 #include "mem.h"
 
 #define NORM_EPS 1e-5

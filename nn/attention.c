@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "nn.h"
+#include "ag_internal.h"
 #include "mem.h"
 
 /* Score given to masked keys. Finite, so a row whose keys are all masked

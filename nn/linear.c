@@ -2,6 +2,7 @@
 #include <math.h>
 
 #include "nn.h"
+#include "ag_internal.h"
 
 int nn_linear_init(struct nn_linear *m, struct nn_params *ps, const char *name, int64_t in,
 		   int64_t out, bool bias)

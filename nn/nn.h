@@ -149,10 +149,6 @@ struct nn_position {
 int nn_position_init(struct nn_position *m, struct nn_params *ps, const char *name,
 		     int64_t max_len, int64_t dim, bool learned);
 struct tensor *nn_position_forward(const struct nn_position *m, struct tensor *x);
-/* The same, written into x's buffer where ag_add_reuse can (without
- * gradients, x itself comes back, updated): for an x the caller owns and
- * does not read again, such as an embedding lookup's output. */
-struct tensor *nn_position_forward_reuse(const struct nn_position *m, struct tensor *x);
 void nn_position_free(struct nn_position *m);
 
 /* A convolutional position encoding: x [B, T, dim] -> x + conv(x), one

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 
 #include "nn.h"
+#include "nn_internal.h"
+#include "ag_internal.h"
 #include "mem.h"
 
 /* PE[pos, 2i] = sin(pos / 10000^(2i/dim)), PE[pos, 2i+1] = cos(same), a heap

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "gradcheck.h"
+#include "ag_internal.h"
 #include "testutil.h"
 
 static const int64_t S34[] = { 3, 4 };

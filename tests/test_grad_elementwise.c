@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gradcases.h"
+#include "ag_internal.h"
 #include "testutil.h"
 
 /* ---- unary ---------------------------------------------------------------- */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "models_common.h"
+#include "nn_internal.h"
 
 /* ---- nn_linformer_keys_values / nn_linformer_attend ----------------------------- */
 
