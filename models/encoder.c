@@ -162,25 +162,25 @@ int model_encoder_init(struct model_encoder *m, struct nn_params *ps,
 }
 
 static struct tensor *attention_forward(const struct model_layer *l, struct tensor *x,
-					const struct tensor *key_mask)
+					const struct tensor *real)
 {
 	if (l->kind == MODEL_ATTN_STANDARD)
-		return nn_mha_forward(&l->mha, x, key_mask, false);
-	return nn_linformer_forward(&l->lin, x, key_mask);
+		return nn_mha_forward(&l->mha, x, real, false);
+	return nn_linformer_forward(&l->lin, x, real);
 }
 
 /* The attention half of a layer: pre-norm x + attn(norm1(x)), post-norm
  * norm1(x + attn(x)). Each sum is written into the branch's buffer (the
  * branch is not read again). */
 static struct tensor *attention_half(const struct model_config *c, const struct model_layer *l,
-				     struct tensor *x, const struct tensor *key_mask)
+				     struct tensor *x, const struct tensor *real)
 {
 	if (c->pre_norm) {
 		struct tensor *a =
-		    attention_forward(l, norm_forward(c, &l->ln1, &l->rms1, x), key_mask);
+		    attention_forward(l, norm_forward(c, &l->ln1, &l->rms1, x), real);
 		return ag_add_reuse(nn_dropout_forward(&l->drop, a), x);
 	}
-	struct tensor *a = attention_forward(l, x, key_mask);
+	struct tensor *a = attention_forward(l, x, real);
 	return norm_forward(c, &l->ln1, &l->rms1, ag_add_reuse(nn_dropout_forward(&l->drop, a), x));
 }
 
@@ -200,12 +200,12 @@ static struct tensor *ff_half(const struct model_config *c, const struct model_l
 /* Without gradients the attention half runs in a scope of its own that keeps
  * only its output, so the layer's peak holds one half's intermediates. */
 static struct tensor *layer_forward(const struct model_config *c, const struct model_layer *l,
-				    struct tensor *x, const struct tensor *key_mask)
+				    struct tensor *x, const struct tensor *real)
 {
 	if (ag_grad_enabled())
-		return ff_half(c, l, attention_half(c, l, x, key_mask));
+		return ff_half(c, l, attention_half(c, l, x, real));
 	tensor_scope_begin();
-	struct tensor *h = attention_half(c, l, x, key_mask);
+	struct tensor *h = attention_half(c, l, x, real);
 	h = h ? tensor_scope_keep(h) : NULL;
 	tensor_scope_end();
 	return ff_half(c, l, h);
@@ -249,18 +249,6 @@ static bool check_inputs(const struct model_encoder *m, const struct tensor *ids
 		return false;
 	}
 	return true;
-}
-
-/* 1 where mask == 0 (padding), in the parameters' dtype. */
-static struct tensor *padding_of(const struct model_encoder *m, const struct tensor *mask)
-{
-	enum tensor_dtype dt = m->embed.weight->dtype;
-	struct tensor *c = tensor_cast(mask, dt);
-	struct tensor *zero = c ? tensor_zeros(dt, c->storage->device, 0, NULL) : NULL;
-	struct tensor *pad = tensor_eq(c, zero);
-	tensor_free(c);
-	tensor_free(zero);
-	return pad;
 }
 
 #define ROW_BLOCK 1024 /* query rows per block of layer_in_blocks */
@@ -348,13 +336,13 @@ static int block_forward(struct tensor *xb, int64_t b0, void *ctx)
  * once the keys and values are projected to k: the result is the unblocked
  * one. */
 static int layer_in_blocks(const struct model_config *c, const struct model_layer *l,
-			   struct tensor *x, const struct tensor *key_mask)
+			   struct tensor *x, const struct tensor *real)
 {
 	struct nn_linformer_kv kv;
 	tensor_scope_begin(); /* the layer's: the keys and values */
 	tensor_scope_begin(); /* what only the keys and values need */
 	int rc = nn_linformer_keys_values(
-	    &l->lin, c->pre_norm ? norm_forward(c, &l->ln1, &l->rms1, x) : x, key_mask, &kv);
+	    &l->lin, c->pre_norm ? norm_forward(c, &l->ln1, &l->rms1, x) : x, real, &kv);
 	if (rc == TENSOR_OK) {
 		kv.k = tensor_scope_keep(kv.k);
 		kv.v = tensor_scope_keep(kv.v);
@@ -387,10 +375,10 @@ static bool blockable(const struct model_layer *l)
 /* One layer in a scope of its own whose only survivor is the output, copied
  * to the heap (so the previous layer's output can be freed at once). */
 static struct tensor *layer_scoped(const struct model_config *c, const struct model_layer *l,
-				   struct tensor *x, const struct tensor *key_mask)
+				   struct tensor *x, const struct tensor *real)
 {
 	tensor_scope_begin();
-	struct tensor *y = layer_forward(c, l, x, key_mask);
+	struct tensor *y = layer_forward(c, l, x, real);
 	tensor_heap_begin();
 	struct tensor *out = y ? tensor_clone(y) : NULL;
 	tensor_heap_end();
@@ -400,13 +388,13 @@ static struct tensor *layer_scoped(const struct model_config *c, const struct mo
 
 /* x [B, T, dim] plus the position embeddings, in x's buffer where it can be
  * (nn_position_forward_reuse), then the convolutional encoding if any (a new
- * tensor, reading the padding key_mask marks as zeros); x itself without
+ * tensor, reading padding, real == 0, as zeros); x itself without
  * positions. */
 static struct tensor *add_positions(const struct model_encoder *m, struct tensor *x,
-				    const struct tensor *key_mask)
+				    const struct tensor *real)
 {
 	x = m->cfg.no_positions ? x : nn_position_forward_reuse(&m->pos, x);
-	return m->cfg.position_kernel > 0 ? nn_conv_position_forward(&m->pos_conv, x, key_mask) : x;
+	return m->cfg.position_kernel > 0 ? nn_conv_position_forward(&m->pos_conv, x, real) : x;
 }
 
 /* Without gradients: the embedding's output, made in the caller's scope (or
@@ -419,10 +407,10 @@ static struct tensor *forward_no_grad(const struct model_encoder *m, const struc
 				      const struct tensor *mask)
 {
 	const struct model_config *c = &m->cfg;
-	/* key_mask, emb and own: heap without a scope (freed here), else the caller's */
-	struct tensor *key_mask = mask ? padding_of(m, mask) : NULL;
-	struct tensor *emb = mask && !key_mask ? NULL : nn_embedding_forward(&m->embed, ids);
-	struct tensor *own = add_positions(m, emb, key_mask);
+	/* real, emb and own: heap without a scope (freed here), else the caller's */
+	struct tensor *real = mask ? nn_mask_compare(mask, m->embed.weight->dtype, false) : NULL;
+	struct tensor *emb = mask && !real ? NULL : nn_embedding_forward(&m->embed, ids);
+	struct tensor *own = add_positions(m, emb, real);
 	if (own != emb)
 		tensor_free(emb);
 	tensor_scope_begin();
@@ -431,11 +419,11 @@ static struct tensor *forward_no_grad(const struct model_encoder *m, const struc
 	for (int64_t i = 0; x && i < c->layers; i++) {
 		const struct model_layer *l = &m->layers[i];
 		if ((x == own || x == carry) && blockable(l)) {
-			if (layer_in_blocks(c, l, x, key_mask) < 0)
+			if (layer_in_blocks(c, l, x, real) < 0)
 				x = NULL;
 			continue;
 		}
-		x = layer_scoped(c, l, x, key_mask);
+		x = layer_scoped(c, l, x, real);
 		tensor_free(carry);
 		carry = x;
 	}
@@ -450,7 +438,7 @@ static struct tensor *forward_no_grad(const struct model_encoder *m, const struc
 	tensor_free(carry);
 	if (y != own)
 		tensor_free(own);
-	tensor_free(key_mask);
+	tensor_free(real);
 	return y;
 }
 
@@ -462,11 +450,11 @@ struct tensor *model_encoder_forward(const struct model_encoder *m, const struct
 	if (!ag_grad_enabled())
 		return forward_no_grad(m, ids, mask);
 	const struct model_config *c = &m->cfg;
-	struct tensor *key_mask = mask ? padding_of(m, mask) : NULL;
-	struct tensor *x = mask && !key_mask ? NULL : nn_embedding_forward(&m->embed, ids);
-	x = nn_dropout_forward(&m->drop, add_positions(m, x, key_mask));
+	struct tensor *real = mask ? nn_mask_compare(mask, m->embed.weight->dtype, false) : NULL;
+	struct tensor *x = mask && !real ? NULL : nn_embedding_forward(&m->embed, ids);
+	x = nn_dropout_forward(&m->drop, add_positions(m, x, real));
 	for (int64_t i = 0; x && i < c->layers; i++)
-		x = layer_forward(c, &m->layers[i], x, key_mask);
+		x = layer_forward(c, &m->layers[i], x, real);
 	if (c->pre_norm && c->final_norm)
 		x = norm_forward(c, &m->final_ln, &m->final_rms, x);
 	return x;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn.h"
+#include "nn_internal.h"
 #include "ag_internal.h"
 #include "mem.h"
 
@@ -18,9 +18,9 @@
 /* ---- nn_attention ------------------------------------------------------------ */
 
 static int check_qkv(const struct tensor *q, const struct tensor *k, const struct tensor *v,
-		     const struct tensor *key_mask, bool causal, double scale)
+		     const struct tensor *mask, bool causal, double scale)
 {
-	char bq[128], bk[128], bv[128], bm[128];
+	char bq[128], bk[128], bv[128];
 	tensor_shape_str(q, bq, sizeof bq);
 	tensor_shape_str(k, bk, sizeof bk);
 	tensor_shape_str(v, bv, sizeof bv);
@@ -51,21 +51,8 @@ static int check_qkv(const struct tensor *q, const struct tensor *k, const struc
 		    "nn_attention: causal needs as many keys as queries: q %s, k %s", bq, bk);
 	if (!isfinite(scale))
 		return tensor_error(TENSOR_ERR_ARG, "nn_attention: scale %g is not finite", scale);
-	if (key_mask) {
-		tensor_shape_str(key_mask, bm, sizeof bm);
-		if (key_mask->ndim != 2 || key_mask->shape[0] != q->shape[0] ||
-		    key_mask->shape[1] != k->shape[2])
-			return tensor_error(TENSOR_ERR_SHAPE,
-					    "nn_attention: key_mask %s must be [B,S] = [%lld,%lld] "
-					    "(q %s, k %s)",
-					    bm, (long long)q->shape[0], (long long)k->shape[2], bq,
-					    bk);
-		if (key_mask->storage->device != q->storage->device)
-			return tensor_error(TENSOR_ERR_DEVICE,
-					    "nn_attention: key_mask on %s, q on %s",
-					    tensor_device_name(key_mask->storage->device),
-					    tensor_device_name(q->storage->device));
-	}
+	if (nn_check_mask("nn_attention", mask, q, k->shape[2]) < 0)
+		return tensor_last_status();
 	return TENSOR_OK;
 }
 
@@ -86,7 +73,7 @@ static struct tensor *causal_mask(enum tensor_dtype dt, enum tensor_device dev, 
 /* The masks of one attention call, never differentiated: `masked` (1 = key
  * hidden) broadcasting to the scores [B,H,T,S], and `dead` [B,1,T|1,1] (1 =
  * every key of that query row hidden), or NULL when no row can be dead. */
-static int build_masks(const struct tensor *q, const struct tensor *key_mask, bool causal,
+static int build_masks(const struct tensor *q, const struct tensor *mask, bool causal,
 		       struct tensor **masked, struct tensor **dead)
 {
 	enum tensor_dtype dt = q->dtype;
@@ -94,18 +81,12 @@ static int build_masks(const struct tensor *q, const struct tensor *key_mask, bo
 	int64_t b = q->shape[0], t = q->shape[2];
 	*masked = *dead = NULL;
 	struct tensor *km = NULL, *cm = NULL;
-	if (key_mask) { /* [B,1,1,S] of 0/1 in dt */
-		struct tensor *c = tensor_cast(key_mask, dt);
-		struct tensor *zero = tensor_zeros(dt, dev, 0, NULL);
-		struct tensor *nz = tensor_ne(c, zero);
-		struct tensor *v =
-		    nz ? tensor_view(nz, 4, (int64_t[]){ b, 1, 1, nz->shape[1] }) : NULL;
-		tensor_free(c);
-		tensor_free(zero);
-		tensor_free(nz);
-		if (!v)
+	if (mask) { /* [B,1,1,S]: 1 = padding */
+		struct tensor *pad = nn_mask_compare(mask, dt, true);
+		km = pad ? tensor_view(pad, 4, (int64_t[]){ b, 1, 1, pad->shape[1] }) : NULL;
+		tensor_free(pad);
+		if (!km)
 			return tensor_last_status();
-		km = v;
 	}
 	if (causal) {
 		cm = causal_mask(dt, dev, t, t);
@@ -125,7 +106,7 @@ static int build_masks(const struct tensor *q, const struct tensor *key_mask, bo
 		return tensor_last_status();
 	/* With causal alone every row sees its own key: only key padding can kill a
 	 * row. Without keys (S = 0) the output is already zero. */
-	if (key_mask && key_mask->shape[1] > 0) {
+	if (mask && mask->shape[1] > 0) {
 		*dead = tensor_min(*masked, 1, (int[]){ 3 }, true);
 		if (!*dead) {
 			tensor_free(*masked);
@@ -214,15 +195,15 @@ static struct tensor *attention_probs(struct tensor *q, struct tensor *k, double
  * fewer rows than q has).
  */
 struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v,
-			    const struct tensor *key_mask, bool causal, double scale,
+			    const struct tensor *mask, bool causal, double scale,
 			    const struct nn_dropout *dropout)
 {
 	if (!q || !k || !v)
 		return NULL;
-	if (check_qkv(q, k, v, key_mask, causal, scale) < 0)
+	if (check_qkv(q, k, v, mask, causal, scale) < 0)
 		return NULL;
 	struct tensor *masked = NULL, *dead = NULL;
-	if ((key_mask || causal) && build_masks(q, key_mask, causal, &masked, &dead) < 0)
+	if ((mask || causal) && build_masks(q, mask, causal, &masked, &dead) < 0)
 		return NULL;
 	/* per batch and head: q is T x d, k is S x d, the scores T x S */
 	int64_t t = q->shape[2], d = q->shape[3], sk = k->shape[2];
@@ -307,7 +288,7 @@ static struct tensor *head_rows(struct tensor *o)
 /* With grad, the tape needs every head's intermediates anyway: the heads are
  * joined by a concat. */
 static struct tensor *by_head_recorded(struct tensor *q, struct tensor *k, struct tensor *v,
-				       const struct tensor *key_mask, bool causal, double scale,
+				       const struct tensor *mask, bool causal, double scale,
 				       const struct nn_dropout *dropout)
 {
 	int64_t h = q->shape[1];
@@ -321,9 +302,9 @@ static struct tensor *by_head_recorded(struct tensor *q, struct tensor *k, struc
 	}
 	bool ok = true;
 	for (int64_t i = 0; i < h && ok; i++) {
-		outs[i] = head_rows(nn_attention(ag_narrow(q, 1, i, 1), ag_narrow(k, 1, i, 1),
-						 ag_narrow(v, 1, i, 1), key_mask, causal, scale,
-						 dropout));
+		outs[i] =
+		    head_rows(nn_attention(ag_narrow(q, 1, i, 1), ag_narrow(k, 1, i, 1),
+					   ag_narrow(v, 1, i, 1), mask, causal, scale, dropout));
 		ok = outs[i] != NULL;
 	}
 	struct tensor *y = ok ? ag_concat((int)h, outs, 2) : NULL;
@@ -344,7 +325,7 @@ struct head_block {
 /* One head_block through nn_attention, in a scope of its own, written into
  * its place in y [B, T, H dv]. */
 static int by_head_block(struct tensor *y, struct tensor *q, struct tensor *k, struct tensor *v,
-			 const struct tensor *key_mask, bool causal, double scale,
+			 const struct tensor *mask, bool causal, double scale,
 			 const struct nn_dropout *dropout, struct head_block at)
 {
 	int64_t i = at.i, b0 = at.b0, nb = at.nb, r0 = at.r0, nr = at.nr, dv = v->shape[3];
@@ -352,9 +333,9 @@ static int by_head_block(struct tensor *y, struct tensor *q, struct tensor *k, s
 	struct tensor *qb = tensor_narrow(tensor_narrow(q, 0, b0, nb), 1, i, 1);
 	struct tensor *kb = tensor_narrow(tensor_narrow(k, 0, b0, nb), 1, i, 1);
 	struct tensor *vb = tensor_narrow(tensor_narrow(v, 0, b0, nb), 1, i, 1);
-	struct tensor *mb = key_mask ? tensor_narrow(key_mask, 0, b0, nb) : NULL;
+	struct tensor *mb = mask ? tensor_narrow(mask, 0, b0, nb) : NULL;
 	struct tensor *o = NULL;
-	if (qb && kb && vb && (mb || !key_mask))
+	if (qb && kb && vb && (mb || !mask))
 		o = head_rows(
 		    nn_attention(tensor_narrow(qb, 2, r0, nr), kb, vb, mb, causal, scale, dropout));
 	struct tensor *dst =
@@ -365,15 +346,15 @@ static int by_head_block(struct tensor *y, struct tensor *q, struct tensor *k, s
 }
 
 struct tensor *nn_attention_by_head(struct tensor *q, struct tensor *k, struct tensor *v,
-				    const struct tensor *key_mask, bool causal, double scale,
+				    const struct tensor *mask, bool causal, double scale,
 				    const struct nn_dropout *dropout)
 {
 	if (!q || !k || !v)
 		return NULL;
-	if (check_qkv(q, k, v, key_mask, causal, scale) < 0)
+	if (check_qkv(q, k, v, mask, causal, scale) < 0)
 		return NULL;
 	if (ag_grad_enabled())
-		return by_head_recorded(q, k, v, key_mask, causal, scale, dropout);
+		return by_head_recorded(q, k, v, mask, causal, scale, dropout);
 	/* without grad: each head, or block of it, in a scope of its own, written
 	 * into its columns */
 	int64_t b = q->shape[0], h = q->shape[1], t = q->shape[2], s = k->shape[2];
@@ -388,7 +369,7 @@ struct tensor *nn_attention_by_head(struct tensor *q, struct tensor *k, struct t
 	for (int64_t i = 0; i < h && rc == TENSOR_OK; i++)
 		for (int64_t b0 = 0; b0 < b && rc == TENSOR_OK; b0 += nb)
 			for (int64_t r0 = 0; r0 < t && rc == TENSOR_OK; r0 += nr)
-				rc = by_head_block(y, q, k, v, key_mask, causal, scale, dropout,
+				rc = by_head_block(y, q, k, v, mask, causal, scale, dropout,
 						   (struct head_block){ i, b0, clamp(b - b0, 0, nb),
 									r0, clamp(t - r0, 0, nr) });
 	if (rc < 0) {
@@ -398,8 +379,8 @@ struct tensor *nn_attention_by_head(struct tensor *q, struct tensor *k, struct t
 	return y;
 }
 
-struct tensor *nn_mha_forward(const struct nn_mha *m, struct tensor *x,
-			      const struct tensor *key_mask, bool causal)
+struct tensor *nn_mha_forward(const struct nn_mha *m, struct tensor *x, const struct tensor *mask,
+			      bool causal)
 {
 	if (!x)
 		return NULL;
@@ -407,22 +388,15 @@ struct tensor *nn_mha_forward(const struct nn_mha *m, struct tensor *x,
 		tensor_error(TENSOR_ERR_ARG, "nn_mha_forward: module is NULL or not initialised");
 		return NULL;
 	}
-	char bx[128], bm[128];
+	char bx[128];
 	tensor_shape_str(x, bx, sizeof bx);
 	if (x->ndim != 3 || x->shape[2] != m->dim) {
 		tensor_error(TENSOR_ERR_SHAPE, "nn_mha_forward: x %s must be [B,T,%lld]", bx,
 			     (long long)m->dim);
 		return NULL;
 	}
-	if (key_mask && (key_mask->ndim != 2 || key_mask->shape[0] != x->shape[0] ||
-			 key_mask->shape[1] != x->shape[1])) {
-		tensor_error(TENSOR_ERR_SHAPE,
-			     "nn_mha_forward: key_mask %s must be [B,T] = [%lld,%lld]"
-			     " (x %s)",
-			     tensor_shape_str(key_mask, bm, sizeof bm), (long long)x->shape[0],
-			     (long long)x->shape[1], bx);
+	if (nn_check_mask("nn_mha_forward", mask, x, x->shape[1]) < 0)
 		return NULL;
-	}
 	int64_t b = x->shape[0], t = x->shape[1], h = m->heads;
 	double scale = 1 / sqrt((double)(m->dim / h));
 	struct tensor *q = nn_split_heads(nn_linear_forward(&m->q_proj, x), h);
@@ -432,9 +406,9 @@ struct tensor *nn_mha_forward(const struct nn_mha *m, struct tensor *x,
 		return NULL;
 	struct tensor *y;
 	if (m->sequential_heads) {
-		y = nn_attention_by_head(q, k, v, key_mask, causal, scale, &m->dropout);
+		y = nn_attention_by_head(q, k, v, mask, causal, scale, &m->dropout);
 	} else {
-		struct tensor *o = nn_attention(q, k, v, key_mask, causal, scale, &m->dropout);
+		struct tensor *o = nn_attention(q, k, v, mask, causal, scale, &m->dropout);
 		y = ag_reshape(ag_permute(o, (int[]){ 0, 2, 1, 3 }), 3,
 			       (int64_t[]){ b, t, m->dim });
 	}

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn.h"
+#include "nn_internal.h"
 #include "mem.h"
 
 /* ---- names -------------------------------------------------------------------- */
@@ -458,21 +458,21 @@ static struct tensor *merge_heads(struct tensor *o)
 	return ag_reshape(ag_permute(o, (int[]){ 0, 2, 1, 3 }), 3, (int64_t[]){ b, t, h * d });
 }
 
-/* x [B,T,c] with the padded rows (key_mask != 0) set to 0. */
-static struct tensor *zero_padded_rows(struct tensor *x, const struct tensor *key_mask)
+/* x [B,T,c] with the padded rows (pad != 0) set to 0. */
+static struct tensor *zero_padded_rows(struct tensor *x, const struct tensor *pad)
 {
-	struct tensor *m = tensor_unsqueeze(key_mask, 2); /* [B,T,1] */
+	struct tensor *m = tensor_unsqueeze(pad, 2); /* [B,T,1] */
 	struct tensor *y = m ? ag_masked_fill(x, m, 0.0) : NULL;
 	tensor_free(m);
 	return y;
 }
 
-/* Key or value rows x [B,H,T,c] with the padded ones (key_mask != 0) set to 0. */
-static struct tensor *zero_padded(struct tensor *x, const struct tensor *key_mask)
+/* Key or value rows x [B,H,T,c] with the padded ones (pad != 0) set to 0. */
+static struct tensor *zero_padded(struct tensor *x, const struct tensor *pad)
 {
-	if (!x || !key_mask)
+	if (!x || !pad)
 		return x;
-	struct tensor *m1 = tensor_unsqueeze(key_mask, 1);
+	struct tensor *m1 = tensor_unsqueeze(pad, 1);
 	struct tensor *m = tensor_unsqueeze(m1, 3); /* [B,1,T,1] */
 	struct tensor *y = m ? ag_masked_fill(x, m, 0.0) : NULL;
 	tensor_free(m);
@@ -480,40 +480,32 @@ static struct tensor *zero_padded(struct tensor *x, const struct tensor *key_mas
 	return y;
 }
 
-/* The key mask [B,k] of the projected slots of a conv/pooling projection: slot
- * j covers positions [j kern, (j+1) kern) and is masked iff every one of them
- * is padding (key_mask != 0, or beyond T, where the input was zero-padded up
- * to n). NULL with *none set when nothing is masked (no key mask and T == n). */
+/* The mask [B,k] of the projected slots of a conv/pooling projection: slot j
+ * covers positions [j kern, (j+1) kern) and is real (1) iff one of them is a
+ * real token (pad == 0 and before T: the input was zero-padded up to n). NULL
+ * with *none set when every slot is real (no padding and T == n). */
 static struct tensor *slot_mask(const struct nn_linformer *m, const struct tensor *x,
-				const struct tensor *key_mask, bool *none)
+				const struct tensor *pad, bool *none)
 {
 	enum tensor_dtype dt = x->dtype;
 	enum tensor_device dev = x->storage->device;
 	int64_t b = x->shape[0], t = x->shape[1], n = m->n, k = m->k;
-	*none = !key_mask && t == n;
+	*none = !pad && t == n;
 	if (*none)
 		return NULL;
-	struct tensor *pad = NULL;
-	if (key_mask) {
-		struct tensor *c = tensor_cast(key_mask, dt);
-		struct tensor *zero = tensor_zeros(dt, dev, 0, NULL);
-		pad = tensor_ne(c, zero);
-		tensor_free(c);
-		tensor_free(zero);
-	} else {
-		pad = tensor_zeros(dt, dev, 2, (int64_t[]){ b, t });
+	struct tensor *real =
+	    pad ? nn_mask_compare(pad, dt, true) : tensor_ones(dt, dev, 2, (int64_t[]){ b, t });
+	if (real && t < n) {
+		struct tensor *zeros = tensor_zeros(dt, dev, 2, (int64_t[]){ b, n - t });
+		struct tensor *full = tensor_concat(2, (struct tensor *[]){ real, zeros }, 1);
+		tensor_free(zeros);
+		tensor_free(real);
+		real = full;
 	}
-	if (pad && t < n) {
-		struct tensor *ones = tensor_ones(dt, dev, 2, (int64_t[]){ b, n - t });
-		struct tensor *full = tensor_concat(2, (struct tensor *[]){ pad, ones }, 1);
-		tensor_free(ones);
-		tensor_free(pad);
-		pad = full;
-	}
-	struct tensor *w = pad ? tensor_view(pad, 3, (int64_t[]){ b, k, n / k }) : NULL;
-	struct tensor *sm = w ? tensor_min(w, 1, (int[]){ 2 }, false) : NULL;
+	struct tensor *w = real ? tensor_view(real, 3, (int64_t[]){ b, k, n / k }) : NULL;
+	struct tensor *sm = w ? tensor_max(w, 1, (int[]){ 2 }, false) : NULL;
 	tensor_free(w);
-	tensor_free(pad);
+	tensor_free(real);
 	return sm;
 }
 
@@ -521,17 +513,16 @@ static struct tensor *slot_mask(const struct nn_linformer *m, const struct tenso
  * [B,hk,k,d]: padded rows zeroed, then the sequence projection, per head or,
  * for a dense conv, over all channels before the head split. */
 static struct tensor *project(const struct nn_linformer *m, const struct nn_seq_proj *p,
-			      struct tensor *x, const struct tensor *key_mask)
+			      struct tensor *x, const struct tensor *pad)
 {
 	if (!x)
 		return NULL;
 	int64_t hk = m->shared_kv_head ? 1 : m->heads;
 	if (p->dense) {
-		struct tensor *y =
-		    nn_seq_proj_forward(p, zero_padded(ag_unsqueeze(x, 1), key_mask));
+		struct tensor *y = nn_seq_proj_forward(p, zero_padded(ag_unsqueeze(x, 1), pad));
 		return nn_split_heads(y ? ag_squeeze(y, 1) : NULL, hk);
 	}
-	return nn_seq_proj_forward(p, zero_padded(nn_split_heads(x, hk), key_mask));
+	return nn_seq_proj_forward(p, zero_padded(nn_split_heads(x, hk), pad));
 }
 
 /* Whether keys and values are cheaper projected along the sequence first:
@@ -567,17 +558,6 @@ static struct tensor *rows_kept(struct tensor *e, struct tensor *keep)
 	return keep ? ag_matmul(e, keep) : ag_sum(e, 1, (int[]){ 1 }, true);
 }
 
-/* [B,T] of 1 for the real rows (key_mask == 0) and 0 for padding, in dtype dt. */
-static struct tensor *real_rows(const struct tensor *key_mask, enum tensor_dtype dt)
-{
-	struct tensor *c = tensor_cast(key_mask, dt);
-	struct tensor *zero = c ? tensor_zeros(dt, c->storage->device, 0, NULL) : NULL;
-	struct tensor *real = zero ? tensor_eq(c, zero) : NULL;
-	tensor_free(zero);
-	tensor_free(c);
-	return real;
-}
-
 /* Whether the conv projection p is folded into the key/value weights: a conv
  * per head (kernel = stride = n/k, weights shared by the heads) after the
  * k/v linear layer is one linear map of each window of x, so neither the
@@ -594,7 +574,7 @@ static bool conv_folded(const struct nn_linformer *m, const struct nn_seq_proj *
  * bb[r,(h,o)] = sum_c b[h d + c] w[o,c,r] (W, b: lin's; w: the conv's). */
 static struct tensor *project_conv_folded(const struct nn_linformer *m, const struct nn_seq_proj *p,
 					  const struct nn_linear *lin, struct tensor *x,
-					  const struct tensor *key_mask)
+					  const struct tensor *pad)
 {
 	int64_t b = x->shape[0], t = x->shape[1], dim = m->dim, h = m->heads, d = lin->out / h;
 	int64_t n = p->n, k = p->k, kern = n / k;
@@ -604,19 +584,19 @@ static struct tensor *project_conv_folded(const struct nn_linformer *m, const st
 	struct tensor *wr = ag_unsqueeze(ag_permute(p->weight, (int[]){ 2, 1, 0 }), 1);
 	struct tensor *mw = ag_reshape(ag_permute(ag_matmul(wt, wr), (int[]){ 0, 2, 1, 3 }), 2,
 				       (int64_t[]){ kern * dim, h * d });
-	struct tensor *xz = pad_rows(key_mask ? zero_padded_rows(x, key_mask) : x, n);
+	struct tensor *xz = pad_rows(pad ? zero_padded_rows(x, pad) : x, n);
 	struct tensor *y =
 	    xz ? ag_matmul(ag_reshape(xz, 3, (int64_t[]){ b, k, kern * dim }), mw) : NULL;
 	if (y && lin->bias) { /* with no padding at all, every kw is 1 */
 		struct tensor *bh = ag_reshape(lin->bias, 4, (int64_t[]){ 1, h, 1, d });
 		struct tensor *bb = ag_reshape(ag_matmul(bh, wr), 2, (int64_t[]){ kern, h * d });
 		struct tensor *real =
-		    key_mask ? real_rows(key_mask, x->dtype)
-		    : t < n  ? tensor_ones(x->dtype, x->storage->device, 2, (int64_t[]){ b, t })
-			     : NULL;
+		    pad	    ? nn_mask_compare(pad, x->dtype, true)
+		    : t < n ? tensor_ones(x->dtype, x->storage->device, 2, (int64_t[]){ b, t })
+			    : NULL;
 		struct tensor *kw = real ? pad_rows(tensor_unsqueeze(real, 2), n) : NULL;
 		struct tensor *kv = kw ? tensor_view(kw, 3, (int64_t[]){ b, k, kern }) : NULL;
-		if (kv || !(key_mask || t < n)) /* else an error made real, kw or kv */
+		if (kv || !(pad || t < n)) /* else an error made real, kw or kv */
 			y = ag_add(y, kv ? ag_matmul(kv, bb) : ag_sum(bb, 1, (int[]){ 0 }, false));
 		else
 			y = NULL;
@@ -631,19 +611,18 @@ static struct tensor *project_conv_folded(const struct nn_linformer *m, const st
 /* Keys and values [B,hk,k,d] in the sequence-first order (see sequence_first):
  * padded rows of x zeroed, E x and F x (once when E is F), then the weights. */
 static int project_sequence_first(const struct nn_linformer *m, struct tensor *x,
-				  const struct tensor *key_mask, struct tensor **k,
-				  struct tensor **v)
+				  const struct tensor *pad, struct tensor **k, struct tensor **v)
 {
 	int64_t t = x->shape[1], hk = m->shared_kv_head ? 1 : m->heads;
 	struct tensor *keep = NULL, *xz = x;
 	*k = *v = NULL;
-	if (key_mask) { /* keep [B,T,1]: 1 for a real row, 0 for padding */
-		struct tensor *real = real_rows(key_mask, x->dtype);
+	if (pad) { /* keep [B,T,1]: 1 for a real row, 0 for padding */
+		struct tensor *real = nn_mask_compare(pad, x->dtype, true);
 		keep = real ? tensor_unsqueeze(real, 2) : NULL;
 		tensor_free(real);
 		if (!keep)
 			return tensor_last_status();
-		xz = zero_padded_rows(x, key_mask); /* a fill, not a product: NaN rows too */
+		xz = zero_padded_rows(x, pad); /* a fill, not a product: NaN rows too */
 	}
 	struct tensor *e = ag_narrow(m->e_used->weight, 1, 0, t);
 	struct tensor *ex = ag_matmul(e, xz), *er = rows_kept(e, keep);
@@ -660,12 +639,12 @@ static int project_sequence_first(const struct nn_linformer *m, struct tensor *x
 }
 
 static int check_input(const struct nn_linformer *m, const struct tensor *x,
-		       const struct tensor *key_mask)
+		       const struct tensor *mask)
 {
 	if (!m || m->dim < 1 || !m->e_used || !m->f_used)
 		return tensor_error(TENSOR_ERR_ARG,
 				    "nn_linformer_forward: module is NULL or not initialised");
-	char bx[128], bm[128];
+	char bx[128];
 	tensor_shape_str(x, bx, sizeof bx);
 	if (x->ndim != 3 || x->shape[2] != m->dim)
 		return tensor_error(TENSOR_ERR_SHAPE,
@@ -676,40 +655,24 @@ static int check_input(const struct nn_linformer *m, const struct tensor *x,
 				    "nn_linformer_forward: x %s: sequence length T %lld is longer "
 				    "than n %lld, the longest input the projections cover",
 				    bx, (long long)x->shape[1], (long long)m->n);
-	if (key_mask && (key_mask->ndim != 2 || key_mask->shape[0] != x->shape[0] ||
-			 key_mask->shape[1] != x->shape[1]))
-		return tensor_error(TENSOR_ERR_SHAPE,
-				    "nn_linformer_forward: key_mask %s must be [B,T] = "
-				    "[%lld,%lld] (x %s)",
-				    tensor_shape_str(key_mask, bm, sizeof bm),
-				    (long long)x->shape[0], (long long)x->shape[1], bx);
-	if (key_mask && key_mask->storage->device != x->storage->device)
-		return tensor_error(TENSOR_ERR_DEVICE,
-				    "nn_linformer_forward: key_mask on %s, x on %s",
-				    tensor_device_name(key_mask->storage->device),
-				    tensor_device_name(x->storage->device));
-	return TENSOR_OK;
+	return nn_check_mask("nn_linformer_forward", mask, x, x->shape[1]);
 }
 
-int nn_linformer_keys_values(const struct nn_linformer *m, struct tensor *x,
-			     const struct tensor *key_mask, struct nn_linformer_kv *kv)
+/* nn_linformer_keys_values with pad [B,T] (1 = padding, x's dtype) or NULL. */
+static int keys_values(const struct nn_linformer *m, struct tensor *x, const struct tensor *pad,
+		       struct nn_linformer_kv *kv)
 {
-	*kv = (struct nn_linformer_kv){ 0 };
-	if (!x)
-		return tensor_last_status() ? tensor_last_status() : TENSOR_ERR_ARG;
-	if (check_input(m, x, key_mask) < 0)
-		return tensor_last_status();
 	int64_t b = x->shape[0], h = m->heads, d = m->dim / h;
 	struct tensor *k, *v;
 	if (sequence_first(m, x->shape[1])) {
-		if (project_sequence_first(m, x, key_mask, &k, &v) < 0)
+		if (project_sequence_first(m, x, pad, &k, &v) < 0)
 			return tensor_last_status();
 	} else if (conv_folded(m, m->e_used)) {
-		k = project_conv_folded(m, m->e_used, &m->k_proj, x, key_mask);
-		v = project_conv_folded(m, m->f_used, &m->v_proj, x, key_mask);
+		k = project_conv_folded(m, m->e_used, &m->k_proj, x, pad);
+		v = project_conv_folded(m, m->f_used, &m->v_proj, x, pad);
 	} else {
-		k = project(m, m->e_used, nn_linear_forward(&m->k_proj, x), key_mask);
-		v = project(m, m->f_used, nn_linear_forward(&m->v_proj, x), key_mask);
+		k = project(m, m->e_used, nn_linear_forward(&m->k_proj, x), pad);
+		v = project(m, m->f_used, nn_linear_forward(&m->v_proj, x), pad);
 	}
 	if (!k || !v)
 		return tensor_last_status();
@@ -720,13 +683,29 @@ int nn_linformer_keys_values(const struct nn_linformer *m, struct tensor *x,
 		v = ag_expand(v, 4, kv_shape);
 	bool none = true;
 	if (windowed(m->e_used->kind) || (m->mask_empty_slots && m->n % m->k == 0)) {
-		kv->mask = slot_mask(m, x, key_mask, &none);
+		kv->mask = slot_mask(m, x, pad, &none);
 		if (!kv->mask && !none)
 			return tensor_last_status();
 	}
 	kv->k = k;
 	kv->v = v;
 	return k && v ? TENSOR_OK : tensor_last_status();
+}
+
+int nn_linformer_keys_values(const struct nn_linformer *m, struct tensor *x,
+			     const struct tensor *mask, struct nn_linformer_kv *kv)
+{
+	*kv = (struct nn_linformer_kv){ 0 };
+	if (!x)
+		return tensor_last_status() ? tensor_last_status() : TENSOR_ERR_ARG;
+	if (check_input(m, x, mask) < 0)
+		return tensor_last_status();
+	struct tensor *pad = mask ? nn_mask_compare(mask, x->dtype, true) : NULL; /* 1 = padding */
+	if (mask && !pad)
+		return tensor_last_status();
+	int rc = keys_values(m, x, pad, kv);
+	tensor_free(pad);
+	return rc;
 }
 
 /* With sequential_heads, rows whose scores for all heads together take at
@@ -774,10 +753,10 @@ struct tensor *nn_linformer_attend(const struct nn_linformer *m, struct tensor *
 }
 
 struct tensor *nn_linformer_forward(const struct nn_linformer *m, struct tensor *x,
-				    const struct tensor *key_mask)
+				    const struct tensor *mask)
 {
 	struct nn_linformer_kv kv;
-	if (nn_linformer_keys_values(m, x, key_mask, &kv) < 0)
+	if (nn_linformer_keys_values(m, x, mask, &kv) < 0)
 		return NULL;
 	struct tensor *y = nn_linformer_attend(m, x, &kv, 0);
 	tensor_free(kv.mask);

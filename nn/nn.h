@@ -158,10 +158,10 @@ void nn_position_free(struct nn_position *m);
  * mixed. It gives each token its neighbours (word order, n-grams) and the
  * padding tells the ends apart, without a row per absolute position to
  * memorise with. The weight starts at zero (the identity; decayed), so a
- * model starts as one without positions. pad [B, T] (nonzero: padding) or
- * NULL: padding is read as zeros, as past the ends, so a padded sequence
- * gets its unpadded outputs. Errors: kernel even or < 1, dim < 1, x not
- * [B, T, dim] or of another dtype, pad not [B, T]. */
+ * model starts as one without positions. mask [B, T] (nonzero = a real
+ * token, 0 = padding) or NULL: padding is read as zeros, as past the ends,
+ * so a padded sequence gets its unpadded outputs. Errors: kernel even or
+ * < 1, dim < 1, x not [B, T, dim] or of another dtype, mask not [B, T]. */
 struct nn_conv_position {
 	struct tensor *weight; /* [dim, dim, kernel]: out channel, in channel, offset */
 	int64_t dim, kernel;
@@ -169,7 +169,7 @@ struct nn_conv_position {
 int nn_conv_position_init(struct nn_conv_position *m, struct nn_params *ps, const char *name,
 			  int64_t dim, int64_t kernel);
 struct tensor *nn_conv_position_forward(const struct nn_conv_position *m, struct tensor *x,
-					const struct tensor *pad);
+					const struct tensor *mask);
 void nn_conv_position_free(struct nn_conv_position *m);
 
 /* LayerNorm over the last dim: weight [dim] = 1, bias [dim] = 0 (no decay). */
@@ -222,11 +222,11 @@ void nn_feed_forward_free(struct nn_feed_forward *m);
 /* Scaled dot-product attention, the core shared by every attention kind:
  * softmax(q k^T * scale + mask) v with q [B, H, T, d], k [B, H, S, d] and
  * v [B, H, S, dv].
- * key_mask [B, S] (nonzero = padding, never attended) or NULL; causal masks
- * s > t (needs S == T). Rows whose keys are all masked give zeros. dropout
+ * mask [B, S] (nonzero = a real key, 0 = padding, never attended; any
+ * numeric dtype) or NULL; causal masks s > t (needs S == T). Rows whose keys are all masked give zeros. dropout
  * applies to the probabilities. Returns [B, H, T, dv]. */
 struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v,
-			    const struct tensor *key_mask, bool causal, double scale,
+			    const struct tensor *mask, bool causal, double scale,
 			    const struct nn_dropout *dropout);
 /* x [B, T, H*d] -> [B, H, T, d] (ag ops; a view when x is contiguous). */
 struct tensor *nn_split_heads(struct tensor *x, int64_t heads);
@@ -241,7 +241,7 @@ struct tensor *nn_split_heads(struct tensor *x, int64_t heads);
  * result is not the all-heads one; both are valid dropout). */
 #define NN_BY_HEAD_SCORES ((int64_t)1 << 24)
 struct tensor *nn_attention_by_head(struct tensor *q, struct tensor *k, struct tensor *v,
-				    const struct tensor *key_mask, bool causal, double scale,
+				    const struct tensor *mask, bool causal, double scale,
 				    const struct nn_dropout *dropout);
 
 /* Multi-head self-attention: q_proj, k_proj, v_proj, out_proj ([dim, dim]
@@ -258,7 +258,7 @@ struct nn_mha {
 int nn_mha_init(struct nn_mha *m, struct nn_params *ps, const char *name, int64_t dim,
 		int64_t heads, double attn_dropout);
 struct tensor *nn_mha_forward(const struct nn_mha *m, struct tensor *x,
-			      const struct tensor *key_mask, bool causal);
+			      const struct tensor *mask, bool causal);
 void nn_mha_free(struct nn_mha *m);
 
 /* ---- Linformer attention (linformer.c) ----------------------------------- */
@@ -345,21 +345,21 @@ int nn_linformer_init(struct nn_linformer *m, struct nn_params *ps, const char *
 		      int64_t dim, int64_t heads, int64_t n, int64_t k, enum nn_proj_kind kind,
 		      enum nn_proj_sharing sharing, bool conv_dense, bool shared_kv_head,
 		      double attn_dropout, const struct nn_seq_proj *shared);
-/* x [B, T, dim], T <= n; key_mask [B, T] (nonzero = padding) or NULL. */
+/* x [B, T, dim], T <= n; mask [B, T] (nonzero = a real token) or NULL. */
 struct tensor *nn_linformer_forward(const struct nn_linformer *m, struct tensor *x,
-				    const struct tensor *key_mask);
+				    const struct tensor *mask);
 /* The forward in two halves, for callers that run query rows in blocks: the
  * keys and values [B, heads, k, d] (and, for CONV/MEAN/MAX with padding, the
- * slot mask [B, k]) read every position of x; then rows [B', R, dim], the
- * queries of sequences b0 .. b0+B'-1 (any R), attend to them through the
- * output projection -> [B', R, dim]. nn_linformer_forward(x) is
+ * slot mask [B, k], 1 = a slot over a real token) read every position of x;
+ * then rows [B', R, dim], the queries of sequences b0 .. b0+B'-1 (any R),
+ * attend to them through the output projection -> [B', R, dim]. nn_linformer_forward(x) is
  * attend(x, keys_values(x), 0). Errors: as nn_linformer_forward; rows not
  * [B', R, dim] or past the keys' batch (TENSOR_ERR_SHAPE). */
 struct nn_linformer_kv {
 	struct tensor *k, *v, *mask;
 };
 int nn_linformer_keys_values(const struct nn_linformer *m, struct tensor *x,
-			     const struct tensor *key_mask, struct nn_linformer_kv *kv);
+			     const struct tensor *mask, struct nn_linformer_kv *kv);
 struct tensor *nn_linformer_attend(const struct nn_linformer *m, struct tensor *rows,
 				   const struct nn_linformer_kv *kv, int64_t b0);
 void nn_linformer_free(struct nn_linformer *m);

@@ -1,4 +1,5 @@
-/* Memory-saving variants of nn modules used by models/. Not installed. */
+/* What nn's modules share and models/ uses beyond nn.h: the padding mask's
+ * checks, and memory-saving variants. Not installed. */
 #ifndef CFORMER_NN_INTERNAL_H
 #define CFORMER_NN_INTERNAL_H
 
@@ -8,5 +9,12 @@
  * gradients, x itself comes back, updated): for an x the caller owns and
  * does not read again, such as an embedding lookup's output. */
 struct tensor *nn_position_forward_reuse(const struct nn_position *m, struct tensor *x);
+
+/* mask (nonzero = a real token) must be [B, t] with B = x's first dim, on
+ * x's device, or NULL; else an error naming op, the shapes and the rule. */
+int nn_check_mask(const char *op, const struct tensor *mask, const struct tensor *x, int64_t t);
+/* mask [B, T] as 0/1 of dtype dt: 1 where mask == 0 (padding) or, with
+ * padding false, where mask != 0 (real tokens). */
+struct tensor *nn_mask_compare(const struct tensor *mask, enum tensor_dtype dt, bool padding);
 
 #endif

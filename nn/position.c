@@ -154,7 +154,7 @@ int nn_conv_position_init(struct nn_conv_position *m, struct nn_params *ps, cons
 }
 
 struct tensor *nn_conv_position_forward(const struct nn_conv_position *m, struct tensor *x,
-					const struct tensor *pad)
+					const struct tensor *mask)
 {
 	if (!x)
 		return NULL;
@@ -172,18 +172,16 @@ struct tensor *nn_conv_position_forward(const struct nn_conv_position *m, struct
 			     (long long)m->dim, tensor_dtype_name(m->weight->dtype));
 		return NULL;
 	}
-	if (pad &&
-	    (pad->ndim != 2 || pad->shape[0] != x->shape[0] || pad->shape[1] != x->shape[1])) {
-		char bp[128];
-		tensor_error(
-		    TENSOR_ERR_SHAPE, "nn_conv_position_forward: pad %s, expected [B, T] of x %s",
-		    tensor_shape_str(pad, bp, sizeof bp), tensor_shape_str(x, bx, sizeof bx));
+	if (nn_check_mask("nn_conv_position_forward", mask, x, x->shape[1]) < 0)
 		return NULL;
-	}
 	bool scoped = !ag_grad_enabled(); /* no tape: the temporaries die here */
 	if (scoped)
 		tensor_scope_begin();
-	struct tensor *in = pad ? ag_masked_fill(x, tensor_unsqueeze(pad, 2), 0) : x;
+	struct tensor *pad = mask ? nn_mask_compare(mask, x->dtype, true) : NULL; /* 1 = padding */
+	struct tensor *pad3 = pad ? tensor_unsqueeze(pad, 2) : NULL;
+	struct tensor *in = mask ? ag_masked_fill(x, pad3, 0) : x; /* the tape keeps its own */
+	tensor_free(pad3);
+	tensor_free(pad);
 	/* [B, dim, T] channels first for the convolution, then back */
 	struct tensor *c = ag_conv1d(ag_transpose(in, 1, 2), m->weight, NULL, 1, m->kernel / 2);
 	struct tensor *y = c ? ag_add(x, ag_transpose(c, 1, 2)) : NULL;

@@ -28,11 +28,11 @@ START_TEST(test_attend_rows_equal_forward)
 		struct nn_linformer m;
 		linformer(&m, &ps, kinds[i]);
 		struct tensor *x = tu_rand(TENSOR_F64, 3, (int64_t[]){ 3, 12, 8 }, 5);
-		struct tensor *pad = tensor_zeros(TENSOR_F64, TENSOR_CPU, 2, (int64_t[]){ 3, 12 });
-		ck_assert_int_eq(tensor_fill_(tensor_narrow(pad, 1, 9, 3), 1), TENSOR_OK);
-		struct tensor *want = nn_linformer_forward(&m, x, pad);
+		struct tensor *mask = tensor_ones(TENSOR_F64, TENSOR_CPU, 2, (int64_t[]){ 3, 12 });
+		ck_assert_int_eq(tensor_fill_(tensor_narrow(mask, 1, 9, 3), 0), TENSOR_OK);
+		struct tensor *want = nn_linformer_forward(&m, x, mask);
 		struct nn_linformer_kv kv;
-		ck_assert_int_eq(nn_linformer_keys_values(&m, x, pad, &kv), TENSOR_OK);
+		ck_assert_int_eq(nn_linformer_keys_values(&m, x, mask, &kv), TENSOR_OK);
 		ck_assert((kv.mask != NULL) == (kinds[i] == NN_PROJ_CONV));
 		for (int64_t b = 0; b < 3; b++)
 			for (int64_t r = 0; r < 12; r += 5) {

@@ -13,7 +13,7 @@
 /* ---- naive references --------------------------------------------------------- */
 
 /* q [B,H,T,d], k [B,H,S,d], v [B,H,S,dv] row-major; mask [B,S] (nonzero =
- * padding) or NULL -> out [B,H,T,dv]. A row with no visible key is zero. */
+ * a real key, 0 = padding) or NULL -> out [B,H,T,dv]. A row with no visible key is zero. */
 static void ref_attention(const double *q, const double *k, const double *v, const double *mask,
 			  bool causal, double scale, int64_t B, int64_t H, int64_t T, int64_t S,
 			  int64_t d, int64_t dv, double *out)
@@ -26,7 +26,7 @@ static void ref_attention(const double *q, const double *k, const double *v, con
 				double mx = -INFINITY;
 				for (int64_t s = 0; s < S; s++) {
 					bool hidden =
-					    (mask && mask[b * S + s] != 0) || (causal && s > t);
+					    (mask && mask[b * S + s] == 0) || (causal && s > t);
 					double acc = 0;
 					for (int64_t c = 0; c < d; c++)
 						acc += qr[c] * k[((b * H + h) * S + s) * d + c];
@@ -183,14 +183,14 @@ END_TEST
 START_TEST(test_attention_key_mask)
 {
 	/* batch 0 partly padded, batch 1 fully padded (its rows give zeros) */
-	struct tensor *m = mask_i32(2, 6, (const int[]){ 0, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1 });
+	struct tensor *m = mask_i32(2, 6, (const int[]){ 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0 });
 	check_attention(2, 3, 4, 6, 3, 3, m, false, 0.6);
 	/* other mask dtypes and nonzero values: f32 with -1 and 2, i64 */
 	struct tensor *mf = tensor_from_data(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){ 2, 3 },
-					     (const float[]){ 2, 0, 0, 0, -1, 0 });
+					     (const float[]){ 0, 2, -1, 0.5f, 0, -3 });
 	check_attention(2, 2, 3, 3, 2, 2, mf, false, 1.0);
 	struct tensor *ml = tensor_from_data(TENSOR_I64, TENSOR_CPU, 2, (int64_t[]){ 1, 4 },
-					     (const int64_t[]){ 0, 0, 0, 7 });
+					     (const int64_t[]){ 7, 1, -2, 0 });
 	check_attention(1, 2, 5, 4, 3, 3, ml, false, 0.5);
 	/* a strided mask (transposed storage) */
 	check_attention(2, 3, 4, 6, 3, 3, tu_strided(m), false, 0.6);
@@ -202,7 +202,7 @@ START_TEST(test_attention_causal)
 	check_attention(2, 2, 5, 5, 3, 3, NULL, true, 0.5);
 	/* with padding: batch 0 pads its first two keys, so rows 0 and 1 see
 	 * nothing (zeros); batch 1 pads the tail */
-	struct tensor *m = mask_i32(2, 5, (const int[]){ 1, 1, 0, 0, 0, 0, 0, 0, 1, 1 });
+	struct tensor *m = mask_i32(2, 5, (const int[]){ 0, 0, 1, 1, 1, 1, 1, 1, 0, 0 });
 	check_attention(2, 2, 5, 5, 3, 3, m, true, 0.5);
 }
 END_TEST
@@ -237,7 +237,7 @@ START_TEST(test_attention_all_masked_rows_zero)
 		struct tensor *q = tu_rand(dt, 4, (int64_t[]){ 1, 2, 3, 4 }, 1);
 		struct tensor *k = tu_rand(dt, 4, (int64_t[]){ 1, 2, 3, 4 }, 2);
 		struct tensor *v = tu_rand(dt, 4, (int64_t[]){ 1, 2, 3, 4 }, 3);
-		struct tensor *m = mask_i32(1, 3, (const int[]){ 1, 1, 1 });
+		struct tensor *m = mask_i32(1, 3, (const int[]){ 0, 0, 0 });
 		for (int causal = 0; causal < 2; causal++) {
 			struct tensor *o = nn_attention(q, k, v, m, causal, 0.5, NULL);
 			ck_assert(o != NULL);
@@ -259,10 +259,10 @@ START_TEST(test_attention_large_scores_f32)
 	struct tensor *k =
 	    tensor_mul_scalar(tu_rand(TENSOR_F32, 4, (int64_t[]){ 1, 1, 4, 2 }, 5), 100);
 	struct tensor *v = tu_rand(TENSOR_F32, 4, (int64_t[]){ 1, 1, 4, 2 }, 6);
-	struct tensor *m = mask_i32(1, 4, (const int[]){ 0, 1, 0, 1 });
+	struct tensor *m = mask_i32(1, 4, (const int[]){ 1, 0, 1, 0 });
 	struct tensor *o = nn_attention(q, k, v, m, false, 1.0, NULL);
 	double *vq = tu_values(q), *vk = tu_values(k), *vv = tu_values(v), want[6];
-	ref_attention(vq, vk, vv, (const double[]){ 0, 1, 0, 1 }, false, 1.0, 1, 1, 3, 4, 2, 2,
+	ref_attention(vq, vk, vv, (const double[]){ 1, 0, 1, 0 }, false, 1.0, 1, 1, 3, 4, 2, 2,
 		      want);
 	tu_assert_close(o, want, 6, 1e-5, 1e-4);
 	free(vq);
@@ -309,8 +309,8 @@ static struct tensor *f_attention(struct tensor *const *in, void *ctx)
 
 START_TEST(test_attention_gradients)
 {
-	struct tensor *m = mask_i32(2, 4, (const int[]){ 0, 1, 0, 0, 1, 1, 1, 1 });
-	struct tensor *mc = mask_i32(2, 4, (const int[]){ 1, 0, 0, 1, 0, 0, 0, 0 });
+	struct tensor *m = mask_i32(2, 4, (const int[]){ 1, 0, 1, 1, 0, 0, 0, 0 });
+	struct tensor *mc = mask_i32(2, 4, (const int[]){ 0, 1, 1, 0, 1, 1, 1, 1 });
 	const struct {
 		const char *name;
 		const struct tensor *mask;
@@ -338,12 +338,12 @@ START_TEST(test_attention_gradients)
 			       *gv = tu_values(v->grad);
 			for (int64_t j = 0; j < 2 * 2 * 4 * 3; j++) {
 				int64_t b = j / 24, s = (j / 3) % 4;
-				if (mv[b * 4 + s] != 0)
+				if (mv[b * 4 + s] == 0)
 					ck_assert(gv[j] == 0);
 			}
 			for (int64_t j = 0; j < 2 * 2 * 4 * d; j++) {
 				int64_t b = j / (8 * d), s = (j / d) % 4;
-				if (mv[b * 4 + s] != 0)
+				if (mv[b * 4 + s] == 0)
 					ck_assert(gk[j] == 0);
 			}
 			free(mv);
@@ -391,7 +391,7 @@ END_TEST
 START_TEST(test_mha_forward_reference)
 {
 	const int64_t B = 2, T = 5, dim = 6, H = 3;
-	struct tensor *m = mask_i32(B, T, (const int[]){ 0, 0, 0, 1, 1, 0, 0, 0, 0, 0 });
+	struct tensor *m = mask_i32(B, T, (const int[]){ 1, 1, 1, 0, 0, 1, 1, 1, 1, 1 });
 	for (int di = 0; di < 2; di++)
 		for (int seq = 0; seq < 2; seq++)
 			for (int cfg = 0; cfg < 4; cfg++) {
@@ -434,7 +434,7 @@ static struct tensor *f_mha(struct tensor *const *in, void *ctx)
 START_TEST(test_mha_gradients)
 {
 	const int64_t B = 2, T = 3, dim = 4;
-	struct tensor *mask = mask_i32(B, T, (const int[]){ 0, 0, 1, 1, 0, 0 });
+	struct tensor *mask = mask_i32(B, T, (const int[]){ 1, 1, 0, 0, 1, 1 });
 	for (int seq = 0; seq < 2; seq++)
 		for (int cfg = 0; cfg < 2; cfg++) {
 			struct nn_params ps;
@@ -470,7 +470,7 @@ START_TEST(test_mha_key_padding)
 			int mv[3 * 6];
 			for (int64_t b = 0; b < B; b++)
 				for (int64_t t = 0; t < T; t++)
-					mv[b * T + t] = t >= len[b];
+					mv[b * T + t] = t < len[b];
 			struct tensor *y = nn_mha_forward(&m, x, mask_i32(B, T, mv), causal);
 			ck_assert(y != NULL);
 			for (int64_t b = 0; b < B; b++) {
@@ -527,7 +527,7 @@ START_TEST(test_mha_sequential_equals_batched)
 {
 	const int64_t B = 2, T = 9, dim = 16;
 	struct tensor *mask =
-	    mask_i32(B, T, (const int[]){ 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1 });
+	    mask_i32(B, T, (const int[]){ 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 0 });
 	for (int di = 0; di < 2; di++)
 		for (int cfg = 0; cfg < 3; cfg++) {
 			enum tensor_dtype dt = di ? TENSOR_F64 : TENSOR_F32;
@@ -604,11 +604,12 @@ START_TEST(test_mha_sequential_blocks)
 		struct nn_params ps;
 		struct nn_mha m;
 		mha_make(&m, &ps, TENSOR_F32, dim, H, 0.0, 43);
-		int *pad = calloc((size_t)(B * T), sizeof *pad);
-		for (int64_t j = T - 100; j < T; j++) /* the last keys of the last sequence */
-			pad[(B - 1) * T + j] = 1;
-		struct tensor *mask = mask_i32(B, T, pad);
-		free(pad);
+		int *real = malloc(sizeof *real * (size_t)(B * T));
+		/* padding: the last keys of the last sequence */
+		for (int64_t j = 0; j < B * T; j++)
+			real[j] = j < B * T - 100;
+		struct tensor *mask = mask_i32(B, T, real);
+		free(real);
 		struct tensor *x = tu_rand(TENSOR_F32, 3, (int64_t[]){ B, T, dim }, 44);
 		ag_no_grad_begin();
 		struct tensor *y = nn_mha_forward(&m, x, mask, false);
@@ -696,7 +697,7 @@ START_TEST(test_attention_by_head)
 	struct tensor *q = tu_rand(TENSOR_F64, 4, (int64_t[]){ B, H, T, d }, 51);
 	struct tensor *k = tu_rand(TENSOR_F64, 4, (int64_t[]){ B, H, S, d }, 52);
 	struct tensor *v = tu_rand(TENSOR_F64, 4, (int64_t[]){ B, H, S, dv }, 53);
-	struct tensor *m = mask_i32(B, S, (const int[]){ 0, 1, 0, 0, 1, 1, 1, 1 });
+	struct tensor *m = mask_i32(B, S, (const int[]){ 1, 0, 1, 1, 0, 0, 0, 0 });
 	struct tensor *o = nn_attention(q, k, v, m, false, 0.5, NULL);
 	struct tensor *merged = tensor_reshape(tensor_permute(o, (int[]){ 0, 2, 1, 3 }), 3,
 					       (int64_t[]){ B, T, H * dv });
@@ -767,12 +768,12 @@ START_TEST(test_attention_errors)
 			"nn_attention", "k [2,1,6,5]");
 	tu_assert_error(!nn_attention(q, k, v, NULL, true, 1, NULL), TENSOR_ERR_SHAPE,
 			"nn_attention", "causal");
-	struct tensor *m = mask_i32(2, 4, (const int[]){ 0, 0, 0, 0, 0, 0, 0, 0 });
+	struct tensor *m = mask_i32(2, 4, (const int[]){ 1, 1, 1, 1, 1, 1, 1, 1 });
 	tu_assert_error(!nn_attention(q, k, v, m, false, 1, NULL), TENSOR_ERR_SHAPE, "nn_attention",
-			"key_mask [2,4]");
+			"mask [2,4]");
 	struct tensor *m3 = tensor_zeros(TENSOR_I32, TENSOR_CPU, 3, (int64_t[]){ 2, 1, 6 });
 	tu_assert_error(!nn_attention(q, k, v, m3, false, 1, NULL), TENSOR_ERR_SHAPE,
-			"nn_attention", "key_mask [2,1,6]");
+			"nn_attention", "mask [2,1,6]");
 	struct tensor *k64 = tu_rand(TENSOR_F64, 4, (int64_t[]){ 2, 3, 6, 5 }, 8);
 	tu_assert_error(!nn_attention(q, k64, v, NULL, false, 1, NULL), TENSOR_ERR_DTYPE,
 			"nn_attention", NULL);
@@ -829,9 +830,9 @@ START_TEST(test_mha_errors)
 	tu_assert_error(!nn_mha_forward(&m, x7, NULL, false), TENSOR_ERR_SHAPE, "nn_mha_forward",
 			"x [2,4,7]");
 	struct tensor *x = tu_rand(TENSOR_F32, 3, (int64_t[]){ 2, 4, 8 }, 3);
-	struct tensor *bad = mask_i32(2, 3, (const int[]){ 0, 0, 0, 0, 0, 0 });
+	struct tensor *bad = mask_i32(2, 3, (const int[]){ 1, 1, 1, 1, 1, 1 });
 	tu_assert_error(!nn_mha_forward(&m, x, bad, false), TENSOR_ERR_SHAPE, "nn_mha_forward",
-			"key_mask [2,3] must be [B,T] = [2,4]");
+			"mask [2,3] must be [B,T] = [2,4]");
 	struct tensor *x64 = tu_rand(TENSOR_F64, 3, (int64_t[]){ 2, 4, 8 }, 4);
 	tu_assert_error(!nn_mha_forward(&m, x64, NULL, false), TENSOR_ERR_DTYPE, NULL, NULL);
 	struct nn_mha zero = { 0 };

@@ -109,7 +109,8 @@ static double *ref_project(const struct nn_linformer *m, const struct nn_seq_pro
 	return out;
 }
 
-/* The whole module by loops: x [B,T,dim], mask [B,T] or NULL -> [B,T,dim]. */
+/* The whole module by loops: x [B,T,dim], mask [B,T] (nonzero = a real token)
+ * or NULL -> [B,T,dim]. */
 static double *ref_linformer(const struct nn_linformer *m, const double *x, const double *mask,
 			     int64_t B, int64_t T)
 {
@@ -118,7 +119,7 @@ static double *ref_linformer(const struct nn_linformer *m, const double *x, cons
 	double *q = ref_linear(&m->q_proj, x, B * T);
 	double *kl = ref_linear(&m->k_proj, x, B * T), *vl = ref_linear(&m->v_proj, x, B * T);
 	for (int64_t i = 0; i < B * T; i++)
-		if (mask && mask[i] != 0)
+		if (mask && mask[i] == 0)
 			for (int64_t c = 0; c < kvd; c++)
 				kl[i * kvd + c] = vl[i * kvd + c] = 0;
 	double *kp = ref_project(m, m->e_used, kl, B, T);
@@ -138,7 +139,7 @@ static double *ref_linformer(const struct nn_linformer *m, const double *x, cons
 				bool all = true;
 				for (int64_t r = 0; r < kern; r++) {
 					int64_t pos = j * kern + r;
-					all = all && (pos >= T || (mask && mask[b * T + pos] != 0));
+					all = all && (pos >= T || (mask && mask[b * T + pos] == 0));
 				}
 				sm[b * K + j] = all;
 			}
@@ -179,7 +180,7 @@ static struct tensor *mask_i32(int64_t B, int64_t S, const int *vals)
 START_TEST(test_linformer_reference)
 {
 	const int64_t B = 2, dim = 8, H = 2, n = 8, k = 4;
-	const int mv[2 * 6] = { 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1 };
+	const int mv[2 * 6] = { 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 0 };
 	for (int di = 0; di < 2; di++)
 		for (int ki = 0; ki < NN_NPROJ; ki++)
 			for (int si = 0; si < 4; si++)
@@ -326,7 +327,7 @@ START_TEST(test_equiv_kernel1)
 	 * included (its slots are the positions, masked as they are); so is a
 	 * conv with an identity kernel, per head or dense. */
 	const int64_t B = 3, dim = 8, H = 2, n = 6;
-	const int mv[3 * 5] = { 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 1, 0 };
+	const int mv[3 * 5] = { 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, 1 };
 	struct {
 		enum nn_proj_kind kind;
 		bool dense, skv;
@@ -427,7 +428,7 @@ START_TEST(test_equiv_padded_batch)
 					for (int64_t b = 0; b < B; b++)
 						for (int64_t t = 0; t < T; t++)
 							mv[b * T + t] =
-							    t >= lens[li][b] ? 1 + (int)t : 0;
+							    t < lens[li][b] ? 1 + (int)t : 0;
 					struct tensor *y =
 					    nn_linformer_forward(&f.m, x, mask_i32(B, T, mv));
 					ck_assert_msg(y != NULL, "%s: %s", name,
@@ -463,7 +464,7 @@ START_TEST(test_padding_values_ignored)
 	 * outputs do not change: padded keys and values are zeroed (filled, not
 	 * multiplied) before projecting. */
 	const int64_t B = 2, T = 6, dim = 8;
-	int mv[2 * 6] = { 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 1 };
+	int mv[2 * 6] = { 1, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0 };
 	for (int ki = 0; ki < NN_NPROJ; ki++) {
 		struct lf f;
 		lf_make(&f, TENSOR_F64,
@@ -473,7 +474,7 @@ START_TEST(test_padding_values_ignored)
 		struct tensor *x2 = tensor_clone(x);
 		for (int64_t b = 0; b < B; b++)
 			for (int64_t t = 0; t < T; t++)
-				if (mv[b * T + t])
+				if (!mv[b * T + t])
 					ck_assert_int_eq(
 					    tensor_fill_(
 						tensor_narrow(tensor_narrow(x2, 0, b, 1), 1, t, 1),
@@ -507,7 +508,7 @@ static struct tensor *f_linformer(struct tensor *const *in, void *ctx)
 START_TEST(test_gradients)
 {
 	const int64_t B = 2, dim = 4, H = 2, n = 4, k = 2;
-	struct tensor *mask = mask_i32(B, 3, (const int[]){ 0, 0, 1, 0, 1, 1 });
+	struct tensor *mask = mask_i32(B, 3, (const int[]){ 1, 1, 0, 1, 0, 0 });
 	/* every kind, masked with T < n and unmasked with T = n (x strided); the
 	 * shared learned projections without a shared key/value head take the
 	 * sequence-first order (E x, then the k/v weights), E = F included */
@@ -580,7 +581,7 @@ START_TEST(test_sequential_equals_batched)
 {
 	const int64_t B = 2, T = 7, dim = 12, H = 3;
 	struct tensor *mask =
-	    mask_i32(B, T, (const int[]){ 0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 1, 1 });
+	    mask_i32(B, T, (const int[]){ 1, 1, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 0 });
 	for (int di = 0; di < 2; di++)
 		for (int ki = 0; ki < NN_NPROJ; ki++)
 			for (int v = 0; v < 2; v++) {
@@ -820,9 +821,9 @@ START_TEST(test_forward_errors)
 	tu_assert_error(!nn_linformer_forward(&f.m, x7, NULL), TENSOR_ERR_SHAPE,
 			"nn_linformer_forward", "x [2,4,7]");
 	struct tensor *x = tu_rand(TENSOR_F32, 3, (int64_t[]){ 2, 4, 8 }, 4);
-	struct tensor *bad = mask_i32(2, 3, (const int[]){ 0, 0, 0, 0, 0, 0 });
+	struct tensor *bad = mask_i32(2, 3, (const int[]){ 1, 1, 1, 1, 1, 1 });
 	tu_assert_error(!nn_linformer_forward(&f.m, x, bad), TENSOR_ERR_SHAPE,
-			"nn_linformer_forward", "key_mask [2,3] must be [B,T] = [2,4]");
+			"nn_linformer_forward", "mask [2,3] must be [B,T] = [2,4]");
 	struct tensor *x64 = tu_rand(TENSOR_F64, 3, (int64_t[]){ 2, 4, 8 }, 5);
 	tu_assert_error(!nn_linformer_forward(&f.m, x64, NULL), TENSOR_ERR_DTYPE, NULL, NULL);
 	struct nn_linformer zero = { 0 };

@@ -643,14 +643,14 @@ START_TEST(test_conv_position_forward)
 		/* sequence 1's last two positions are padding: read as zeros, so its
 		 * first three rows are those of the sequence cut there */
 		double cut[B * T * D];
-		struct tensor *pad =
+		struct tensor *mask =
 		    tensor_from_data(TENSOR_I64, TENSOR_CPU, 2, (int64_t[]){ B, T },
-				     (int64_t[]){ 0, 0, 0, 0, 0, 0, 0, 0, 1, 1 });
+				     (int64_t[]){ 1, 1, 1, 1, 1, 1, 1, 1, 0, 0 });
 		memcpy(cut, vx, sizeof cut);
 		for (int i = (T + 3) * D; i < B * T * D; i++)
 			cut[i] = 0;
 		conv_position_ref(cut, w, want, B, T, D, K);
-		double *got = tu_values(nn_conv_position_forward(&m, x, pad));
+		double *got = tu_values(nn_conv_position_forward(&m, x, mask));
 		for (int i = 0; i < (T + 3) * D; i++)
 			ck_assert_msg(fabs(got[i] - want[i]) <= tol(dt) * (1 + fabs(want[i])),
 				      "row %d: %g, want %g", i / D, got[i], want[i]);
@@ -732,11 +732,11 @@ START_TEST(test_conv_position_errors)
 	x = tu_rand(TENSOR_F64, 3, (int64_t[]){ 2, 3, 2 }, 1);
 	tu_assert_error(!nn_conv_position_forward(&m, x, NULL), TENSOR_ERR_DTYPE,
 			"nn_conv_position_forward: x [2,3,2] f64", "f32");
-	struct tensor *pad = tensor_zeros(TENSOR_I64, TENSOR_CPU, 2, (int64_t[]){ 2, 2 });
+	struct tensor *mask = tensor_ones(TENSOR_I64, TENSOR_CPU, 2, (int64_t[]){ 2, 2 });
 	tu_assert_error(
-	    !nn_conv_position_forward(&m, tu_rand(TENSOR_F32, 3, (int64_t[]){ 2, 3, 2 }, 1), pad),
-	    TENSOR_ERR_SHAPE, "nn_conv_position_forward: pad [2,2]",
-	    "expected [B, T] of x [2,3,2]");
+	    !nn_conv_position_forward(&m, tu_rand(TENSOR_F32, 3, (int64_t[]){ 2, 3, 2 }, 1), mask),
+	    TENSOR_ERR_SHAPE, "nn_conv_position_forward: mask [2,2]",
+	    "must be [B,T] = [2,3] (input [2,3,2]");
 	ASSERT_NULL_KEEPS_ERROR(nn_conv_position_forward(&m, NULL, NULL));
 	struct nn_conv_position empty = { 0 };
 	tu_assert_error(!nn_conv_position_forward(&empty, x, NULL), TENSOR_ERR_ARG,
