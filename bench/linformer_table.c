@@ -157,7 +157,6 @@ static void build_config(struct model_config *c, enum model_kind m, int64_t n, i
 	c->ff_hidden = opt.ff;
 	c->dropout = c->attn_dropout = 0;
 	c->seed = (uint64_t)opt.seed;
-	c->sequential_heads = !opt.batched_heads;
 	if (m == LINFORMER) {
 		c->sharing = NN_SHARE_LAYERWISE;
 		c->k_schedule = MODEL_K_CONSTANT;
@@ -177,12 +176,12 @@ static void build_config(struct model_config *c, enum model_kind m, int64_t n, i
 static double estimate_bytes(const struct model_config *c, double params, int64_t b)
 {
 	double n = (double)c->max_len, d = (double)c->dim, f = (double)c->ff_hidden;
-	double live_heads = c->sequential_heads ? 1 : (double)c->heads;
+	double live_heads = opt.batched_heads ? (double)c->heads : 1;
 	bool standard = c->attention[0] == MODEL_ATTN_STANDARD;
 	double attn =
 	    (double)b * (standard ? 2 * n * n * live_heads
 				  : 2 * n * (double)c->k[0] * live_heads + 2 * (double)c->k[0] * d);
-	if (standard && c->sequential_heads)
+	if (standard && !opt.batched_heads)
 		attn = fmin(attn, 2 * (double)NN_BY_HEAD_SCORES);
 	return 4 * (params + (double)b * n * (18 * d + 3 * f) + attn);
 }
@@ -348,6 +347,7 @@ static void run_config(enum model_kind model, int64_t n, int64_t k, struct row *
 	if (nn_params_init(&ps, TENSOR_F32, dev, cfg.seed) < 0 ||
 	    model_encoder_init(&enc, &ps, &cfg) < 0)
 		bench_die(PROG, "building the model");
+	model_encoder_set_sequential_heads(&enc, !opt.batched_heads);
 	nn_params_train(&ps, false);
 	struct measure m1 = run_forward(&enc, 1, r1 ? (int)opt.reps : 0);
 	if (r1) {

@@ -129,11 +129,11 @@ double model_estimate_bytes(const struct model_config *cfg, int64_t batch, bool 
 		return es * (4 * params + b * act + fixed);
 	}
 	/* inference runs one layer at a time: its working set, all heads' scores at once
-	 * unless heads go one by one */
+	 * (an upper bound when a run computes heads one by one) */
 	double scores = 0;
 	for (int64_t i = 0; i < c.layers; i++) {
 		double s = c.attention[i] == MODEL_ATTN_STANDARD ? n : (double)c.k[i];
-		double one = (c.sequential_heads ? 1 : h) * n * s * 2;
+		double one = h * n * s * 2;
 		scores = one > scores ? one : scores;
 	}
 	return es * (params + b * (n * (18 * d + 3 * f) + scores) + fixed);

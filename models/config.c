@@ -321,7 +321,6 @@ static const struct field fields[] = {
 	FLD(xavier_projections, F_BOOL),
 	FLD(mask_empty_slots, F_BOOL),
 	FLD(shared_kv_head, F_BOOL),
-	FLD(sequential_heads, F_BOOL),
 	FLD(num_classes, F_INT),
 	FLD(head_hidden, F_INT),
 	FLD(pooling, F_POOL),
@@ -583,6 +582,13 @@ static int field_from_json(struct model_config *c, const struct field *f, const 
 	return TENSOR_OK;
 }
 
+/* Keys that configs written before they became run options carry: accepted
+ * (a boolean) and ignored. */
+static bool legacy_key(const char *key)
+{
+	return strcmp(key, "sequential_heads") == 0;
+}
+
 static const struct field *find_field(const char *key)
 {
 	for (int i = 0; i < NFIELDS; i++)
@@ -598,6 +604,11 @@ static int from_object(struct model_config *c, const cJSON *o)
 	const cJSON *seen[sizeof fields / sizeof fields[0]] = { 0 };
 	for (const cJSON *v = o->child; v; v = v->next) {
 		const struct field *f = v->string ? find_field(v->string) : NULL;
+		if (!f && v->string && legacy_key(v->string)) {
+			if (!cJSON_IsBool(v))
+				return JSON_ERR("\"%s\" must be true or false", v->string);
+			continue;
+		}
 		if (!f)
 			return JSON_ERR("unknown key \"%s\"", v->string ? v->string : "");
 		if (seen[f - fields])

@@ -64,14 +64,12 @@ static int layer_init(struct model_layer *l, struct nn_params *ps, const struct 
 	int rc = norm_init(c, &l->ln1, &l->rms1, ps, prefix, "norm1");
 	if (rc == TENSOR_OK && l->kind == MODEL_ATTN_STANDARD) {
 		rc = nn_mha_init(&l->mha, ps, name, c->dim, c->heads, c->attn_dropout);
-		l->mha.sequential_heads = c->sequential_heads;
 	} else if (rc == TENSOR_OK) {
 		bool layerwise = c->sharing == NN_SHARE_LAYERWISE;
 		rc = nn_linformer_init(&l->lin, ps, name, c->dim, c->heads, c->max_len, c->k[i],
 				       proj_kind(l->kind), c->sharing, c->conv_dense,
 				       c->shared_kv_head, c->attn_dropout,
 				       layerwise ? shared : NULL);
-		l->lin.sequential_heads = c->sequential_heads;
 		l->lin.mask_empty_slots = c->mask_empty_slots;
 		if (rc == TENSOR_OK && !layerwise)
 			rc = window_init(c, &l->lin.e, &l->lin.f);
@@ -458,6 +456,14 @@ struct tensor *model_encoder_forward(const struct model_encoder *m, const struct
 	if (c->pre_norm && c->final_norm)
 		x = norm_forward(c, &m->final_ln, &m->final_rms, x);
 	return x;
+}
+
+void model_encoder_set_sequential_heads(struct model_encoder *m, bool on)
+{
+	for (int64_t i = 0; m && m->layers && i < m->cfg.layers; i++) {
+		m->layers[i].mha.sequential_heads = on;
+		m->layers[i].lin.sequential_heads = on;
+	}
 }
 
 void model_encoder_free(struct model_encoder *m)

@@ -62,7 +62,7 @@ struct model_config {
 	int64_t k_first, k_last;        /* constant: k_first; linear: first -> last */
 	int64_t k[MODEL_MAX_LAYERS];    /* resolved per layer (model_config_resolve) */
 	enum nn_proj_sharing sharing;
-	bool conv_dense, shared_kv_head, sequential_heads;
+	bool conv_dense, shared_kv_head;
 	/* learned projections start as window means plus MODEL_PROJ_INIT_NOISE x
 	 * xavier noise (nn_seq_proj_init_windows); true: xavier noise alone */
 	bool xavier_projections;
@@ -134,6 +134,10 @@ int model_encoder_init(struct model_encoder *m, struct nn_params *ps,
  * one layer's working set. */
 struct tensor *model_encoder_forward(const struct model_encoder *m, const struct tensor *ids,
 				     const struct tensor *mask);
+/* A run option, not part of the config (never saved): every layer computes
+ * attention one head at a time (nn_mha / nn_linformer sequential_heads), the
+ * same result with a lower peak memory without grad. Off after init. */
+void model_encoder_set_sequential_heads(struct model_encoder *m, bool on);
 void model_encoder_free(struct model_encoder *m);
 
 /* Sequence classifier: encoder, pooling (masked mean, masked max per feature,

@@ -52,7 +52,6 @@ static inline void assert_config_eq(const struct model_config *a, const struct m
 	EQ(sharing);
 	EQ(conv_dense);
 	EQ(shared_kv_head);
-	EQ(sequential_heads);
 	EQ(num_classes);
 	EQ(head_hidden);
 	EQ(pooling);

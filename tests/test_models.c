@@ -37,7 +37,6 @@ START_TEST(test_output_shapes)
 			for (int seq = 0; seq < 2; seq++) {
 				struct model_config c = tiny(presets[p]);
 				c.sharing = (enum nn_proj_sharing)s;
-				c.sequential_heads = seq;
 				if ((p == 2 || p == 3) && s == NN_SHARE_LAYERWISE)
 					continue; /* mixed kinds: refused (test_resolve_errors) */
 				struct nn_params ps;
@@ -51,6 +50,8 @@ START_TEST(test_output_shapes)
 				ck_assert_int_eq(nn_params_init(&ps2, TENSOR_F32, TENSOR_CPU, 3),
 						 TENSOR_OK);
 				ck_assert_int_eq(model_mlm_init(&mlm, &ps2, &c), TENSOR_OK);
+				model_encoder_set_sequential_heads(&cls.enc, seq);
+				model_encoder_set_sequential_heads(&mlm.enc, seq);
 				for (int64_t T = 4; T <= 8; T += 4) {
 					struct tensor *ids = rand_ids(B, T, 11, T);
 					struct tensor *mask = prefix_mask(B, T, len);
@@ -222,7 +223,8 @@ static struct tensor *f_model(struct tensor *const *in, void *ctx)
 
 /* Gradient check of a classifier (or MLM) over every parameter, with a batch
  * of two sequences, one padded. */
-static void grad_check(const char *name, const struct model_config *cfg, bool mlm)
+/* seq: heads one at a time (a run option) */
+static void grad_check(const char *name, const struct model_config *cfg, bool mlm, bool seq)
 {
 	struct model_config cc = *cfg, *c = &cc; /* smaller hidden sizes: fewer evaluations */
 	cc.ff_hidden = cc.ff_hidden < 8 ? cc.ff_hidden : 8;
@@ -233,6 +235,7 @@ static void grad_check(const char *name, const struct model_config *cfg, bool ml
 	struct model_mlm lm;
 	int rc = mlm ? model_mlm_init(&lm, &ps, c) : model_classifier_init(&cls, &ps, c);
 	ck_assert_msg(rc == TENSOR_OK, "%s: %s", name, tensor_last_error());
+	model_encoder_set_sequential_heads(mlm ? &lm.enc : &cls.enc, seq);
 	struct tensor **in = malloc(sizeof *in * (size_t)ps.n);
 	for (int i = 0; i < ps.n; i++)
 		in[i] = ps.items[i].value;
@@ -265,7 +268,7 @@ START_TEST(test_gradients_presets)
 {
 	const char *presets[] = { "transformer:2", "linformer:2", "conv-linformer:2" };
 	struct model_config c = tiny(presets[_i]);
-	grad_check(presets[_i], &c, false);
+	grad_check(presets[_i], &c, false, false);
 }
 END_TEST
 
@@ -284,7 +287,7 @@ START_TEST(test_gradients_variants)
 		c.pooling = MODEL_POOL_CLS;
 		c.no_positions = true;
 		c.position_kernel = 3;
-		grad_check("max/mean post-norm rms kv cls conv-positions", &c, false);
+		grad_check("max/mean post-norm rms kv cls conv-positions", &c, false, false);
 		break;
 	case 1:
 		c = tiny("RC");
@@ -293,15 +296,14 @@ START_TEST(test_gradients_variants)
 		c.conv_dense = true;
 		c.shared_kv_head = true;
 		c.sharing = NN_SHARE_NONE;
-		c.sequential_heads = true;
-		grad_check("random/dense conv swiglu shared-kv none sequential", &c, false);
+		grad_check("random/dense conv swiglu shared-kv none sequential", &c, false, true);
 		break;
 	default:
 		c = tiny("LL");
 		c.sharing = NN_SHARE_LAYERWISE;
 		c.activation = NN_RELU;
 		c.ff_hidden = 4;
-		grad_check("mlm tied linformer layerwise", &c, true);
+		grad_check("mlm tied linformer layerwise", &c, true, false);
 		break;
 	}
 }

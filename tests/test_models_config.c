@@ -32,7 +32,7 @@ START_TEST(test_preset_defaults)
 	ck_assert_int_eq(c.k_first, 128);
 	ck_assert_int_eq(c.k_last, 128);
 	ck_assert_int_eq(c.sharing, NN_SHARE_HEADWISE);
-	ck_assert(!c.conv_dense && !c.shared_kv_head && !c.sequential_heads);
+	ck_assert(!c.conv_dense && !c.shared_kv_head);
 	ck_assert_int_eq(c.num_classes, 2);
 	ck_assert_int_eq(c.head_hidden, 256);
 	ck_assert_int_eq(c.pooling, MODEL_POOL_MEAN);
@@ -387,7 +387,6 @@ START_TEST(test_json_roundtrip)
 	c.sharing = NN_SHARE_KV;
 	c.conv_dense = true;
 	c.shared_kv_head = true;
-	c.sequential_heads = true;
 	c.num_classes = 7;
 	c.head_hidden = 5;
 	c.pooling = MODEL_POOL_CLS;
@@ -435,6 +434,15 @@ START_TEST(test_json_roundtrip)
 	ck_assert_int_eq(d.seed, 42);
 	ck_assert_int_eq(d.sharing, NN_SHARE_KV);
 	ck_assert_int_eq(d.k_first, 8);
+	/* "sequential_heads", a run option since, in configs written before: a
+	 * boolean accepted and ignored, never written */
+	ck_assert_int_eq(model_config_from_json(&d, "{\"max_len\": 64, \"vocab_size\": 50, "
+						    "\"sequential_heads\": true}"),
+			 TENSOR_OK);
+	assert_config_eq(&d, &want);
+	json = model_config_to_json(&d);
+	ck_assert(strstr(json, "sequential") == NULL);
+	free(json);
 }
 END_TEST
 
@@ -453,6 +461,8 @@ START_TEST(test_json_errors)
 	JSON_FAILS("{" VN "} trailing", "invalid JSON", NULL);
 	JSON_FAILS("[1,2]", "expected a JSON object", NULL);
 	JSON_FAILS("{" VN ",\"hidden\":4}", "unknown key \"hidden\"", NULL);
+	JSON_FAILS("{" VN ",\"sequential_heads\":1}", "\"sequential_heads\" must be true or false",
+		   NULL);
 	JSON_FAILS("{" VN ",\"dim\":8,\"dim\":16}", "duplicate key \"dim\"", NULL);
 	JSON_FAILS("{\"vocab_size\":10}", "\"vocab_size\" and \"max_len\" are required", NULL);
 	JSON_FAILS("{\"max_len\":10}", "required", NULL);
@@ -740,6 +750,50 @@ START_TEST(test_config_from_checkpoint)
 END_TEST
 
 /* The memory estimate grows with what costs memory and is refused for a bad config. */
+/* tests/data/checkpoints/conv_linformer_v0.safetensors: a conv-linformer
+ * classifier (2 layers, dim 8, n 8, k 4) saved with AdamW state before
+ * sequential_heads left the config and before nn's masks changed polarity.
+ * It still loads, and gives the logits that build printed for these ids. */
+START_TEST(test_old_checkpoint_loads)
+{
+	char path[4096];
+	const char *srcdir = getenv("srcdir");
+	snprintf(path, sizeof path, "%s/tests/data/checkpoints/conv_linformer_v0.safetensors",
+		 srcdir ? srcdir : ".");
+	struct model_config c;
+	ck_assert_msg(model_config_from_checkpoint(path, &c) == TENSOR_OK, "%s",
+		      tensor_last_error());
+	struct nn_params ps;
+	struct model_classifier m;
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, c.seed), TENSOR_OK);
+	ck_assert_int_eq(model_classifier_init(&m, &ps, &c), TENSOR_OK);
+	struct nn_adamw opt;
+	ck_assert_int_eq(nn_adamw_init(&opt, &ps, 1e-3, 0.9, 0.999, 1e-8, 0.01), TENSOR_OK);
+	int64_t step = -1;
+	ck_assert_msg(nn_checkpoint_load(path, &ps, &opt, &step) == TENSOR_OK, "%s",
+		      tensor_last_error());
+	ck_assert_int_eq(step, 1);
+	ck_assert_int_eq(opt.step, 1);
+	nn_params_train(&ps, false);
+	tensor_scope_begin();
+	struct tensor *ids = tensor_from_data(
+	    TENSOR_I32, TENSOR_CPU, 2, (int64_t[]){ 2, 8 },
+	    (const int32_t[]){ 5, 17, 200, 3, 99, 42, 7, 260, 8, 150, 33, 61, 2, 0, 0, 0 });
+	struct tensor *mask =
+	    tensor_from_data(TENSOR_I32, TENSOR_CPU, 2, (int64_t[]){ 2, 8 },
+			     (const int32_t[]){ 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0 });
+	ag_no_grad_begin();
+	struct tensor *logits = model_classifier_forward(&m, ids, mask);
+	ag_no_grad_end();
+	const double want[4] = { 0.284173012, 0.0236701071, 0.26928404, -0.00105121732 };
+	tu_assert_close(logits, want, 4, 1e-6, 1e-6);
+	tensor_scope_end();
+	nn_adamw_free(&opt);
+	model_classifier_free(&m);
+	drop_params(&ps);
+}
+END_TEST
+
 START_TEST(test_estimate_bytes)
 {
 	struct model_config c;
@@ -782,6 +836,7 @@ int main(void)
 	tcase_add_test(tc, test_param_count_all_modes);
 	tcase_add_test(tc, test_config_from_checkpoint);
 	tcase_add_test(tc, test_estimate_bytes);
+	tcase_add_test(tc, test_old_checkpoint_loads);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
