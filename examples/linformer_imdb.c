@@ -77,9 +77,8 @@ static void adopt_encoder(struct model_config *c, const struct model_config *p)
 		{ "swiglu", c->swiglu != p->swiglu },
 		{ "norm", c->rms_norm != p->rms_norm },
 		{ "post-norm", c->pre_norm != p->pre_norm },
-		{ "positions", c->learned_positions != p->learned_positions ||
-					c->no_positions != p->no_positions ||
-					c->position_kernel != p->position_kernel },
+		{ "positions",
+		  c->positions != p->positions || c->position_kernel != p->position_kernel },
 		{ "conv-dense", c->conv_dense != p->conv_dense },
 		{ "shared-kv-head", c->shared_kv_head != p->shared_kv_head },
 	};

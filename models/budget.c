@@ -54,7 +54,7 @@ int model_config_check_checkpoint(const struct model_config *cfg, const char *pa
 	if (model_config_resolve(&c) < 0)
 		return tensor_last_status();
 	int rc = check_matrix(path, info, "embed.weight", c.vocab_size, "vocab_size", c.dim, "dim");
-	if (rc == TENSOR_OK && c.learned_positions && !c.no_positions)
+	if (rc == TENSOR_OK && c.positions == MODEL_POS_LEARNED)
 		rc = check_matrix(path, info, "pos.weight", c.max_len, "max_len", c.dim, "dim");
 	int64_t layers = rc == TENSOR_OK ? file_layers(info) : 0;
 	if (rc == TENSOR_OK && layers != c.layers)
@@ -114,7 +114,7 @@ double model_estimate_bytes(const struct model_config *cfg, int64_t batch, bool 
 	double n = (double)c.max_len, d = (double)c.dim, f = (double)c.ff_hidden;
 	double h = (double)c.heads, b = (double)batch, es = 4; /* f32 */
 	/* the sinusoidal table, when positions are not learned */
-	double fixed = c.learned_positions || c.no_positions ? 0 : n * d;
+	double fixed = c.positions == MODEL_POS_SINUSOIDAL ? n * d : 0;
 	if (mlm) /* the decoder's logits over the vocabulary, at most every position */
 		fixed += b * n * (double)c.vocab_size * (training ? 2 : 1);
 	if (training) {

@@ -24,6 +24,7 @@ static const char attn_letters[MODEL_NATTN + 1] = "SLCMXR";
 #define NSCHED (MODEL_K_LIST + 1)
 static const char *const schedule_names[NSCHED] = { "constant", "linear", "list" };
 static const char *const pooling_names[MODEL_NPOOL] = { "mean", "cls", "max", "attention" };
+static const char *const position_names[MODEL_NPOS] = { "learned", "sinusoidal", "none" };
 
 const char *model_attention_name(enum model_attention a)
 {
@@ -49,6 +50,16 @@ static int parse_name(const char *name, const char *const *names, int n)
 int model_pooling_parse(const char *name)
 {
 	return parse_name(name, pooling_names, MODEL_NPOOL);
+}
+
+int model_positions_parse(const char *name)
+{
+	return parse_name(name, position_names, MODEL_NPOS);
+}
+
+const char *model_positions_name(enum model_positions p)
+{
+	return (unsigned)p < MODEL_NPOS ? position_names[p] : "unknown";
 }
 
 /* ---- presets -------------------------------------------------------------------- */
@@ -101,7 +112,7 @@ int model_config_preset(struct model_config *c, const char *preset, int64_t voca
 	d.ff_hidden = 1024;
 	d.activation = NN_GELU;
 	d.pre_norm = true;
-	d.learned_positions = true;
+	d.positions = MODEL_POS_LEARNED;
 	d.final_norm = true;
 	d.dropout = 0.1;
 	d.attn_dropout = 0.1;
@@ -205,6 +216,8 @@ static int check_sizes(const struct model_config *c)
 		return RESOLVE_ERR("unknown sharing %d", (int)c->sharing);
 	if ((unsigned)c->pooling >= MODEL_NPOOL)
 		return RESOLVE_ERR("unknown pooling %d", (int)c->pooling);
+	if ((unsigned)c->positions >= MODEL_NPOS)
+		return RESOLVE_ERR("unknown positions %d", (int)c->positions);
 	for (int64_t i = 0; i < c->layers; i++)
 		if ((unsigned)c->attention[i] >= MODEL_NATTN)
 			return RESOLVE_ERR(
@@ -284,7 +297,19 @@ int model_config_resolve(struct model_config *c)
 /* ---- JSON ----------------------------------------------------------------------- */
 
 /* Every field in struct order; JSON keys are the field names. */
-enum field_type { F_INT, F_BOOL, F_DOUBLE, F_SEED, F_ACT, F_SCHED, F_SHARE, F_POOL, F_ATTN, F_K };
+enum field_type {
+	F_INT,
+	F_BOOL,
+	F_DOUBLE,
+	F_SEED,
+	F_ACT,
+	F_SCHED,
+	F_SHARE,
+	F_POS,
+	F_POOL, /* enums by name: F_ACT .. F_POOL */
+	F_ATTN,
+	F_K
+};
 struct field {
 	const char *key;
 	enum field_type type;
@@ -304,8 +329,7 @@ static const struct field fields[] = {
 	FLD(swiglu, F_BOOL),
 	FLD(pre_norm, F_BOOL),
 	FLD(rms_norm, F_BOOL),
-	FLD(learned_positions, F_BOOL),
-	FLD(no_positions, F_BOOL),
+	FLD(positions, F_POS),
 	FLD(position_kernel, F_INT),
 	FLD(final_norm, F_BOOL),
 	FLD(dropout, F_DOUBLE),
@@ -335,6 +359,7 @@ static const char *enum_name(const struct field *f, int v)
 	case F_ACT: return (unsigned)v < NN_NACTIVATIONS ? nn_activation_name(v) : NULL;
 	case F_SCHED: return (unsigned)v < NSCHED ? schedule_names[v] : NULL;
 	case F_SHARE: return (unsigned)v <= NN_SHARE_LAYERWISE ? nn_proj_sharing_name(v) : NULL;
+	case F_POS: return (unsigned)v < MODEL_NPOS ? position_names[v] : NULL;
 	case F_POOL: return (unsigned)v < MODEL_NPOOL ? pooling_names[v] : NULL;
 	default: return NULL;
 	}
@@ -563,6 +588,7 @@ static int field_from_json(struct model_config *c, const struct field *f, const 
 	case F_ACT: e = s ? nn_activation_parse(s) : -1; break;
 	case F_SCHED: e = parse_name(s, schedule_names, NSCHED); break;
 	case F_SHARE: e = s ? nn_proj_sharing_parse(s) : -1; break;
+	case F_POS: e = model_positions_parse(s); break;
 	default: e = model_pooling_parse(s); break;
 	}
 	if (e < 0) {
@@ -570,6 +596,7 @@ static int field_from_json(struct model_config *c, const struct field *f, const 
 		int n = f->type == F_ACT     ? NN_NACTIVATIONS
 			: f->type == F_SCHED ? NSCHED
 			: f->type == F_SHARE ? NN_SHARE_LAYERWISE + 1
+			: f->type == F_POS   ? MODEL_NPOS
 					     : MODEL_NPOOL;
 		for (int i = 0; i < n; i++) {
 			strncat(names, enum_name(f, i), sizeof names - strlen(names) - 1);
@@ -582,11 +609,28 @@ static int field_from_json(struct model_config *c, const struct field *f, const 
 	return TENSOR_OK;
 }
 
-/* Keys that configs written before they became run options carry: accepted
- * (a boolean) and ignored. */
-static bool legacy_key(const char *key)
+/* Boolean keys of configs written before the current fields: sequential_heads
+ * (now a run option: ignored), learned_positions and no_positions (now
+ * "positions"). */
+enum { LEGACY_SEQUENTIAL, LEGACY_LEARNED, LEGACY_NONE, NLEGACY };
+static const char *const legacy_keys[NLEGACY] = { "sequential_heads", "learned_positions",
+						  "no_positions" };
+
+/* "positions" from the legacy keys: no_positions wins, as it did. */
+static int legacy_positions(struct model_config *c, const cJSON *const *legacy, bool has_new)
 {
-	return strcmp(key, "sequential_heads") == 0;
+	if (!legacy[LEGACY_LEARNED] && !legacy[LEGACY_NONE])
+		return TENSOR_OK;
+	if (has_new)
+		return JSON_ERR(
+		    "\"positions\" and the older \"learned_positions\"/\"no_positions\" "
+		    "together");
+	if (legacy[LEGACY_NONE] && cJSON_IsTrue(legacy[LEGACY_NONE]))
+		c->positions = MODEL_POS_NONE;
+	else if (legacy[LEGACY_LEARNED])
+		c->positions =
+		    cJSON_IsTrue(legacy[LEGACY_LEARNED]) ? MODEL_POS_LEARNED : MODEL_POS_SINUSOIDAL;
+	return TENSOR_OK;
 }
 
 static const struct field *find_field(const char *key)
@@ -601,12 +645,16 @@ static const struct field *find_field(const char *key)
  * order ("layers" before the per-layer arrays). */
 static int from_object(struct model_config *c, const cJSON *o)
 {
-	const cJSON *seen[sizeof fields / sizeof fields[0]] = { 0 };
+	const cJSON *seen[sizeof fields / sizeof fields[0]] = { 0 }, *legacy[NLEGACY] = { 0 };
 	for (const cJSON *v = o->child; v; v = v->next) {
 		const struct field *f = v->string ? find_field(v->string) : NULL;
-		if (!f && v->string && legacy_key(v->string)) {
+		int l = f || !v->string ? -1 : parse_name(v->string, legacy_keys, NLEGACY);
+		if (l >= 0) {
+			if (legacy[l])
+				return JSON_ERR("duplicate key \"%s\"", legacy_keys[l]);
 			if (!cJSON_IsBool(v))
-				return JSON_ERR("\"%s\" must be true or false", v->string);
+				return JSON_ERR("\"%s\" must be true or false", legacy_keys[l]);
+			legacy[l] = v;
 			continue;
 		}
 		if (!f)
@@ -637,6 +685,8 @@ static int from_object(struct model_config *c, const cJSON *o)
 	for (int i = 0; rc == TENSOR_OK && i < NFIELDS; i++)
 		if (seen[i])
 			rc = field_from_json(c, &fields[i], seen[i]);
+	if (rc == TENSOR_OK)
+		rc = legacy_positions(c, legacy, seen[find_field("positions") - fields] != NULL);
 	for (int i = (int)c->layers; rc == TENSOR_OK && i < MODEL_MAX_LAYERS; i++)
 		c->attention[i] = MODEL_NATTN; /* as model_config_resolve leaves them */
 	return rc;
@@ -712,7 +762,7 @@ int64_t model_param_count(const struct model_config *cfg, bool with_classifier, 
 	double V = (double)c.vocab_size, n = (double)c.max_len, d = (double)c.dim,
 	       f = (double)c.ff_hidden, dh = (double)(c.dim / c.heads);
 	double hh = (double)c.head_hidden, C = (double)c.num_classes;
-	double total = V * d + (c.learned_positions && !c.no_positions ? n * d : 0) +
+	double total = V * d + (c.positions == MODEL_POS_LEARNED ? n * d : 0) +
 		       d * d * (double)c.position_kernel;
 	bool shared_done = false;
 	for (int64_t i = 0; i < c.layers; i++) {
@@ -790,7 +840,7 @@ void model_summary(const struct model_config *c, int64_t params, FILE *f)
 		(long long)c->max_len, (long long)c->dim, (long long)c->heads, (long long)c->layers,
 		(long long)c->ff_hidden, c->swiglu ? "swiglu" : nn_activation_name(c->activation),
 		c->pre_norm ? "pre" : "post", c->rms_norm ? "RMSNorm" : "LayerNorm",
-		c->no_positions ? "none" : (c->learned_positions ? "learned" : "sinusoidal"));
+		model_positions_name(c->positions));
 	if (c->position_kernel > 0)
 		fprintf(f, " + conv %lld", (long long)c->position_kernel);
 	if (projected) {

@@ -142,8 +142,9 @@ int model_encoder_init(struct model_encoder *m, struct nn_params *ps,
 				    "model_encoder_init: cannot allocate %lld layers",
 				    (long long)c.layers);
 	rc = nn_embedding_init(&m->embed, ps, "embed", c.vocab_size, c.dim, c.pad_id);
-	if (rc == TENSOR_OK && !c.no_positions)
-		rc = nn_position_init(&m->pos, ps, "pos", c.max_len, c.dim, c.learned_positions);
+	if (rc == TENSOR_OK && c.positions != MODEL_POS_NONE)
+		rc = nn_position_init(&m->pos, ps, "pos", c.max_len, c.dim,
+				      c.positions == MODEL_POS_LEARNED);
 	if (rc == TENSOR_OK && c.position_kernel > 0)
 		rc = nn_conv_position_init(&m->pos_conv, ps, "pos_conv", c.dim, c.position_kernel);
 	if (rc == TENSOR_OK)
@@ -391,7 +392,7 @@ static struct tensor *layer_scoped(const struct model_config *c, const struct mo
 static struct tensor *add_positions(const struct model_encoder *m, struct tensor *x,
 				    const struct tensor *real)
 {
-	x = m->cfg.no_positions ? x : nn_position_forward_reuse(&m->pos, x);
+	x = m->cfg.positions == MODEL_POS_NONE ? x : nn_position_forward_reuse(&m->pos, x);
 	return m->cfg.position_kernel > 0 ? nn_conv_position_forward(&m->pos_conv, x, real) : x;
 }
 

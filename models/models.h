@@ -40,17 +40,24 @@ enum model_pooling {
 	MODEL_POOL_ATTENTION,
 	MODEL_NPOOL
 };
+/* LEARNED: a table [n, dim] ("pos.weight"); SINUSOIDAL: the fixed sinusoids
+ * of Vaswani et al.; NONE: the stream starts as the token embedding, so
+ * standard attention sees a set (a Linformer projection still weighs
+ * positions with its own weights, a convolutional encoding gives each token
+ * its neighbours). */
+enum model_positions {
+	MODEL_POS_LEARNED,
+	MODEL_POS_SINUSOIDAL,
+	MODEL_POS_NONE,
+	MODEL_NPOS
+};
 
 struct model_config {
 	int64_t vocab_size, max_len; /* max_len = n: the longest input */
 	int64_t dim, heads, layers, ff_hidden;
 	enum nn_activation activation; /* of the feed-forward (gated: SwiGLU) */
-	bool swiglu, pre_norm, rms_norm, learned_positions, final_norm;
-	/* no position embedding at all (learned_positions ignored): the stream
-	 * starts as the token embedding, so standard attention sees a set (a
-	 * Linformer projection still mixes positions with its own weights, a
-	 * convolutional encoding gives each token its neighbours) */
-	bool no_positions;
+	bool swiglu, pre_norm, rms_norm, final_norm;
+	enum model_positions positions;
 	/* > 0: a convolutional position encoding of this (odd) kernel after the
 	 * table, if any (nn_conv_position, "pos_conv.weight"); 0: none */
 	int64_t position_kernel;
@@ -100,6 +107,9 @@ const char *model_attention_name(enum model_attention a);
 int model_attention_parse(const char *name);
 /* "mean", "cls", "max" or "attention" -> its enum model_pooling; -1 for any other. */
 int model_pooling_parse(const char *name);
+/* "learned", "sinusoidal" or "none" <-> enum model_positions; -1 / "unknown" else. */
+int model_positions_parse(const char *name);
+const char *model_positions_name(enum model_positions p);
 
 /* One encoder layer: norm, attention, residual, norm, feed-forward, residual. */
 struct model_layer {

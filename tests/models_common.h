@@ -40,8 +40,7 @@ static inline void assert_config_eq(const struct model_config *a, const struct m
 	EQ(swiglu);
 	EQ(pre_norm);
 	EQ(rms_norm);
-	EQ(learned_positions);
-	EQ(no_positions);
+	EQ(positions);
 	EQ(final_norm);
 	EQ(dropout);
 	EQ(attn_dropout);

@@ -113,7 +113,7 @@ START_TEST(test_parameter_names)
 	c = tiny("LL");
 	c.sharing = NN_SHARE_LAYERWISE;
 	c.rms_norm = true;
-	c.learned_positions = false;
+	c.positions = MODEL_POS_SINUSOIDAL;
 	c.pre_norm = false;
 	c.swiglu = true;
 	c.tie_embeddings = false;
@@ -161,7 +161,7 @@ START_TEST(test_summary)
 	c.swiglu = true;
 	c.rms_norm = true;
 	c.pre_norm = false;
-	c.no_positions = true;
+	c.positions = MODEL_POS_NONE;
 	c.position_kernel = 3;
 	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
 	f = open_memstream(&buf, &len);
@@ -285,14 +285,14 @@ START_TEST(test_gradients_variants)
 		c.rms_norm = true;
 		c.sharing = NN_SHARE_KV;
 		c.pooling = MODEL_POOL_CLS;
-		c.no_positions = true;
+		c.positions = MODEL_POS_NONE;
 		c.position_kernel = 3;
 		grad_check("max/mean post-norm rms kv cls conv-positions", &c, false, false);
 		break;
 	case 1:
 		c = tiny("RC");
 		c.swiglu = true;
-		c.learned_positions = false;
+		c.positions = MODEL_POS_SINUSOIDAL;
 		c.conv_dense = true;
 		c.shared_kv_head = true;
 		c.sharing = NN_SHARE_NONE;
@@ -569,13 +569,13 @@ START_TEST(test_no_positions)
 	struct tensor *ids = ids_tensor(1, T, v_ids), *rev = ids_tensor(1, T, v_rev);
 	for (int v = 0; v < 4; v++) {
 		struct model_config c = tiny(v == 2 ? "LL" : "SS");
-		c.no_positions = v != 1;
+		c.positions = v != 1 ? MODEL_POS_NONE : MODEL_POS_LEARNED;
 		c.position_kernel = v == 3 ? 3 : 0;
 		struct nn_params ps;
 		ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 4), TENSOR_OK);
 		struct model_encoder e;
 		ck_assert_int_eq(model_encoder_init(&e, &ps, &c), TENSOR_OK);
-		ck_assert((nn_params_find(&ps, "pos.weight") != NULL) == !c.no_positions);
+		ck_assert((nn_params_find(&ps, "pos.weight") != NULL) == (c.positions == MODEL_POS_LEARNED));
 		struct nn_param *conv = nn_params_find(&ps, "pos_conv.weight");
 		ck_assert((conv != NULL) == (v == 3));
 		if (conv) /* zero at first: the identity, still equivariant */
@@ -800,7 +800,7 @@ START_TEST(test_init_errors)
 	ck_assert_int_eq(nn_params_init(&ps3, TENSOR_F32, TENSOR_CPU, 1), TENSOR_OK);
 	ck_assert(nn_param_new(&ps3, "head.fc2.weight", 1, (int64_t[]){ 8 }, true) != NULL);
 	c = tiny("transformer:1");
-	c.learned_positions = false; /* the sinusoid table is freed on failure */
+	c.positions = MODEL_POS_SINUSOIDAL; /* the sinusoid table is freed on failure */
 	tu_assert_error(model_classifier_init(&cls, &ps3, &c) < 0, TENSOR_ERR_ARG,
 			"head.fc2.weight", "already exists");
 	model_encoder_free(NULL);

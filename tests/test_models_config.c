@@ -25,7 +25,8 @@ START_TEST(test_preset_defaults)
 	ck_assert_int_eq(c.layers, 4);
 	ck_assert_int_eq(c.ff_hidden, 1024);
 	ck_assert_int_eq(c.activation, NN_GELU);
-	ck_assert(!c.swiglu && c.pre_norm && !c.rms_norm && c.learned_positions && c.final_norm);
+	ck_assert(!c.swiglu && c.pre_norm && !c.rms_norm && c.final_norm);
+	ck_assert_int_eq(c.positions, MODEL_POS_LEARNED);
 	ck_assert(c.dropout == 0.1 && c.attn_dropout == 0.1);
 	ck_assert_int_eq(c.pad_id, 0);
 	ck_assert_int_eq(c.k_schedule, MODEL_K_CONSTANT);
@@ -372,8 +373,7 @@ START_TEST(test_json_roundtrip)
 	c.swiglu = true;
 	c.pre_norm = false;
 	c.rms_norm = true;
-	c.learned_positions = false;
-	c.no_positions = true;
+	c.positions = MODEL_POS_NONE;
 	c.position_kernel = 5;
 	c.final_norm = false;
 	c.dropout = 0.123456789012345678;
@@ -442,6 +442,26 @@ START_TEST(test_json_roundtrip)
 	assert_config_eq(&d, &want);
 	json = model_config_to_json(&d);
 	ck_assert(strstr(json, "sequential") == NULL);
+	ck_assert(strstr(json, "\"positions\":\"learned\"") != NULL);
+	free(json);
+	/* the older position keys: learned_positions false = sinusoidal, and
+	 * no_positions true wins over learned_positions */
+	ck_assert_int_eq(model_config_from_json(&d, "{\"max_len\":8,\"vocab_size\":5,"
+						    "\"learned_positions\":false,"
+						    "\"no_positions\":false}"),
+			 TENSOR_OK);
+	ck_assert_int_eq(d.positions, MODEL_POS_SINUSOIDAL);
+	ck_assert_int_eq(model_config_from_json(&d, "{\"max_len\":8,\"vocab_size\":5,"
+						    "\"learned_positions\":true,"
+						    "\"no_positions\":true}"),
+			 TENSOR_OK);
+	ck_assert_int_eq(d.positions, MODEL_POS_NONE);
+	ck_assert_int_eq(model_config_from_json(&d, "{\"max_len\":8,\"vocab_size\":5,"
+						    "\"positions\":\"sinusoidal\"}"),
+			 TENSOR_OK);
+	ck_assert_int_eq(d.positions, MODEL_POS_SINUSOIDAL);
+	json = model_config_to_json(&d);
+	ck_assert(strstr(json, "\"positions\":\"sinusoidal\"") != NULL);
 	free(json);
 }
 END_TEST
@@ -463,6 +483,12 @@ START_TEST(test_json_errors)
 	JSON_FAILS("{" VN ",\"hidden\":4}", "unknown key \"hidden\"", NULL);
 	JSON_FAILS("{" VN ",\"sequential_heads\":1}", "\"sequential_heads\" must be true or false",
 		   NULL);
+	JSON_FAILS("{" VN ",\"positions\":\"rotary\"}",
+		   "\"positions\" must be one of the strings learned, sinusoidal, none", NULL);
+	JSON_FAILS("{" VN ",\"positions\":\"none\",\"no_positions\":true}",
+		   "\"positions\" and the older", NULL);
+	JSON_FAILS("{" VN ",\"no_positions\":true,\"no_positions\":true}",
+		   "duplicate key \"no_positions\"", NULL);
 	JSON_FAILS("{" VN ",\"dim\":8,\"dim\":16}", "duplicate key \"dim\"", NULL);
 	JSON_FAILS("{\"vocab_size\":10}", "\"vocab_size\" and \"max_len\" are required", NULL);
 	JSON_FAILS("{\"max_len\":10}", "required", NULL);
@@ -597,10 +623,9 @@ START_TEST(test_param_count_hand)
 	ck_assert_int_eq(model_param_count(&c, false, false), enc);
 	c.swiglu = true;
 	c.rms_norm = true;
-	c.learned_positions = false;
+	c.positions = MODEL_POS_SINUSOIDAL;
 	ck_assert_int_eq(model_param_count(&c, false, false), 88 + 2 * (16 + 288 + 384) + 8);
-	c.learned_positions = true;
-	c.no_positions = true; /* none: no table, learned or not */
+	c.positions = MODEL_POS_NONE;
 	ck_assert_int_eq(model_param_count(&c, false, false), 88 + 2 * (16 + 288 + 384) + 8);
 	check_count(&c, "no positions");
 	c.position_kernel = 3; /* a [8, 8, 3] convolution */
@@ -647,7 +672,7 @@ START_TEST(test_param_count_all_modes)
 				c.swiglu = opt & 4;
 				c.rms_norm = opt & 8;
 				c.tie_embeddings = opt & 16;
-				c.learned_positions = opt & 32;
+				c.positions = opt & 32 ? MODEL_POS_LEARNED : MODEL_POS_SINUSOIDAL;
 				c.pre_norm = opt & 64;
 				c.final_norm = (opt & 3) != 1;
 				if (model_config_resolve(&c) < 0) {

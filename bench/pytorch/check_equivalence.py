@@ -63,6 +63,16 @@ def read_safetensors(path):
     return tensors, meta
 
 
+def positions_of(c):
+    """cformer's "positions", or what the older "no_positions" /
+    "learned_positions" keys of configs saved before it meant."""
+    if "positions" in c:
+        return c["positions"]
+    if c.get("no_positions"):
+        return "none"
+    return "learned" if c.get("learned_positions", True) else "sinusoidal"
+
+
 def config_from_cformer(c):
     """models.Config from cformer's model_config JSON; refuses what models.py
     does not implement."""
@@ -71,7 +81,7 @@ def config_from_cformer(c):
         "swiglu": c["swiglu"],
         "pre_norm": not c["pre_norm"],
         "rms_norm": c["rms_norm"],
-        "learned_positions": not c["learned_positions"],
+        "positions": positions_of(c) != "learned",
         "final_norm": not c["final_norm"],
         "pooling": c["pooling"] != "mean",
         "conv_dense": c["conv_dense"],

@@ -96,9 +96,9 @@ void model_flags_config(struct model_config *c, const struct model_flags *m,
 	c->swiglu = m->swiglu;
 	c->rms_norm = !strcmp(m->norm, "rms");
 	c->pre_norm = !m->post_norm;
-	c->learned_positions = !strcmp(m->positions, "learned");
-	bool conv = !strcmp(m->positions, "conv");
-	c->no_positions = conv || !strcmp(m->positions, "none");
+	bool conv = !strcmp(m->positions, "conv"); /* none + a convolutional encoding */
+	c->positions =
+	    conv ? MODEL_POS_NONE : (enum model_positions)model_positions_parse(m->positions);
 	c->position_kernel = conv ? (m->pos_kernel ? m->pos_kernel : MODEL_FLAGS_POS_KERNEL) : 0;
 	c->conv_dense = m->conv_dense;
 	c->xavier_projections = m->xavier_projections;
