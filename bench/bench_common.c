@@ -213,9 +213,9 @@ double bench_forward_flops_per_token(const struct model_config *c, bool head)
 		total += 2 * d * d * 2 + 2 * d * kv * 2; /* q, out; k, v projections */
 		total += c->swiglu ? 3 * 2 * d * f : 2 * 2 * d * f;
 		switch (c->attention[i]) {
-		case MODEL_ATTN_STANDARD: total += 2 * n * d * 2; break; /* q k^T, p v */
-		case MODEL_ATTN_LINEAR:
-		case MODEL_ATTN_RANDOM:
+		case NN_ATTN_STANDARD: total += 2 * n * d * 2; break; /* q k^T, p v */
+		case NN_ATTN_LINEAR:
+		case NN_ATTN_RANDOM:
 			if (c->sharing != NN_SHARE_NONE && k * d * (n + kv) < n * kv * (d + k)) {
 				/* nn_linformer's sequence-first order: E x and F x ([k, n] x
 				 * [n, d]; once when E is F), then the k and v weights on k
@@ -230,7 +230,7 @@ double bench_forward_flops_per_token(const struct model_config *c, bool head)
 			}
 			total += 2 * 2 * k * d; /* q (EK)^T and p (FV) */
 			break;
-		case MODEL_ATTN_CONV: {
+		case NN_ATTN_CONV: {
 			/* kernel = stride = n/k: per window [1, (n/k) c] x [(n/k) c, c], c the
 			 * channels (the head dim, or every key/value channel when dense);
 			 * nothing when nn_linformer folds a per-head conv into the k and v

@@ -177,7 +177,7 @@ static double estimate_bytes(const struct model_config *c, double params, int64_
 {
 	double n = (double)c->max_len, d = (double)c->dim, f = (double)c->ff_hidden;
 	double live_heads = opt.batched_heads ? (double)c->heads : 1;
-	bool standard = c->attention[0] == MODEL_ATTN_STANDARD;
+	bool standard = c->attention[0] == NN_ATTN_STANDARD;
 	double attn =
 	    (double)b * (standard ? 2 * n * n * live_heads
 				  : 2 * n * (double)c->k[0] * live_heads + 2 * (double)c->k[0] * d);

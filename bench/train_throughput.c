@@ -106,7 +106,7 @@ static double estimate_bytes(const struct model_config *c, double params, int64_
 	double n = (double)c->max_len, d = (double)c->dim, f = (double)c->ff_hidden;
 	double per_layer = 0;
 	for (int64_t i = 0; i < c->layers; i++) {
-		double s = c->attention[i] == MODEL_ATTN_STANDARD ? n : (double)c->k[i];
+		double s = c->attention[i] == NN_ATTN_STANDARD ? n : (double)c->k[i];
 		per_layer += n * (20 * d + 4 * f) + 3 * (double)c->heads * n * s;
 	}
 	return 4 * (4 * params + (double)b * per_layer);

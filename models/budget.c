@@ -123,7 +123,7 @@ double model_estimate_bytes(const struct model_config *cfg, int64_t batch, bool 
 		 * ([n, n] or [n, k]) (calibrated on bench/train_throughput's peaks) */
 		double act = 0;
 		for (int64_t i = 0; i < c.layers; i++) {
-			double s = c.attention[i] == MODEL_ATTN_STANDARD ? n : (double)c.k[i];
+			double s = c.attention[i] == NN_ATTN_STANDARD ? n : (double)c.k[i];
 			act += n * (20 * d + 4 * f) + 3 * h * n * s;
 		}
 		return es * (4 * params + b * act + fixed);
@@ -132,7 +132,7 @@ double model_estimate_bytes(const struct model_config *cfg, int64_t batch, bool 
 	 * (an upper bound when a run computes heads one by one) */
 	double scores = 0;
 	for (int64_t i = 0; i < c.layers; i++) {
-		double s = c.attention[i] == MODEL_ATTN_STANDARD ? n : (double)c.k[i];
+		double s = c.attention[i] == NN_ATTN_STANDARD ? n : (double)c.k[i];
 		double one = h * n * s * 2;
 		scores = one > scores ? one : scores;
 	}

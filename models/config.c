@@ -15,29 +15,11 @@
 
 #define MAX_EXACT 9007199254740992.0 /* 2^53: larger JSON numbers are not exact */
 
-static const char *const attn_names[MODEL_NATTN] = {
-	[MODEL_ATTN_STANDARD] = "standard", [MODEL_ATTN_LINEAR] = "linear",
-	[MODEL_ATTN_CONV] = "conv",	    [MODEL_ATTN_MEAN] = "mean",
-	[MODEL_ATTN_MAX] = "max",	    [MODEL_ATTN_RANDOM] = "random",
-};
-static const char attn_letters[MODEL_NATTN + 1] = "SLCMXR";
+static const char attn_letters[NN_NATTN + 1] = "SLCMXR"; /* by enum nn_attn_kind */
 #define NSCHED (MODEL_K_LIST + 1)
 static const char *const schedule_names[NSCHED] = { "constant", "linear", "list" };
 static const char *const pooling_names[MODEL_NPOOL] = { "mean", "cls", "max", "attention" };
 static const char *const position_names[MODEL_NPOS] = { "learned", "sinusoidal", "none" };
-
-const char *model_attention_name(enum model_attention a)
-{
-	return (unsigned)a < MODEL_NATTN ? attn_names[a] : "unknown";
-}
-
-int model_attention_parse(const char *name)
-{
-	for (int a = 0; name && a < MODEL_NATTN; a++)
-		if (strcmp(name, attn_names[a]) == 0)
-			return a;
-	return -1;
-}
 
 static int parse_name(const char *name, const char *const *names, int n)
 {
@@ -128,17 +110,16 @@ int model_config_preset(struct model_config *c, const char *preset, int64_t voca
 	 * Conv-Linformer and patterns depend on the depth, so entries past it are
 	 * left invalid and model_config_resolve refuses a deeper model. */
 	if (strcasecmp(preset, "transformer") == 0 || strcasecmp(preset, "linformer") == 0) {
-		enum model_attention a = strcasecmp(preset, "transformer") == 0
-					     ? MODEL_ATTN_STANDARD
-					     : MODEL_ATTN_LINEAR;
+		enum nn_attn_kind a =
+		    strcasecmp(preset, "transformer") == 0 ? NN_ATTN_STANDARD : NN_ATTN_LINEAR;
 		for (int i = 0; i < MODEL_MAX_LAYERS; i++)
 			d.attention[i] = a;
 	} else if (strcasecmp(preset, "conv-linformer") == 0) {
 		for (int i = 0; i < MODEL_MAX_LAYERS; i++)
-			d.attention[i] = i >= d.layers ? MODEL_NATTN
+			d.attention[i] = i >= d.layers ? NN_NATTN
 					 : i < conv_linformer_linear_layers(d.layers)
-					     ? MODEL_ATTN_LINEAR
-					     : MODEL_ATTN_CONV;
+					     ? NN_ATTN_LINEAR
+					     : NN_ATTN_CONV;
 	} else {
 		size_t len = colon ? 0 : strlen(preset); /* a pattern takes no depth */
 		if (len == 0 || len > MODEL_MAX_LAYERS)
@@ -159,10 +140,10 @@ int model_config_preset(struct model_config *c, const char *preset, int64_t voca
 				    "the pattern letters S/L/C/M/X/R (standard, linear, conv, "
 				    "mean, max, random)",
 				    preset, preset[i]);
-			d.attention[i] = (enum model_attention)(p - attn_letters);
+			d.attention[i] = (enum nn_attn_kind)(p - attn_letters);
 		}
 		for (int i = (int)len; i < MODEL_MAX_LAYERS; i++)
-			d.attention[i] = MODEL_NATTN;
+			d.attention[i] = NN_NATTN;
 		d.layers = (int64_t)len;
 	}
 	*c = d;
@@ -171,14 +152,14 @@ int model_config_preset(struct model_config *c, const char *preset, int64_t voca
 
 /* ---- validation and the k schedule ---------------------------------------------- */
 
-static bool is_projected(enum model_attention a)
+static bool is_projected(enum nn_attn_kind a)
 {
-	return a != MODEL_ATTN_STANDARD;
+	return a != NN_ATTN_STANDARD;
 }
 
-static bool needs_divisor(enum model_attention a)
+static bool needs_divisor(enum nn_attn_kind a)
 {
-	return a == MODEL_ATTN_CONV || a == MODEL_ATTN_MEAN || a == MODEL_ATTN_MAX;
+	return a == NN_ATTN_CONV || a == NN_ATTN_MEAN || a == NN_ATTN_MAX;
 }
 
 #define RESOLVE_ERR(...) tensor_error(TENSOR_ERR_ARG, "model_config_resolve: " __VA_ARGS__)
@@ -219,7 +200,7 @@ static int check_sizes(const struct model_config *c)
 	if ((unsigned)c->positions >= MODEL_NPOS)
 		return RESOLVE_ERR("unknown positions %d", (int)c->positions);
 	for (int64_t i = 0; i < c->layers; i++)
-		if ((unsigned)c->attention[i] >= MODEL_NATTN)
+		if ((unsigned)c->attention[i] >= NN_NATTN)
 			return RESOLVE_ERR(
 			    "layer %lld has no valid attention kind (%d): a conv-linformer "
 			    "preset, a pattern or a resolved config fixes its depth; for "
@@ -255,20 +236,20 @@ int model_config_resolve(struct model_config *c)
 	int64_t k[MODEL_MAX_LAYERS] = { 0 };
 	int64_t first = -1; /* first projected layer */
 	for (int64_t i = 0; i < c->layers; i++) {
-		enum model_attention a = c->attention[i];
+		enum nn_attn_kind a = c->attention[i];
 		if (!is_projected(a))
 			continue;
 		k[i] = scheduled_k(c, i);
 		if (k[i] < 1 || k[i] > c->max_len)
 			return RESOLVE_ERR("layer %lld (%s): k %lld not in [1, max_len %lld]",
-					   (long long)i, attn_names[a], (long long)k[i],
+					   (long long)i, nn_attn_kind_name(a), (long long)k[i],
 					   (long long)c->max_len);
 		if ((needs_divisor(a) || c->mask_empty_slots) && c->max_len % k[i] != 0)
 			return RESOLVE_ERR("layer %lld (%s): max_len %lld is not divisible by k "
 					   "%lld (kernel = stride = n/k, or the slots' windows "
 					   "of mask_empty_slots, must be an integer)",
-					   (long long)i, attn_names[a], (long long)c->max_len,
-					   (long long)k[i]);
+					   (long long)i, nn_attn_kind_name(a),
+					   (long long)c->max_len, (long long)k[i]);
 		if (first < 0) {
 			first = i;
 			continue;
@@ -276,8 +257,8 @@ int model_config_resolve(struct model_config *c)
 		if (c->sharing == NN_SHARE_LAYERWISE && a != c->attention[first])
 			return RESOLVE_ERR("layerwise sharing needs one projection kind for every "
 					   "projected layer: layer %lld is %s, layer %lld is %s",
-					   (long long)i, attn_names[a], (long long)first,
-					   attn_names[c->attention[first]]);
+					   (long long)i, nn_attn_kind_name(a), (long long)first,
+					   nn_attn_kind_name(c->attention[first]));
 		if (c->sharing == NN_SHARE_LAYERWISE && k[i] != k[first])
 			return RESOLVE_ERR(
 			    "layerwise sharing needs one k for every projected layer "
@@ -290,7 +271,7 @@ int model_config_resolve(struct model_config *c)
 	 * resolving is refused instead of silently meaning something) */
 	memcpy(c->k, k, sizeof k);
 	for (int i = (int)c->layers; i < MODEL_MAX_LAYERS; i++)
-		c->attention[i] = MODEL_NATTN;
+		c->attention[i] = NN_NATTN;
 	return TENSOR_OK;
 }
 
@@ -410,7 +391,7 @@ static cJSON *field_to_json(const struct model_config *c, const struct field *f)
 		cJSON *a = cJSON_CreateArray();
 		for (int64_t i = 0; a && i < c->layers; i++)
 			if (!cJSON_AddItemToArray(
-				a, cJSON_CreateString(attn_names[c->attention[i]]))) {
+				a, cJSON_CreateString(nn_attn_kind_name(c->attention[i])))) {
 				cJSON_Delete(a);
 				return NULL;
 			}
@@ -454,7 +435,7 @@ static int check_writable(const struct model_config *c)
 					    f->key, *(const int *)p);
 	}
 	for (int64_t i = 0; i < c->layers; i++) {
-		if ((unsigned)c->attention[i] >= MODEL_NATTN)
+		if ((unsigned)c->attention[i] >= NN_NATTN)
 			return tensor_error(TENSOR_ERR_ARG,
 					    "model_config_to_json: \"attention\"[%lld] has no name "
 					    "for value %d",
@@ -560,13 +541,13 @@ static int field_from_json(struct model_config *c, const struct field *f, const 
 		rc = json_array(v, f->key, c->layers);
 		int i = 0;
 		for (const cJSON *a = v ? v->child : NULL; rc == TENSOR_OK && a; a = a->next, i++) {
-			e = cJSON_IsString(a) ? model_attention_parse(a->valuestring) : -1;
+			e = cJSON_IsString(a) ? nn_attn_kind_parse(a->valuestring) : -1;
 			if (e < 0)
 				return JSON_ERR(
 				    "\"attention\"[%d] must be one of standard, linear, "
 				    "conv, mean, max, random",
 				    i);
-			c->attention[i] = (enum model_attention)e;
+			c->attention[i] = (enum nn_attn_kind)e;
 		}
 		return rc;
 	}
@@ -688,7 +669,7 @@ static int from_object(struct model_config *c, const cJSON *o)
 	if (rc == TENSOR_OK)
 		rc = legacy_positions(c, legacy, seen[find_field("positions") - fields] != NULL);
 	for (int i = (int)c->layers; rc == TENSOR_OK && i < MODEL_MAX_LAYERS; i++)
-		c->attention[i] = MODEL_NATTN; /* as model_config_resolve leaves them */
+		c->attention[i] = NN_NATTN; /* as model_config_resolve leaves them */
 	return rc;
 }
 
@@ -725,15 +706,15 @@ static double norm_params(const struct model_config *c, double d)
 
 /* The sequence projections (E and F) of one layer of kind a with k; with
  * layerwise sharing they are counted once for the model instead. */
-static double projection_params(const struct model_config *c, enum model_attention a, int64_t k,
+static double projection_params(const struct model_config *c, enum nn_attn_kind a, int64_t k,
 				bool layerwise_once)
 {
 	double n = (double)c->max_len, d = (double)c->dim, h = (double)c->heads, dh = d / h;
 	double one; /* one projection (E or F) shared by the heads */
 	switch (a) {
-	case MODEL_ATTN_LINEAR:
-	case MODEL_ATTN_RANDOM: one = (double)k * n; break;
-	case MODEL_ATTN_CONV: {
+	case NN_ATTN_LINEAR:
+	case NN_ATTN_RANDOM: one = (double)k * n; break;
+	case NN_ATTN_CONV: {
 		/* dense: every key/value channel, which is one head's with a shared head */
 		double ch = c->conv_dense && !c->shared_kv_head ? d : dh;
 		one = ch * ch * (double)(c->max_len / k) + ch;
@@ -744,7 +725,7 @@ static double projection_params(const struct model_config *c, enum model_attenti
 	switch (c->sharing) {
 	case NN_SHARE_NONE:
 		/* learned and random: one per head; conv channels are shared by the heads */
-		return a == MODEL_ATTN_CONV ? 2 * one : 2 * h * one;
+		return a == NN_ATTN_CONV ? 2 * one : 2 * h * one;
 	case NN_SHARE_HEADWISE: return 2 * one;
 	case NN_SHARE_KV: return one;
 	default: return layerwise_once ? one : 0;
@@ -766,9 +747,9 @@ int64_t model_param_count(const struct model_config *cfg, bool with_classifier, 
 		       d * d * (double)c.position_kernel;
 	bool shared_done = false;
 	for (int64_t i = 0; i < c.layers; i++) {
-		enum model_attention a = c.attention[i];
+		enum nn_attn_kind a = c.attention[i];
 		total += 2 * norm_params(&c, d);
-		if (a == MODEL_ATTN_STANDARD || !c.shared_kv_head)
+		if (a == NN_ATTN_STANDARD || !c.shared_kv_head)
 			total += 4 * (d * d + d);
 		else /* q, out full; k, v a single head */
 			total += 2 * (d * d + d) + 2 * (d * dh + dh);
@@ -799,9 +780,9 @@ static const char *preset_of(const struct model_config *c)
 	bool all_s = true, all_l = true, conv_lin = true;
 	int64_t half = conv_linformer_linear_layers(c->layers);
 	for (int64_t i = 0; i < c->layers; i++) {
-		all_s &= c->attention[i] == MODEL_ATTN_STANDARD;
-		all_l &= c->attention[i] == MODEL_ATTN_LINEAR;
-		conv_lin &= c->attention[i] == (i < half ? MODEL_ATTN_LINEAR : MODEL_ATTN_CONV);
+		all_s &= c->attention[i] == NN_ATTN_STANDARD;
+		all_l &= c->attention[i] == NN_ATTN_LINEAR;
+		conv_lin &= c->attention[i] == (i < half ? NN_ATTN_LINEAR : NN_ATTN_CONV);
 	}
 	return all_s ? "transformer" : all_l ? "linformer" : conv_lin ? "conv-linformer" : NULL;
 }
@@ -811,7 +792,7 @@ const char *model_config_pattern(const struct model_config *c, char out[MODEL_MA
 	int64_t i = 0;
 	for (; c && i < c->layers && i < MODEL_MAX_LAYERS; i++) {
 		unsigned a = (unsigned)c->attention[i];
-		out[i] = a < MODEL_NATTN ? attn_letters[a] : '?';
+		out[i] = a < NN_NATTN ? attn_letters[a] : '?';
 	}
 	out[i] = '\0';
 	return out;
@@ -830,7 +811,7 @@ void model_summary(const struct model_config *c, int64_t params, FILE *f)
 	bool projected = false;
 	for (int64_t i = 0; i < c->layers; i++) {
 		unsigned a = (unsigned)c->attention[i];
-		projected |= a < MODEL_NATTN && is_projected(a);
+		projected |= a < NN_NATTN && is_projected(a);
 	}
 	const char *preset = preset_of(c);
 	fprintf(f,
@@ -846,7 +827,7 @@ void model_summary(const struct model_config *c, int64_t params, FILE *f)
 	if (projected) {
 		fprintf(f, ", k");
 		for (int64_t i = 0; i < c->layers; i++)
-			if (c->attention[i] == MODEL_ATTN_STANDARD)
+			if (c->attention[i] == NN_ATTN_STANDARD)
 				fprintf(f, "%s-", i ? "," : " ");
 			else /* the schedule's k: resolving is not needed to print it */
 				fprintf(f, "%s%lld", i ? "," : " ", (long long)scheduled_k(c, i));

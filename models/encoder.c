@@ -12,17 +12,6 @@
 
 #define NORM_EPS 1e-5
 
-static enum nn_proj_kind proj_kind(enum model_attention a)
-{
-	switch (a) {
-	case MODEL_ATTN_CONV: return NN_PROJ_CONV;
-	case MODEL_ATTN_MEAN: return NN_PROJ_MEAN;
-	case MODEL_ATTN_MAX: return NN_PROJ_MAX;
-	case MODEL_ATTN_RANDOM: return NN_PROJ_RANDOM;
-	default: return NN_PROJ_LINEAR;
-	}
-}
-
 /* LayerNorm or RMSNorm "<prefix>.<suffix>" into the layer's slot. */
 static int norm_init(const struct model_config *c, struct nn_layer_norm *ln,
 		     struct nn_rms_norm *rms, struct nn_params *ps, const char *prefix,
@@ -47,9 +36,9 @@ static int window_init(const struct model_config *c, struct nn_seq_proj *e, stru
 	if (c->xavier_projections)
 		return TENSOR_OK;
 	int rc = TENSOR_OK;
-	if (e->kind == NN_PROJ_LINEAR && e->weight)
+	if (e->kind == NN_ATTN_LINEAR && e->weight)
 		rc = nn_seq_proj_init_windows(e, MODEL_PROJ_INIT_NOISE);
-	if (rc == TENSOR_OK && f && f->kind == NN_PROJ_LINEAR && f->weight)
+	if (rc == TENSOR_OK && f && f->kind == NN_ATTN_LINEAR && f->weight)
 		rc = nn_seq_proj_init_windows(f, MODEL_PROJ_INIT_NOISE);
 	return rc;
 }
@@ -62,14 +51,13 @@ static int layer_init(struct model_layer *l, struct nn_params *ps, const struct 
 		return tensor_last_status();
 	l->kind = c->attention[i];
 	int rc = norm_init(c, &l->ln1, &l->rms1, ps, prefix, "norm1");
-	if (rc == TENSOR_OK && l->kind == MODEL_ATTN_STANDARD) {
+	if (rc == TENSOR_OK && l->kind == NN_ATTN_STANDARD) {
 		rc = nn_mha_init(&l->mha, ps, name, c->dim, c->heads, c->attn_dropout);
 	} else if (rc == TENSOR_OK) {
 		bool layerwise = c->sharing == NN_SHARE_LAYERWISE;
 		rc = nn_linformer_init(&l->lin, ps, name, c->dim, c->heads, c->max_len, c->k[i],
-				       proj_kind(l->kind), c->sharing, c->conv_dense,
-				       c->shared_kv_head, c->attn_dropout,
-				       layerwise ? shared : NULL);
+				       l->kind, c->sharing, c->conv_dense, c->shared_kv_head,
+				       c->attn_dropout, layerwise ? shared : NULL);
 		l->lin.mask_empty_slots = c->mask_empty_slots;
 		if (rc == TENSOR_OK && !layerwise)
 			rc = window_init(c, &l->lin.e, &l->lin.f);
@@ -106,17 +94,16 @@ static int shared_init(struct model_encoder *m, struct nn_params *ps)
 	if (c->sharing != NN_SHARE_LAYERWISE)
 		return TENSOR_OK;
 	for (int64_t i = 0; i < c->layers; i++) {
-		enum model_attention a = c->attention[i];
-		if (a == MODEL_ATTN_STANDARD)
+		enum nn_attn_kind a = c->attention[i];
+		if (a == NN_ATTN_STANDARD)
 			continue;
 		/* conv channels: the head dim, or every key/value channel when dense
 		 * (the head dim again with a single shared key/value head) */
 		int64_t dh = c->dim / c->heads;
-		bool dense = c->conv_dense && a == MODEL_ATTN_CONV;
+		bool dense = c->conv_dense && a == NN_ATTN_CONV;
 		int64_t ch = dense && !c->shared_kv_head ? c->dim : dh;
-		int rc =
-		    nn_seq_proj_init(&m->shared_proj, ps, "proj", proj_kind(a), c->max_len, c->k[i],
-				     c->heads, false, a == MODEL_ATTN_CONV ? ch : 0, dense);
+		int rc = nn_seq_proj_init(&m->shared_proj, ps, "proj", a, c->max_len, c->k[i],
+					  c->heads, false, a == NN_ATTN_CONV ? ch : 0, dense);
 		return rc == TENSOR_OK ? window_init(c, &m->shared_proj, NULL) : rc;
 	}
 	return TENSOR_OK;
@@ -163,7 +150,7 @@ int model_encoder_init(struct model_encoder *m, struct nn_params *ps,
 static struct tensor *attention_forward(const struct model_layer *l, struct tensor *x,
 					const struct tensor *real)
 {
-	if (l->kind == MODEL_ATTN_STANDARD)
+	if (l->kind == NN_ATTN_STANDARD)
 		return nn_mha_forward(&l->mha, x, real, false);
 	return nn_linformer_forward(&l->lin, x, real);
 }
@@ -367,8 +354,8 @@ static int final_norm_block(struct tensor *xb, int64_t b0, void *ctx)
 
 static bool blockable(const struct model_layer *l)
 {
-	return l->kind != MODEL_ATTN_STANDARD && !dropping(&l->drop) &&
-	       !dropping(&l->lin.dropout) && !dropping(&l->ff.dropout);
+	return l->kind != NN_ATTN_STANDARD && !dropping(&l->drop) && !dropping(&l->lin.dropout) &&
+	       !dropping(&l->ff.dropout);
 }
 
 /* One layer in a scope of its own whose only survivor is the output, copied

@@ -16,17 +16,6 @@ extern "C" {
 
 #define MODEL_MAX_LAYERS 64
 
-/* Attention kind of one layer. */
-enum model_attention {
-	MODEL_ATTN_STANDARD, /* softmax attention, n x n */
-	MODEL_ATTN_LINEAR,   /* Linformer, learned E/F */
-	MODEL_ATTN_CONV,     /* convolutional projection, kernel = stride = n/k */
-	MODEL_ATTN_MEAN,     /* mean pooling projection */
-	MODEL_ATTN_MAX,      /* max pooling projection */
-	MODEL_ATTN_RANDOM,   /* fixed random projection */
-	MODEL_NATTN
-};
-
 #define MODEL_PROJ_INIT_NOISE 0.1
 
 enum model_k_schedule { MODEL_K_CONSTANT, MODEL_K_LINEAR, MODEL_K_LIST };
@@ -64,7 +53,7 @@ struct model_config {
 	double dropout, attn_dropout; /* embeddings, residuals, ff hidden / probabilities */
 	int64_t pad_id;
 	/* attention per layer */
-	enum model_attention attention[MODEL_MAX_LAYERS];
+	enum nn_attn_kind attention[MODEL_MAX_LAYERS];
 	enum model_k_schedule k_schedule;
 	int64_t k_first, k_last;        /* constant: k_first; linear: first -> last */
 	int64_t k[MODEL_MAX_LAYERS];    /* resolved per layer (model_config_resolve) */
@@ -103,8 +92,8 @@ int model_config_resolve(struct model_config *c);
 /* JSON of every field (malloc'd) and back; unknown keys are errors. */
 char *model_config_to_json(const struct model_config *c);
 int model_config_from_json(struct model_config *c, const char *json);
-const char *model_attention_name(enum model_attention a);
-int model_attention_parse(const char *name);
+const char *nn_attn_kind_name(enum nn_attn_kind a);
+int nn_attn_kind_parse(const char *name);
 /* "mean", "cls", "max" or "attention" -> its enum model_pooling; -1 for any other. */
 int model_pooling_parse(const char *name);
 /* "learned", "sinusoidal" or "none" <-> enum model_positions; -1 / "unknown" else. */
@@ -113,8 +102,8 @@ const char *model_positions_name(enum model_positions p);
 
 /* One encoder layer: norm, attention, residual, norm, feed-forward, residual. */
 struct model_layer {
-	enum model_attention kind;
-	struct nn_mha mha;         /* MODEL_ATTN_STANDARD */
+	enum nn_attn_kind kind;
+	struct nn_mha mha;         /* NN_ATTN_STANDARD */
 	struct nn_linformer lin;   /* the projected kinds */
 	struct nn_layer_norm ln1, ln2;
 	struct nn_rms_norm rms1, rms2;

@@ -10,9 +10,9 @@
 
 /* ---- names -------------------------------------------------------------------- */
 
-static const char *const kind_names[NN_NPROJ] = {
-	[NN_PROJ_LINEAR] = "linear", [NN_PROJ_CONV] = "conv",	  [NN_PROJ_MEAN] = "mean",
-	[NN_PROJ_MAX] = "max",	     [NN_PROJ_RANDOM] = "random",
+static const char *const kind_names[NN_NATTN] = {
+	[NN_ATTN_STANDARD] = "standard", [NN_ATTN_LINEAR] = "linear", [NN_ATTN_CONV] = "conv",
+	[NN_ATTN_MEAN] = "mean",	 [NN_ATTN_MAX] = "max",	      [NN_ATTN_RANDOM] = "random",
 };
 
 #define NN_NSHARING 4
@@ -23,18 +23,24 @@ static const char *const sharing_names[NN_NSHARING] = {
 	[NN_SHARE_LAYERWISE] = "layerwise",
 };
 
-int nn_proj_kind_parse(const char *name)
+int nn_attn_kind_parse(const char *name)
 {
-	for (int i = 0; name && i < NN_NPROJ; i++)
+	for (int i = 0; name && i < NN_NATTN; i++)
 		if (strcmp(name, kind_names[i]) == 0)
 			return i;
 	return -1;
 }
 
-/* "unknown" outside the enum, so it is always printable. */
-const char *nn_proj_kind_name(enum nn_proj_kind k)
+/* A kind nn_seq_proj takes: any but standard. */
+static bool projected(enum nn_attn_kind k)
 {
-	return (unsigned)k < NN_NPROJ ? kind_names[k] : "unknown";
+	return k > NN_ATTN_STANDARD && k < NN_NATTN;
+}
+
+/* "unknown" outside the enum, so it is always printable. */
+const char *nn_attn_kind_name(enum nn_attn_kind k)
+{
+	return (unsigned)k < NN_NATTN ? kind_names[k] : "unknown";
 }
 
 /* Also accepts "key-value" (the spelling) for "kv". */
@@ -55,9 +61,9 @@ const char *nn_proj_sharing_name(enum nn_proj_sharing s)
 
 /* ---- one sequence projection ---------------------------------------------------- */
 
-static bool windowed(enum nn_proj_kind kind)
+static bool windowed(enum nn_attn_kind kind)
 {
-	return kind == NN_PROJ_CONV || kind == NN_PROJ_MEAN || kind == NN_PROJ_MAX;
+	return kind == NN_ATTN_CONV || kind == NN_ATTN_MEAN || kind == NN_ATTN_MAX;
 }
 
 /*
@@ -73,7 +79,7 @@ static int seq_proj_params(struct nn_seq_proj *p, struct nn_params *ps, const ch
 {
 	char full[NN_NAME_MAX];
 	int64_t kern = p->n / p->k, c = p->channels;
-	if (p->kind == NN_PROJ_LINEAR || p->kind == NN_PROJ_RANDOM) {
+	if (p->kind == NN_ATTN_LINEAR || p->kind == NN_ATTN_RANDOM) {
 		int64_t shape[3] = { p->heads, p->k, p->n };
 		int nd = p->per_head ? 3 : 2;
 		struct tensor *w = nn_name(full, name, "weight")
@@ -81,15 +87,15 @@ static int seq_proj_params(struct nn_seq_proj *p, struct nn_params *ps, const ch
 				       : NULL;
 		if (!w)
 			return tensor_last_status();
-		double std = p->kind == NN_PROJ_LINEAR ? sqrt(2.0 / (double)(p->n + p->k))
+		double std = p->kind == NN_ATTN_LINEAR ? sqrt(2.0 / (double)(p->n + p->k))
 						       : 1 / sqrt((double)p->k);
 		int rc = nn_init_normal(w, 0.0, std, nn_param_seed(ps, full));
-		if (rc == TENSOR_OK && p->kind == NN_PROJ_RANDOM)
+		if (rc == TENSOR_OK && p->kind == NN_ATTN_RANDOM)
 			rc = ag_requires_grad(w, false);
 		p->weight = w;
 		return rc;
 	}
-	if (p->kind != NN_PROJ_CONV)
+	if (p->kind != NN_ATTN_CONV)
 		return TENSOR_OK;
 	double bound = 1 / sqrt((double)(c * kern));
 	struct tensor *w = nn_name(full, name, "weight")
@@ -109,7 +115,7 @@ static int seq_proj_params(struct nn_seq_proj *p, struct nn_params *ps, const ch
 }
 
 int nn_seq_proj_init(struct nn_seq_proj *p, struct nn_params *ps, const char *name,
-		     enum nn_proj_kind kind, int64_t n, int64_t k, int64_t heads, bool per_head,
+		     enum nn_attn_kind kind, int64_t n, int64_t k, int64_t heads, bool per_head,
 		     int64_t channels, bool dense)
 {
 	if (!p)
@@ -118,9 +124,11 @@ int nn_seq_proj_init(struct nn_seq_proj *p, struct nn_params *ps, const char *na
 	if (!ps || !name)
 		return tensor_error(TENSOR_ERR_ARG,
 				    "nn_seq_proj_init: ps and name must not be NULL");
-	if ((unsigned)kind >= NN_NPROJ)
-		return tensor_error(TENSOR_ERR_ARG, "nn_seq_proj_init: '%s': unknown kind %d", name,
-				    (int)kind);
+	if (!projected(kind))
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_seq_proj_init: '%s': kind %d is not a projection (linear, "
+				    "conv, mean, max or random)",
+				    name, (int)kind);
 	const char *kn = kind_names[kind];
 	if (n < 1 || k < 1 || k > n)
 		return tensor_error(TENSOR_ERR_ARG,
@@ -135,12 +143,12 @@ int nn_seq_proj_init(struct nn_seq_proj *p, struct nn_params *ps, const char *na
 	if (heads < 1)
 		return tensor_error(TENSOR_ERR_ARG, "nn_seq_proj_init: '%s': heads %lld < 1", name,
 				    (long long)heads);
-	if (per_head && kind != NN_PROJ_LINEAR && kind != NN_PROJ_RANDOM)
+	if (per_head && kind != NN_ATTN_LINEAR && kind != NN_ATTN_RANDOM)
 		return tensor_error(TENSOR_ERR_ARG,
 				    "nn_seq_proj_init: '%s': per-head projections are linear or "
 				    "random only, not %s",
 				    name, kn);
-	if (kind == NN_PROJ_CONV && channels < 1)
+	if (kind == NN_ATTN_CONV && channels < 1)
 		return tensor_error(TENSOR_ERR_ARG,
 				    "nn_seq_proj_init: '%s': conv needs channels >= 1, got %lld",
 				    name, (long long)channels);
@@ -150,7 +158,7 @@ int nn_seq_proj_init(struct nn_seq_proj *p, struct nn_params *ps, const char *na
 				   .heads = heads,
 				   .channels = channels,
 				   .per_head = per_head,
-				   .dense = dense && kind == NN_PROJ_CONV };
+				   .dense = dense && kind == NN_ATTN_CONV };
 	int rc = seq_proj_params(p, ps, name);
 	if (rc < 0) /* parameters already registered stay owned by ps */
 		*p = (struct nn_seq_proj){ 0 };
@@ -197,7 +205,7 @@ static struct tensor *conv_windows(const struct nn_seq_proj *p, struct tensor *x
 
 int nn_seq_proj_init_windows(struct nn_seq_proj *p, double noise)
 {
-	if (!p || p->kind != NN_PROJ_LINEAR || !p->weight)
+	if (!p || p->kind != NN_ATTN_LINEAR || !p->weight)
 		return tensor_error(TENSOR_ERR_ARG,
 				    "nn_seq_proj_init_windows: expected an initialised learned "
 				    "(linear) projection");
@@ -241,7 +249,7 @@ struct tensor *nn_seq_proj_forward(const struct nn_seq_proj *p, struct tensor *x
 {
 	if (!x)
 		return NULL;
-	if (!p || p->k < 1 || (unsigned)p->kind >= NN_NPROJ) {
+	if (!p || p->k < 1 || !projected(p->kind)) {
 		tensor_error(TENSOR_ERR_ARG, "nn_seq_proj_forward: projection is NULL or not "
 					     "initialised");
 		return NULL;
@@ -265,7 +273,7 @@ struct tensor *nn_seq_proj_forward(const struct nn_seq_proj *p, struct tensor *x
 			     bx, (long long)x->shape[1], kn, (long long)p->heads);
 		return NULL;
 	}
-	if (p->kind == NN_PROJ_CONV && x->shape[3] != p->channels) {
+	if (p->kind == NN_ATTN_CONV && x->shape[3] != p->channels) {
 		tensor_error(TENSOR_ERR_SHAPE,
 			     "nn_seq_proj_forward: x %s has %lld channels, the conv projection "
 			     "expects [B,H,S,%lld]",
@@ -276,8 +284,8 @@ struct tensor *nn_seq_proj_forward(const struct nn_seq_proj *p, struct tensor *x
 		return NULL;
 	int64_t s = x->shape[2], kern = p->n / p->k;
 	switch (p->kind) {
-	case NN_PROJ_LINEAR:
-	case NN_PROJ_RANDOM: {
+	case NN_ATTN_LINEAR:
+	case NN_ATTN_RANDOM: {
 		/* E sliced to the first S positions: [k,S] x [B,H,S,d]; per head
 		 * [1,H,k,S] x [B,H|1,S,d], batch dims broadcast. */
 		struct tensor *e = ag_narrow(p->weight, p->weight->ndim - 1, 0, s);
@@ -285,12 +293,12 @@ struct tensor *nn_seq_proj_forward(const struct nn_seq_proj *p, struct tensor *x
 			e = ag_unsqueeze(e, 0);
 		return ag_matmul(e, x);
 	}
-	case NN_PROJ_CONV: return conv_windows(p, pad_to(x, p->n));
+	case NN_ATTN_CONV: return conv_windows(p, pad_to(x, p->n));
 	/* pooling over windows [B,H,k,d,kern] (unfold: a view); the zero rows
 	 * beyond S take part, as they do in the conv */
-	case NN_PROJ_MEAN:
+	case NN_ATTN_MEAN:
 		return ag_mean(ag_unfold(pad_to(x, p->n), 2, kern, kern), 1, (int[]){ 4 }, false);
-	case NN_PROJ_MAX:
+	case NN_ATTN_MAX:
 		return ag_max(ag_unfold(pad_to(x, p->n), 2, kern, kern), 1, (int[]){ 4 }, false);
 	default: break;
 	}
@@ -306,12 +314,12 @@ void nn_seq_proj_free(struct nn_seq_proj *p)
 /* ---- Linformer self-attention ---------------------------------------------------- */
 
 /* "conv n 8 -> k 4 (4 channels, dense)" into buf[128]. */
-static const char *proj_str(char *buf, enum nn_proj_kind kind, int64_t n, int64_t k,
+static const char *proj_str(char *buf, enum nn_attn_kind kind, int64_t n, int64_t k,
 			    int64_t channels, bool dense, bool per_head)
 {
-	int len = snprintf(buf, 128, "%s n %lld -> k %lld", nn_proj_kind_name(kind), (long long)n,
+	int len = snprintf(buf, 128, "%s n %lld -> k %lld", nn_attn_kind_name(kind), (long long)n,
 			   (long long)k);
-	if (kind == NN_PROJ_CONV)
+	if (kind == NN_ATTN_CONV)
 		snprintf(buf + len, 128 - (size_t)len, " (%lld channels%s)", (long long)channels,
 			 dense ? ", dense" : "");
 	else if (per_head)
@@ -320,12 +328,12 @@ static const char *proj_str(char *buf, enum nn_proj_kind kind, int64_t n, int64_
 }
 
 /* The projection this layer needs must match the layerwise one it is given. */
-static int check_shared(const char *name, const struct nn_seq_proj *sh, enum nn_proj_kind kind,
+static int check_shared(const char *name, const struct nn_seq_proj *sh, enum nn_attn_kind kind,
 			int64_t n, int64_t k, int64_t heads, int64_t channels, bool dense)
 {
 	bool ok = sh->kind == kind && sh->n == n && sh->k == k &&
 		  (!sh->per_head || sh->heads == heads) &&
-		  (kind != NN_PROJ_CONV || (sh->channels == channels && sh->dense == dense));
+		  (kind != NN_ATTN_CONV || (sh->channels == channels && sh->dense == dense));
 	if (ok)
 		return TENSOR_OK;
 	char have[128], want[128];
@@ -338,7 +346,7 @@ static int check_shared(const char *name, const struct nn_seq_proj *sh, enum nn_
 }
 
 static int check_config(const char *name, int64_t dim, int64_t heads, int64_t n, int64_t k,
-			enum nn_proj_kind kind, enum nn_proj_sharing sharing, double attn_dropout,
+			enum nn_attn_kind kind, enum nn_proj_sharing sharing, double attn_dropout,
 			const struct nn_seq_proj *shared)
 {
 	if (dim < 1 || heads < 1 || dim % heads != 0)
@@ -346,7 +354,7 @@ static int check_config(const char *name, int64_t dim, int64_t heads, int64_t n,
 		    TENSOR_ERR_ARG,
 		    "nn_linformer_init: '%s': heads %lld must divide dim %lld (both >= 1)", name,
 		    (long long)heads, (long long)dim);
-	if ((unsigned)kind >= NN_NPROJ || (unsigned)sharing >= NN_NSHARING)
+	if (!projected(kind) || (unsigned)sharing >= NN_NSHARING)
 		return tensor_error(TENSOR_ERR_ARG,
 				    "nn_linformer_init: '%s': unknown projection kind %d or "
 				    "sharing %d",
@@ -393,7 +401,7 @@ static int check_config(const char *name, int64_t dim, int64_t heads, int64_t n,
  * width (dim, or dim/heads with shared_kv_head) when dense.
  */
 int nn_linformer_init(struct nn_linformer *m, struct nn_params *ps, const char *name, int64_t dim,
-		      int64_t heads, int64_t n, int64_t k, enum nn_proj_kind kind,
+		      int64_t heads, int64_t n, int64_t k, enum nn_attn_kind kind,
 		      enum nn_proj_sharing sharing, bool conv_dense, bool shared_kv_head,
 		      double attn_dropout, const struct nn_seq_proj *shared)
 {
@@ -407,8 +415,8 @@ int nn_linformer_init(struct nn_linformer *m, struct nn_params *ps, const char *
 	if (rc < 0)
 		return rc;
 	int64_t dh = dim / heads, kvdim = shared_kv_head ? dh : dim;
-	bool dense = conv_dense && kind == NN_PROJ_CONV;
-	int64_t channels = kind != NN_PROJ_CONV ? 0 : dense ? kvdim : dh;
+	bool dense = conv_dense && kind == NN_ATTN_CONV;
+	int64_t channels = kind != NN_ATTN_CONV ? 0 : dense ? kvdim : dh;
 	if (sharing == NN_SHARE_LAYERWISE) {
 		rc = check_shared(name, shared, kind, n, k, heads, channels, dense);
 		if (rc < 0)
@@ -423,7 +431,7 @@ int nn_linformer_init(struct nn_linformer *m, struct nn_params *ps, const char *
 			 ? nn_linear_init(lin[i], ps, buf, dim, out[i], true)
 			 : tensor_last_status();
 	bool per_head =
-	    sharing == NN_SHARE_NONE && (kind == NN_PROJ_LINEAR || kind == NN_PROJ_RANDOM);
+	    sharing == NN_SHARE_NONE && (kind == NN_ATTN_LINEAR || kind == NN_ATTN_RANDOM);
 	if (rc == TENSOR_OK && sharing != NN_SHARE_LAYERWISE)
 		rc = nn_name(buf, name, "E") ? nn_seq_proj_init(&m->e, ps, buf, kind, n, k, heads,
 								per_head, channels, dense)
@@ -533,7 +541,7 @@ static struct tensor *project(const struct nn_linformer *m, const struct nn_seq_
 static bool sequence_first(const struct nn_linformer *m, int64_t t)
 {
 	const struct nn_seq_proj *e = m->e_used;
-	if ((e->kind != NN_PROJ_LINEAR && e->kind != NN_PROJ_RANDOM) || e->per_head)
+	if ((e->kind != NN_ATTN_LINEAR && e->kind != NN_ATTN_RANDOM) || e->per_head)
 		return false;
 	double k = (double)m->k, d = (double)m->dim, kv = (double)m->k_proj.out, n = (double)t;
 	return k * d * (n + kv) < n * kv * (d + k);
@@ -564,7 +572,7 @@ static struct tensor *rows_kept(struct tensor *e, struct tensor *keep)
  * [B,T,kv] keys or values nor their windows need to exist. */
 static bool conv_folded(const struct nn_linformer *m, const struct nn_seq_proj *p)
 {
-	return p->kind == NN_PROJ_CONV && !p->dense && !m->shared_kv_head;
+	return p->kind == NN_ATTN_CONV && !p->dense && !m->shared_kv_head;
 }
 
 /* Keys or values [B,h,k,d] of lin then the conv p, folded (see conv_folded):

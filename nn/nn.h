@@ -266,13 +266,17 @@ void nn_mha_free(struct nn_mha *m);
  * positions: softmax(Q (E K)^T / sqrt(d)) (F V), attention n x k instead of
  * n x n (Wang et al. 2020). */
 
-enum nn_proj_kind {
-	NN_PROJ_LINEAR, /* learned E, F [k, n] */
-	NN_PROJ_CONV,   /* conv1d along the sequence, kernel = stride = n / k */
-	NN_PROJ_MEAN,   /* mean pooling, kernel = stride = n / k, no parameters */
-	NN_PROJ_MAX,    /* max pooling, kernel = stride = n / k, no parameters */
-	NN_PROJ_RANDOM, /* fixed N(0, 1/k) E, F [k, n]: saved, never trained */
-	NN_NPROJ
+/* The attention kind of a layer, in nn and models alike: standard (nn_mha)
+ * or keys and values projected from n to k positions (nn_linformer, whose
+ * sequence projections take the projected kinds). */
+enum nn_attn_kind {
+	NN_ATTN_STANDARD, /* softmax attention, n x n */
+	NN_ATTN_LINEAR,   /* learned E, F [k, n] */
+	NN_ATTN_CONV,     /* conv1d along the sequence, kernel = stride = n / k */
+	NN_ATTN_MEAN,     /* mean pooling, kernel = stride = n / k, no parameters */
+	NN_ATTN_MAX,      /* max pooling, kernel = stride = n / k, no parameters */
+	NN_ATTN_RANDOM,   /* fixed N(0, 1/k) E, F [k, n]: saved, never trained */
+	NN_NATTN
 };
 enum nn_proj_sharing {
 	NN_SHARE_NONE,     /* per layer and head, E != F */
@@ -280,10 +284,10 @@ enum nn_proj_sharing {
 	NN_SHARE_KV,       /* per layer, shared by heads, E = F */
 	NN_SHARE_LAYERWISE /* one E = F for every layer and head */
 };
-/* "linear", "conv", "mean", "max", "random" / "none", "headwise", "kv",
- * "layerwise" -> value, or -1. */
-int nn_proj_kind_parse(const char *name);
-const char *nn_proj_kind_name(enum nn_proj_kind k);
+/* "standard", "linear", "conv", "mean", "max", "random" / "none",
+ * "headwise", "kv", "layerwise" -> value, or -1; names "unknown" outside. */
+int nn_attn_kind_parse(const char *name);
+const char *nn_attn_kind_name(enum nn_attn_kind k);
 int nn_proj_sharing_parse(const char *name);
 const char *nn_proj_sharing_name(enum nn_proj_sharing s);
 
@@ -291,7 +295,7 @@ const char *nn_proj_sharing_name(enum nn_proj_sharing s);
  * LINEAR/RANDOM [k, n] (NN_SHARE_NONE: [H, k, n]); CONV [c, c, n/k] with
  * c = head dim (shared by the heads) or model dim (conv_dense); pooling none. */
 struct nn_seq_proj {
-	enum nn_proj_kind kind;
+	enum nn_attn_kind kind;
 	int64_t n, k, heads, channels;
 	bool per_head, dense;
 	struct tensor *weight, *bias; /* conv bias [c] */
@@ -300,7 +304,7 @@ struct nn_seq_proj {
  * gives one projection per head (LINEAR/RANDOM only). Errors: k < 1, k > n,
  * n % k != 0 for CONV/MEAN/MAX (the message says so). */
 int nn_seq_proj_init(struct nn_seq_proj *p, struct nn_params *ps, const char *name,
-		     enum nn_proj_kind kind, int64_t n, int64_t k, int64_t heads, bool per_head,
+		     enum nn_attn_kind kind, int64_t n, int64_t k, int64_t heads, bool per_head,
 		     int64_t channels, bool dense);
 /* Re-initialise a learned (LINEAR) projection as mean pooling over contiguous
  * windows (position j feeds slot j k / n with weight 1 / its window's size)
@@ -342,7 +346,7 @@ struct nn_linformer {
  * (e_used/f_used): do not copy or move it. With CONV/MEAN/MAX, sharing
  * "none" behaves as headwise. */
 int nn_linformer_init(struct nn_linformer *m, struct nn_params *ps, const char *name,
-		      int64_t dim, int64_t heads, int64_t n, int64_t k, enum nn_proj_kind kind,
+		      int64_t dim, int64_t heads, int64_t n, int64_t k, enum nn_attn_kind kind,
 		      enum nn_proj_sharing sharing, bool conv_dense, bool shared_kv_head,
 		      double attn_dropout, const struct nn_seq_proj *shared);
 /* x [B, T, dim], T <= n; mask [B, T] (nonzero = a real token) or NULL. */

@@ -11,8 +11,10 @@
 #include "nn.h"
 #include "testutil.h"
 
-static const enum nn_proj_kind kinds[NN_NPROJ] = { NN_PROJ_LINEAR, NN_PROJ_CONV, NN_PROJ_MEAN,
-						   NN_PROJ_MAX, NN_PROJ_RANDOM };
+/* the projected kinds (every nn_attn_kind but standard) */
+#define NKINDS (NN_NATTN - 1)
+static const enum nn_attn_kind kinds[NKINDS] = { NN_ATTN_LINEAR, NN_ATTN_CONV, NN_ATTN_MEAN,
+						 NN_ATTN_MAX, NN_ATTN_RANDOM };
 static const enum nn_proj_sharing sharings[4] = { NN_SHARE_NONE, NN_SHARE_HEADWISE, NN_SHARE_KV,
 						  NN_SHARE_LAYERWISE };
 
@@ -33,13 +35,13 @@ static inline void ref_seq_proj(const struct nn_seq_proj *p, const double *x, in
 			for (int64_t j = 0; j < k; j++)
 				for (int64_t o = 0; o < c; o++) {
 					double acc = 0;
-					if (p->kind == NN_PROJ_LINEAR ||
-					    p->kind == NN_PROJ_RANDOM) {
+					if (p->kind == NN_ATTN_LINEAR ||
+					    p->kind == NN_ATTN_RANDOM) {
 						const double *e =
 						    w + (p->per_head ? h * k * n : 0) + j * n;
 						for (int64_t s = 0; s < S; s++)
 							acc += e[s] * xs[s * c + o];
-					} else if (p->kind == NN_PROJ_CONV) {
+					} else if (p->kind == NN_ATTN_CONV) {
 						acc = bias[o];
 						for (int64_t r = 0; r < kern; r++)
 							for (int64_t ci = 0; ci < c; ci++) {
@@ -51,14 +53,14 @@ static inline void ref_seq_proj(const struct nn_seq_proj *p, const double *x, in
 									    xs[pos * c + ci];
 							}
 					} else {
-						acc = p->kind == NN_PROJ_MAX ? -INFINITY : 0;
+						acc = p->kind == NN_ATTN_MAX ? -INFINITY : 0;
 						for (int64_t r = 0; r < kern; r++) {
 							int64_t pos = j * kern + r;
 							double v = pos < S ? xs[pos * c + o] : 0;
-							acc = p->kind == NN_PROJ_MAX ? fmax(acc, v)
+							acc = p->kind == NN_ATTN_MAX ? fmax(acc, v)
 										     : acc + v;
 						}
-						if (p->kind == NN_PROJ_MEAN)
+						if (p->kind == NN_ATTN_MEAN)
 							acc /= (double)kern;
 					}
 					out[((b * ho + h) * k + j) * c + o] = acc;
@@ -72,7 +74,7 @@ static inline void ref_seq_proj(const struct nn_seq_proj *p, const double *x, in
 
 struct cfg {
 	int64_t dim, heads, n, k;
-	enum nn_proj_kind kind;
+	enum nn_attn_kind kind;
 	enum nn_proj_sharing sharing;
 	bool dense, skv;
 	double p;
@@ -92,7 +94,7 @@ static inline void lf_make(struct lf *f, enum tensor_dtype dt, struct cfg c)
 	const struct nn_seq_proj *sh = NULL;
 	if (c.sharing == NN_SHARE_LAYERWISE) {
 		int64_t d = c.dim / c.heads, kvd = c.skv ? d : c.dim;
-		bool dense = c.dense && c.kind == NN_PROJ_CONV;
+		bool dense = c.dense && c.kind == NN_ATTN_CONV;
 		int rc = nn_seq_proj_init(&f->shared, &f->ps, "proj", c.kind, c.n, c.k, c.heads,
 					  false, dense ? kvd : d, dense);
 		ck_assert_msg(rc == TENSOR_OK, "%s", tensor_last_error());
@@ -113,7 +115,7 @@ static inline void lf_drop(struct lf *f)
 
 static inline const char *cfg_str(const struct cfg *c, char *buf, size_t len)
 {
-	snprintf(buf, len, "%s/%s%s%s k %lld n %lld", nn_proj_kind_name(c->kind),
+	snprintf(buf, len, "%s/%s%s%s k %lld n %lld", nn_attn_kind_name(c->kind),
 		 nn_proj_sharing_name(c->sharing), c->dense ? "/dense" : "",
 		 c->skv ? "/shared_kv_head" : "", (long long)c->k, (long long)c->n);
 	return buf;

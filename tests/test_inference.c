@@ -11,7 +11,7 @@
 
 /* ---- nn_linformer_keys_values / nn_linformer_attend ----------------------------- */
 
-static void linformer(struct nn_linformer *m, struct nn_params *ps, enum nn_proj_kind kind)
+static void linformer(struct nn_linformer *m, struct nn_params *ps, enum nn_attn_kind kind)
 {
 	ck_assert_int_eq(nn_params_init(ps, TENSOR_F64, TENSOR_CPU, 3), TENSOR_OK);
 	ck_assert_int_eq(nn_linformer_init(m, ps, "attn", 8, 2, 12, 4, kind, NN_SHARE_HEADWISE,
@@ -22,7 +22,7 @@ static void linformer(struct nn_linformer *m, struct nn_params *ps, enum nn_proj
 /* Attending row by row, sequence by sequence, gives the forward's rows. */
 START_TEST(test_attend_rows_equal_forward)
 {
-	const enum nn_proj_kind kinds[2] = { NN_PROJ_LINEAR, NN_PROJ_CONV };
+	const enum nn_attn_kind kinds[2] = { NN_ATTN_LINEAR, NN_ATTN_CONV };
 	for (int i = 0; i < 2; i++) {
 		struct nn_params ps;
 		struct nn_linformer m;
@@ -33,7 +33,7 @@ START_TEST(test_attend_rows_equal_forward)
 		struct tensor *want = nn_linformer_forward(&m, x, mask);
 		struct nn_linformer_kv kv;
 		ck_assert_int_eq(nn_linformer_keys_values(&m, x, mask, &kv), TENSOR_OK);
-		ck_assert((kv.mask != NULL) == (kinds[i] == NN_PROJ_CONV));
+		ck_assert((kv.mask != NULL) == (kinds[i] == NN_ATTN_CONV));
 		for (int64_t b = 0; b < 3; b++)
 			for (int64_t r = 0; r < 12; r += 5) {
 				int64_t nr = 12 - r < 5 ? 12 - r : 5;
@@ -57,7 +57,7 @@ START_TEST(test_attend_errors)
 {
 	struct nn_params ps;
 	struct nn_linformer m;
-	linformer(&m, &ps, NN_PROJ_LINEAR);
+	linformer(&m, &ps, NN_ATTN_LINEAR);
 	struct tensor *x = tu_rand(TENSOR_F64, 3, (int64_t[]){ 2, 12, 8 }, 6);
 	struct nn_linformer_kv kv;
 	ck_assert_int_eq(nn_linformer_keys_values(&m, x, NULL, &kv), TENSOR_OK);

@@ -192,7 +192,7 @@ START_TEST(test_summary)
 	free(buf);
 	char pat[MODEL_MAX_LAYERS + 1];
 	ck_assert_str_eq(model_config_pattern(&c, pat), "SSSS");
-	c.attention[1] = MODEL_NATTN; /* not a kind */
+	c.attention[1] = NN_NATTN; /* not a kind */
 	ck_assert_str_eq(model_config_pattern(&c, pat), "S?SS");
 	ck_assert_str_eq(model_config_pattern(NULL, pat), "");
 	c.layers = 0;

@@ -39,7 +39,7 @@ START_TEST(test_preset_defaults)
 	ck_assert_int_eq(c.pooling, MODEL_POOL_MEAN);
 	ck_assert(c.tie_embeddings);
 	for (int i = 0; i < 4; i++)
-		ck_assert_int_eq(c.attention[i], MODEL_ATTN_STANDARD);
+		ck_assert_int_eq(c.attention[i], NN_ATTN_STANDARD);
 	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
 	for (int i = 0; i < 4; i++)
 		ck_assert_int_eq(c.k[i], 0); /* standard layers have no k */
@@ -57,16 +57,16 @@ START_TEST(test_preset_patterns)
 	ck_assert_int_eq(model_config_preset(&c, "linformer", 100, 512), TENSOR_OK);
 	ck_assert_int_eq(c.layers, 4);
 	for (int i = 0; i < 4; i++)
-		ck_assert_int_eq(c.attention[i], MODEL_ATTN_LINEAR);
+		ck_assert_int_eq(c.attention[i], NN_ATTN_LINEAR);
 	/* uniform presets stay valid at any depth set afterwards */
 	c.layers = 7;
 	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
-	ck_assert_int_eq(c.attention[6], MODEL_ATTN_LINEAR);
+	ck_assert_int_eq(c.attention[6], NN_ATTN_LINEAR);
 	ck_assert_int_eq(c.k[6], 128);
 
 	ck_assert_int_eq(model_config_preset(&c, "conv-linformer", 100, 512), TENSOR_OK);
-	const enum model_attention cl[4] = { MODEL_ATTN_LINEAR, MODEL_ATTN_LINEAR, MODEL_ATTN_CONV,
-					     MODEL_ATTN_CONV };
+	const enum nn_attn_kind cl[4] = { NN_ATTN_LINEAR, NN_ATTN_LINEAR, NN_ATTN_CONV,
+					     NN_ATTN_CONV };
 	for (int i = 0; i < 4; i++)
 		ck_assert_int_eq(c.attention[i], cl[i]);
 	c.layers = 6; /* deeper than the preset's pattern: refused, naming the layer */
@@ -75,8 +75,8 @@ START_TEST(test_preset_patterns)
 	/* name:depth; an odd depth gives the extra layer to the linear half */
 	ck_assert_int_eq(model_config_preset(&c, "conv-linformer:5", 100, 512), TENSOR_OK);
 	ck_assert_int_eq(c.layers, 5);
-	const enum model_attention cl5[5] = { MODEL_ATTN_LINEAR, MODEL_ATTN_LINEAR,
-					      MODEL_ATTN_LINEAR, MODEL_ATTN_CONV, MODEL_ATTN_CONV };
+	const enum nn_attn_kind cl5[5] = { NN_ATTN_LINEAR, NN_ATTN_LINEAR,
+					      NN_ATTN_LINEAR, NN_ATTN_CONV, NN_ATTN_CONV };
 	for (int i = 0; i < 5; i++)
 		ck_assert_int_eq(c.attention[i], cl5[i]);
 	ck_assert_int_eq(model_config_preset(&c, "Transformer:12", 100, 512), TENSOR_OK);
@@ -167,7 +167,7 @@ START_TEST(test_k_schedule)
 	c.layers = 1; /* one layer: k_first */
 	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
 	ck_assert_int_eq(c.k[0], 2);
-	ck_assert_int_eq(c.attention[1], MODEL_NATTN); /* cleared past the depth */
+	ck_assert_int_eq(c.attention[1], NN_NATTN); /* cleared past the depth */
 	/* resolving fixed the depth: raising it now is refused, not silently standard */
 	c.layers = 4;
 	tu_assert_error(model_config_resolve(&c) < 0, TENSOR_ERR_ARG, "layer 1 has no valid", NULL);
@@ -248,18 +248,18 @@ START_TEST(test_resolve_errors)
 	RESOLVE_FAILS(c.k_schedule = (enum model_k_schedule)7, "unknown k_schedule 7", NULL);
 	RESOLVE_FAILS(c.sharing = (enum nn_proj_sharing)9, "unknown sharing 9", NULL);
 	RESOLVE_FAILS(c.pooling = (enum model_pooling)5, "unknown pooling 5", NULL);
-	RESOLVE_FAILS(c.attention[2] = MODEL_NATTN, "layer 2 has no valid attention kind", NULL);
+	RESOLVE_FAILS(c.attention[2] = NN_NATTN, "layer 2 has no valid attention kind", NULL);
 	RESOLVE_FAILS(c.k_first = 65, "layer 0 (linear): k 65 not in [1, max_len 64]", NULL);
 	RESOLVE_FAILS(c.k_first = 0, "k 0", NULL);
 	RESOLVE_FAILS((c.k_schedule = MODEL_K_LIST, c.k[0] = c.k[1] = c.k[3] = 8, c.k[2] = -1),
 		      "layer 2 (linear): k -1", NULL);
 	RESOLVE_FAILS((c.k_schedule = MODEL_K_LINEAR, c.k_last = 100), "layer 2", "k 72");
 	/* conv and pooling: n must be a multiple of k (kernel = stride = n/k) */
-	RESOLVE_FAILS((c.attention[1] = MODEL_ATTN_CONV, c.k_first = 24),
+	RESOLVE_FAILS((c.attention[1] = NN_ATTN_CONV, c.k_first = 24),
 		      "layer 1 (conv): max_len 64 is not divisible by k 24", NULL);
-	RESOLVE_FAILS((c.attention[0] = MODEL_ATTN_MEAN, c.k_first = 48), "layer 0 (mean)",
+	RESOLVE_FAILS((c.attention[0] = NN_ATTN_MEAN, c.k_first = 48), "layer 0 (mean)",
 		      "not divisible");
-	RESOLVE_FAILS((c.attention[3] = MODEL_ATTN_MAX, c.k_first = 10), "layer 3 (max)",
+	RESOLVE_FAILS((c.attention[3] = NN_ATTN_MAX, c.k_first = 10), "layer 3 (max)",
 		      "not divisible");
 	/* ... and so do learned ones that mask their empty slots (windows of n/k) */
 	RESOLVE_FAILS((c.mask_empty_slots = true, c.k_first = 24),
@@ -268,7 +268,7 @@ START_TEST(test_resolve_errors)
 	/* learned and random projections take any k <= n */
 	{
 		struct model_config c = base();
-		c.attention[1] = MODEL_ATTN_RANDOM;
+		c.attention[1] = NN_ATTN_RANDOM;
 		c.k_first = 24;
 		ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
 	}
@@ -280,17 +280,17 @@ START_TEST(test_resolve_errors)
 	RESOLVE_FAILS((c.sharing = NN_SHARE_LAYERWISE, c.k_schedule = MODEL_K_LIST, c.k[0] = 16,
 		       c.k[1] = 16, c.k[2] = 16, c.k[3] = 8),
 		      "needs one k", "layer 3 has k 8");
-	RESOLVE_FAILS((c.sharing = NN_SHARE_LAYERWISE, c.attention[2] = MODEL_ATTN_CONV),
+	RESOLVE_FAILS((c.sharing = NN_SHARE_LAYERWISE, c.attention[2] = NN_ATTN_CONV),
 		      "layerwise sharing needs one projection kind",
 		      "layer 2 is conv, layer 0 is linear");
-	RESOLVE_FAILS((c.sharing = NN_SHARE_LAYERWISE, c.attention[0] = MODEL_ATTN_STANDARD,
-		       c.attention[3] = MODEL_ATTN_MEAN),
+	RESOLVE_FAILS((c.sharing = NN_SHARE_LAYERWISE, c.attention[0] = NN_ATTN_STANDARD,
+		       c.attention[3] = NN_ATTN_MEAN),
 		      "layer 3 is mean, layer 1 is linear", NULL);
 	/* standard layers do not take part in either rule */
 	{
 		struct model_config c = base();
 		c.sharing = NN_SHARE_LAYERWISE;
-		c.attention[0] = MODEL_ATTN_STANDARD;
+		c.attention[0] = NN_ATTN_STANDARD;
 		ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
 	}
 	/* a failed resolve leaves the config unchanged */
@@ -307,16 +307,16 @@ END_TEST
 
 START_TEST(test_attention_names)
 {
-	const char *names[MODEL_NATTN] = { "standard", "linear", "conv", "mean", "max", "random" };
-	for (int a = 0; a < MODEL_NATTN; a++) {
-		ck_assert_str_eq(model_attention_name(a), names[a]);
-		ck_assert_int_eq(model_attention_parse(names[a]), a);
+	const char *names[NN_NATTN] = { "standard", "linear", "conv", "mean", "max", "random" };
+	for (int a = 0; a < NN_NATTN; a++) {
+		ck_assert_str_eq(nn_attn_kind_name(a), names[a]);
+		ck_assert_int_eq(nn_attn_kind_parse(names[a]), a);
 	}
-	ck_assert_str_eq(model_attention_name(MODEL_NATTN), "unknown");
-	ck_assert_str_eq(model_attention_name((enum model_attention) - 1), "unknown");
-	ck_assert_int_eq(model_attention_parse("Linear"), -1);
-	ck_assert_int_eq(model_attention_parse(""), -1);
-	ck_assert_int_eq(model_attention_parse(NULL), -1);
+	ck_assert_str_eq(nn_attn_kind_name(NN_NATTN), "unknown");
+	ck_assert_str_eq(nn_attn_kind_name((enum nn_attn_kind) - 1), "unknown");
+	ck_assert_int_eq(nn_attn_kind_parse("Linear"), -1);
+	ck_assert_int_eq(nn_attn_kind_parse(""), -1);
+	ck_assert_int_eq(nn_attn_kind_parse(NULL), -1);
 	ck_assert_int_eq(model_pooling_parse("mean"), MODEL_POOL_MEAN);
 	ck_assert_int_eq(model_pooling_parse("cls"), MODEL_POOL_CLS);
 	ck_assert_int_eq(model_pooling_parse("max"), MODEL_POOL_MAX);
@@ -429,8 +429,8 @@ START_TEST(test_json_roundtrip)
 						    "\"seed\":\"42\",\"sharing\":\"key-value\"}"),
 			 TENSOR_OK);
 	ck_assert_int_eq(d.layers, 2);
-	ck_assert_int_eq(d.attention[0], MODEL_ATTN_CONV);
-	ck_assert_int_eq(d.attention[1], MODEL_ATTN_MAX);
+	ck_assert_int_eq(d.attention[0], NN_ATTN_CONV);
+	ck_assert_int_eq(d.attention[1], NN_ATTN_MAX);
 	ck_assert_int_eq(d.seed, 42);
 	ck_assert_int_eq(d.sharing, NN_SHARE_KV);
 	ck_assert_int_eq(d.k_first, 8);
@@ -539,7 +539,7 @@ START_TEST(test_json_errors)
 	tu_assert_error(model_config_to_json(&c) == NULL, TENSOR_ERR_ARG, "model_config_to_json",
 			"layers 0");
 	c = base();
-	c.attention[1] = MODEL_NATTN;
+	c.attention[1] = NN_NATTN;
 	tu_assert_error(model_config_to_json(&c) == NULL, TENSOR_ERR_ARG, "\"attention\"[1]", NULL);
 	c = base();
 	c.sharing = (enum nn_proj_sharing)8;
@@ -740,7 +740,7 @@ START_TEST(test_config_from_checkpoint)
 		else if (!strcmp(lies[k].field, "max_len"))
 			bad.max_len = lies[k].value;
 		else if (!strcmp(lies[k].field, "layers"))
-			bad.layers = 3, bad.attention[2] = MODEL_ATTN_LINEAR;
+			bad.layers = 3, bad.attention[2] = NN_ATTN_LINEAR;
 		else
 			bad.ff_hidden = lies[k].value;
 		save_claiming(path, &ps, &bad);

@@ -10,9 +10,9 @@
 #include "gradcheck.h"
 #include "linformer_common.h"
 
-static bool windowed(enum nn_proj_kind k)
+static bool windowed(enum nn_attn_kind k)
 {
-	return k == NN_PROJ_CONV || k == NN_PROJ_MEAN || k == NN_PROJ_MAX;
+	return k == NN_ATTN_CONV || k == NN_ATTN_MEAN || k == NN_ATTN_MAX;
 }
 
 /* ---- naive references ------------------------------------------------------------ */
@@ -182,7 +182,7 @@ START_TEST(test_linformer_reference)
 	const int64_t B = 2, dim = 8, H = 2, n = 8, k = 4;
 	const int mv[2 * 6] = { 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 0 };
 	for (int di = 0; di < 2; di++)
-		for (int ki = 0; ki < NN_NPROJ; ki++)
+		for (int ki = 0; ki < NKINDS; ki++)
 			for (int si = 0; si < 4; si++)
 				for (int v = 0; v < 4; v++) {
 					enum tensor_dtype dt = di ? TENSOR_F64 : TENSOR_F32;
@@ -190,7 +190,7 @@ START_TEST(test_linformer_reference)
 						dim,	      H,     n,	    k,	 kinds[ki],
 						sharings[si], v & 2, v & 1, 0.0, 100 + (uint64_t)v
 					};
-					if (c.dense && c.kind != NN_PROJ_CONV)
+					if (c.dense && c.kind != NN_ATTN_CONV)
 						continue;
 					char name[128];
 					cfg_str(&c, name, sizeof name);
@@ -274,7 +274,7 @@ START_TEST(test_equiv_identity)
 {
 	/* k = n, E = F = identity: exactly standard attention (T = n, no mask) */
 	const int64_t B = 2, dim = 12, H = 3, n = 7;
-	const enum nn_proj_kind ks[2] = { NN_PROJ_LINEAR, NN_PROJ_RANDOM };
+	const enum nn_attn_kind ks[2] = { NN_ATTN_LINEAR, NN_ATTN_RANDOM };
 	const enum nn_proj_sharing ss[3] = { NN_SHARE_NONE, NN_SHARE_HEADWISE, NN_SHARE_KV };
 	for (int di = 0; di < 2; di++)
 		for (int ki = 0; ki < 2; ki++)
@@ -329,12 +329,12 @@ START_TEST(test_equiv_kernel1)
 	const int64_t B = 3, dim = 8, H = 2, n = 6;
 	const int mv[3 * 5] = { 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, 1 };
 	struct {
-		enum nn_proj_kind kind;
+		enum nn_attn_kind kind;
 		bool dense, skv;
 	} cases[] = {
-		{ NN_PROJ_MEAN, false, false }, { NN_PROJ_MAX, false, false },
-		{ NN_PROJ_CONV, false, false }, { NN_PROJ_CONV, true, false },
-		{ NN_PROJ_MEAN, false, true },
+		{ NN_ATTN_MEAN, false, false }, { NN_ATTN_MAX, false, false },
+		{ NN_ATTN_CONV, false, false }, { NN_ATTN_CONV, true, false },
+		{ NN_ATTN_MEAN, false, true },
 	};
 	for (int di = 0; di < 2; di++)
 		for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
@@ -384,7 +384,7 @@ START_TEST(test_equiv_kernel1)
 				} else {
 					copy_qkvo(&f.m, &a);
 				}
-				if (cases[ci].kind == NN_PROJ_CONV) {
+				if (cases[ci].kind == NN_ATTN_CONV) {
 					set_conv_identity(&f.m.e);
 					set_conv_identity(&f.m.f);
 				}
@@ -408,12 +408,12 @@ START_TEST(test_equiv_padded_batch)
 	 * sequence, conv/pool slots of padding masked. */
 	const int64_t B = 3, dim = 8, H = 2, n = 8;
 	const int64_t lens[2][3] = { { 6, 3, 1 }, { 8, 5, 2 } };
-	for (int ki = 0; ki < NN_NPROJ; ki++)
+	for (int ki = 0; ki < NKINDS; ki++)
 		for (int si = 0; si < 4; si++)
 			for (int v = 0; v < 4; v++) {
 				struct cfg c = { dim,	       H,     n,     4,	  kinds[ki],
 						 sharings[si], v & 2, v & 1, 0.0, 7 };
-				if (c.dense && c.kind != NN_PROJ_CONV)
+				if (c.dense && c.kind != NN_ATTN_CONV)
 					continue;
 				char name[128];
 				cfg_str(&c, name, sizeof name);
@@ -465,7 +465,7 @@ START_TEST(test_padding_values_ignored)
 	 * multiplied) before projecting. */
 	const int64_t B = 2, T = 6, dim = 8;
 	int mv[2 * 6] = { 1, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0 };
-	for (int ki = 0; ki < NN_NPROJ; ki++) {
+	for (int ki = 0; ki < NKINDS; ki++) {
 		struct lf f;
 		lf_make(&f, TENSOR_F64,
 			(struct cfg){ dim, 2, 8, 4, kinds[ki], NN_SHARE_HEADWISE, false, false, 0.0,
@@ -513,26 +513,26 @@ START_TEST(test_gradients)
 	 * shared learned projections without a shared key/value head take the
 	 * sequence-first order (E x, then the k/v weights), E = F included */
 	const struct {
-		enum nn_proj_kind kind;
+		enum nn_attn_kind kind;
 		enum nn_proj_sharing sharing;
 		bool dense, skv, seq, masked, empty_slots;
 	} cases[] = {
-		{ NN_PROJ_LINEAR, NN_SHARE_HEADWISE, false, false, false, false, false },
-		{ NN_PROJ_LINEAR, NN_SHARE_NONE, false, true, true, true, false },
-		{ NN_PROJ_RANDOM, NN_SHARE_NONE, false, false, false, true, false },
-		{ NN_PROJ_RANDOM, NN_SHARE_KV, false, true, false, false, false },
-		{ NN_PROJ_CONV, NN_SHARE_HEADWISE, false, false, false, true, false },
-		{ NN_PROJ_CONV, NN_SHARE_HEADWISE, false, true, false, false, false },
-		{ NN_PROJ_CONV, NN_SHARE_KV, true, false, true, true, false },
-		{ NN_PROJ_MEAN, NN_SHARE_HEADWISE, false, false, false, true, false },
-		{ NN_PROJ_MEAN, NN_SHARE_NONE, false, true, true, false, false },
-		{ NN_PROJ_MAX, NN_SHARE_HEADWISE, false, true, false, true, false },
-		{ NN_PROJ_MAX, NN_SHARE_KV, false, false, false, false, false },
-		{ NN_PROJ_LINEAR, NN_SHARE_LAYERWISE, false, false, false, true, false },
-		{ NN_PROJ_CONV, NN_SHARE_LAYERWISE, true, false, false, false, false },
-		{ NN_PROJ_LINEAR, NN_SHARE_KV, false, false, true, true, false },
-		{ NN_PROJ_LINEAR, NN_SHARE_HEADWISE, false, false, false, true, true },
-		{ NN_PROJ_RANDOM, NN_SHARE_NONE, false, false, true, true, true },
+		{ NN_ATTN_LINEAR, NN_SHARE_HEADWISE, false, false, false, false, false },
+		{ NN_ATTN_LINEAR, NN_SHARE_NONE, false, true, true, true, false },
+		{ NN_ATTN_RANDOM, NN_SHARE_NONE, false, false, false, true, false },
+		{ NN_ATTN_RANDOM, NN_SHARE_KV, false, true, false, false, false },
+		{ NN_ATTN_CONV, NN_SHARE_HEADWISE, false, false, false, true, false },
+		{ NN_ATTN_CONV, NN_SHARE_HEADWISE, false, true, false, false, false },
+		{ NN_ATTN_CONV, NN_SHARE_KV, true, false, true, true, false },
+		{ NN_ATTN_MEAN, NN_SHARE_HEADWISE, false, false, false, true, false },
+		{ NN_ATTN_MEAN, NN_SHARE_NONE, false, true, true, false, false },
+		{ NN_ATTN_MAX, NN_SHARE_HEADWISE, false, true, false, true, false },
+		{ NN_ATTN_MAX, NN_SHARE_KV, false, false, false, false, false },
+		{ NN_ATTN_LINEAR, NN_SHARE_LAYERWISE, false, false, false, true, false },
+		{ NN_ATTN_CONV, NN_SHARE_LAYERWISE, true, false, false, false, false },
+		{ NN_ATTN_LINEAR, NN_SHARE_KV, false, false, true, true, false },
+		{ NN_ATTN_LINEAR, NN_SHARE_HEADWISE, false, false, false, true, true },
+		{ NN_ATTN_RANDOM, NN_SHARE_NONE, false, false, true, true, true },
 	};
 	for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
 		bool mi = cases[ci].masked;
@@ -567,7 +567,7 @@ START_TEST(test_gradients)
 			const char *pn = f.ps.items[i].name;
 			bool is_proj =
 			    strstr(pn, ".E.") || strstr(pn, ".F.") || strncmp(pn, "proj.", 5) == 0;
-			ck_assert(v->requires_grad == !(c.kind == NN_PROJ_RANDOM && is_proj));
+			ck_assert(v->requires_grad == !(c.kind == NN_ATTN_RANDOM && is_proj));
 		}
 		tensor_free(x->grad);
 		lf_drop(&f);
@@ -583,7 +583,7 @@ START_TEST(test_sequential_equals_batched)
 	struct tensor *mask =
 	    mask_i32(B, T, (const int[]){ 1, 1, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 0 });
 	for (int di = 0; di < 2; di++)
-		for (int ki = 0; ki < NN_NPROJ; ki++)
+		for (int ki = 0; ki < NKINDS; ki++)
 			for (int v = 0; v < 2; v++) {
 				enum tensor_dtype dt = di ? TENSOR_F64 : TENSOR_F32;
 				struct lf f;
@@ -612,7 +612,7 @@ END_TEST
 START_TEST(test_dropout)
 {
 	const int64_t B = 2, T = 8, dim = 8;
-	for (int ki = 0; ki < NN_NPROJ; ki++) {
+	for (int ki = 0; ki < NKINDS; ki++) {
 		struct lf f, f0;
 		lf_make(&f, TENSOR_F64,
 			(struct cfg){ dim, 2, 8, 4, kinds[ki], NN_SHARE_HEADWISE, false, false, 0.5,
@@ -674,14 +674,14 @@ START_TEST(test_memory_long_n)
 	size_t scores = sizeof(float) * (size_t)(B * H * n * n);
 	size_t std_peak = peak_of(NULL, &a, x);
 	ck_assert_msg(std_peak >= scores, "standard peak %zu", std_peak);
-	for (int ki = 0; ki < NN_NPROJ; ki++) {
+	for (int ki = 0; ki < NKINDS; ki++) {
 		struct lf f;
 		lf_make(&f, TENSOR_F32,
 			(struct cfg){ dim, H, n, k, kinds[ki], NN_SHARE_HEADWISE, false, false, 0,
 				      25 });
 		size_t lpeak = peak_of(&f.m, NULL, x);
 		ck_assert_msg(lpeak < scores / 4, "%s: peak %zu vs one n x n score tensor %zu",
-			      nn_proj_kind_name(kinds[ki]), lpeak, scores);
+			      nn_attn_kind_name(kinds[ki]), lpeak, scores);
 		lf_drop(&f);
 	}
 	ag_tape_reset();
@@ -699,7 +699,7 @@ START_TEST(test_sequential_heads_bound)
 		const int64_t n = above ? 8192 : 1024; /* H x n x k: 2Mi or 256Ki */
 		struct lf f;
 		lf_make(&f, TENSOR_F32,
-			(struct cfg){ dim, H, n, k, NN_PROJ_LINEAR, NN_SHARE_HEADWISE, false, false,
+			(struct cfg){ dim, H, n, k, NN_ATTN_LINEAR, NN_SHARE_HEADWISE, false, false,
 				      0, 26 });
 		struct tensor *x = tu_rand(TENSOR_F32, 3, (int64_t[]){ 1, n, dim }, 27);
 		size_t peak[2];
@@ -731,7 +731,7 @@ START_TEST(test_init_errors)
 	struct nn_params ps;
 	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 1), TENSOR_OK);
 	struct nn_linformer m;
-	const enum nn_proj_kind L = NN_PROJ_LINEAR;
+	const enum nn_attn_kind L = NN_ATTN_LINEAR;
 	const enum nn_proj_sharing HW = NN_SHARE_HEADWISE;
 	tu_assert_error(nn_linformer_init(NULL, &ps, "a", 8, 2, 8, 4, L, HW, 0, 0, 0, NULL) < 0,
 			TENSOR_ERR_ARG, "nn_linformer_init", NULL);
@@ -747,15 +747,17 @@ START_TEST(test_init_errors)
 			TENSOR_ERR_ARG, "n 8 -> k 9", "1 <= k <= n");
 	tu_assert_error(nn_linformer_init(&m, &ps, "a", 8, 2, 8, 0, L, HW, 0, 0, 0, NULL) < 0,
 			TENSOR_ERR_ARG, "n 8 -> k 0", "1 <= k <= n");
-	const enum nn_proj_kind win[3] = { NN_PROJ_CONV, NN_PROJ_MEAN, NN_PROJ_MAX };
+	const enum nn_attn_kind win[3] = { NN_ATTN_CONV, NN_ATTN_MEAN, NN_ATTN_MAX };
 	for (int i = 0; i < 3; i++)
 		tu_assert_error(
 		    nn_linformer_init(&m, &ps, "a", 8, 2, 12, 5, win[i], HW, 0, 0, 0, NULL) < 0,
-		    TENSOR_ERR_ARG, "n 12 is not divisible by k 5", nn_proj_kind_name(win[i]));
+		    TENSOR_ERR_ARG, "n 12 is not divisible by k 5", nn_attn_kind_name(win[i]));
 	/* a learned or random projection takes any k <= n */
-	tu_assert_error(nn_linformer_init(&m, &ps, "a", 8, 2, 8, 4, NN_NPROJ, HW, 0, 0, 0, NULL) <
-			    0,
-			TENSOR_ERR_ARG, "nn_linformer_init", "unknown");
+	for (int bad = 0; bad < 2; bad++) /* standard, or past the enum */
+		tu_assert_error(nn_linformer_init(&m, &ps, "a", 8, 2, 8, 4,
+						  bad ? NN_NATTN : NN_ATTN_STANDARD, HW, 0, 0, 0,
+						  NULL) < 0,
+				TENSOR_ERR_ARG, "nn_linformer_init", "unknown");
 	tu_assert_error(nn_linformer_init(&m, &ps, "a", 8, 2, 8, 4, L, (enum nn_proj_sharing)4, 0,
 					  0, 0, NULL) < 0,
 			TENSOR_ERR_ARG, "nn_linformer_init", "sharing");
@@ -776,7 +778,7 @@ START_TEST(test_init_errors)
 	ck_assert_int_eq(nn_seq_proj_init(&sh, &ps, "proj", L, 8, 4, 2, false, 0, false),
 			 TENSOR_OK);
 	ck_assert_int_eq(
-	    nn_seq_proj_init(&shc, &ps, "projc", NN_PROJ_CONV, 8, 4, 1, false, 4, false),
+	    nn_seq_proj_init(&shc, &ps, "projc", NN_ATTN_CONV, 8, 4, 1, false, 4, false),
 	    TENSOR_OK);
 	tu_assert_error(nn_linformer_init(&m, &ps, "a", 8, 2, 8, 4, L, HW, 0, 0, 0, &sh) < 0,
 			TENSOR_ERR_ARG, "shared projection was passed with headwise",
@@ -784,15 +786,15 @@ START_TEST(test_init_errors)
 	tu_assert_error(
 	    nn_linformer_init(&m, &ps, "a", 8, 2, 8, 2, L, NN_SHARE_LAYERWISE, 0, 0, 0, &sh) < 0,
 	    TENSOR_ERR_ARG, "layerwise projection is linear n 8 -> k 4", "needs linear n 8 -> k 2");
-	tu_assert_error(nn_linformer_init(&m, &ps, "a", 8, 2, 8, 4, NN_PROJ_RANDOM,
+	tu_assert_error(nn_linformer_init(&m, &ps, "a", 8, 2, 8, 4, NN_ATTN_RANDOM,
 					  NN_SHARE_LAYERWISE, 0, 0, 0, &sh) < 0,
 			TENSOR_ERR_ARG, "layerwise projection is linear", "needs random");
 	/* conv channels: head dim 4 matches, dense (8) does not */
-	tu_assert_error(nn_linformer_init(&m, &ps, "a", 8, 2, 8, 4, NN_PROJ_CONV,
+	tu_assert_error(nn_linformer_init(&m, &ps, "a", 8, 2, 8, 4, NN_ATTN_CONV,
 					  NN_SHARE_LAYERWISE, true, 0, 0, &shc) < 0,
 			TENSOR_ERR_ARG, "(4 channels)", "(8 channels, dense)");
 	ck_assert_int_eq(ps.n, 3);
-	ck_assert_int_eq(nn_linformer_init(&m, &ps, "a", 8, 2, 8, 4, NN_PROJ_CONV,
+	ck_assert_int_eq(nn_linformer_init(&m, &ps, "a", 8, 2, 8, 4, NN_ATTN_CONV,
 					   NN_SHARE_LAYERWISE, false, 0, 0, &shc),
 			 TENSOR_OK);
 	struct nn_linformer dup;
@@ -810,7 +812,7 @@ START_TEST(test_forward_errors)
 {
 	struct lf f;
 	lf_make(&f, TENSOR_F32,
-		(struct cfg){ 8, 2, 8, 4, NN_PROJ_CONV, NN_SHARE_HEADWISE, false, false, 0, 1 });
+		(struct cfg){ 8, 2, 8, 4, NN_ATTN_CONV, NN_SHARE_HEADWISE, false, false, 0, 1 });
 	struct tensor *xl = tu_rand(TENSOR_F32, 3, (int64_t[]){ 2, 9, 8 }, 1);
 	tu_assert_error(!nn_linformer_forward(&f.m, xl, NULL), TENSOR_ERR_SHAPE,
 			"sequence length T 9 is longer than n 8", "nn_linformer_forward");

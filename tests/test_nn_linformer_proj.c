@@ -14,13 +14,13 @@
 /* ---- helpers --------------------------------------------------------------------- */
 
 /* Parameters of one projection, as documented. */
-static int64_t proj_count(enum nn_proj_kind kind, bool per_head, int64_t heads, int64_t n,
+static int64_t proj_count(enum nn_attn_kind kind, bool per_head, int64_t heads, int64_t n,
 			  int64_t k, int64_t c)
 {
 	switch (kind) {
-	case NN_PROJ_LINEAR:
-	case NN_PROJ_RANDOM: return (per_head ? heads : 1) * k * n;
-	case NN_PROJ_CONV: return c * c * (n / k) + c;
+	case NN_ATTN_LINEAR:
+	case NN_ATTN_RANDOM: return (per_head ? heads : 1) * k * n;
+	case NN_ATTN_CONV: return c * c * (n / k) + c;
 	default: return 0;
 	}
 }
@@ -29,10 +29,10 @@ static int64_t proj_count(enum nn_proj_kind kind, bool per_head, int64_t heads, 
 
 START_TEST(test_names)
 {
-	const char *kn[NN_NPROJ] = { "linear", "conv", "mean", "max", "random" };
-	for (int i = 0; i < NN_NPROJ; i++) {
-		ck_assert_str_eq(nn_proj_kind_name(kinds[i]), kn[i]);
-		ck_assert_int_eq(nn_proj_kind_parse(kn[i]), kinds[i]);
+	const char *kn[NKINDS] = { "linear", "conv", "mean", "max", "random" };
+	for (int i = 0; i < NKINDS; i++) {
+		ck_assert_str_eq(nn_attn_kind_name(kinds[i]), kn[i]);
+		ck_assert_int_eq(nn_attn_kind_parse(kn[i]), kinds[i]);
 	}
 	const char *sn[4] = { "none", "headwise", "kv", "layerwise" };
 	for (int i = 0; i < 4; i++) {
@@ -40,13 +40,15 @@ START_TEST(test_names)
 		ck_assert_int_eq(nn_proj_sharing_parse(sn[i]), sharings[i]);
 	}
 	ck_assert_int_eq(nn_proj_sharing_parse("key-value"), NN_SHARE_KV);
-	ck_assert_int_eq(nn_proj_kind_parse("Linear"), -1);
-	ck_assert_int_eq(nn_proj_kind_parse(""), -1);
-	ck_assert_int_eq(nn_proj_kind_parse(NULL), -1);
+	ck_assert_int_eq(nn_attn_kind_parse("Linear"), -1);
+	ck_assert_int_eq(nn_attn_kind_parse(""), -1);
+	ck_assert_int_eq(nn_attn_kind_parse(NULL), -1);
 	ck_assert_int_eq(nn_proj_sharing_parse("heads"), -1);
 	ck_assert_int_eq(nn_proj_sharing_parse(NULL), -1);
-	ck_assert_str_eq(nn_proj_kind_name(NN_NPROJ), "unknown");
-	ck_assert_str_eq(nn_proj_kind_name((enum nn_proj_kind) - 1), "unknown");
+	ck_assert_str_eq(nn_attn_kind_name(NN_ATTN_STANDARD), "standard");
+	ck_assert_int_eq(nn_attn_kind_parse("standard"), NN_ATTN_STANDARD);
+	ck_assert_str_eq(nn_attn_kind_name(NN_NATTN), "unknown");
+	ck_assert_str_eq(nn_attn_kind_name((enum nn_attn_kind) - 1), "unknown");
 	ck_assert_str_eq(nn_proj_sharing_name((enum nn_proj_sharing)4), "unknown");
 }
 END_TEST
@@ -59,25 +61,25 @@ START_TEST(test_seq_proj_params)
 	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 3), TENSOR_OK);
 	struct nn_seq_proj p[7];
 	ck_assert_int_eq(
-	    nn_seq_proj_init(&p[0], &ps, "lin", NN_PROJ_LINEAR, 12, 3, 4, false, 0, false),
+	    nn_seq_proj_init(&p[0], &ps, "lin", NN_ATTN_LINEAR, 12, 3, 4, false, 0, false),
 	    TENSOR_OK);
 	ck_assert_int_eq(
-	    nn_seq_proj_init(&p[1], &ps, "linh", NN_PROJ_LINEAR, 12, 3, 4, true, 0, false),
+	    nn_seq_proj_init(&p[1], &ps, "linh", NN_ATTN_LINEAR, 12, 3, 4, true, 0, false),
 	    TENSOR_OK);
 	ck_assert_int_eq(
-	    nn_seq_proj_init(&p[2], &ps, "rnd", NN_PROJ_RANDOM, 12, 5, 4, true, 0, false),
+	    nn_seq_proj_init(&p[2], &ps, "rnd", NN_ATTN_RANDOM, 12, 5, 4, true, 0, false),
 	    TENSOR_OK);
 	ck_assert_int_eq(
-	    nn_seq_proj_init(&p[3], &ps, "conv", NN_PROJ_CONV, 12, 3, 4, false, 6, false),
+	    nn_seq_proj_init(&p[3], &ps, "conv", NN_ATTN_CONV, 12, 3, 4, false, 6, false),
 	    TENSOR_OK);
 	ck_assert_int_eq(
-	    nn_seq_proj_init(&p[4], &ps, "dense", NN_PROJ_CONV, 12, 4, 4, false, 24, true),
+	    nn_seq_proj_init(&p[4], &ps, "dense", NN_ATTN_CONV, 12, 4, 4, false, 24, true),
 	    TENSOR_OK);
 	ck_assert_int_eq(
-	    nn_seq_proj_init(&p[5], &ps, "mean", NN_PROJ_MEAN, 12, 6, 4, false, 0, true),
+	    nn_seq_proj_init(&p[5], &ps, "mean", NN_ATTN_MEAN, 12, 6, 4, false, 0, true),
 	    TENSOR_OK);
 	ck_assert_int_eq(
-	    nn_seq_proj_init(&p[6], &ps, "max", NN_PROJ_MAX, 12, 12, 4, false, 0, false),
+	    nn_seq_proj_init(&p[6], &ps, "max", NN_ATTN_MAX, 12, 12, 4, false, 0, false),
 	    TENSOR_OK);
 	ck_assert_int_eq(ps.n, 7);
 	const struct {
@@ -100,7 +102,7 @@ START_TEST(test_seq_proj_params)
 	ck_assert(p[5].weight == NULL && p[5].bias == NULL && p[6].weight == NULL);
 	ck_assert(!p[5].dense); /* dense means a dense conv only */
 	ck_assert(p[4].dense && p[4].channels == 24 && p[4].k == 4 && p[4].n == 12);
-	ck_assert(p[1].per_head && p[1].heads == 4 && p[1].kind == NN_PROJ_LINEAR);
+	ck_assert(p[1].per_head && p[1].heads == 4 && p[1].kind == NN_ATTN_LINEAR);
 	int64_t count = 3 * 12 + 4 * 3 * 12 + 4 * 5 * 12 + (6 * 6 * 4 + 6) + (24 * 24 * 3 + 24);
 	ck_assert_int_eq(nn_params_count(&ps), count);
 	/* trainable except the random projection; biases excluded from decay */
@@ -137,16 +139,16 @@ START_TEST(test_seq_proj_init_values)
 	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 5), TENSOR_OK);
 	struct nn_seq_proj lin, rnd, rndh, conv;
 	ck_assert_int_eq(
-	    nn_seq_proj_init(&lin, &ps, "l", NN_PROJ_LINEAR, 512, 64, 1, false, 0, false),
+	    nn_seq_proj_init(&lin, &ps, "l", NN_ATTN_LINEAR, 512, 64, 1, false, 0, false),
 	    TENSOR_OK);
 	ck_assert_int_eq(
-	    nn_seq_proj_init(&rnd, &ps, "r", NN_PROJ_RANDOM, 512, 64, 1, false, 0, false),
+	    nn_seq_proj_init(&rnd, &ps, "r", NN_ATTN_RANDOM, 512, 64, 1, false, 0, false),
 	    TENSOR_OK);
 	ck_assert_int_eq(
-	    nn_seq_proj_init(&rndh, &ps, "rh", NN_PROJ_RANDOM, 256, 16, 4, true, 0, false),
+	    nn_seq_proj_init(&rndh, &ps, "rh", NN_ATTN_RANDOM, 256, 16, 4, true, 0, false),
 	    TENSOR_OK);
 	ck_assert_int_eq(
-	    nn_seq_proj_init(&conv, &ps, "c", NN_PROJ_CONV, 64, 8, 1, false, 64, false), TENSOR_OK);
+	    nn_seq_proj_init(&conv, &ps, "c", NN_ATTN_CONV, 64, 8, 1, false, 64, false), TENSOR_OK);
 	double mean, sd;
 	moments(lin.weight, &mean, &sd);
 	ck_assert(fabs(mean) < 0.01 && fabs(sd / sqrt(2.0 / 576) - 1) < 0.03);
@@ -164,7 +166,7 @@ START_TEST(test_seq_proj_init_values)
 	ck_assert_int_eq(nn_params_init(&ps2, TENSOR_F64, TENSOR_CPU, 5), TENSOR_OK);
 	struct nn_seq_proj rnd2;
 	ck_assert_int_eq(
-	    nn_seq_proj_init(&rnd2, &ps2, "r", NN_PROJ_RANDOM, 512, 64, 1, false, 0, false),
+	    nn_seq_proj_init(&rnd2, &ps2, "r", NN_ATTN_RANDOM, 512, 64, 1, false, 0, false),
 	    TENSOR_OK);
 	tu_assert_same(rnd2.weight, rnd.weight, 0);
 	nn_params_free(&ps2);
@@ -173,7 +175,7 @@ START_TEST(test_seq_proj_init_values)
 END_TEST
 
 /* One projection against the loops, S of n, f32/f64, contiguous/strided. */
-static void check_seq_proj(enum nn_proj_kind kind, bool per_head, int64_t heads, int64_t hx,
+static void check_seq_proj(enum nn_attn_kind kind, bool per_head, int64_t heads, int64_t hx,
 			   int64_t n, int64_t k, int64_t S, int64_t c, bool dense)
 {
 	for (int di = 0; di < 2; di++)
@@ -191,7 +193,7 @@ static void check_seq_proj(enum nn_proj_kind kind, bool per_head, int64_t heads,
 			if (strided)
 				x = tu_strided(x);
 			struct tensor *y = nn_seq_proj_forward(&p, x);
-			ck_assert_msg(y != NULL, "%s %s", nn_proj_kind_name(kind),
+			ck_assert_msg(y != NULL, "%s %s", nn_attn_kind_name(kind),
 				      tensor_last_error());
 			tu_assert_shape(y, 4, (int64_t[]){ B, ho, k, c });
 			double *want = malloc(sizeof(double) * (size_t)(B * ho * k * c));
@@ -207,22 +209,22 @@ START_TEST(test_seq_proj_forward)
 {
 	for (int full = 0; full < 2; full++) {
 		int64_t S = full ? 12 : 7; /* the first S of n = 12 positions */
-		check_seq_proj(NN_PROJ_LINEAR, false, 1, 3, 12, 4, S, 5, false);
-		check_seq_proj(NN_PROJ_LINEAR, true, 3, 3, 12, 4, S, 5, false);
-		check_seq_proj(NN_PROJ_LINEAR, true, 3, 1, 12, 4, S, 5, false); /* broadcast */
-		check_seq_proj(NN_PROJ_RANDOM, false, 1, 2, 12, 5, S, 3, false);
-		check_seq_proj(NN_PROJ_RANDOM, true, 2, 2, 12, 5, S, 3, false);
-		check_seq_proj(NN_PROJ_CONV, false, 1, 3, 12, 4, S, 5, false);
-		check_seq_proj(NN_PROJ_CONV, false, 1, 1, 12, 3, S, 8, true);
-		check_seq_proj(NN_PROJ_CONV, false, 1, 2, 12, 12, S, 3, false); /* kernel 1 */
-		check_seq_proj(NN_PROJ_CONV, false, 1, 2, 12, 1, S, 3, false);	/* one slot */
-		check_seq_proj(NN_PROJ_MEAN, false, 1, 3, 12, 4, S, 5, false);
-		check_seq_proj(NN_PROJ_MEAN, false, 1, 2, 12, 6, S, 4, false);
-		check_seq_proj(NN_PROJ_MAX, false, 1, 3, 12, 4, S, 5, false);
-		check_seq_proj(NN_PROJ_MAX, false, 1, 2, 12, 2, S, 4, false);
+		check_seq_proj(NN_ATTN_LINEAR, false, 1, 3, 12, 4, S, 5, false);
+		check_seq_proj(NN_ATTN_LINEAR, true, 3, 3, 12, 4, S, 5, false);
+		check_seq_proj(NN_ATTN_LINEAR, true, 3, 1, 12, 4, S, 5, false); /* broadcast */
+		check_seq_proj(NN_ATTN_RANDOM, false, 1, 2, 12, 5, S, 3, false);
+		check_seq_proj(NN_ATTN_RANDOM, true, 2, 2, 12, 5, S, 3, false);
+		check_seq_proj(NN_ATTN_CONV, false, 1, 3, 12, 4, S, 5, false);
+		check_seq_proj(NN_ATTN_CONV, false, 1, 1, 12, 3, S, 8, true);
+		check_seq_proj(NN_ATTN_CONV, false, 1, 2, 12, 12, S, 3, false); /* kernel 1 */
+		check_seq_proj(NN_ATTN_CONV, false, 1, 2, 12, 1, S, 3, false);	/* one slot */
+		check_seq_proj(NN_ATTN_MEAN, false, 1, 3, 12, 4, S, 5, false);
+		check_seq_proj(NN_ATTN_MEAN, false, 1, 2, 12, 6, S, 4, false);
+		check_seq_proj(NN_ATTN_MAX, false, 1, 3, 12, 4, S, 5, false);
+		check_seq_proj(NN_ATTN_MAX, false, 1, 2, 12, 2, S, 4, false);
 	}
-	check_seq_proj(NN_PROJ_LINEAR, false, 1, 2, 6, 6, 0, 3, false); /* empty input */
-	check_seq_proj(NN_PROJ_MEAN, false, 1, 2, 6, 3, 0, 3, false);
+	check_seq_proj(NN_ATTN_LINEAR, false, 1, 2, 6, 6, 0, 3, false); /* empty input */
+	check_seq_proj(NN_ATTN_MEAN, false, 1, 2, 6, 3, 0, 3, false);
 }
 END_TEST
 
@@ -231,61 +233,64 @@ START_TEST(test_seq_proj_errors)
 	struct nn_params ps;
 	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 1), TENSOR_OK);
 	struct nn_seq_proj p;
-	tu_assert_error(nn_seq_proj_init(NULL, &ps, "E", NN_PROJ_LINEAR, 8, 4, 1, false, 0, false) <
+	tu_assert_error(nn_seq_proj_init(NULL, &ps, "E", NN_ATTN_LINEAR, 8, 4, 1, false, 0, false) <
 			    0,
 			TENSOR_ERR_ARG, "nn_seq_proj_init", NULL);
-	tu_assert_error(nn_seq_proj_init(&p, NULL, "E", NN_PROJ_LINEAR, 8, 4, 1, false, 0, false) <
+	tu_assert_error(nn_seq_proj_init(&p, NULL, "E", NN_ATTN_LINEAR, 8, 4, 1, false, 0, false) <
 			    0,
 			TENSOR_ERR_ARG, "nn_seq_proj_init", NULL);
-	tu_assert_error(nn_seq_proj_init(&p, &ps, NULL, NN_PROJ_LINEAR, 8, 4, 1, false, 0, false) <
+	tu_assert_error(nn_seq_proj_init(&p, &ps, NULL, NN_ATTN_LINEAR, 8, 4, 1, false, 0, false) <
 			    0,
 			TENSOR_ERR_ARG, "nn_seq_proj_init", NULL);
-	tu_assert_error(nn_seq_proj_init(&p, &ps, "E", NN_NPROJ, 8, 4, 1, false, 0, false) < 0,
-			TENSOR_ERR_ARG, "nn_seq_proj_init", "unknown kind");
-	tu_assert_error(nn_seq_proj_init(&p, &ps, "E", NN_PROJ_LINEAR, 8, 9, 1, false, 0, false) <
+	tu_assert_error(nn_seq_proj_init(&p, &ps, "E", NN_NATTN, 8, 4, 1, false, 0, false) < 0,
+			TENSOR_ERR_ARG, "nn_seq_proj_init", "is not a projection");
+	tu_assert_error(nn_seq_proj_init(&p, &ps, "E", NN_ATTN_STANDARD, 8, 4, 1, false, 0, false) <
+			    0,
+			TENSOR_ERR_ARG, "nn_seq_proj_init: 'E': kind 0 is not a projection", NULL);
+	tu_assert_error(nn_seq_proj_init(&p, &ps, "E", NN_ATTN_LINEAR, 8, 9, 1, false, 0, false) <
 			    0,
 			TENSOR_ERR_ARG, "n 8 -> k 9", "1 <= k <= n");
-	tu_assert_error(nn_seq_proj_init(&p, &ps, "E", NN_PROJ_RANDOM, 8, 0, 1, false, 0, false) <
+	tu_assert_error(nn_seq_proj_init(&p, &ps, "E", NN_ATTN_RANDOM, 8, 0, 1, false, 0, false) <
 			    0,
 			TENSOR_ERR_ARG, "n 8 -> k 0", "1 <= k <= n");
-	tu_assert_error(nn_seq_proj_init(&p, &ps, "E", NN_PROJ_LINEAR, 0, 0, 1, false, 0, false) <
+	tu_assert_error(nn_seq_proj_init(&p, &ps, "E", NN_ATTN_LINEAR, 0, 0, 1, false, 0, false) <
 			    0,
 			TENSOR_ERR_ARG, "nn_seq_proj_init", "n 0");
-	const enum nn_proj_kind win[3] = { NN_PROJ_CONV, NN_PROJ_MEAN, NN_PROJ_MAX };
+	const enum nn_attn_kind win[3] = { NN_ATTN_CONV, NN_ATTN_MEAN, NN_ATTN_MAX };
 	for (int i = 0; i < 3; i++)
 		tu_assert_error(
 		    nn_seq_proj_init(&p, &ps, "E", win[i], 10, 4, 1, false, 4, false) < 0,
-		    TENSOR_ERR_ARG, "n 10 is not divisible by k 4", nn_proj_kind_name(win[i]));
-	tu_assert_error(nn_seq_proj_init(&p, &ps, "E", NN_PROJ_LINEAR, 8, 4, 0, false, 0, false) <
+		    TENSOR_ERR_ARG, "n 10 is not divisible by k 4", nn_attn_kind_name(win[i]));
+	tu_assert_error(nn_seq_proj_init(&p, &ps, "E", NN_ATTN_LINEAR, 8, 4, 0, false, 0, false) <
 			    0,
 			TENSOR_ERR_ARG, "nn_seq_proj_init", "heads 0");
-	tu_assert_error(nn_seq_proj_init(&p, &ps, "E", NN_PROJ_CONV, 8, 4, 2, true, 4, false) < 0,
+	tu_assert_error(nn_seq_proj_init(&p, &ps, "E", NN_ATTN_CONV, 8, 4, 2, true, 4, false) < 0,
 			TENSOR_ERR_ARG, "per-head", "conv");
-	tu_assert_error(nn_seq_proj_init(&p, &ps, "E", NN_PROJ_MEAN, 8, 4, 2, true, 4, false) < 0,
+	tu_assert_error(nn_seq_proj_init(&p, &ps, "E", NN_ATTN_MEAN, 8, 4, 2, true, 4, false) < 0,
 			TENSOR_ERR_ARG, "per-head", "mean");
-	tu_assert_error(nn_seq_proj_init(&p, &ps, "E", NN_PROJ_CONV, 8, 4, 1, false, 0, false) < 0,
+	tu_assert_error(nn_seq_proj_init(&p, &ps, "E", NN_ATTN_CONV, 8, 4, 1, false, 0, false) < 0,
 			TENSOR_ERR_ARG, "nn_seq_proj_init", "channels");
 	char longname[NN_NAME_MAX];
 	memset(longname, 'x', sizeof longname - 3);
 	longname[sizeof longname - 3] = 0;
 	tu_assert_error(
-	    nn_seq_proj_init(&p, &ps, longname, NN_PROJ_LINEAR, 8, 4, 1, false, 0, false) < 0,
+	    nn_seq_proj_init(&p, &ps, longname, NN_ATTN_LINEAR, 8, 4, 1, false, 0, false) < 0,
 	    TENSOR_ERR_ARG, "longer than", NULL);
 	ck_assert(p.weight == NULL && p.k == 0);
 	ck_assert_int_eq(ps.n, 0);
-	ck_assert_int_eq(nn_seq_proj_init(&p, &ps, "E", NN_PROJ_LINEAR, 8, 4, 1, false, 0, false),
+	ck_assert_int_eq(nn_seq_proj_init(&p, &ps, "E", NN_ATTN_LINEAR, 8, 4, 1, false, 0, false),
 			 TENSOR_OK);
 	struct nn_seq_proj dup;
-	tu_assert_error(nn_seq_proj_init(&dup, &ps, "E", NN_PROJ_LINEAR, 8, 4, 1, false, 0, false) <
+	tu_assert_error(nn_seq_proj_init(&dup, &ps, "E", NN_ATTN_LINEAR, 8, 4, 1, false, 0, false) <
 			    0,
 			TENSOR_ERR_ARG, "E.weight", "already exists");
 	ck_assert(dup.weight == NULL);
 
 	/* forward */
 	struct nn_seq_proj ph, conv;
-	ck_assert_int_eq(nn_seq_proj_init(&ph, &ps, "Eh", NN_PROJ_LINEAR, 8, 4, 3, true, 0, false),
+	ck_assert_int_eq(nn_seq_proj_init(&ph, &ps, "Eh", NN_ATTN_LINEAR, 8, 4, 3, true, 0, false),
 			 TENSOR_OK);
-	ck_assert_int_eq(nn_seq_proj_init(&conv, &ps, "C", NN_PROJ_CONV, 8, 4, 1, false, 5, false),
+	ck_assert_int_eq(nn_seq_proj_init(&conv, &ps, "C", NN_ATTN_CONV, 8, 4, 1, false, 5, false),
 			 TENSOR_OK);
 	struct tensor *x3 = tu_rand(TENSOR_F32, 3, (int64_t[]){ 2, 8, 5 }, 1);
 	tu_assert_error(!nn_seq_proj_forward(&p, x3), TENSOR_ERR_SHAPE, "nn_seq_proj_forward",
@@ -323,12 +328,12 @@ END_TEST
 START_TEST(test_shapes_and_counts)
 {
 	const int64_t B = 2, T = 10, dim = 12, H = 3, n = 12, k = 4, d = dim / H;
-	for (int ki = 0; ki < NN_NPROJ; ki++)
+	for (int ki = 0; ki < NKINDS; ki++)
 		for (int si = 0; si < 4; si++)
 			for (int v = 0; v < 4; v++) {
 				struct cfg c = { dim,	       H,     n,     k,	  kinds[ki],
 						 sharings[si], v & 2, v & 1, 0.1, 11 };
-				if (c.dense && c.kind != NN_PROJ_CONV)
+				if (c.dense && c.kind != NN_ATTN_CONV)
 					continue;
 				char name[128];
 				cfg_str(&c, name, sizeof name);
@@ -337,7 +342,7 @@ START_TEST(test_shapes_and_counts)
 				int64_t kvd = c.skv ? d : dim, ch = c.dense ? kvd : d;
 				bool per_head =
 				    c.sharing == NN_SHARE_NONE &&
-				    (c.kind == NN_PROJ_LINEAR || c.kind == NN_PROJ_RANDOM);
+				    (c.kind == NN_ATTN_LINEAR || c.kind == NN_ATTN_RANDOM);
 				int64_t one = proj_count(c.kind, per_head, H, n, k, ch);
 				int nproj = c.sharing == NN_SHARE_LAYERWISE ? 1
 					    : c.sharing == NN_SHARE_KV	    ? 1
@@ -350,7 +355,7 @@ START_TEST(test_shapes_and_counts)
 				tu_assert_shape(f.m.k_proj.weight, 2, (int64_t[]){ kvd, dim });
 				tu_assert_shape(f.m.v_proj.bias, 1, (int64_t[]){ kvd });
 				tu_assert_shape(f.m.q_proj.weight, 2, (int64_t[]){ dim, dim });
-				bool has_w = c.kind != NN_PROJ_MEAN && c.kind != NN_PROJ_MAX;
+				bool has_w = c.kind != NN_ATTN_MEAN && c.kind != NN_ATTN_MAX;
 				bool own = c.sharing != NN_SHARE_LAYERWISE;
 				bool has_f = own && c.sharing != NN_SHARE_KV;
 				ck_assert_msg((nn_params_find(&f.ps, "attn.E.weight") != NULL) ==
@@ -359,7 +364,7 @@ START_TEST(test_shapes_and_counts)
 				ck_assert((nn_params_find(&f.ps, "attn.F.weight") != NULL) ==
 					  (has_w && has_f));
 				ck_assert((nn_params_find(&f.ps, "attn.E.bias") != NULL) ==
-					  (c.kind == NN_PROJ_CONV && own));
+					  (c.kind == NN_ATTN_CONV && own));
 				ck_assert((nn_params_find(&f.ps, "proj.weight") != NULL) ==
 					  (has_w && !own));
 				/* which projection is used for keys and values */
@@ -369,13 +374,13 @@ START_TEST(test_shapes_and_counts)
 								 : &f.m.e));
 				if (has_w && own) {
 					struct tensor *w = f.m.e.weight;
-					if (c.kind == NN_PROJ_CONV)
+					if (c.kind == NN_ATTN_CONV)
 						tu_assert_shape(w, 3, (int64_t[]){ ch, ch, n / k });
 					else if (per_head)
 						tu_assert_shape(w, 3, (int64_t[]){ H, k, n });
 					else
 						tu_assert_shape(w, 2, (int64_t[]){ k, n });
-					ck_assert(w->requires_grad == (c.kind != NN_PROJ_RANDOM));
+					ck_assert(w->requires_grad == (c.kind != NN_ATTN_RANDOM));
 				}
 				ck_assert(f.m.n == n && f.m.k == k && f.m.heads == H &&
 					  f.m.dim == dim && f.m.sharing == c.sharing &&
@@ -398,9 +403,9 @@ START_TEST(test_conv_dense_vs_per_head)
 	const int64_t dim = 16, H = 4, n = 16, k = 4, d = 4;
 	struct lf ph, de;
 	lf_make(&ph, TENSOR_F32,
-		(struct cfg){ dim, H, n, k, NN_PROJ_CONV, NN_SHARE_HEADWISE, false, false, 0, 1 });
+		(struct cfg){ dim, H, n, k, NN_ATTN_CONV, NN_SHARE_HEADWISE, false, false, 0, 1 });
 	lf_make(&de, TENSOR_F32,
-		(struct cfg){ dim, H, n, k, NN_PROJ_CONV, NN_SHARE_HEADWISE, true, false, 0, 1 });
+		(struct cfg){ dim, H, n, k, NN_ATTN_CONV, NN_SHARE_HEADWISE, true, false, 0, 1 });
 	tu_assert_shape(ph.m.e.weight, 3, (int64_t[]){ d, d, n / k });
 	tu_assert_shape(ph.m.f.bias, 1, (int64_t[]){ d });
 	tu_assert_shape(de.m.e.weight, 3, (int64_t[]){ dim, dim, n / k });
@@ -433,7 +438,7 @@ START_TEST(test_shared_kv_head)
 	/* one key/value head: every query head sees the same projected keys, so
 	 * swapping two query heads' weights swaps their outputs before out_proj */
 	const int64_t B = 2, T = 8, dim = 8, H = 2, d = 4;
-	for (int ki = 0; ki < NN_NPROJ; ki++) {
+	for (int ki = 0; ki < NKINDS; ki++) {
 		struct lf f;
 		lf_make(&f, TENSOR_F64,
 			(struct cfg){ dim, H, 8, 4, kinds[ki], NN_SHARE_NONE, false, true, 0, 13 });
@@ -448,7 +453,7 @@ START_TEST(test_shared_kv_head)
 			ck_assert_int_eq(
 			    tensor_fill_(tensor_narrow(tensor_narrow(ow, 0, i, 1), 1, i, 1), 1),
 			    TENSOR_OK);
-		if (kinds[ki] == NN_PROJ_LINEAR || kinds[ki] == NN_PROJ_RANDOM) {
+		if (kinds[ki] == NN_ATTN_LINEAR || kinds[ki] == NN_ATTN_RANDOM) {
 			/* per-head E, F (sharing none): make both heads' projections
 			 * equal so the heads are interchangeable */
 			for (int p = 0; p < 2; p++) {
@@ -490,13 +495,13 @@ START_TEST(test_layerwise)
 	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 15), TENSOR_OK);
 	struct nn_seq_proj sh;
 	ck_assert_int_eq(
-	    nn_seq_proj_init(&sh, &ps, "proj", NN_PROJ_LINEAR, 6, 3, 2, false, 0, false),
+	    nn_seq_proj_init(&sh, &ps, "proj", NN_ATTN_LINEAR, 6, 3, 2, false, 0, false),
 	    TENSOR_OK);
 	struct nn_linformer l0, l1;
-	ck_assert_int_eq(nn_linformer_init(&l0, &ps, "layers.0.attn", 4, 2, 6, 3, NN_PROJ_LINEAR,
+	ck_assert_int_eq(nn_linformer_init(&l0, &ps, "layers.0.attn", 4, 2, 6, 3, NN_ATTN_LINEAR,
 					   NN_SHARE_LAYERWISE, false, false, 0, &sh),
 			 TENSOR_OK);
-	ck_assert_int_eq(nn_linformer_init(&l1, &ps, "layers.1.attn", 4, 2, 6, 3, NN_PROJ_LINEAR,
+	ck_assert_int_eq(nn_linformer_init(&l1, &ps, "layers.1.attn", 4, 2, 6, 3, NN_ATTN_LINEAR,
 					   NN_SHARE_LAYERWISE, false, false, 0, &sh),
 			 TENSOR_OK);
 	ck_assert(l0.e_used == &sh && l0.f_used == &sh && l1.e_used == &sh);
@@ -530,7 +535,7 @@ START_TEST(test_random_fixed_under_adamw)
 	 * unchanged while the trained weights move. */
 	struct lf f;
 	lf_make(&f, TENSOR_F32,
-		(struct cfg){ 8, 2, 8, 4, NN_PROJ_RANDOM, NN_SHARE_NONE, false, false, 0, 26 });
+		(struct cfg){ 8, 2, 8, 4, NN_ATTN_RANDOM, NN_SHARE_NONE, false, false, 0, 26 });
 	ck_assert_int_eq(nn_params_pack(&f.ps), TENSOR_OK);
 	struct tensor *e0 = tensor_clone(f.m.e.weight), *f0 = tensor_clone(f.m.f.weight);
 	struct tensor *q0 = tensor_clone(f.m.q_proj.weight);
@@ -567,9 +572,9 @@ START_TEST(test_random_in_checkpoint)
 	close(fd);
 	struct lf a, b;
 	lf_make(&a, TENSOR_F32,
-		(struct cfg){ 8, 2, 8, 4, NN_PROJ_RANDOM, NN_SHARE_HEADWISE, false, false, 0, 28 });
+		(struct cfg){ 8, 2, 8, 4, NN_ATTN_RANDOM, NN_SHARE_HEADWISE, false, false, 0, 28 });
 	lf_make(&b, TENSOR_F32,
-		(struct cfg){ 8, 2, 8, 4, NN_PROJ_RANDOM, NN_SHARE_HEADWISE, false, false, 0, 29 });
+		(struct cfg){ 8, 2, 8, 4, NN_ATTN_RANDOM, NN_SHARE_HEADWISE, false, false, 0, 29 });
 	double *va = tu_values(a.m.e.weight), *vb = tu_values(b.m.e.weight);
 	ck_assert(va[0] != vb[0]); /* another seed, other values */
 	free(va);

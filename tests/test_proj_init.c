@@ -16,7 +16,7 @@ static void linear_proj(struct nn_params *ps, struct nn_seq_proj *p, int64_t n, 
 {
 	ck_assert_int_eq(nn_params_init(ps, TENSOR_F64, TENSOR_CPU, 7), TENSOR_OK);
 	ck_assert_int_eq(
-	    nn_seq_proj_init(p, ps, "E", NN_PROJ_LINEAR, n, k, heads, per_head, 0, false),
+	    nn_seq_proj_init(p, ps, "E", NN_ATTN_LINEAR, n, k, heads, per_head, 0, false),
 	    TENSOR_OK);
 }
 
@@ -67,7 +67,7 @@ START_TEST(test_equals_mean_pooling)
 	struct nn_params ps;
 	struct nn_seq_proj lin, mean;
 	linear_proj(&ps, &lin, 12, 4, 1, false);
-	ck_assert_int_eq(nn_seq_proj_init(&mean, &ps, "M", NN_PROJ_MEAN, 12, 4, 1, false, 0, false),
+	ck_assert_int_eq(nn_seq_proj_init(&mean, &ps, "M", NN_ATTN_MEAN, 12, 4, 1, false, 0, false),
 			 TENSOR_OK);
 	ck_assert_int_eq(nn_seq_proj_init_windows(&lin, 0.0), TENSOR_OK);
 	tensor_scope_begin();
@@ -112,7 +112,7 @@ START_TEST(test_errors_change_nothing)
 	struct nn_params ps;
 	struct nn_seq_proj p, conv;
 	linear_proj(&ps, &p, 8, 2, 1, false);
-	ck_assert_int_eq(nn_seq_proj_init(&conv, &ps, "C", NN_PROJ_CONV, 8, 2, 1, false, 3, false),
+	ck_assert_int_eq(nn_seq_proj_init(&conv, &ps, "C", NN_ATTN_CONV, 8, 2, 1, false, 3, false),
 			 TENSOR_OK);
 	double *before = tu_values(p.weight);
 	int rc = nn_seq_proj_init_windows(&p, -1.0);

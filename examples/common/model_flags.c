@@ -55,9 +55,9 @@ static void parse_k_list(struct model_config *c, const struct model_flags *m, co
 static void apply_proj(struct model_config *c, const struct model_flags *m, const char *prog)
 {
 	bool any = false;
-	enum model_attention a = (enum model_attention)model_attention_parse(m->proj);
+	enum nn_attn_kind a = (enum nn_attn_kind)nn_attn_kind_parse(m->proj);
 	for (int64_t i = 0; i < c->layers; i++)
-		if (c->attention[i] == MODEL_ATTN_LINEAR)
+		if (c->attention[i] == NN_ATTN_LINEAR)
 			c->attention[i] = a, any = true;
 	if (!any)
 		flags_fail(prog, "proj", "applies to Linformer (L) layers; --model %s has none",
