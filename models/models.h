@@ -92,8 +92,6 @@ int model_config_resolve(struct model_config *c);
 /* JSON of every field (malloc'd) and back; unknown keys are errors. */
 char *model_config_to_json(const struct model_config *c);
 int model_config_from_json(struct model_config *c, const char *json);
-const char *nn_attn_kind_name(enum nn_attn_kind a);
-int nn_attn_kind_parse(const char *name);
 /* "mean", "cls", "max" or "attention" -> its enum model_pooling; -1 for any other. */
 int model_pooling_parse(const char *name);
 /* "learned", "sinusoidal" or "none" <-> enum model_positions; -1 / "unknown" else. */
