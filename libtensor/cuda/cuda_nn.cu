@@ -1,6 +1,6 @@
 // CUDA softmax / log-softmax and its backward, layer and RMS norm and their
-// backward, and the fused AdamW and SGD updates. The CPU kernels
-// (cpu/cpu_nn.c, cpu/cpu_optim.c) are the reference: the same statistics in
+// backward (the fused optimizers are in cuda_optim.cu). The CPU kernels
+// (cpu/cpu_nn.c) are the reference: the same statistics in
 // double, the same float formulas, the same NaN / inf behaviour.
 //
 // Layout:
@@ -21,39 +21,19 @@
 //  - Norm backward's dw and db: blocks of 32 runs of columns by a slice of
 //    rows sum in double into partial [C] rows in cuda_scratch(), a second
 //    kernel adds the partials in slice order (deterministic, no atomics).
-//  - AdamW / SGD: one grid-stride pass, 16-byte vectors where aligned.
 //
 // Rounding: where the CPU rounds each float operation apart, the kernels use
 // __fadd_rn / __fmul_rn / __dmul_rn ... (nvcc would contract a * b + c into an
 // FMA). The CPU's f32 row kernels are built with FMA-capable clones (gcc
 // contracts a * b + c there), so the f32 norm formulas use the FMA where that
-// clone has one; AdamW and SGD are built for baseline x86-64 (no FMA) and are
-// matched bit for bit.
+// clone has one.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "cuda_rn.cuh"
 
-// ---- arithmetic rounded as written -----------------------------------------------
-
-// clang-format off
-__device__ static inline float add_rn(float a, float b) { return __fadd_rn(a, b); }
-__device__ static inline double add_rn(double a, double b) { return __dadd_rn(a, b); }
-__device__ static inline float sub_rn(float a, float b) { return __fsub_rn(a, b); }
-__device__ static inline double sub_rn(double a, double b) { return __dsub_rn(a, b); }
-__device__ static inline float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-__device__ static inline double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-__device__ static inline float div_rn(float a, float b) { return __fdiv_rn(a, b); }
-__device__ static inline double div_rn(double a, double b) { return __ddiv_rn(a, b); }
-__device__ static inline float sqrt_rn(float a) { return __fsqrt_rn(a); }
-__device__ static inline double sqrt_rn(double a) { return __dsqrt_rn(a); }
-__device__ static inline float exp_t(float a) { return expf(a); }
-__device__ static inline double exp_t(double a) { return exp(a); }
-// max ignoring NaN (as the CPU's x > m ? x : m, which never takes a NaN)
-__device__ static inline float max_t(float a, float b) { return fmaxf(a, b); }
-__device__ static inline double max_t(double a, double b) { return fmax(a, b); }
-// clang-format on
 
 // ---- rows of a strided operand ----------------------------------------------------
 
@@ -101,10 +81,6 @@ static rowgeom rowgeom_of(const struct tensor *t)
 	return a;
 }
 
-static bool aligned16(const void *p)
-{
-	return ((uintptr_t)p & 15) == 0;
-}
 
 // Rows of n elements starting 16-byte aligned at p, each n apart (contiguous).
 static bool vec_contig(const void *p, int64_t n, size_t es)
@@ -129,24 +105,6 @@ template <typename T, int N> __host__ __device__ constexpr int chunk()
 	return N >= (int)(16 / sizeof(T)) ? (int)(16 / sizeof(T)) : 1;
 }
 
-__device__ static inline void ld16(float *v, const float *p)
-{
-	float4 a = *(const float4 *)p;
-	v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-}
-__device__ static inline void ld16(double *v, const double *p)
-{
-	double2 a = *(const double2 *)p;
-	v[0] = a.x, v[1] = a.y;
-}
-__device__ static inline void st16(float *p, const float *v)
-{
-	*(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
-}
-__device__ static inline void st16(double *p, const double *v)
-{
-	*(double2 *)p = make_double2(v[0], v[1]);
-}
 
 // A chunk of a row is columns [base, base + G N), of which rem (< 2^31) lie
 // before the row's end; p points at the chunk's first element and offsets
@@ -672,88 +630,6 @@ __global__ void __launch_bounds__(PX *FY)
 		db[c] = (T)ab;
 }
 
-// ---- optimizers ---------------------------------------------------------------------------
-
-// AdamW coefficients as cpu_optim.c derives them from h (in double, then T).
-template <typename T> struct adamw_coef {
-	T a0, a1, a2, a3, a4, a5, a6;
-};
-
-// m += (g - m) a0; v = v a1 + g^2 a2; p = p a6 + m / (sqrt(v) a3 + a4) a5,
-// in T, each operation rounded apart as the CPU's (no FMA) loop.
-template <typename T>
-__device__ static inline void adamw_one(T &p, T &m, T &v, T g, const adamw_coef<T> &c)
-{
-	m = add_rn(m, mul_rn(sub_rn(g, m), c.a0));
-	v = add_rn(mul_rn(v, c.a1), mul_rn(mul_rn(g, g), c.a2));
-	p = add_rn(mul_rn(p, c.a6),
-		   mul_rn(div_rn(m, add_rn(mul_rn(sqrt_rn(v), c.a3), c.a4)), c.a5));
-}
-
-template <typename T>
-__global__ void adamw_kernel(T *p, T *m, T *v, const T *g, int64_t n, adamw_coef<T> c, int vec)
-{
-	constexpr int CH = 16 / sizeof(T);
-	int64_t head = vec ? n / CH * CH : 0;
-	CUDA_GRID_LOOP(i, head / CH)
-	{
-		T pv[CH], mv[CH], vv[CH], gv[CH];
-		ld16(pv, p + i * CH), ld16(mv, m + i * CH), ld16(vv, v + i * CH);
-		ld16(gv, g + i * CH);
-#pragma unroll
-		for (int e = 0; e < CH; e++)
-			adamw_one(pv[e], mv[e], vv[e], gv[e], c);
-		st16(p + i * CH, pv), st16(m + i * CH, mv), st16(v + i * CH, vv);
-	}
-	CUDA_GRID_LOOP(i, n - head)
-	{
-		int64_t k = head + i;
-		T pk = p[k], mk = m[k], vk = v[k];
-		adamw_one(pk, mk, vk, g[k], c);
-		p[k] = pk, m[k] = mk, v[k] = vk;
-	}
-}
-
-// d = g + p wd (g when wd is 0); with momentum b = b mu + d, d = b; p = p + d (-lr).
-template <typename T, bool MOM>
-__device__ static inline void sgd_one(T &p, T &b, T g, T nlr, T mu, T wd)
-{
-	T d = wd != (T)0 ? add_rn(g, mul_rn(p, wd)) : g;
-	if (MOM) {
-		b = add_rn(mul_rn(b, mu), d);
-		d = b;
-	}
-	p = add_rn(p, mul_rn(d, nlr));
-}
-
-template <typename T, bool MOM>
-__global__ void sgd_kernel(T *p, T *b, const T *g, int64_t n, T nlr, T mu, T wd, int vec)
-{
-	constexpr int CH = 16 / sizeof(T);
-	int64_t head = vec ? n / CH * CH : 0;
-	CUDA_GRID_LOOP(i, head / CH)
-	{
-		T pv[CH], bv[CH] = {}, gv[CH];
-		ld16(pv, p + i * CH), ld16(gv, g + i * CH);
-		if (MOM)
-			ld16(bv, b + i * CH);
-#pragma unroll
-		for (int e = 0; e < CH; e++)
-			sgd_one<T, MOM>(pv[e], bv[e], gv[e], nlr, mu, wd);
-		st16(p + i * CH, pv);
-		if (MOM)
-			st16(b + i * CH, bv);
-	}
-	CUDA_GRID_LOOP(i, n - head)
-	{
-		int64_t k = head + i;
-		T pk = p[k], bk = MOM ? b[k] : (T)0;
-		sgd_one<T, MOM>(pk, bk, g[k], nlr, mu, wd);
-		p[k] = pk;
-		if (MOM)
-			b[k] = bk;
-	}
-}
 
 // ---- host: launching the row kernels ----------------------------------------------------------
 
@@ -953,61 +829,4 @@ extern "C" int cuda_norm_backward(struct tensor *dx, struct tensor *dw, struct t
 	if (rc == TENSOR_OK && (dw || db))
 		rc = f32 ? norm_params<float>(a, dw, db) : norm_params<double>(a, dw, db);
 	return rc;
-}
-
-extern "C" int cuda_adamw(struct tensor *p, struct tensor *m, struct tensor *v,
-			  const struct tensor *g, const double *h)
-{
-	int64_t n = tensor_numel(p);
-	if (n == 0)
-		return TENSOR_OK;
-	// as cpu_optim.c's adamw_coef
-	double c[7];
-	c[0] = 1 - h[1], c[1] = h[2], c[2] = 1 - h[2], c[3] = 1 / sqrt(h[6]);
-	c[4] = h[3], c[5] = -h[0] / h[5], c[6] = 1 - h[0] * h[4];
-	void *pp = cuda_ptr(p), *pm = cuda_ptr(m), *pv = cuda_ptr(v), *pg = cuda_ptr(g);
-	int vec = aligned16(pp) && aligned16(pm) && aligned16(pv) && aligned16(pg);
-	int chunk = p->dtype == TENSOR_F32 ? 4 : 2;
-	unsigned grid = cuda_blocks(vec ? n / chunk + 1 : n, 256);
-	if (p->dtype == TENSOR_F32) {
-		adamw_coef<float> k = { (float)c[0], (float)c[1], (float)c[2], (float)c[3],
-					(float)c[4], (float)c[5], (float)c[6] };
-		adamw_kernel<float><<<grid, 256, 0, cuda_stream()>>>(
-		    (float *)pp, (float *)pm, (float *)pv, (const float *)pg, n, k, vec);
-	} else {
-		adamw_coef<double> k = { c[0], c[1], c[2], c[3], c[4], c[5], c[6] };
-		adamw_kernel<double><<<grid, 256, 0, cuda_stream()>>>(
-		    (double *)pp, (double *)pm, (double *)pv, (const double *)pg, n, k, vec);
-	}
-	return cuda_launched("adamw");
-}
-
-template <typename T>
-static void sgd_launch(struct tensor *p, struct tensor *buf, const struct tensor *g, int64_t n,
-		       const double *h)
-{
-	T *pp = (T *)cuda_ptr(p), *pb = buf ? (T *)cuda_ptr(buf) : NULL;
-	const T *pg = (const T *)cuda_ptr(g);
-	int vec = aligned16(pp) && aligned16(pg) && (!pb || aligned16(pb));
-	unsigned grid = cuda_blocks(vec ? n / (16 / sizeof(T)) + 1 : n, 256);
-	const T nlr = (T)-h[0], mu = (T)h[1], wd = (T)h[2];
-	if (pb)
-		sgd_kernel<T, true>
-		    <<<grid, 256, 0, cuda_stream()>>>(pp, pb, pg, n, nlr, mu, wd, vec);
-	else
-		sgd_kernel<T, false>
-		    <<<grid, 256, 0, cuda_stream()>>>(pp, pb, pg, n, nlr, mu, wd, vec);
-}
-
-extern "C" int cuda_sgd(struct tensor *p, struct tensor *buf, const struct tensor *g,
-			const double *h)
-{
-	int64_t n = tensor_numel(p);
-	if (n == 0)
-		return TENSOR_OK;
-	if (p->dtype == TENSOR_F32)
-		sgd_launch<float>(p, buf, g, n, h);
-	else
-		sgd_launch<double>(p, buf, g, n, h);
-	return cuda_launched("sgd");
 }
