@@ -106,6 +106,42 @@ static inline void make_classifier(struct model_classifier *m, struct nn_params 
 	ck_assert_int_eq(model_classifier_init(m, ps, c), TENSOR_OK);
 }
 
+/* What a training step changes: the parameters, AdamW's moments and step,
+ * the dropout stream. Heap copies (parameters packed, optimizer flat). */
+struct train_state {
+	struct tensor *flat, *m, *v;
+	int64_t step;
+	uint64_t rng;
+};
+
+static inline struct train_state train_state_save(const struct nn_params *ps,
+						  const struct nn_adamw *opt)
+{
+	tensor_heap_begin();
+	struct train_state s = { tensor_clone(ps->flat), tensor_clone(opt->flat_m),
+				 tensor_clone(opt->flat_v), opt->step, ps->rng_counter };
+	tensor_heap_end();
+	ck_assert(s.flat && s.m && s.v);
+	return s;
+}
+
+static inline void train_state_restore(struct nn_params *ps, struct nn_adamw *opt,
+				       const struct train_state *s)
+{
+	ck_assert_int_eq(tensor_copy_(ps->flat, s->flat), TENSOR_OK);
+	ck_assert_int_eq(tensor_copy_(opt->flat_m, s->m), TENSOR_OK);
+	ck_assert_int_eq(tensor_copy_(opt->flat_v, s->v), TENSOR_OK);
+	opt->step = s->step;
+	ps->rng_counter = s->rng;
+}
+
+static inline void train_state_free(struct train_state *s)
+{
+	tensor_free(s->flat);
+	tensor_free(s->m);
+	tensor_free(s->v);
+}
+
 static inline void drop_params(struct nn_params *ps)
 {
 	ag_tape_reset();

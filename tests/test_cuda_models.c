@@ -258,40 +258,6 @@ START_TEST(test_checkpoint_across_devices)
 }
 END_TEST
 
-/* The state a training step changes, as heap copies: parameters, AdamW's
- * moments and step, the dropout stream. */
-struct state {
-	struct tensor *flat, *m, *v;
-	int64_t step;
-	uint64_t rng;
-};
-
-static struct state save_state(const struct run *r)
-{
-	tensor_heap_begin();
-	struct state s = { tensor_clone(r->ps.flat), tensor_clone(r->opt.flat_m),
-			   tensor_clone(r->opt.flat_v), r->opt.step, r->ps.rng_counter };
-	tensor_heap_end();
-	ck_assert(s.flat && s.m && s.v);
-	return s;
-}
-
-static void restore_state(struct run *r, const struct state *s)
-{
-	ck_assert_int_eq(tensor_copy_(r->ps.flat, s->flat), TENSOR_OK);
-	ck_assert_int_eq(tensor_copy_(r->opt.flat_m, s->m), TENSOR_OK);
-	ck_assert_int_eq(tensor_copy_(r->opt.flat_v, s->v), TENSOR_OK);
-	r->opt.step = s->step;
-	r->ps.rng_counter = s->rng;
-}
-
-static void free_state(struct state *s)
-{
-	tensor_free(s->flat);
-	tensor_free(s->m);
-	tensor_free(s->v);
-}
-
 /* One training step in its own scope, the i-th allocation failing (i < 0:
  * none); whether the failure fired. */
 static int failing_step(struct run *r, int64_t i, bool *fired)
@@ -321,13 +287,13 @@ START_TEST(test_step_out_of_memory)
 	bool fired;
 	setup(&r, "linformer:2", TENSOR_F32, dev);
 	ck_assert_int_eq(failing_step(&r, -1, &fired), TENSOR_OK); /* AdamW's state exists */
-	struct state s = save_state(&r);
+	struct train_state s = train_state_save(&r.ps, &r.opt);
 	ck_assert_int_eq(failing_step(&r, -1, &fired), TENSOR_OK);
-	struct state want = save_state(&r);
+	struct train_state want = train_state_save(&r.ps, &r.opt);
 	size_t live = tensor_mem_stats(dev).live_bytes;
 	int64_t i, failures = 0;
 	for (i = 0;; i++) {
-		restore_state(&r, &s);
+		train_state_restore(&r.ps, &r.opt, &s);
 		int rc = failing_step(&r, i, &fired);
 		if (rc == TENSOR_OK) {
 			tensor_clear_error();
@@ -353,8 +319,8 @@ START_TEST(test_step_out_of_memory)
 		      (long long)failures, (long long)i);
 	printf("%s training step: %lld allocations, each failing in turn: %lld errors\n",
 	       tensor_device_name(dev), (long long)i, (long long)failures);
-	free_state(&s);
-	free_state(&want);
+	train_state_free(&s);
+	train_state_free(&want);
 	teardown(&r);
 }
 END_TEST

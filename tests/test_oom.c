@@ -83,46 +83,12 @@ static void teardown(struct fixture *f, bool mlm)
 	tensor_free(f->labels);
 }
 
-/* What an op may change: the parameters, AdamW's moments and step, the
- * dropout stream. Heap copies. */
-struct state {
-	struct tensor *flat, *m, *v;
-	int64_t step;
-	uint64_t rng;
-};
-
-static struct state save_state(const struct fixture *f)
-{
-	tensor_heap_begin();
-	struct state s = { tensor_clone(f->ps.flat), tensor_clone(f->opt.flat_m),
-			   tensor_clone(f->opt.flat_v), f->opt.step, f->ps.rng_counter };
-	tensor_heap_end();
-	ck_assert(s.flat && s.m && s.v);
-	return s;
-}
-
-static void restore_state(struct fixture *f, const struct state *s)
-{
-	ck_assert_int_eq(tensor_copy_(f->ps.flat, s->flat), TENSOR_OK);
-	ck_assert_int_eq(tensor_copy_(f->opt.flat_m, s->m), TENSOR_OK);
-	ck_assert_int_eq(tensor_copy_(f->opt.flat_v, s->v), TENSOR_OK);
-	f->opt.step = s->step;
-	f->ps.rng_counter = s->rng;
-}
-
-static void assert_state(const char *what, const struct fixture *f, const struct state *s)
+static void assert_state(const char *what, const struct fixture *f, const struct train_state *s)
 {
 	tu_assert_same(f->ps.flat, s->flat, 0);
 	tu_assert_same(f->opt.flat_m, s->m, 0);
 	tu_assert_same(f->opt.flat_v, s->v, 0);
 	ck_assert_msg(f->opt.step == s->step, "%s: the optimizer's step moved", what);
-}
-
-static void free_state(struct state *s)
-{
-	tensor_free(s->flat);
-	tensor_free(s->m);
-	tensor_free(s->v);
 }
 
 /* The armed failure (-1: none) and the allocations counted so far in this
@@ -218,13 +184,13 @@ static int infer_op(struct fixture *f, int scoped, struct tensor **out)
 static void every_allocation_fails(const char *what, struct fixture *f,
 				   int (*op)(struct fixture *, int, struct tensor **), int arg)
 {
-	struct state s = save_state(f);
+	struct train_state s = train_state_save(&f->ps, &f->opt);
 	struct tensor *want;
 	ck_assert_msg(op(f, arg, &want) == TENSOR_OK, "%s: %s", what, tensor_last_error());
 	size_t live = tensor_mem_stats(TENSOR_CPU).live_bytes;
 	int64_t i, failed = 0;
 	for (i = 0;; i++) {
-		restore_state(f, &s);
+		train_state_restore(&f->ps, &f->opt, &s);
 		struct tensor *got = NULL;
 		arm(i);
 		int rc = op(f, arg, &got);
@@ -254,7 +220,7 @@ static void every_allocation_fails(const char *what, struct fixture *f,
 	       "clean result\n",
 	       what, (long long)i, (long long)failed);
 	tensor_free(want);
-	free_state(&s);
+	train_state_free(&s);
 }
 
 static const char *presets[] = { "linformer:2", "transformer:2", "conv-linformer:2" };
@@ -500,7 +466,7 @@ struct ckpt {
 	char path[32], tmp[40]; /* tmp: the pattern of the temporary files */
 	char *want, *old;
 	long want_n, old_n;
-	struct state saved, moved;
+	struct train_state saved, moved;
 	int64_t step;
 };
 
@@ -532,7 +498,7 @@ static void save_check(void *p, int rc) /* the new file, or the old one, and no 
 static void load_reset(void *p)
 {
 	struct ckpt *c = p;
-	restore_state(&c->f, &c->moved);
+	train_state_restore(&c->f.ps, &c->f.opt, &c->moved);
 	c->step = -1;
 }
 
@@ -570,17 +536,17 @@ START_TEST(test_checkpoint)
 	tensor_free(out);
 	ck_assert_int_eq(save_op(&c), TENSOR_OK);
 	c.want = slurp(c.path, &c.want_n);
-	c.saved = save_state(&c.f);
+	c.saved = train_state_save(&c.f.ps, &c.f.opt);
 	fail_each("checkpoint save", &c, save_reset, save_op, save_check);
 	ck_assert_int_eq(train_op(&c.f, 0, &out), TENSOR_OK); /* a state that differs */
 	tensor_free(out);
-	c.moved = save_state(&c.f);
+	c.moved = train_state_save(&c.f.ps, &c.f.opt);
 	fail_each("checkpoint load", &c, load_reset, load_op, load_check);
 	unlink(c.path);
 	free(c.want);
 	free(c.old);
-	free_state(&c.saved);
-	free_state(&c.moved);
+	train_state_free(&c.saved);
+	train_state_free(&c.moved);
 	nn_ema_free(&c.ema);
 	teardown(&c.f, false);
 }
