@@ -1,12 +1,12 @@
 #!/bin/sh
-# linformer_imdb killed (SIGKILL) at every point of every checkpoint save of a run with a
+# imdb_study killed (SIGKILL) at every point of every checkpoint save of a run with a
 # moving average (CFORMER_CRASH_AT=k: before the temporary file exists, with its header
 # written, complete but not renamed, renamed), then resumed: each time the run ends as the
 # uninterrupted one, byte for byte (test line, last.safetensors, best.safetensors), or, killed
 # before its first checkpoint, --resume says so and a fresh start does. Run from the build
-# directory (as `make check`); LINFORMER_IMDB overrides the program.
+# directory (as `make check`); IMDB_STUDY overrides the program.
 set -u
-prog=${LINFORMER_IMDB:-examples/linformer_imdb}
+prog=${IMDB_STUDY:-study/imdb_study}
 if [ ! -x "$prog" ]; then
 	echo "test_crash_resume: $prog not built" >&2
 	exit 99

@@ -1,10 +1,10 @@
 #!/bin/sh
-# linformer_imdb and linformer_mlm with --device cuda on small slices of the bundled data:
+# imdb_study and linformer_mlm with --device cuda on small slices of the bundled data:
 # the GPU run follows the CPU run of the same seed (losses and test accuracy), a checkpoint
 # trained on the GPU predicts the same probabilities on the CPU, and a run resumes on the
 # other device. Skipped (77) without a GPU. Run from the build directory, as `make check`.
 set -u
-prog=${LINFORMER_IMDB:-examples/linformer_imdb}
+prog=${IMDB_STUDY:-study/imdb_study}
 mlm=${LINFORMER_MLM:-examples/linformer_mlm}
 for p in "$prog" "$mlm"; do
 	if [ ! -x "$p" ]; then
@@ -26,7 +26,7 @@ if ! "$prog" --device cuda --max-train 8 --max-test 4 --steps 1 --n 32 --k 8 --d
 		echo "test_cuda_examples: SKIP: $(cat "$tmp/probe.out")"
 		exit 77
 	fi
-	echo "FAIL: linformer_imdb --device cuda:"
+	echo "FAIL: imdb_study --device cuda:"
 	cat "$tmp/probe.out"
 	exit 1
 fi

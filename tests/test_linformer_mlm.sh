@@ -82,14 +82,14 @@ grep -q "(step 24): validation loss [0-9.]* perplexity $val " "$tmp/eval.out" &&
 	echo "ok: the reloaded checkpoint reproduces perplexity $val" ||
 	fail "--eval-only disagrees with training's $val: $(cat "$tmp/eval.out")"
 
-# the encoder starts a classifier (when linformer_imdb is built beside this program)
-imdb=$(dirname "$prog")/linformer_imdb
+# the encoder starts a classifier (when study/imdb_study is built beside this program)
+imdb=$(dirname "$prog")/../study/imdb_study
 if [ -x "$imdb" ]; then
 	"$imdb" --init-from "$tmp/run/best.safetensors" --max-train 16 --max-test 8 --steps 1 \
 		--batch 8 --threads 1 --log-dir "$tmp/imdb" >"$tmp/imdb.out" 2>&1 &&
 		grep -q "encoder: 42 tensors from" "$tmp/imdb.out" &&
-		echo "ok: linformer_imdb --init-from takes the encoder (42 tensors)" ||
-		fail "linformer_imdb --init-from: $(cat "$tmp/imdb.out")"
+		echo "ok: imdb_study --init-from takes the encoder (42 tensors)" ||
+		fail "imdb_study --init-from: $(cat "$tmp/imdb.out")"
 else
 	echo "skip: $imdb not built, --init-from not tried"
 fi

@@ -1,12 +1,12 @@
 #!/bin/sh
-# What stops a run before it does harm, in linformer_imdb and linformer_mlm: a run that cannot
+# What stops a run before it does harm, in imdb_study and linformer_mlm: a run that cannot
 # fit in memory is refused before any work, naming the estimate and what is available (and
 # --no-mem-check overrides); an output directory that cannot be written is found at the start;
 # a step with NaN gradients (CFORMER_NAN_GRAD_AT) stops the run without saving, the last
 # checkpoint intact and resumable, or is skipped with --skip-nonfinite. Run from the build
-# directory (as `make check`); LINFORMER_IMDB and LINFORMER_MLM override the programs.
+# directory (as `make check`); IMDB_STUDY and LINFORMER_MLM override the programs.
 set -u
-prog=${LINFORMER_IMDB:-examples/linformer_imdb}
+prog=${IMDB_STUDY:-study/imdb_study}
 mlm=${LINFORMER_MLM:-examples/linformer_mlm}
 for p in "$prog" "$mlm"; do
 	if [ ! -x "$p" ]; then

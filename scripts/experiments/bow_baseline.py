@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A linear reference for the IMDB classifiers: TF-IDF (sublinear tf, words seen in at least
 two training reviews) and logistic regression, with unigrams and with uni+bigrams, validated
-on 10% of the training reviews held out at random and by movie (as linformer_imdb's
+on 10% of the training reviews held out at random and by movie (as imdb_study's
 --val-split random|movie), and tested on aclImdb's test split. Needs scikit-learn (an optional
 tool, like PyTorch for bench/pytorch; nothing in the build uses it).
 
@@ -9,7 +9,7 @@ tool, like PyTorch for bench/pytorch; nothing in the build uses it).
 
 With --wordpiece VOCAB the features are the reference BERT WordPiece tokens (the transformers
 package's tokenizer) instead of words, and with --keep-tail T a review longer than n - 2 tokens
-keeps its first n - 2 - T and last T tokens, as linformer_imdb --keep-tail does.
+keeps its first n - 2 - T and last T tokens, as imdb_study --keep-tail does.
 """
 import argparse
 import os

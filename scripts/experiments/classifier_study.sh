@@ -7,7 +7,7 @@ set -euo pipefail
 STUDY=classifier_study
 DEF_EPOCHS=4
 QUICK_FLAGS="--max-train 64 --max-test 64 --dim 32 --ff 64 --batch 16 --log-every 2"
-STUDY_DOC="Trains linformer_imdb for every model x n x seed and tabulates the results."
+STUDY_DOC="Trains imdb_study for every model x n x seed and tabulates the results."
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 parse_args "$@"
 

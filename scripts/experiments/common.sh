@@ -28,8 +28,8 @@ flags:
   --models "M..." only these models (classifier and MLM studies; default: all three)
   --ns "N..."     only these sequence lengths (classifier and MLM studies; default: the grid)
   --out DIR       results directory (default: results/$STUDY)
-  --bin DIR       directory of the built linformer_imdb and linformer_mlm (default: examples/
-                  of the build directory: ./examples, else \$BUILD_DIR/examples, else the tree)
+  --bin DIR       the build directory, holding study/imdb_study and examples/linformer_mlm
+                  (default: ., else \$BUILD_DIR, else the source tree)
   --force         rerun every configuration (default: reuse runs completed with the same
                   command)
   --keep-checkpoints   keep each run's *.safetensors (default: deleted after the run)
@@ -101,18 +101,19 @@ Install it (Debian/Ubuntu): sudo apt-get install gnuplot-nox
 or run with --no-plots to write the tables only."
 }
 
-# IMDB and MLM: the example programs.
+# IMDB and MLM: the study program and the MLM example.
 find_programs() {
 	local d
-	for d in "$BIN" ./examples "${BUILD_DIR:-}/examples" "$SRC_DIR/examples"; do
-		[ -n "$d" ] && [ "$d" != "/examples" ] || continue
-		if [ -x "$d/linformer_imdb" ] && [ -x "$d/linformer_mlm" ]; then
-			IMDB=$(cd "$d" && pwd)/linformer_imdb MLM=$(cd "$d" && pwd)/linformer_mlm
+	for d in "$BIN" . "${BUILD_DIR:-}" "$SRC_DIR"; do
+		[ -n "$d" ] || continue
+		if [ -x "$d/study/imdb_study" ] && [ -x "$d/examples/linformer_mlm" ]; then
+			d=$(cd "$d" && pwd)
+			IMDB=$d/study/imdb_study MLM=$d/examples/linformer_mlm
 			return 0
 		fi
 	done
-	die "linformer_imdb and linformer_mlm not found: build them (make in the build directory)
-and run from there, or pass --bin DIR"
+	die "study/imdb_study and examples/linformer_mlm not found: build them (make in the build
+directory) and run from there, or pass --bin DIR"
 }
 
 # run_one NAME PROGRAM ARGS...: one training run into OUT/runs/NAME (its log dir), unless a

@@ -7,7 +7,7 @@ set -euo pipefail
 STUDY=k_ablation
 DEF_EPOCHS=4
 QUICK_FLAGS="--max-train 64 --max-test 64 --dim 32 --ff 64 --batch 16 --log-every 2"
-STUDY_DOC="Trains linformer_imdb (Linformer, n = 512) for every k x seed, plus the Transformer."
+STUDY_DOC="Trains imdb_study (Linformer, n = 512) for every k x seed, plus the Transformer."
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 parse_args "$@"
 [ -z "$SEL_MODELS$SEL_NS" ] || die "--models and --ns do not apply to this study (n = 512, k varies)"

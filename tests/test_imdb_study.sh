@@ -1,5 +1,5 @@
 #!/bin/sh
-# linformer_imdb end to end on small slices of the bundled IMDB subset: the training loss
+# imdb_study end to end on small slices of the bundled IMDB subset: the training loss
 # falls; metrics.csv has its columns and rows; the TensorBoard file parses back with the
 # project's reader (tests/tb_dump: record framing and both CRCs) and matches the CSV;
 # accumulated batches give the gradients of one large batch; a run stopped mid-epoch
@@ -9,18 +9,18 @@
 # --positions conv trains a convolution instead of a table; --eval-only reproduces
 # the run's test accuracy; --predict prints probabilities and --output writes the logits;
 # --init-from takes an encoder; bad flags exit 1 naming the flag and the expected form.
-# Run from the build directory (as `make check` does); LINFORMER_IMDB and TB_DUMP override
+# Run from the build directory (as `make check` does); IMDB_STUDY and TB_DUMP override
 # the programs.
 set -u
-prog=${LINFORMER_IMDB:-examples/linformer_imdb}
+prog=${IMDB_STUDY:-study/imdb_study}
 tbdump=${TB_DUMP:-tests/tb_dump}
 for p in "$prog" "$tbdump"; do
 	if [ ! -x "$p" ]; then
-		echo "test_linformer_imdb: $p not built" >&2
+		echo "test_imdb_study: $p not built" >&2
 		exit 99
 	fi
 done
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/linformer_imdb.XXXXXX") || exit 99
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/imdb_study.XXXXXX") || exit 99
 trap 'rm -rf "$tmp"' EXIT
 failures=0
 
@@ -525,7 +525,7 @@ expect 1 "--proj-l2: nn_anchor_init: no parameter name matches .*: expected Linf
 expect 1 "--embed-l2-ramp: expected a number in \[0, 1\], got '2'" --embed-l2-ramp 2
 expect 1 "--pooled-test: expected a number in \[0, 0.9\], got '1'" --pooled-test 1
 expect 1 "reading the train split of --data $tmp/nodata" --data "$tmp/nodata" --log-dir "$tmp/x"
-expect 0 "usage: linformer_imdb" --help
+expect 0 "usage: imdb_study" --help
 
 [ "$failures" -eq 0 ] || {
 	echo "$failures failure(s)"

@@ -1,7 +1,7 @@
-/* linformer_imdb's flags: defaults, the table bound to opt, and the --help texts. */
+/* imdb_study's flags: defaults, the table bound to opt, and the --help texts. */
 #include <math.h>
 
-#include "linformer_imdb.h"
+#include "imdb_study.h"
 #include "models.h"
 
 struct options opt = {
@@ -144,7 +144,7 @@ const char *const RESUME_FREE[] = { "threads",	  "device",	"no-mem-check",	"log-
 				    "checkpoint", "predict",	"predict-file", "output", NULL };
 
 const char SYNOPSIS[] =
-    "usage: linformer_imdb [--flag VALUE]...\n"
+    "usage: imdb_study [--flag VALUE]...\n"
     "Trains a sentiment classifier on the IMDB reviews (aclImdb layout), evaluates it on the\n"
     "test split, and saves checkpoints, a CSV and TensorBoard logs. With no flags it trains a\n"
     "small Linformer on the bundled 1000 + 1000 review subset in under a minute: two layers\n"
@@ -153,7 +153,7 @@ const char SYNOPSIS[] =
     "projections (--model linformer) reach 74% on the subset and do best on the full dataset.";
 const char EPILOG[] =
     "The full dataset (25000 + 25000 reviews, from ai.stanford.edu/~amaas/data/sentiment):\n"
-    "  linformer_imdb --data DIR/aclImdb --model linformer --n 512 --k 128 --dim 128 \\\n"
+    "  imdb_study --data DIR/aclImdb --model linformer --n 512 --k 128 --dim 128 \\\n"
     "      --layers 2 --ff 512 --epochs 3 --lr 1e-3 --keep-tail 382 --val-split movie \\\n"
     "      --embed-l2 5e-2 --embed-l2-ramp 0.33   (87% test accuracy; 10 to 40 min on 2 cores)\n"
     "  (the Linformer's best: add --positions conv --proj-l2 0.1, 88.1% over four seeds;\n"

@@ -1,6 +1,7 @@
-/* linformer_imdb: train and evaluate an IMDB sentiment classifier (Transformer, Linformer or
- * Conv-Linformer encoder) on the CPU, with progress, CSV and TensorBoard logs, checkpoints,
- * exact resume, evaluation and prediction. `linformer_imdb --help` lists every flag. */
+/* imdb_study: the research harness behind docs/results.md and docs/research-log.md. It
+ * trains and evaluates the IMDB sentiment classifier as examples/linformer_imdb does, with
+ * every knob the studies turned (penalties, pooling, schedules, EMA, adversarial training,
+ * splits, ...) as a flag; `imdb_study --help` lists them. Newcomers: read the showcase. */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -18,11 +19,11 @@
 #include "common/progress.h"
 #include "common/tb.h"
 #include "common/train.h"
-#include "linformer_imdb.h"
+#include "imdb_study.h"
 #include "models.h"
 #include "text.h"
 
-static const char PROG[] = "linformer_imdb";
+static const char PROG[] = "imdb_study";
 static const char *const CSV_COLS[] = { "step", "epoch",	"split",     "loss",   "accuracy",
 					"lr",	"tokens_per_s", "elapsed_s", "peak_mb" };
 enum { NCSV = sizeof CSV_COLS / sizeof CSV_COLS[0], CSV_ELAPSED = 7 };
@@ -713,7 +714,7 @@ static void print_arg(const char *a)
 /* The command that resumes this run. */
 static void print_resume(const struct run *r, int argc, char **argv)
 {
-	/* a libtool build runs examples/.libs/[lt-]linformer_imdb: name examples/linformer_imdb */
+	/* a libtool build runs DIR/.libs/[lt-]PROG: name DIR/PROG */
 	const char *libs = strstr(argv[0], "/.libs/");
 	if (libs) {
 		const char *base = libs + 7;

@@ -1,8 +1,8 @@
-/* linformer_imdb's command line, shared by its source files: the options with
+/* imdb_study's command line, shared by its source files: the options with
  * their defaults (opt), the flag table bound to them, the flags a resumed run
- * may change, and the --help texts (linformer_imdb_flags.c). */
-#ifndef CFORMER_EXAMPLES_LINFORMER_IMDB_H
-#define CFORMER_EXAMPLES_LINFORMER_IMDB_H
+ * may change, and the --help texts (imdb_study_flags.c). */
+#ifndef CFORMER_STUDY_IMDB_STUDY_H
+#define CFORMER_STUDY_IMDB_STUDY_H
 
 #include <stdbool.h>
 #include <stdint.h>
