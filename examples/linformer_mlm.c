@@ -547,11 +547,8 @@ static void setup(struct run *r)
 	if (opt.log_dir) {
 		snprintf(r->log_dir, sizeof r->log_dir, "%s", opt.log_dir);
 	} else {
-		char stamp[32];
-		time_t t = time(NULL);
-		strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&t));
-		snprintf(r->log_dir, sizeof r->log_dir, "runs/mlm-%s-n%lld-%s", opt.enc.model,
-			 (long long)opt.enc.n, stamp);
+		train_default_log_dir(r->log_dir, sizeof r->log_dir, "mlm-", opt.enc.model,
+				      opt.enc.n);
 	}
 	snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s",
 		 opt.checkpoint_dir ? opt.checkpoint_dir : r->log_dir);
