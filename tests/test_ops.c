@@ -13,6 +13,7 @@
 #include "backend.h" /* tensor_cpu_set_fused */
 #include "gradcheck.h"
 #include "op_table.h"
+#include "test_ops.h"
 #include "testutil.h"
 
 static const struct op_row *rows;
@@ -187,5 +188,13 @@ int main(void)
 	tc = tu_tcase("composed");
 	tcase_add_loop_test(tc, test_composed, 0, nrows);
 	suite_add_tcase(s, tc);
+	ops_elementwise_tcases(s);
+	ops_where_tcases(s);
+	ops_reduce_tcases(s);
+	ops_norm_tcases(s);
+	ops_index_tcases(s);
+	ops_grad_elementwise_tcases(s);
+	ops_grad_math_tcases(s);
+	ops_grad_index_tcases(s);
 	return tu_run(s);
 }
