@@ -4,7 +4,9 @@
  * form in f64 (each input leaf in each layout, gradients summed back through
  * broadcasts); and for the fused kernels, the kernel against the composed
  * fallback (tensor_cpu_set_fused). Each op's other devices run in
- * tests/test_cuda.c, walking the same table. */
+ * tests/test_cuda.c, walking the same table. The same program runs each op
+ * family's own cases, which are not table-shaped (test_ops.h:
+ * tests/test_ops_<family>.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
