@@ -16,8 +16,10 @@
  *            name (ACTIVATION, K_SCHEDULE, SHARING, POSITIONS, POOLING), or a
  *            per-layer array (ATTENTION, K: one entry per layer)
  *   group    which flag macro generates its flag: ENC (MODEL_FLAGS_ENCODER),
- *            HEAD (MODEL_FLAGS_CLASSIFIER) or NONE (no flag, or a hand-written
- *            one that is not 1:1 with the field: see model_flags.h)
+ *            ENC_PROG (the same, but the flag's default is the program's, or 0
+ *            for "derived"), HEAD (MODEL_FLAGS_CLASSIFIER) or NONE (no flag, or
+ *            hand-written ones that are not one value of the field:
+ *            model_flags_by_hand in examples/common/model_flags.c)
  *   min, max the valid range of an INT (inclusive) or a DOUBLE ([min, max));
  *            checked when JSON is read, by model_config_resolve and by the flag
  *   def      the default (model_config_preset; a JSON key left out): a number,
@@ -45,12 +47,13 @@
 	  "token ids: the tokenizer's vocabulary")                                                 \
 	X(a, int64_t, max_len, , INT, NONE, 1, MODEL_CONFIG_INT_MAX, 0, NULL, NULL,                \
 	  "n: the longest input, in tokens")                                                       \
-	X(a, int64_t, dim, , INT, ENC, 1, MODEL_CONFIG_INT_MAX, 256, "dim", "D", "model width")    \
+	X(a, int64_t, dim, , INT, ENC_PROG, 1, MODEL_CONFIG_INT_MAX, 256, "dim", "D",              \
+	  "model width")                                                                           \
 	X(a, int64_t, heads, , INT, ENC, 1, MODEL_CONFIG_INT_MAX, 4, "heads", "H",                 \
 	  "attention heads (must divide --dim)")                                                   \
-	X(a, int64_t, layers, , INT, ENC, 1, MODEL_MAX_LAYERS, 4, "layers", "L",                   \
+	X(a, int64_t, layers, , INT, ENC_PROG, 1, MODEL_MAX_LAYERS, 4, "layers", "L",              \
 	  "encoder layers (a pattern sets its own)")                                               \
-	X(a, int64_t, ff_hidden, , INT, ENC, 1, MODEL_CONFIG_INT_MAX, 1024, "ff", "F",             \
+	X(a, int64_t, ff_hidden, , INT, ENC_PROG, 1, MODEL_CONFIG_INT_MAX, 1024, "ff", "F",        \
 	  "feed-forward hidden width")                                                             \
 	X(a, enum nn_activation, activation, , ACTIVATION, ENC, 0, 0, NN_GELU, "activation",       \
 	  "relu|gelu|gelu_tanh|silu", "feed-forward activation")                                   \
@@ -83,9 +86,9 @@
 	  "k-schedule", "constant|linear|list",                                                    \
 	  "k per layer: k everywhere, linear from k to --k-last, or --k-list")                     \
 	/* constant: k_first; linear: first -> last; 0 in a flag: its default */                   \
-	X(a, int64_t, k_first, , INT, ENC, 0, MODEL_CONFIG_INT_MAX, 128, "k", "K",                 \
+	X(a, int64_t, k_first, , INT, ENC_PROG, 0, MODEL_CONFIG_INT_MAX, 128, "k", "K",            \
 	  "projected length of the Linformer layers (0: min(128, n/2))")                           \
-	X(a, int64_t, k_last, , INT, ENC, 0, MODEL_CONFIG_INT_MAX, 128, "k-last", "K",             \
+	X(a, int64_t, k_last, , INT, ENC_PROG, 0, MODEL_CONFIG_INT_MAX, 128, "k-last", "K",        \
 	  "k of the last layer for --k-schedule linear")                                           \
 	/* resolved per layer (model_config_resolve) */                                            \
 	X(a, int64_t, k, [MODEL_MAX_LAYERS], K, NONE, 0, MODEL_CONFIG_INT_MAX, 0, NULL, NULL,      \

@@ -76,7 +76,12 @@ enum model_field_kind {
 	MODEL_NFIELD_KINDS
 };
 /* Which flag macro of the example programs generates a field's flag. */
-enum model_field_group { MODEL_FIELD_ENC, MODEL_FIELD_HEAD, MODEL_FIELD_NONE };
+enum model_field_group {
+	MODEL_FIELD_ENC,      /* MODEL_FLAGS_ENCODER, default: the field's */
+	MODEL_FIELD_ENC_PROG, /* MODEL_FLAGS_ENCODER, default: the program's (0: derived) */
+	MODEL_FIELD_HEAD,     /* MODEL_FLAGS_CLASSIFIER */
+	MODEL_FIELD_NONE      /* no generated flag */
+};
 
 /* One row of model_config_fields.h. */
 struct model_config_field {

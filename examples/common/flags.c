@@ -49,17 +49,32 @@ static bool in_range(const struct flag *f, double v)
 	return lo && hi;
 }
 
-static bool is_choice(const char *choices, const char *v)
+/* The index of v among choices ("a|b|c"), -1 for none. */
+static int choice_index(const char *choices, const char *v)
 {
 	size_t n = strlen(v);
-	for (const char *p = choices; *p;) {
+	int i = 0;
+	for (const char *p = choices; *p; i++) {
 		const char *bar = strchr(p, '|');
 		size_t len = bar ? (size_t)(bar - p) : strlen(p);
 		if (n && len == n && !strncmp(p, v, n))
-			return true;
+			return i;
 		p += len + (bar ? 1 : 0);
 	}
-	return false;
+	return -1;
+}
+
+/* Choice i of choices into buf ("" for none). */
+static const char *choice_at(const char *choices, int i, char *buf, size_t len)
+{
+	const char *p = choices;
+	for (; i > 0 && p; i--) {
+		p = strchr(p, '|');
+		p = p ? p + 1 : NULL;
+	}
+	size_t n = p && i == 0 ? strcspn(p, "|") : 0;
+	snprintf(buf, len, "%.*s", (int)n, n ? p : "");
+	return buf;
 }
 
 static void set_value(struct flag *f, const char *v)
@@ -86,8 +101,13 @@ static void set_value(struct flag *f, const char *v)
 		*(double *)f->value = x;
 		break;
 	}
+	case FLAG_ENUM:
+		if (choice_index(f->choices, v) < 0)
+			flags_fail(g_prog, f->name, "expected one of %s, got '%s'", f->choices, v);
+		*(int *)f->value = choice_index(f->choices, v);
+		break;
 	case FLAG_CHOICE:
-		if (!is_choice(f->choices, v))
+		if (choice_index(f->choices, v) < 0)
 			flags_fail(g_prog, f->name, "expected one of %s, got '%s'", f->choices, v);
 		*(const char **)f->value = v;
 		break;
@@ -146,9 +166,9 @@ void flags_parse(struct flag *flags, int n, int argc, char **argv, const char *p
 		}
 		if (!eq && i + 1 >= argc)
 			flags_fail(prog, f->name, "missing value: expected --%s %s", f->name,
-				   f->type == FLAG_CHOICE ? f->choices
-				   : f->metavar		  ? f->metavar
-							  : "VALUE");
+				   f->choices	? f->choices
+				   : f->metavar ? f->metavar
+						: "VALUE");
 		set_value(f, eq ? eq + 1 : argv[++i]);
 	}
 }
@@ -165,6 +185,7 @@ const char *flags_value_str(const struct flag *f, char *buf, size_t len)
 		}
 		break;
 	case FLAG_BOOL: snprintf(buf, len, "%s", *(const bool *)f->value ? "true" : "false"); break;
+	case FLAG_ENUM: choice_at(f->choices, *(const int *)f->value, buf, len); break;
 	default: {
 		const char *s = *(const char *const *)f->value;
 		snprintf(buf, len, "%s", s ? s : "");
@@ -203,7 +224,7 @@ void flags_usage(FILE *out, const struct flag *flags, int n, const char *synopsi
 		char left[96], val[256], text[1024];
 		if (f->section)
 			fprintf(out, "\n%s:\n", f->section);
-		const char *mv = f->type == FLAG_CHOICE ? f->choices : f->metavar;
+		const char *mv = f->choices ? f->choices : f->metavar;
 		snprintf(left, sizeof left, "--%s%s%s", f->name, f->type == FLAG_BOOL ? "" : " ",
 			 f->type == FLAG_BOOL ? ""
 			 : mv		      ? mv
