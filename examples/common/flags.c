@@ -25,20 +25,25 @@ void flags_fail(const char *prog, const char *name, const char *fmt, ...)
 	exit(1);
 }
 
+/* v as text: integers exactly (up to 2^53), others with 15 digits, "inf" */
+static const char *bound_str(double v, char *buf, size_t len)
+{
+	if (isinf(v))
+		snprintf(buf, len, "%sinf", v < 0 ? "-" : "");
+	else if (v == floor(v) && fabs(v) <= 9007199254740992.0)
+		snprintf(buf, len, "%.0f", v);
+	else
+		snprintf(buf, len, "%.15g", v);
+	return buf;
+}
+
 /* "[1, 65536]", "(0, 1)", "[0, inf)" for the expected-form messages. */
 static const char *range_str(const struct flag *f, char *buf, size_t len)
 {
 	char lo[32], hi[32];
-	if (isinf(f->min))
-		snprintf(lo, sizeof lo, "-inf");
-	else
-		snprintf(lo, sizeof lo, "%.15g", f->min);
-	if (isinf(f->max))
-		snprintf(hi, sizeof hi, "inf");
-	else
-		snprintf(hi, sizeof hi, "%.15g", f->max);
-	snprintf(buf, len, "%c%s, %s%c", f->open & FLAG_MIN_OPEN || isinf(f->min) ? '(' : '[', lo,
-		 hi, f->open & FLAG_MAX_OPEN || isinf(f->max) ? ')' : ']');
+	snprintf(buf, len, "%c%s, %s%c", f->open & FLAG_MIN_OPEN || isinf(f->min) ? '(' : '[',
+		 bound_str(f->min, lo, sizeof lo), bound_str(f->max, hi, sizeof hi),
+		 f->open & FLAG_MAX_OPEN || isinf(f->max) ? ')' : ']');
 	return buf;
 }
 
