@@ -634,6 +634,30 @@ START_TEST(test_field_table)
 }
 END_TEST
 
+/* The JSON text of a config is what the build before the field list wrote, key for key (the
+ * PyTorch loader, bench/pytorch, reads these keys): the field list changed no name, order or
+ * number format. */
+START_TEST(test_json_text_unchanged)
+{
+	struct model_config c = tiny("conv-linformer:2");
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	char *json = model_config_to_json(&c);
+	ck_assert_str_eq(
+	    json, "{\"vocab_size\":11,\"max_len\":8,\"dim\":8,\"heads\":2,\"layers\":2,"
+		  "\"ff_hidden\":16,\"activation\":\"gelu\",\"swiglu\":false,\"pre_norm\":true,"
+		  "\"rms_norm\":false,\"positions\":\"learned\",\"position_kernel\":0,"
+		  "\"final_norm\":true,\"dropout\":0,\"attn_dropout\":0,\"pad_id\":0,"
+		  "\"attention\":[\"linear\",\"conv\"],\"k_schedule\":\"constant\",\"k_first\":4,"
+		  "\"k_last\":4,\"k\":[4,4],\"sharing\":\"headwise\",\"conv_dense\":false,"
+		  "\"xavier_projections\":false,\"mask_empty_slots\":false,"
+		  "\"shared_kv_head\":false,\"num_classes\":3,\"head_hidden\":8,"
+		  "\"pooling\":\"mean\",\"tie_embeddings\":true,\"seed\":7}");
+	free(json);
+	/* no field is an execution choice: those are run options, never saved */
+	ck_assert(model_config_field_find("sequential_heads") == NULL);
+}
+END_TEST
+
 /* A value of field f unlike c's and within its range (an array: its first entry). */
 static void set_other(struct model_config *c, const struct model_config_field *f)
 {
@@ -1054,6 +1078,7 @@ int main(void)
 	tcase_add_test(tc, test_json_roundtrip);
 	tcase_add_test(tc, test_json_errors);
 	tcase_add_test(tc, test_field_table);
+	tcase_add_test(tc, test_json_text_unchanged);
 	tcase_add_test(tc, test_json_every_field);
 	tcase_add_test(tc, test_field_errors);
 	suite_add_tcase(s, tc);
