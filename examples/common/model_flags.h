@@ -78,9 +78,11 @@ extern const struct model_flags_field model_flags_by_hand[];
 /* The defaults of the flags for a struct model_flags initializer: the config's for the
  * generated flags but those of group ENC_PROG, which each program gives (.cfg.dim,
  * .cfg.ff_hidden, .cfg.layers; --k and --k-last default to 0: derived), and .n and .model. */
-#define MODEL_FLAGS_DEFAULTS                                                                     \
-	MODEL_CONFIG_FIELDS(MODEL_FLAGS_X_DEFAULT, ) .norm = "layer", .positions = "learned",   \
-						      .tokenizer = "wordpiece", .vocab = NULL
+/* clang-format off */
+#define MODEL_FLAGS_DEFAULTS                                                                       \
+	MODEL_CONFIG_FIELDS(MODEL_FLAGS_X_DEFAULT, )                                               \
+	.norm = "layer", .positions = "learned", .tokenizer = "wordpiece", .vocab = NULL
+/* clang-format on */
 
 /* The flag-table entries of --model to --shared-kv-head, --dropout and --attn-dropout, bound
  * to the fields of m (a struct model_flags of static storage); --n is at least n_min, with
