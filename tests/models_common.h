@@ -40,8 +40,8 @@ static inline void assert_config_eq(const struct model_config *a, const struct m
 		if (f->kind == MODEL_FIELD_ATTENTION || f->kind == MODEL_FIELD_K)
 			used = f->size / MODEL_MAX_LAYERS * (size_t)a->layers;
 		if (f->kind == MODEL_FIELD_DOUBLE)
-			ck_assert_msg(*(const double *)pa == *(const double *)pb, "field %s differs",
-				      f->name);
+			ck_assert_msg(*(const double *)pa == *(const double *)pb,
+				      "field %s differs", f->name);
 		else
 			ck_assert_msg(memcmp(pa, pb, used) == 0, "field %s differs", f->name);
 	}

@@ -9,7 +9,7 @@
 #include "testutil.h"
 
 static struct model_flags mf = { MODEL_FLAGS_DEFAULTS, .model = "linformer", .n = 64,
-				 .cfg.dim = 32, .cfg.ff_hidden = 64, .cfg.layers = 2 };
+				 .cfg.dim = 32,	       .cfg.ff_hidden = 64,  .cfg.layers = 2 };
 static struct flag flags[] = {
 	MODEL_FLAGS_ENCODER(mf, 2, "sequence length"),
 	MODEL_FLAGS_CLASSIFIER(mf),
@@ -58,9 +58,11 @@ START_TEST(test_generated_flags_match_fields)
 				      : f->kind == MODEL_FIELD_DOUBLE ? FLAG_DOUBLE
 				      : f->kind == MODEL_FIELD_BOOL   ? FLAG_BOOL
 								      : FLAG_ENUM;
-		ck_assert_msg(fl->type == want, "--%s has type %d, want %d", f->flag, fl->type, want);
+		ck_assert_msg(fl->type == want, "--%s has type %d, want %d", f->flag, fl->type,
+			      want);
 		if (want == FLAG_INT || want == FLAG_DOUBLE) {
-			ck_assert_msg(fl->min == f->min && fl->max == f->max, "--%s range", f->flag);
+			ck_assert_msg(fl->min == f->min && fl->max == f->max, "--%s range",
+				      f->flag);
 			ck_assert_str_eq(fl->metavar, f->metavar);
 		}
 		if (want == FLAG_DOUBLE)
@@ -69,7 +71,8 @@ START_TEST(test_generated_flags_match_fields)
 			ck_assert_str_eq(fl->choices, f->metavar);
 		if (f->group == MODEL_FIELD_ENC || f->group == MODEL_FIELD_HEAD) {
 			struct model_config d;
-			ck_assert_int_eq(model_config_preset(&d, "transformer", 100, 512), TENSOR_OK);
+			ck_assert_int_eq(model_config_preset(&d, "transformer", 100, 512),
+					 TENSOR_OK);
 			char a[64], b[64];
 			ck_assert_msg(!strcmp(field_text(&mf.cfg, f, a, sizeof a),
 					      field_text(&d, f, b, sizeof b)),
@@ -95,7 +98,8 @@ START_TEST(test_other_fields_by_hand)
 		/* "--a --b": each a flag of the table */
 		char names[64];
 		snprintf(names, sizeof names, "%s", h->flags ? h->flags : "");
-		for (char *save, *t = strtok_r(names, " ", &save); t; t = strtok_r(NULL, " ", &save))
+		for (char *save, *t = strtok_r(names, " ", &save); t;
+		     t = strtok_r(NULL, " ", &save))
 			ck_assert_msg(!strncmp(t, "--", 2) && flags_find(flags, NFLAGS, t + 2),
 				      "%s: no flag %s", h->field, t);
 	}
@@ -121,13 +125,16 @@ START_TEST(test_flags_reach_config)
 		switch (f->kind) {
 		case MODEL_FIELD_INT:
 			snprintf(v, 32, "%s",
-				 !strcmp(f->name, "layers") ? "3" : !strcmp(f->name, "heads") ? "2" : "8");
+				 !strcmp(f->name, "layers")  ? "3"
+				 : !strcmp(f->name, "heads") ? "2"
+							     : "8");
 			break;
 		case MODEL_FIELD_DOUBLE: snprintf(v, 32, "0.25"); break;
 		case MODEL_FIELD_BOOL: continue; /* present = true */
 		default: {
 			struct model_config d;
-			ck_assert_int_eq(model_config_preset(&d, "transformer", 100, 512), TENSOR_OK);
+			ck_assert_int_eq(model_config_preset(&d, "transformer", 100, 512),
+					 TENSOR_OK);
 			int e = (*(const int *)((const char *)&d + f->offset) + 1) %
 				model_field_enum_count(f->kind);
 			snprintf(v, 32, "%s", model_field_enum_name(f->kind, e));
