@@ -200,6 +200,20 @@ START_TEST(test_bad_value_exits)
 }
 END_TEST
 
+/* A program that keeps its own entry of a generated flag is stopped at parsing. */
+static double own_dropout;
+static struct flag twice[] = {
+	MODEL_FLAGS_ENCODER(mf, 2, "sequence length"),
+	FLAG_DEF_DOUBLE("dropout", &own_dropout, 0, 1, FLAG_MAX_OPEN, "P", "the program's own"),
+};
+
+START_TEST(test_flag_defined_twice_exits)
+{
+	char *argv[] = { "test" };
+	flags_parse(twice, (int)(sizeof twice / sizeof twice[0]), 1, argv, "test", "usage", NULL);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("model_flags");
@@ -207,6 +221,7 @@ int main(void)
 	tcase_add_test(tc, test_generated_flags_match_fields);
 	tcase_add_test(tc, test_other_fields_by_hand);
 	tcase_add_test(tc, test_flags_reach_config);
+	tcase_add_exit_test(tc, test_flag_defined_twice_exits, 1);
 	tcase_add_loop_exit_test(tc, test_bad_value_exits, 1, 0, valued_flag(-1, NULL));
 	suite_add_tcase(s, tc);
 	return tu_run(s);

@@ -145,6 +145,10 @@ void flags_parse(struct flag *flags, int n, int argc, char **argv, const char *p
 		 const char *synopsis, const char *epilog)
 {
 	g_prog = prog;
+	for (int i = 0; i < n; i++) /* a program's own entry beside a generated one */
+		for (int j = i + 1; j < n; j++)
+			if (!strcmp(flags[i].name, flags[j].name))
+				flags_fail(prog, flags[i].name, "defined twice in the flag table");
 	for (int i = 1; i < argc; i++) {
 		const char *arg = argv[i];
 		if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {

@@ -55,6 +55,7 @@ struct flag {
 /* clang-format on */
 
 /* Parse argv[1..argc) as "--name VALUE", "--name=VALUE" or "--name" (bool).
+ * A name defined twice in the table exits 1 (a program's own entry beside a generated one).
  * "-h"/"--help" prints flags_usage(synopsis, epilog) to stdout and exits 0;
  * any error prints "<prog>: --name: expected ..., got '...'" and a hint to
  * stderr and exits 1. */
