@@ -105,9 +105,9 @@ const struct model_config_field *model_config_field_find(const char *name);
 const char *model_field_enum_name(enum model_field_kind kind, int v);
 int model_field_enum_count(enum model_field_kind kind);
 
-/* Defaults (dim 256, 4 heads, 4 layers, ff 1024, gelu, pre-norm LayerNorm,
- * learned positions, dropout 0.1, k 128, headwise sharing, mean pooling) for a
- * preset: "transformer" (all standard), "linformer" (all learned
+/* The defaults of model_config_fields.h (dim 256, 4 heads, 4 layers, ff 1024,
+ * gelu, pre-norm LayerNorm, learned positions, dropout 0.1, k min(128, max_len),
+ * headwise sharing, mean pooling) for a preset: "transformer" (all standard), "linformer" (all learned
  * projections), "conv-linformer" (first half learned, the rest conv, after
  * Malard), or a per-layer pattern of letters S/L/C/M/X/R (standard, linear,
  * conv, mean, max, random), e.g. "LLCC", which also sets layers; a preset may
@@ -115,12 +115,17 @@ int model_field_enum_count(enum model_field_kind kind);
 int model_config_preset(struct model_config *c, const char *preset, int64_t vocab_size,
 			int64_t max_len);
 /* Validate and fill c->k[] from the k schedule (entries past c->layers are
- * cleared, so equal configs compare equal). Errors: sizes, heads not
+ * cleared, so equal configs compare equal). Errors: a field outside its range
+ * or an enum outside its values (model_config_fields.h), heads not
  * dividing dim, k > n, n % k for conv/pooling, layerwise sharing with a k that
  * differs between layers, or mixing layerwise sharing with more than one
  * projection kind (the message names the layer and the rule). */
 int model_config_resolve(struct model_config *c);
-/* JSON of every field (malloc'd) and back; unknown keys are errors. */
+/* JSON of every field (malloc'd; keys are the field names) and back: keys left
+ * out take the transformer preset's defaults; an unknown or duplicate key, a
+ * wrong type, a number outside its field's range or an unknown name is an error
+ * naming the key; the keys of older configs are read (sequential_heads, now a
+ * run option, is ignored). */
 char *model_config_to_json(const struct model_config *c);
 int model_config_from_json(struct model_config *c, const char *json);
 /* "mean", "cls", "max" or "attention" -> its enum model_pooling; -1 for any other. */
