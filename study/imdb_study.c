@@ -36,8 +36,6 @@ static void load_tokenizer(struct text_tokenizer *tok, int64_t vocab_size)
 static void build_config(struct model_config *c, const struct text_tokenizer *tok)
 {
 	model_flags_config(c, &opt.enc, tok, flags, NFLAGS, PROG);
-	c->pooling = (enum model_pooling)model_pooling_parse(opt.pooling); /* a flag choice */
-	c->head_hidden = opt.head_hidden ? opt.head_hidden : opt.enc.dim;
 	c->num_classes = 2;
 	c->seed = (uint64_t)opt.seed;
 	if (model_config_resolve(c) < 0)
