@@ -170,7 +170,7 @@ static void load_model(struct model_config *c, struct nn_params *ps, struct mode
 	    nn_checkpoint_load(opt.checkpoint, ps, NULL, &step) < 0)
 		train_die(PROG, "--checkpoint");
 	load_tokenizer(tok, 0);
-	printf("%s (step %lld)\n", opt.checkpoint, (long long)step);
+	fprintf(stderr, "%s: %s (step %lld)\n", PROG, opt.checkpoint, (long long)step);
 }
 
 static void save(struct run *r, const char *name)

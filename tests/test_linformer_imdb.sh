@@ -1,0 +1,137 @@
+#!/bin/sh
+# The showcase, examples/linformer_imdb, end to end: at most 20 flags; a short run on the
+# bundled subset writes its logs and checkpoints and trains exactly as study/imdb_study with
+# the bundled recipe's flags; --data takes the full recipe (validation by movie) on a tiny
+# aclImdb; a run stopped with --stop-after and resumed with the command it prints ends as an
+# uninterrupted one; --eval-only reproduces the run's test accuracy; --predict and
+# --predict-file print probabilities that are the softmax of the logits --output writes; bad
+# flags exit 1 naming the flag. Run from the build directory (as `make check` does);
+# LINFORMER_IMDB and IMDB_STUDY override the programs.
+set -u
+prog=${LINFORMER_IMDB:-examples/linformer_imdb}
+study=${IMDB_STUDY:-study/imdb_study}
+tiny=${srcdir:-.}/tests/data/imdb_tiny
+for p in "$prog" "$study"; do
+	if [ ! -x "$p" ]; then
+		echo "test_linformer_imdb: $p not built" >&2
+		exit 99
+	fi
+done
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/linformer_imdb.XXXXXX") || exit 99
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() {
+	echo "FAIL: $*"
+	failures=$((failures + 1))
+}
+# expect STATUS PATTERN ARGS...: the showcase exits STATUS and its output contains PATTERN.
+expect() {
+	want=$1 pattern=$2
+	shift 2
+	"$prog" "$@" >"$tmp/expect.out" 2>&1
+	rc=$?
+	if [ "$rc" -ne "$want" ] || ! grep -q -- "$pattern" "$tmp/expect.out"; then
+		fail "$prog $* exited $rc (want $want), output lacks '$pattern' or has:"
+		sed 's/^/  | /' "$tmp/expect.out"
+	else
+		echo "ok: $*"
+	fi
+}
+# ok WHAT COMMAND...: the command succeeds.
+ok() {
+	what=$1
+	shift
+	if "$@" >"$tmp/ok.out" 2>&1; then echo "ok: $what"; else
+		fail "$what: $*"
+		sed 's/^/  | /' "$tmp/ok.out"
+	fi
+}
+# the CSV's step, epoch, split, loss and accuracy columns (not times or memory)
+metrics() { cut -d, -f1-5 "$1/metrics.csv"; }
+
+nflags=$("$prog" --help | grep -c '^  --')
+[ "$nflags" -le 20 ] && echo "ok: $nflags flags" || fail "--help lists $nflags flags (at most 20)"
+
+SMALL="--max-train 64 --max-test 32 --epochs 2 --batch 16 --threads 1"
+# shellcheck disable=SC2086
+ok "training on the bundled subset" "$prog" $SMALL --log-dir "$tmp/a"
+cp "$tmp/ok.out" "$tmp/a.out"
+for f in metrics.csv best.safetensors last.safetensors; do
+	[ -s "$tmp/a/$f" ] || fail "no $f in the log directory"
+done
+ls "$tmp/a"/events.out.tfevents.* >/dev/null 2>&1 || fail "no TensorBoard events"
+for split in train val test; do
+	grep -q ",$split," "$tmp/a/metrics.csv" || fail "metrics.csv has no $split row"
+done
+grep -q '^test: loss [0-9.]* accuracy [0-9.]* (' "$tmp/a.out" || fail "no test line"
+
+# the bundled recipe is imdb_study's flags, to the bit
+# shellcheck disable=SC2086
+ok "imdb_study with the bundled recipe's flags" "$study" $SMALL --model linformer --n 256 \
+	--dim 64 --ff 256 --positions conv --embed-l2 5e-2 --embed-l2-ramp 0.33 --proj-l2 0.1 \
+	--log-dir "$tmp/s"
+metrics "$tmp/a" >"$tmp/a.csv"
+metrics "$tmp/s" >"$tmp/s.csv"
+cmp -s "$tmp/a.csv" "$tmp/s.csv" && echo "ok: the same losses as imdb_study" ||
+	fail "the showcase and imdb_study differ: $(diff "$tmp/a.csv" "$tmp/s.csv" | head -4)"
+
+# --data: the full recipe (validation by movie, the last 382 tokens kept) on a tiny aclImdb
+ok "--data with the full recipe" "$prog" --data "$tiny" --n 32 --epochs 1 --batch 4 \
+	--threads 1 --log-dir "$tmp/d"
+grep -q "positions none + conv 3" "$tmp/ok.out" && grep -q "dim 128" "$tmp/ok.out" &&
+	echo "ok: the full recipe's model" || fail "--data did not take the full recipe: $(head -2 "$tmp/ok.out")"
+
+# stopped after step 3 (mid-epoch 1 of 2 epochs of 4 steps) and resumed: the same run
+# shellcheck disable=SC2086
+"$prog" $SMALL --log-dir "$tmp/r" --stop-after 3 >"$tmp/r.out" 2>&1 || fail "--stop-after exited $?"
+resume=$(sed -n 's/^to resume: //p' "$tmp/r.out")
+[ -n "$resume" ] || fail "no resume command printed: $(cat "$tmp/r.out")"
+# shellcheck disable=SC2086
+eval "$resume" >"$tmp/r2.out" 2>&1 || fail "resuming exited $?: $(cat "$tmp/r2.out")"
+# (the training rows cover other windows of steps; validation and test do not)
+metrics "$tmp/a" | grep -v ',train,' >"$tmp/a.eval"
+metrics "$tmp/r" | grep -v ',train,' >"$tmp/r.eval"
+cmp -s "$tmp/a.eval" "$tmp/r.eval" && cmp -s "$tmp/a/last.safetensors" "$tmp/r/last.safetensors" &&
+	echo "ok: a resumed run ends as an uninterrupted one (the same checkpoint, byte for byte)" ||
+	fail "the resumed run differs: $(diff "$tmp/a.eval" "$tmp/r.eval" | head -4)"
+expect 1 "needs --log-dir" --resume
+expect 1 "no saved state" --resume --log-dir "$tmp/empty"
+
+# the checkpoint: evaluation and prediction
+ckpt=$tmp/a/best.safetensors
+ok "--eval-only" "$prog" --eval-only --checkpoint "$tmp/a/last.safetensors" --max-test 32 \
+	--threads 1
+[ "$(grep '^test: ' "$tmp/ok.out")" = "$(grep '^test: ' "$tmp/a.out")" ] &&
+	echo "ok: --eval-only reproduces the run's test accuracy" ||
+	fail "--eval-only: $(grep '^test: ' "$tmp/ok.out") after training's $(grep '^test: ' "$tmp/a.out")"
+ok "--predict" "$prog" --predict "A wonderful film." --checkpoint "$ckpt" --output "$tmp/p.jsonl"
+grep '^[0-9.]* [0-9.]*$' "$tmp/ok.out" >"$tmp/p.txt"
+awk 'NF == 2 && $1 >= 0 && $2 >= 0 && ($1 + $2 - 1) ^ 2 < 1e-6 { n++ } END { exit n != 1 }' \
+	"$tmp/p.txt" && echo "ok: P(neg) P(pos) sum to 1" || fail "--predict printed: $(cat "$tmp/ok.out")"
+# the probabilities are the softmax of the logits written
+sed 's/.*\[\(.*\), \(.*\)\]}/\1 \2/' "$tmp/p.jsonl" | paste -d' ' - "$tmp/p.txt" |
+	awk '{ e = exp($2 - $1); p = e / (1 + e); d = p - $4; exit !(d * d < 1e-8) }' &&
+	echo "ok: --output's logits give the probabilities" || fail "logits $(cat "$tmp/p.jsonl") vs $(cat "$tmp/p.txt")"
+printf 'Dull.\nGreat fun.\nAwful acting.\n' >"$tmp/lines.txt"
+ok "--predict-file" "$prog" --predict-file "$tmp/lines.txt" --checkpoint "$ckpt" --output "$tmp/p.csv"
+[ "$(grep -c '^[0-9.]* [0-9.]*$' "$tmp/ok.out")" = 3 ] && [ "$(wc -l <"$tmp/p.csv")" = 4 ] &&
+	echo "ok: three predictions and three CSV rows" || fail "--predict-file: $(cat "$tmp/ok.out")"
+
+# errors
+expect 1 "needs --checkpoint" --predict "x"
+expect 1 "needs --checkpoint" --eval-only
+expect 1 "goes with --eval-only" --checkpoint "$ckpt"
+expect 1 "goes with --eval-only" --output "$tmp/o.csv"
+expect 1 "not both" --predict x --predict-file "$tmp/lines.txt" --checkpoint "$ckpt"
+expect 1 "cannot open" --predict-file "$tmp/none.txt" --checkpoint "$ckpt"
+expect 1 "--checkpoint" --predict x --checkpoint "$tmp/none.safetensors"
+expect 1 "--data" --data "$tmp/nodata" --log-dir "$tmp/x"
+expect 1 "--model: expected one of" --model bert
+expect 1 "--frobnicate" --frobnicate
+expect 0 "usage: linformer_imdb" --help
+
+[ "$failures" -eq 0 ] || {
+	echo "$failures failure(s)"
+	exit 1
+}
+echo "all passed"
