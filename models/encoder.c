@@ -383,8 +383,8 @@ static struct tensor *add_positions(const struct model_encoder *m, struct tensor
 	return m->cfg.position_kernel > 0 ? nn_conv_position_forward(&m->pos_conv, x, real) : x;
 }
 
-/* Without gradients: the embedding's output, made in the caller's scope (or
- * on the heap), is the residual stream; layers of projected attention update
+/* Without gradients: the embedding's output, made in the caller's scope, is
+ * the residual stream; layers of projected attention update
  * it in place (layer_in_blocks), as does the final norm; other layers run in
  * a scope of their own and hand over a heap copy (layer_scoped). Every
  * temporary dies in this function's scope; the stream comes back as it is,
@@ -393,15 +393,16 @@ static struct tensor *forward_no_grad(const struct model_encoder *m, const struc
 				      const struct tensor *mask)
 {
 	const struct model_config *c = &m->cfg;
-	/* real, emb and own: heap without a scope (freed here), else the caller's */
+	/* real and own: in the caller's scope */
 	struct tensor *real = mask ? nn_mask_compare(mask, m->embed.weight->dtype, false) : NULL;
-	struct tensor *emb = mask && !real ? NULL : nn_embedding_forward(&m->embed, ids);
-	struct tensor *own = add_positions(m, emb, real);
-	if (own != emb)
-		tensor_free(emb);
+	struct tensor *own =
+	    add_positions(m, mask && !real ? NULL : nn_embedding_forward(&m->embed, ids), real);
 	tensor_scope_begin();
 	struct tensor *x = nn_dropout_forward(&m->drop, own);
-	struct tensor *carry = NULL; /* the heap output of the last layer run apart */
+	/* The heap output of the last layer run apart: freed by hand as soon as
+	 * the next layer has read it, so that at most two layer outputs are
+	 * live (this function's scope would hold every one until its end). */
+	struct tensor *carry = NULL;
 	for (int64_t i = 0; x && i < c->layers; i++) {
 		const struct model_layer *l = &m->layers[i];
 		if ((x == own || x == carry) && blockable(l)) {
@@ -422,16 +423,13 @@ static struct tensor *forward_no_grad(const struct model_encoder *m, const struc
 	struct tensor *y = x == own ? own : x ? tensor_scope_keep(x) : NULL;
 	tensor_scope_end();
 	tensor_free(carry);
-	if (y != own)
-		tensor_free(own);
-	tensor_free(real);
 	return y;
 }
 
 struct tensor *model_encoder_forward(const struct model_encoder *m, const struct tensor *ids,
 				     const struct tensor *mask)
 {
-	if (!ids || !check_inputs(m, ids, mask))
+	if (nn_require_scope("model_encoder_forward") < 0 || !ids || !check_inputs(m, ids, mask))
 		return NULL;
 	if (!ag_grad_enabled())
 		return forward_no_grad(m, ids, mask);
