@@ -42,7 +42,8 @@ struct options {
 /* The tables read better aligned by hand. */
 /* clang-format off */
 static struct options opt = {
-	.enc = { MODEL_FLAGS_DEFAULTS, .model = "linformer", .n = 128, .dim = 128, .ff = 512 },
+	.enc = { MODEL_FLAGS_DEFAULTS, .model = "linformer", .n = 128, .cfg.dim = 128,
+		 .cfg.ff_hidden = 512, .cfg.layers = 2 },
 	.schedule = "cosine", .decode = "masked", .device = "cpu", .batch = 16, .accum = 1, .epochs = 2, .seed = 1,
 	.split_seed = 1, .log_every = 10, .embed_std = 0.02, .mask_prob = 0.15, .lr = 1e-3,
 	.min_lr = 1e-5, .warmup = 0.1, .weight_decay = 0.01, .clip = 1.0, .val_fraction = 0.1,
@@ -59,10 +60,6 @@ static struct flag flags[] = {
 				       "included"),
 	DBL("embed-std", embed_std, 0, 10, 0, "S", "token embedding (tied to the MLM decoder) "
 						   "drawn N(0, S) as in BERT; 0: the library's N(0, 1)"),
-	DBL("dropout", enc.dropout, 0, 1, FLAG_MAX_OPEN, "P", "dropout of embeddings, residuals "
-							      "and feed-forward"),
-	DBL("attn-dropout", enc.attn_dropout, 0, 1, FLAG_MAX_OPEN, "P", "dropout of attention "
-									"probabilities"),
 	MODEL_FLAGS_TOKENIZER(opt.enc),
 	STR("data", data, "DIR", "aclImdb directory: pretrain on its train reviews (labels unused; "
 				 "default: the bundled subset)"),
@@ -141,8 +138,7 @@ static const char EPILOG[] =
 /* The encoder + MLM head configuration the flags describe. */
 static void build_config(struct model_config *c, const struct text_tokenizer *tok)
 {
-	model_flags_config(c, &opt.enc, tok, flags, NFLAGS, PROG);
-	c->head_hidden = opt.enc.dim; /* the classifier's default, for a later --init-from */
+	model_flags_config(c, &opt.enc, tok, flags, NFLAGS, PROG); /* head_hidden: dim */
 	c->seed = (uint64_t)opt.seed;
 	if (model_config_resolve(c) < 0)
 		flags_fail(PROG, NULL, "invalid model: %s", tensor_last_error());
@@ -547,11 +543,8 @@ static void setup(struct run *r)
 	if (opt.log_dir) {
 		snprintf(r->log_dir, sizeof r->log_dir, "%s", opt.log_dir);
 	} else {
-		char stamp[32];
-		time_t t = time(NULL);
-		strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&t));
-		snprintf(r->log_dir, sizeof r->log_dir, "runs/mlm-%s-n%lld-%s", opt.enc.model,
-			 (long long)opt.enc.n, stamp);
+		train_default_log_dir(r->log_dir, sizeof r->log_dir, "mlm-", opt.enc.model,
+				      opt.enc.n);
 	}
 	snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s",
 		 opt.checkpoint_dir ? opt.checkpoint_dir : r->log_dir);

@@ -44,6 +44,134 @@ const char *model_positions_name(enum model_positions p)
 	return (unsigned)p < MODEL_NPOS ? position_names[p] : "unknown";
 }
 
+/* ---- the fields (model_config_fields.h) ------------------------------------------ */
+
+/* Each field's kind agrees with its C type, and the enums are stored as int. */
+#define TYPE_OF_INT int64_t
+#define TYPE_OF_BOOL bool
+#define TYPE_OF_DOUBLE double
+#define TYPE_OF_SEED uint64_t
+#define TYPE_OF_ACTIVATION enum nn_activation
+#define TYPE_OF_K_SCHEDULE enum model_k_schedule
+#define TYPE_OF_SHARING enum nn_proj_sharing
+#define TYPE_OF_POSITIONS enum model_positions
+#define TYPE_OF_POOLING enum model_pooling
+#define TYPE_OF_ATTENTION enum nn_attn_kind * /* arrays decay */
+#define TYPE_OF_K int64_t *
+#define CHECK_KIND(a, type, name, dims, kind, ...)                                       \
+	_Static_assert(                                                                  \
+	    _Generic(((struct model_config *)0)->name, TYPE_OF_##kind : 1, default : 0), \
+	    #name ": its kind " #kind " does not match its type " #type);
+MODEL_CONFIG_FIELDS(CHECK_KIND, )
+_Static_assert(sizeof(enum nn_activation) == sizeof(int) &&
+		   sizeof(enum model_k_schedule) == sizeof(int) &&
+		   sizeof(enum nn_proj_sharing) == sizeof(int) &&
+		   sizeof(enum model_positions) == sizeof(int) &&
+		   sizeof(enum model_pooling) == sizeof(int),
+	       "enum fields are read and written as int");
+
+#define FIELD_ROW(a, type, name, dims, kind, group, lo, hi, def, flag, metavar, help) \
+	{ #name,                                                                      \
+	  MODEL_FIELD_##kind,                                                         \
+	  MODEL_FIELD_##group,                                                        \
+	  offsetof(struct model_config, name),                                        \
+	  sizeof(((struct model_config *)0)->name),                                   \
+	  lo,                                                                         \
+	  hi,                                                                         \
+	  def,                                                                        \
+	  flag,                                                                       \
+	  metavar,                                                                    \
+	  help },
+static const struct model_config_field fields[] = { MODEL_CONFIG_FIELDS(FIELD_ROW, ) };
+#define NFIELDS ((int)(sizeof fields / sizeof fields[0]))
+
+int model_config_field_count(void)
+{
+	return NFIELDS;
+}
+
+const struct model_config_field *model_config_field(int i)
+{
+	return i >= 0 && i < NFIELDS ? &fields[i] : NULL;
+}
+
+const struct model_config_field *model_config_field_find(const char *name)
+{
+	for (int i = 0; name && i < NFIELDS; i++)
+		if (strcmp(fields[i].name, name) == 0)
+			return &fields[i];
+	return NULL;
+}
+
+static const char *at(const struct model_config *c, const struct model_config_field *f)
+{
+	return (const char *)c + f->offset;
+}
+
+static bool is_enum(enum model_field_kind kind)
+{
+	return kind >= MODEL_FIELD_ACTIVATION && kind <= MODEL_FIELD_POOLING;
+}
+
+int model_field_enum_count(enum model_field_kind kind)
+{
+	switch (kind) {
+	case MODEL_FIELD_ACTIVATION: return NN_NACTIVATIONS;
+	case MODEL_FIELD_K_SCHEDULE: return NSCHED;
+	case MODEL_FIELD_SHARING: return NN_SHARE_LAYERWISE + 1;
+	case MODEL_FIELD_POSITIONS: return MODEL_NPOS;
+	case MODEL_FIELD_POOLING: return MODEL_NPOOL;
+	case MODEL_FIELD_ATTENTION: return NN_NATTN;
+	default: return 0;
+	}
+}
+
+const char *model_field_enum_name(enum model_field_kind kind, int v)
+{
+	if (v < 0 || v >= model_field_enum_count(kind))
+		return NULL;
+	switch (kind) {
+	case MODEL_FIELD_ACTIVATION: return nn_activation_name((enum nn_activation)v);
+	case MODEL_FIELD_K_SCHEDULE: return schedule_names[v];
+	case MODEL_FIELD_SHARING: return nn_proj_sharing_name((enum nn_proj_sharing)v);
+	case MODEL_FIELD_POSITIONS: return position_names[v];
+	case MODEL_FIELD_POOLING: return pooling_names[v];
+	default: return nn_attn_kind_name((enum nn_attn_kind)v);
+	}
+}
+
+/* The value of an enum kind called name (or one of its other spellings), -1 for none. */
+static int enum_parse(enum model_field_kind kind, const char *name)
+{
+	switch (kind) {
+	case MODEL_FIELD_ACTIVATION: return nn_activation_parse(name);
+	case MODEL_FIELD_K_SCHEDULE: return parse_name(name, schedule_names, NSCHED);
+	case MODEL_FIELD_SHARING: return nn_proj_sharing_parse(name);
+	case MODEL_FIELD_POSITIONS: return model_positions_parse(name);
+	case MODEL_FIELD_POOLING: return model_pooling_parse(name);
+	case MODEL_FIELD_ATTENTION: return nn_attn_kind_parse(name);
+	default: return -1;
+	}
+}
+
+/* v within the range of f: [min, max] (INT, K) or [min, max) (DOUBLE); NaN is not. */
+static bool in_range(const struct model_config_field *f, double v)
+{
+	return v >= f->min && (f->kind == MODEL_FIELD_DOUBLE ? v < f->max : v <= f->max);
+}
+
+/* "must be >= 1", "not in [1, 64]" or "not in [0, 1)", for messages. */
+static const char *range_text(const struct model_config_field *f, char *buf, size_t len)
+{
+	if (f->kind == MODEL_FIELD_DOUBLE)
+		snprintf(buf, len, "not in [%g, %g)", f->min, f->max);
+	else if (f->max >= MAX_EXACT)
+		snprintf(buf, len, "must be >= %.0f", f->min);
+	else
+		snprintf(buf, len, "not in [%.0f, %.0f]", f->min, f->max);
+	return buf;
+}
+
 /* ---- presets -------------------------------------------------------------------- */
 
 /* Layers of the Conv-Linformer preset that use learned linear projections:
@@ -51,6 +179,21 @@ const char *model_positions_name(enum model_positions p)
 static int64_t conv_linformer_linear_layers(int64_t layers)
 {
 	return (layers + 1) / 2;
+}
+
+/* The default of f (of the table; arrays stay zero). */
+static void set_default(struct model_config *c, const struct model_config_field *f)
+{
+	char *p = (char *)c + f->offset;
+	switch (f->kind) {
+	case MODEL_FIELD_INT: *(int64_t *)p = (int64_t)f->def; break;
+	case MODEL_FIELD_BOOL: *(bool *)p = f->def != 0; break;
+	case MODEL_FIELD_DOUBLE: *(double *)p = f->def; break;
+	case MODEL_FIELD_SEED: *(uint64_t *)p = (uint64_t)f->def; break;
+	case MODEL_FIELD_ATTENTION:
+	case MODEL_FIELD_K: break;
+	default: *(int *)p = (int)f->def; break;
+	}
 }
 
 int model_config_preset(struct model_config *c, const char *preset, int64_t vocab_size,
@@ -86,26 +229,12 @@ int model_config_preset(struct model_config *c, const char *preset, int64_t voca
 	}
 	struct model_config d;
 	memset(&d, 0, sizeof d);
+	for (int i = 0; i < NFIELDS; i++)
+		set_default(&d, &fields[i]);
 	d.vocab_size = vocab_size;
 	d.max_len = max_len;
-	d.dim = 256;
-	d.heads = 4;
 	d.layers = depth;
-	d.ff_hidden = 1024;
-	d.activation = NN_GELU;
-	d.pre_norm = true;
-	d.positions = MODEL_POS_LEARNED;
-	d.final_norm = true;
-	d.dropout = 0.1;
-	d.attn_dropout = 0.1;
-	d.pad_id = 0;
-	d.k_schedule = MODEL_K_CONSTANT;
-	d.k_first = d.k_last = max_len < 128 ? max_len : 128;
-	d.sharing = NN_SHARE_HEADWISE;
-	d.num_classes = 2;
-	d.head_hidden = 256;
-	d.pooling = MODEL_POOL_MEAN;
-	d.tie_embeddings = true;
+	d.k_first = d.k_last = max_len < d.k_first ? max_len : d.k_first;
 	/* Uniform presets fill every entry so that any depth set later is valid;
 	 * Conv-Linformer and patterns depend on the depth, so entries past it are
 	 * left invalid and model_config_resolve refuses a deeper model. */
@@ -164,41 +293,32 @@ static bool needs_divisor(enum nn_attn_kind a)
 
 #define RESOLVE_ERR(...) tensor_error(TENSOR_ERR_ARG, "model_config_resolve: " __VA_ARGS__)
 
-static int check_sizes(const struct model_config *c)
+/* Each number within its field's range and each enum one of its values (the
+ * table), then the rules across fields. */
+static int check_fields(const struct model_config *c)
 {
-	if (c->vocab_size < 1 || c->max_len < 1 || c->dim < 1 || c->heads < 1 || c->ff_hidden < 1 ||
-	    c->num_classes < 1 || c->head_hidden < 1)
-		return RESOLVE_ERR("vocab_size %lld, max_len %lld, dim %lld, heads %lld, "
-				   "ff_hidden %lld, num_classes %lld, head_hidden %lld must all "
-				   "be >= 1",
-				   (long long)c->vocab_size, (long long)c->max_len,
-				   (long long)c->dim, (long long)c->heads, (long long)c->ff_hidden,
-				   (long long)c->num_classes, (long long)c->head_hidden);
-	if (c->layers < 1 || c->layers > MODEL_MAX_LAYERS)
-		return RESOLVE_ERR("layers %lld not in [1, %d]", (long long)c->layers,
-				   MODEL_MAX_LAYERS);
+	char range[64];
+	for (int i = 0; i < NFIELDS; i++) {
+		const struct model_config_field *f = &fields[i];
+		const char *p = at(c, f);
+		if (f->kind == MODEL_FIELD_INT && !in_range(f, (double)*(const int64_t *)p))
+			return RESOLVE_ERR("%s %lld %s", f->name, (long long)*(const int64_t *)p,
+					   range_text(f, range, sizeof range));
+		if (f->kind == MODEL_FIELD_DOUBLE && !in_range(f, *(const double *)p))
+			return RESOLVE_ERR("%s %g %s", f->name, *(const double *)p,
+					   range_text(f, range, sizeof range));
+		if (is_enum(f->kind) && !model_field_enum_name(f->kind, *(const int *)p))
+			return RESOLVE_ERR("unknown %s %d", f->name, *(const int *)p);
+	}
 	if (c->dim % c->heads != 0)
 		return RESOLVE_ERR("heads %lld must divide dim %lld", (long long)c->heads,
 				   (long long)c->dim);
-	if (c->pad_id < -1 || c->pad_id >= c->vocab_size)
+	if (c->pad_id >= c->vocab_size)
 		return RESOLVE_ERR("pad_id %lld not in [0, vocab_size %lld) or -1",
 				   (long long)c->pad_id, (long long)c->vocab_size);
-	if (c->position_kernel < 0 || (c->position_kernel > 0 && c->position_kernel % 2 == 0))
+	if (c->position_kernel > 0 && c->position_kernel % 2 == 0)
 		return RESOLVE_ERR("position_kernel %lld must be 0 (none) or odd",
 				   (long long)c->position_kernel);
-	if (!(c->dropout >= 0 && c->dropout < 1) || !(c->attn_dropout >= 0 && c->attn_dropout < 1))
-		return RESOLVE_ERR("dropout %g and attn_dropout %g must be in [0, 1)", c->dropout,
-				   c->attn_dropout);
-	if ((unsigned)c->activation >= NN_NACTIVATIONS)
-		return RESOLVE_ERR("unknown activation %d", (int)c->activation);
-	if ((unsigned)c->k_schedule >= NSCHED)
-		return RESOLVE_ERR("unknown k_schedule %d", (int)c->k_schedule);
-	if ((unsigned)c->sharing > NN_SHARE_LAYERWISE)
-		return RESOLVE_ERR("unknown sharing %d", (int)c->sharing);
-	if ((unsigned)c->pooling >= MODEL_NPOOL)
-		return RESOLVE_ERR("unknown pooling %d", (int)c->pooling);
-	if ((unsigned)c->positions >= MODEL_NPOS)
-		return RESOLVE_ERR("unknown positions %d", (int)c->positions);
 	for (int64_t i = 0; i < c->layers; i++)
 		if ((unsigned)c->attention[i] >= NN_NATTN)
 			return RESOLVE_ERR(
@@ -230,7 +350,7 @@ int model_config_resolve(struct model_config *c)
 {
 	if (!c)
 		return tensor_error(TENSOR_ERR_ARG, "model_config_resolve: config is NULL");
-	int rc = check_sizes(c);
+	int rc = check_fields(c);
 	if (rc < 0)
 		return rc;
 	int64_t k[MODEL_MAX_LAYERS] = { 0 };
@@ -277,74 +397,7 @@ int model_config_resolve(struct model_config *c)
 
 /* ---- JSON ----------------------------------------------------------------------- */
 
-/* Every field in struct order; JSON keys are the field names. */
-enum field_type {
-	F_INT,
-	F_BOOL,
-	F_DOUBLE,
-	F_SEED,
-	F_ACT,
-	F_SCHED,
-	F_SHARE,
-	F_POS,
-	F_POOL, /* enums by name: F_ACT .. F_POOL */
-	F_ATTN,
-	F_K
-};
-struct field {
-	const char *key;
-	enum field_type type;
-	size_t off;
-};
-/* clang-format off */
-#define FLD(name, type) { #name, type, offsetof(struct model_config, name) }
-/* clang-format on */
-static const struct field fields[] = {
-	FLD(vocab_size, F_INT),
-	FLD(max_len, F_INT),
-	FLD(dim, F_INT),
-	FLD(heads, F_INT),
-	FLD(layers, F_INT),
-	FLD(ff_hidden, F_INT),
-	FLD(activation, F_ACT),
-	FLD(swiglu, F_BOOL),
-	FLD(pre_norm, F_BOOL),
-	FLD(rms_norm, F_BOOL),
-	FLD(positions, F_POS),
-	FLD(position_kernel, F_INT),
-	FLD(final_norm, F_BOOL),
-	FLD(dropout, F_DOUBLE),
-	FLD(attn_dropout, F_DOUBLE),
-	FLD(pad_id, F_INT),
-	FLD(attention, F_ATTN),
-	FLD(k_schedule, F_SCHED),
-	FLD(k_first, F_INT),
-	FLD(k_last, F_INT),
-	FLD(k, F_K),
-	FLD(sharing, F_SHARE),
-	FLD(conv_dense, F_BOOL),
-	FLD(xavier_projections, F_BOOL),
-	FLD(mask_empty_slots, F_BOOL),
-	FLD(shared_kv_head, F_BOOL),
-	FLD(num_classes, F_INT),
-	FLD(head_hidden, F_INT),
-	FLD(pooling, F_POOL),
-	FLD(tie_embeddings, F_BOOL),
-	FLD(seed, F_SEED),
-};
-#define NFIELDS ((int)(sizeof fields / sizeof fields[0]))
-
-static const char *enum_name(const struct field *f, int v)
-{
-	switch (f->type) {
-	case F_ACT: return (unsigned)v < NN_NACTIVATIONS ? nn_activation_name(v) : NULL;
-	case F_SCHED: return (unsigned)v < NSCHED ? schedule_names[v] : NULL;
-	case F_SHARE: return (unsigned)v <= NN_SHARE_LAYERWISE ? nn_proj_sharing_name(v) : NULL;
-	case F_POS: return (unsigned)v < MODEL_NPOS ? position_names[v] : NULL;
-	case F_POOL: return (unsigned)v < MODEL_NPOOL ? pooling_names[v] : NULL;
-	default: return NULL;
-	}
-}
+#define JSON_ERR(...) tensor_error(TENSOR_ERR_ARG, "model_config_from_json: " __VA_ARGS__)
 
 /* Numbers are written as raw text: cJSON prints doubles with 15 significant
  * digits whenever those read back within a relative DBL_EPSILON, which loses
@@ -366,47 +419,53 @@ static cJSON *double_json(double v)
 			break;
 	}
 	char point = localeconv()->decimal_point[0]; /* JSON wants '.' in any locale */
-	char *at = point != '.' ? strchr(buf, point) : NULL;
-	if (at)
-		*at = '.';
+	char *dot = point != '.' ? strchr(buf, point) : NULL;
+	if (dot)
+		*dot = '.';
 	return cJSON_CreateRaw(buf);
 }
 
-static cJSON *field_to_json(const struct model_config *c, const struct field *f)
+/* An array of the first `layers` entries, made by item. */
+static cJSON *array_json(const struct model_config *c,
+			 cJSON *(*item)(const struct model_config *, int64_t))
 {
-	const char *p = (const char *)c + f->off;
-	switch (f->type) {
-	case F_INT: return int_json(*(const int64_t *)p);
-	case F_BOOL: return cJSON_CreateBool(*(const bool *)p);
-	case F_DOUBLE: return double_json(*(const double *)p);
-	case F_SEED: {
-		uint64_t s = c->seed;
+	cJSON *a = cJSON_CreateArray();
+	for (int64_t i = 0; a && i < c->layers; i++)
+		if (!cJSON_AddItemToArray(a, item(c, i))) {
+			cJSON_Delete(a);
+			return NULL;
+		}
+	return a;
+}
+
+static cJSON *attention_json(const struct model_config *c, int64_t i)
+{
+	return cJSON_CreateString(nn_attn_kind_name(c->attention[i]));
+}
+
+static cJSON *k_json(const struct model_config *c, int64_t i)
+{
+	return int_json(c->k[i]);
+}
+
+static cJSON *field_to_json(const struct model_config *c, const struct model_config_field *f)
+{
+	const char *p = at(c, f);
+	switch (f->kind) {
+	case MODEL_FIELD_INT: return int_json(*(const int64_t *)p);
+	case MODEL_FIELD_BOOL: return cJSON_CreateBool(*(const bool *)p);
+	case MODEL_FIELD_DOUBLE: return double_json(*(const double *)p);
+	case MODEL_FIELD_SEED: {
+		uint64_t s = *(const uint64_t *)p;
 		if (s <= (uint64_t)MAX_EXACT)
 			return int_json((long long)s);
 		char buf[32];
 		snprintf(buf, sizeof buf, "%llu", (unsigned long long)s);
 		return cJSON_CreateString(buf);
 	}
-	case F_ATTN: {
-		cJSON *a = cJSON_CreateArray();
-		for (int64_t i = 0; a && i < c->layers; i++)
-			if (!cJSON_AddItemToArray(
-				a, cJSON_CreateString(nn_attn_kind_name(c->attention[i])))) {
-				cJSON_Delete(a);
-				return NULL;
-			}
-		return a;
-	}
-	case F_K: {
-		cJSON *a = cJSON_CreateArray();
-		for (int64_t i = 0; a && i < c->layers; i++)
-			if (!cJSON_AddItemToArray(a, int_json(c->k[i]))) {
-				cJSON_Delete(a);
-				return NULL;
-			}
-		return a;
-	}
-	default: return cJSON_CreateString(enum_name(f, *(const int *)p));
+	case MODEL_FIELD_ATTENTION: return array_json(c, attention_json);
+	case MODEL_FIELD_K: return array_json(c, k_json);
+	default: return cJSON_CreateString(model_field_enum_name(f->kind, *(const int *)p));
 	}
 }
 
@@ -419,20 +478,20 @@ static int check_writable(const struct model_config *c)
 				    "model_config_to_json: layers %lld not in [1, %d]",
 				    (long long)c->layers, MODEL_MAX_LAYERS);
 	for (int i = 0; i < NFIELDS; i++) {
-		const struct field *f = &fields[i];
-		const char *p = (const char *)c + f->off;
-		if (f->type == F_INT && fabs((double)*(const int64_t *)p) > MAX_EXACT)
+		const struct model_config_field *f = &fields[i];
+		const char *p = at(c, f);
+		if (f->kind == MODEL_FIELD_INT && fabs((double)*(const int64_t *)p) > MAX_EXACT)
 			return tensor_error(TENSOR_ERR_ARG,
 					    "model_config_to_json: \"%s\" = %lld is beyond 2^53",
-					    f->key, (long long)*(const int64_t *)p);
-		if (f->type == F_DOUBLE && !isfinite(*(const double *)p))
+					    f->name, (long long)*(const int64_t *)p);
+		if (f->kind == MODEL_FIELD_DOUBLE && !isfinite(*(const double *)p))
 			return tensor_error(TENSOR_ERR_ARG,
 					    "model_config_to_json: \"%s\" = %g is not finite",
-					    f->key, *(const double *)p);
-		if (f->type >= F_ACT && f->type <= F_POOL && !enum_name(f, *(const int *)p))
+					    f->name, *(const double *)p);
+		if (is_enum(f->kind) && !model_field_enum_name(f->kind, *(const int *)p))
 			return tensor_error(TENSOR_ERR_ARG,
 					    "model_config_to_json: \"%s\" has no name for value %d",
-					    f->key, *(const int *)p);
+					    f->name, *(const int *)p);
 	}
 	for (int64_t i = 0; i < c->layers; i++) {
 		if ((unsigned)c->attention[i] >= NN_NATTN)
@@ -460,7 +519,7 @@ char *model_config_to_json(const struct model_config *c)
 	bool ok = o != NULL;
 	for (int i = 0; ok && i < NFIELDS; i++) {
 		cJSON *v = field_to_json(c, &fields[i]);
-		ok = v && cJSON_AddItemToObject(o, fields[i].key, v);
+		ok = v && cJSON_AddItemToObject(o, fields[i].name, v);
 		if (!ok)
 			cJSON_Delete(v);
 	}
@@ -473,16 +532,19 @@ char *model_config_to_json(const struct model_config *c)
 	return out;
 }
 
-#define JSON_ERR(...) tensor_error(TENSOR_ERR_ARG, "model_config_from_json: " __VA_ARGS__)
-
-/* An integral JSON number within +-2^53. */
-static int json_int(const cJSON *v, const char *key, int64_t *out)
+/* An integral JSON number within +-2^53 and the range of f (key names it). */
+static int json_int(const cJSON *v, const struct model_config_field *f, const char *key,
+		    int64_t *out)
 {
 	if (!cJSON_IsNumber(v))
 		return JSON_ERR("\"%s\" must be an integer", key);
 	double d = v->valuedouble;
 	if (d != floor(d) || fabs(d) > MAX_EXACT)
 		return JSON_ERR("\"%s\" = %.17g must be an integer within +-2^53", key, d);
+	char range[64];
+	if (!in_range(f, d))
+		return JSON_ERR("\"%s\" %lld %s", key, (long long)d,
+				range_text(f, range, sizeof range));
 	*out = (int64_t)d;
 	return TENSOR_OK;
 }
@@ -520,72 +582,69 @@ static int json_array(const cJSON *v, const char *key, int64_t layers)
 	return TENSOR_OK;
 }
 
-static int field_from_json(struct model_config *c, const struct field *f, const cJSON *v)
+/* "a, b, c": the names of an enum kind. */
+static const char *enum_names(enum model_field_kind kind, char *buf, size_t len)
 {
-	char *p = (char *)c + f->off;
+	int n = model_field_enum_count(kind);
+	buf[0] = '\0';
+	for (int i = 0; i < n; i++) {
+		strncat(buf, model_field_enum_name(kind, i), len - strlen(buf) - 1);
+		if (i + 1 < n)
+			strncat(buf, ", ", len - strlen(buf) - 1);
+	}
+	return buf;
+}
+
+static int field_from_json(struct model_config *c, const struct model_config_field *f,
+			   const cJSON *v)
+{
+	char *p = (char *)c + f->offset, names[96];
 	int rc = TENSOR_OK, e;
-	switch (f->type) {
-	case F_INT: return json_int(v, f->key, (int64_t *)p);
-	case F_BOOL:
+	switch (f->kind) {
+	case MODEL_FIELD_INT: return json_int(v, f, f->name, (int64_t *)p);
+	case MODEL_FIELD_BOOL:
 		if (!cJSON_IsBool(v))
-			return JSON_ERR("\"%s\" must be true or false", f->key);
+			return JSON_ERR("\"%s\" must be true or false", f->name);
 		*(bool *)p = cJSON_IsTrue(v);
 		return TENSOR_OK;
-	case F_DOUBLE:
+	case MODEL_FIELD_DOUBLE:
 		if (!cJSON_IsNumber(v))
-			return JSON_ERR("\"%s\" must be a number", f->key);
+			return JSON_ERR("\"%s\" must be a number", f->name);
+		if (!in_range(f, v->valuedouble))
+			return JSON_ERR("\"%s\" %g %s", f->name, v->valuedouble,
+					range_text(f, names, sizeof names));
 		*(double *)p = v->valuedouble;
 		return TENSOR_OK;
-	case F_SEED: return json_seed(v, &c->seed);
-	case F_ATTN: {
-		rc = json_array(v, f->key, c->layers);
+	case MODEL_FIELD_SEED: return json_seed(v, (uint64_t *)p);
+	case MODEL_FIELD_ATTENTION: {
+		rc = json_array(v, f->name, c->layers);
 		int i = 0;
 		for (const cJSON *a = v ? v->child : NULL; rc == TENSOR_OK && a; a = a->next, i++) {
-			e = cJSON_IsString(a) ? nn_attn_kind_parse(a->valuestring) : -1;
+			e = cJSON_IsString(a) ? enum_parse(f->kind, a->valuestring) : -1;
 			if (e < 0)
-				return JSON_ERR(
-				    "\"attention\"[%d] must be one of standard, linear, "
-				    "conv, mean, max, random",
-				    i);
-			c->attention[i] = (enum nn_attn_kind)e;
+				return JSON_ERR("\"%s\"[%d] must be one of %s", f->name, i,
+						enum_names(f->kind, names, sizeof names));
+			((enum nn_attn_kind *)p)[i] = (enum nn_attn_kind)e;
 		}
 		return rc;
 	}
-	case F_K: {
-		rc = json_array(v, f->key, c->layers);
+	case MODEL_FIELD_K: {
+		rc = json_array(v, f->name, c->layers);
 		int i = 0;
 		for (const cJSON *a = v ? v->child : NULL; rc == TENSOR_OK && a; a = a->next, i++) {
 			char key[32];
-			snprintf(key, sizeof key, "k[%d]", i);
-			rc = json_int(a, key, &c->k[i]);
+			snprintf(key, sizeof key, "%s[%d]", f->name, i);
+			rc = json_int(a, f, key, &((int64_t *)p)[i]);
 		}
 		return rc;
 	}
 	default: break;
 	}
 	/* enums by name */
-	const char *s = cJSON_IsString(v) ? v->valuestring : NULL;
-	switch (f->type) {
-	case F_ACT: e = s ? nn_activation_parse(s) : -1; break;
-	case F_SCHED: e = parse_name(s, schedule_names, NSCHED); break;
-	case F_SHARE: e = s ? nn_proj_sharing_parse(s) : -1; break;
-	case F_POS: e = model_positions_parse(s); break;
-	default: e = model_pooling_parse(s); break;
-	}
-	if (e < 0) {
-		char names[96] = "";
-		int n = f->type == F_ACT     ? NN_NACTIVATIONS
-			: f->type == F_SCHED ? NSCHED
-			: f->type == F_SHARE ? NN_SHARE_LAYERWISE + 1
-			: f->type == F_POS   ? MODEL_NPOS
-					     : MODEL_NPOOL;
-		for (int i = 0; i < n; i++) {
-			strncat(names, enum_name(f, i), sizeof names - strlen(names) - 1);
-			if (i + 1 < n)
-				strncat(names, ", ", sizeof names - strlen(names) - 1);
-		}
-		return JSON_ERR("\"%s\" must be one of the strings %s", f->key, names);
-	}
+	e = cJSON_IsString(v) ? enum_parse(f->kind, v->valuestring) : -1;
+	if (e < 0)
+		return JSON_ERR("\"%s\" must be one of the strings %s", f->name,
+				enum_names(f->kind, names, sizeof names));
 	*(int *)p = e;
 	return TENSOR_OK;
 }
@@ -614,22 +673,20 @@ static int legacy_positions(struct model_config *c, const cJSON *const *legacy, 
 	return TENSOR_OK;
 }
 
-static const struct field *find_field(const char *key)
+static int field_index(const char *name)
 {
-	for (int i = 0; i < NFIELDS; i++)
-		if (strcmp(fields[i].key, key) == 0)
-			return &fields[i];
-	return NULL;
+	const struct model_config_field *f = model_config_field_find(name);
+	return f ? (int)(f - fields) : -1;
 }
 
 /* Keys first (unknown, duplicate, missing required), then values in struct
  * order ("layers" before the per-layer arrays). */
 static int from_object(struct model_config *c, const cJSON *o)
 {
-	const cJSON *seen[sizeof fields / sizeof fields[0]] = { 0 }, *legacy[NLEGACY] = { 0 };
+	const cJSON *seen[NFIELDS] = { 0 }, *legacy[NLEGACY] = { 0 };
 	for (const cJSON *v = o->child; v; v = v->next) {
-		const struct field *f = v->string ? find_field(v->string) : NULL;
-		int l = f || !v->string ? -1 : parse_name(v->string, legacy_keys, NLEGACY);
+		int i = v->string ? field_index(v->string) : -1;
+		int l = i >= 0 || !v->string ? -1 : parse_name(v->string, legacy_keys, NLEGACY);
 		if (l >= 0) {
 			if (legacy[l])
 				return JSON_ERR("duplicate key \"%s\"", legacy_keys[l]);
@@ -638,36 +695,28 @@ static int from_object(struct model_config *c, const cJSON *o)
 			legacy[l] = v;
 			continue;
 		}
-		if (!f)
+		if (i < 0)
 			return JSON_ERR("unknown key \"%s\"", v->string ? v->string : "");
-		if (seen[f - fields])
-			return JSON_ERR("duplicate key \"%s\"", f->key);
-		seen[f - fields] = v;
+		if (seen[i])
+			return JSON_ERR("duplicate key \"%s\"", fields[i].name);
+		seen[i] = v;
 	}
-	const cJSON *vocab = seen[find_field("vocab_size") - fields],
-		    *len = seen[find_field("max_len") - fields];
-	if (!vocab || !len)
+	int iv = field_index("vocab_size"), in = field_index("max_len"), il = field_index("layers");
+	if (!seen[iv] || !seen[in])
 		return JSON_ERR("\"vocab_size\" and \"max_len\" are required");
 	int64_t v = 0, n = 0;
-	int rc = json_int(vocab, "vocab_size", &v);
+	int rc = json_int(seen[iv], &fields[iv], "vocab_size", &v);
 	if (rc == TENSOR_OK)
-		rc = json_int(len, "max_len", &n);
-	if (rc == TENSOR_OK && (v < 1 || n < 1))
-		rc = JSON_ERR("\"vocab_size\" %lld and \"max_len\" %lld must be >= 1", (long long)v,
-			      (long long)n);
+		rc = json_int(seen[in], &fields[in], "max_len", &n);
 	if (rc == TENSOR_OK)
 		rc = model_config_preset(c, "transformer", v, n);
-	const cJSON *lay = seen[find_field("layers") - fields];
-	if (rc == TENSOR_OK && lay)
-		rc = json_int(lay, "layers", &c->layers);
-	if (rc == TENSOR_OK && (c->layers < 1 || c->layers > MODEL_MAX_LAYERS))
-		rc = JSON_ERR("\"layers\" %lld not in [1, %d]", (long long)c->layers,
-			      MODEL_MAX_LAYERS);
+	if (rc == TENSOR_OK && seen[il])
+		rc = field_from_json(c, &fields[il], seen[il]);
 	for (int i = 0; rc == TENSOR_OK && i < NFIELDS; i++)
 		if (seen[i])
 			rc = field_from_json(c, &fields[i], seen[i]);
 	if (rc == TENSOR_OK)
-		rc = legacy_positions(c, legacy, seen[find_field("positions") - fields] != NULL);
+		rc = legacy_positions(c, legacy, seen[field_index("positions")] != NULL);
 	for (int i = (int)c->layers; rc == TENSOR_OK && i < MODEL_MAX_LAYERS; i++)
 		c->attention[i] = NN_NATTN; /* as model_config_resolve leaves them */
 	return rc;
@@ -681,8 +730,8 @@ int model_config_from_json(struct model_config *c, const char *json)
 	const char *end = NULL;
 	cJSON *o = cJSON_ParseWithOpts(json, &end, true);
 	if (!o) {
-		size_t at = end && end >= json ? (size_t)(end - json) : 0;
-		return JSON_ERR("invalid JSON near byte %zu", at);
+		size_t byte = end && end >= json ? (size_t)(end - json) : 0;
+		return JSON_ERR("invalid JSON near byte %zu", byte);
 	}
 	struct model_config tmp;
 	int rc = cJSON_IsObject(o) ? from_object(&tmp, o) : JSON_ERR("expected a JSON object");

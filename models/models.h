@@ -44,42 +44,73 @@ enum model_positions {
 	MODEL_NPOS
 };
 
+/* The model configuration. Its members, with their types, JSON keys, ranges,
+ * flags and meanings, are listed once, in model_config_fields.h, and declared
+ * here from that list (in JSON order): vocab_size, max_len, dim, heads, layers,
+ * ff_hidden, activation, swiglu, pre_norm, rms_norm, positions (+
+ * position_kernel), final_norm, dropout, attn_dropout, pad_id, attention[] and
+ * the k schedule (k_schedule, k_first, k_last, k[]), the projections'
+ * sharing and options, the heads' num_classes, head_hidden, pooling and
+ * tie_embeddings, and the seed. Execution choices (sequential heads, row
+ * blocks, threads) are run options, never fields. */
+#include "model_config_fields.h"
+
+#define MODEL_CONFIG_MEMBER(a, type, name, dims, ...) type name dims;
 struct model_config {
-	int64_t vocab_size, max_len; /* max_len = n: the longest input */
-	int64_t dim, heads, layers, ff_hidden;
-	enum nn_activation activation; /* of the feed-forward (gated: SwiGLU) */
-	bool swiglu, pre_norm, rms_norm, final_norm;
-	enum model_positions positions;
-	/* > 0: a convolutional position encoding of this (odd) kernel after the
-	 * table, if any (nn_conv_position, "pos_conv.weight"); 0: none */
-	int64_t position_kernel;
-	double dropout, attn_dropout; /* embeddings, residuals, ff hidden / probabilities */
-	int64_t pad_id;
-	/* attention per layer */
-	enum nn_attn_kind attention[MODEL_MAX_LAYERS];
-	enum model_k_schedule k_schedule;
-	int64_t k_first, k_last;        /* constant: k_first; linear: first -> last */
-	int64_t k[MODEL_MAX_LAYERS];    /* resolved per layer (model_config_resolve) */
-	enum nn_proj_sharing sharing;
-	bool conv_dense, shared_kv_head;
-	/* learned projections start as window means plus MODEL_PROJ_INIT_NOISE x
-	 * xavier noise (nn_seq_proj_init_windows); true: xavier noise alone */
-	bool xavier_projections;
-	/* learned and random projections too mask, in the softmax, the projected
-	 * slots whose window (of the window-mean initialisation: n/k positions)
-	 * holds only padding or positions past T, as conv and pooling
-	 * projections always do; needs n % k == 0 */
-	bool mask_empty_slots;
-	/* heads */
-	int64_t num_classes, head_hidden; /* classifier: dim -> head_hidden -> classes */
-	enum model_pooling pooling;
-	bool tie_embeddings;             /* MLM decoder tied to the token embedding */
-	uint64_t seed;
+	MODEL_CONFIG_FIELDS(MODEL_CONFIG_MEMBER, )
+};
+#undef MODEL_CONFIG_MEMBER
+
+/* The JSON form of a field (the kind column of model_config_fields.h). */
+enum model_field_kind {
+	MODEL_FIELD_INT,    /* int64_t, within [min, max] */
+	MODEL_FIELD_BOOL,   /* bool */
+	MODEL_FIELD_DOUBLE, /* double, within [min, max) */
+	MODEL_FIELD_SEED,   /* uint64_t: a number up to 2^53, a decimal string beyond */
+	/* enums written by name (model_field_enum_name) */
+	MODEL_FIELD_ACTIVATION,
+	MODEL_FIELD_K_SCHEDULE,
+	MODEL_FIELD_SHARING,
+	MODEL_FIELD_POSITIONS,
+	MODEL_FIELD_POOLING,
+	/* arrays of one entry per layer */
+	MODEL_FIELD_ATTENTION, /* enum nn_attn_kind by name */
+	MODEL_FIELD_K,	       /* int64_t within [min, max] */
+	MODEL_NFIELD_KINDS
+};
+/* Which flag macro of the example programs generates a field's flag. */
+enum model_field_group {
+	MODEL_FIELD_ENC,      /* MODEL_FLAGS_ENCODER, default: the field's */
+	MODEL_FIELD_ENC_PROG, /* MODEL_FLAGS_ENCODER, default: the program's (0: derived) */
+	MODEL_FIELD_HEAD,     /* MODEL_FLAGS_CLASSIFIER */
+	MODEL_FIELD_NONE      /* no generated flag */
 };
 
-/* Defaults (dim 256, 4 heads, 4 layers, ff 1024, gelu, pre-norm LayerNorm,
- * learned positions, dropout 0.1, k 128, headwise sharing, mean pooling) for a
- * preset: "transformer" (all standard), "linformer" (all learned
+/* One row of model_config_fields.h. */
+struct model_config_field {
+	const char *name; /* member and JSON key */
+	enum model_field_kind kind;
+	enum model_field_group group;
+	size_t offset, size; /* of the member in struct model_config */
+	double min, max;     /* INT and K: [min, max]; DOUBLE: [min, max) */
+	double def;	     /* the default (model_config_preset) */
+	const char *flag;    /* the generated flag (without "--"), or NULL */
+	const char *metavar; /* its metavar; an enum's choices "a|b|c" */
+	const char *help;
+};
+/* The fields in struct (and JSON) order: i in [0, model_config_field_count()). */
+int model_config_field_count(void);
+const struct model_config_field *model_config_field(int i);
+/* The field called name, or NULL. */
+const struct model_config_field *model_config_field_find(const char *name);
+/* The name of value v of an enum kind, NULL for v out of range or another kind;
+ * model_field_enum_count: how many values it has (0 for a kind not an enum). */
+const char *model_field_enum_name(enum model_field_kind kind, int v);
+int model_field_enum_count(enum model_field_kind kind);
+
+/* The defaults of model_config_fields.h (dim 256, 4 heads, 4 layers, ff 1024,
+ * gelu, pre-norm LayerNorm, learned positions, dropout 0.1, k min(128, max_len),
+ * headwise sharing, mean pooling) for a preset: "transformer" (all standard), "linformer" (all learned
  * projections), "conv-linformer" (first half learned, the rest conv, after
  * Malard), or a per-layer pattern of letters S/L/C/M/X/R (standard, linear,
  * conv, mean, max, random), e.g. "LLCC", which also sets layers; a preset may
@@ -87,12 +118,17 @@ struct model_config {
 int model_config_preset(struct model_config *c, const char *preset, int64_t vocab_size,
 			int64_t max_len);
 /* Validate and fill c->k[] from the k schedule (entries past c->layers are
- * cleared, so equal configs compare equal). Errors: sizes, heads not
+ * cleared, so equal configs compare equal). Errors: a field outside its range
+ * or an enum outside its values (model_config_fields.h), heads not
  * dividing dim, k > n, n % k for conv/pooling, layerwise sharing with a k that
  * differs between layers, or mixing layerwise sharing with more than one
  * projection kind (the message names the layer and the rule). */
 int model_config_resolve(struct model_config *c);
-/* JSON of every field (malloc'd) and back; unknown keys are errors. */
+/* JSON of every field (malloc'd; keys are the field names) and back: keys left
+ * out take the transformer preset's defaults; an unknown or duplicate key, a
+ * wrong type, a number outside its field's range or an unknown name is an error
+ * naming the key; the keys of older configs are read (sequential_heads, now a
+ * run option, is ignored). */
 char *model_config_to_json(const struct model_config *c);
 int model_config_from_json(struct model_config *c, const char *json);
 /* "mean", "cls", "max" or "attention" -> its enum model_pooling; -1 for any other. */

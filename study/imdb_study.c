@@ -12,22 +12,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/csvlog.h"
+#include "common/classify.h"
 #include "common/data.h"
 #include "common/flags.h"
 #include "common/model_flags.h"
 #include "common/progress.h"
-#include "common/tb.h"
 #include "common/train.h"
 #include "imdb_study.h"
 #include "models.h"
 #include "text.h"
 
 static const char PROG[] = "imdb_study";
-static const char *const CSV_COLS[] = { "step", "epoch",	"split",     "loss",   "accuracy",
-					"lr",	"tokens_per_s", "elapsed_s", "peak_mb" };
-enum { NCSV = sizeof CSV_COLS / sizeof CSV_COLS[0], CSV_ELAPSED = 7 };
-
 /* ---- model configuration ------------------------------------------------------------------ */
 
 /* The tokenizer of the flags (model_flags_tokenizer) with --keep-tail. */
@@ -41,8 +36,6 @@ static void load_tokenizer(struct text_tokenizer *tok, int64_t vocab_size)
 static void build_config(struct model_config *c, const struct text_tokenizer *tok)
 {
 	model_flags_config(c, &opt.enc, tok, flags, NFLAGS, PROG);
-	c->pooling = (enum model_pooling)model_pooling_parse(opt.pooling); /* a flag choice */
-	c->head_hidden = opt.head_hidden ? opt.head_hidden : opt.enc.dim;
 	c->num_classes = 2;
 	c->seed = (uint64_t)opt.seed;
 	if (model_config_resolve(c) < 0)
@@ -178,114 +171,6 @@ static void load_data(struct text_dataset *train, struct text_dataset *test)
 
 /* ---- evaluation -------------------------------------------------------------------------- */
 
-/* --output: each review's logits, as JSON lines ({"review": i, "label": l, "logits": [..]})
- * or CSV (review,label,logit_0,..); label -1 where there is none (predictions). */
-struct logits_out {
-	FILE *f;
-	bool json;
-};
-
-static void logits_open(struct logits_out *o, int64_t classes)
-{
-	*o = (struct logits_out){ 0 };
-	if (!opt.output)
-		return;
-	size_t n = strlen(opt.output);
-	o->json = n > 6 && !strcmp(opt.output + n - 6, ".jsonl");
-	o->f = fopen(opt.output, "w");
-	if (!o->f)
-		flags_fail(PROG, "output", "cannot create %s: %s", opt.output, strerror(errno));
-	if (!o->json) {
-		fprintf(o->f, "review,label");
-		for (int64_t j = 0; j < classes; j++)
-			fprintf(o->f, ",logit_%lld", (long long)j);
-		fprintf(o->f, "\n");
-	}
-}
-
-/* The B x C logits of a batch (float: %.9g gives them back exactly). */
-static void logits_write(struct logits_out *o, const struct tensor *logits,
-			 const int64_t *review, const int64_t *label)
-{
-	if (!o->f)
-		return;
-	int64_t B = logits->shape[0], C = logits->shape[1];
-	float *v = malloc(sizeof *v * (size_t)(B * C > 0 ? B * C : 1));
-	struct tensor *f = tensor_cast(logits, TENSOR_F32);
-	if (!v || !f || tensor_to_host(f, v, sizeof *v * (size_t)(B * C)) < 0)
-		train_die(PROG, "--output");
-	for (int64_t i = 0; i < B; i++) {
-		long long rv = (long long)review[i], lb = label ? (long long)label[i] : -1;
-		if (o->json)
-			fprintf(o->f, "{\"review\": %lld, \"label\": %lld, \"logits\": [", rv, lb);
-		else
-			fprintf(o->f, "%lld,%lld", rv, lb);
-		for (int64_t j = 0; j < C; j++)
-			fprintf(o->f, "%s%.9g", j == 0 && o->json ? "" : o->json ? ", " : ",",
-				v[i * C + j]);
-		fprintf(o->f, o->json ? "]}\n" : "\n");
-	}
-	free(v);
-}
-
-static void logits_close(struct logits_out *o)
-{
-	if (o->f && (ferror(o->f) | fclose(o->f)))
-		flags_fail(PROG, "output", "cannot write %s: %s", opt.output, strerror(errno));
-	else if (o->f)
-		fprintf(stderr, "%s: logits written to %s\n", PROG, opt.output);
-}
-
-struct eval_result {
-	double loss, acc;
-	int64_t correct, n;
-};
-
-/* Loss and accuracy over every batch, in eval mode without a tape; out (or NULL) receives
- * each review's logits with its index in the dataset and its label. */
-static struct eval_result evaluate(const struct model_classifier *m, struct nn_params *ps,
-				   const struct text_batcher *b, struct logits_out *out)
-{
-	struct eval_result r = { 0 };
-	double loss = 0;
-	nn_params_train(ps, false);
-	ag_no_grad_begin();
-	for (int64_t i = 0; i < text_batcher_num_batches(b); i++) {
-		struct text_batch batch;
-		tensor_scope_begin();
-		if (text_batcher_get(b, i, &batch) < 0 || train_batch_to_device(&batch) < 0)
-			train_die(PROG, "evaluation batch");
-		struct tensor *logits = model_classifier_forward(m, batch.ids, batch.mask);
-		struct tensor *l = nn_cross_entropy(logits, batch.labels, -1, 0.0);
-		double acc = l ? nn_accuracy(logits, batch.labels, -1) : -1;
-		if (!l || acc < 0)
-			train_die(PROG, "evaluation");
-		if (out && out->f) {
-			int64_t *lab = malloc(sizeof *lab * (size_t)batch.size);
-			struct tensor *hl = tensor_to_device(batch.labels, TENSOR_CPU);
-			if (!lab || !hl || tensor_to_host(hl, lab, sizeof *lab * (size_t)batch.size) < 0)
-				train_die(PROG, "--output");
-			logits_write(out, logits, b->order + i * b->batch_size, lab);
-			free(lab);
-		}
-		loss += tensor_get(l, NULL) * (double)batch.size;
-		r.correct += llround(acc * (double)batch.size);
-		r.n += batch.size;
-		tensor_scope_end();
-	}
-	ag_no_grad_end();
-	nn_params_train(ps, true);
-	r.loss = r.n ? loss / (double)r.n : NAN;
-	r.acc = r.n ? (double)r.correct / (double)r.n : NAN;
-	return r;
-}
-
-static void print_test(const struct eval_result *r)
-{
-	printf("test: loss %.4f accuracy %.4f (%lld/%lld reviews)\n", r->loss, r->acc,
-	       (long long)r->correct, (long long)r->n);
-}
-
 static int run_eval_only(void)
 {
 	struct model_config c;
@@ -303,30 +188,17 @@ static int run_eval_only(void)
 		train_die(PROG, "tokenizing the test split");
 	printf("%s (step %lld) on %lld test reviews of %s\n", opt.checkpoint, (long long)step,
 	       (long long)test.n, opt.data);
-	struct logits_out out;
-	logits_open(&out, c.num_classes);
-	struct eval_result r = evaluate(&m, &ps, &b, &out);
-	logits_close(&out);
-	print_test(&r);
+	struct logits_file out;
+	logits_file_open(&out, PROG, opt.output, c.num_classes);
+	struct eval_result r = classify_evaluate(PROG, &m, &ps, &b, &out);
+	logits_file_close(&out, PROG);
+	classify_print_test(&r);
 	text_batcher_free(&b);
 	text_dataset_free(&test);
 	text_tokenizer_free(&tok);
 	model_classifier_free(&m);
 	nn_params_free(&ps);
 	return 0;
-}
-
-static void *xmalloc(size_t n)
-{
-	void *p = malloc(n ? n : 1);
-	if (!p)
-		flags_fail(PROG, NULL, "out of memory");
-	return p;
-}
-
-static char *xstrdup(const char *s)
-{
-	return strcpy(xmalloc(strlen(s) + 1), s);
 }
 
 /* --predict TEXT or --predict-file FILE: one line "P(neg) P(pos)" per review. */
@@ -336,69 +208,15 @@ static int run_predict(void)
 	struct nn_params ps;
 	struct model_classifier m;
 	struct text_tokenizer tok;
-	int64_t step, nlines = 0;
-	char **lines = NULL;
-	if (opt.predict) {
-		lines = xmalloc(sizeof *lines);
-		lines[nlines++] = xstrdup(opt.predict);
-	} else {
-		FILE *f = fopen(opt.predict_file, "r");
-		if (!f)
-			flags_fail(PROG, "predict-file", "cannot open %s: %s", opt.predict_file,
-				   strerror(errno));
-		char *line = NULL;
-		size_t cap = 0;
-		while (getline(&line, &cap, f) >= 0) {
-			line[strcspn(line, "\r\n")] = 0;
-			char **more = realloc(lines, sizeof *lines * (size_t)(nlines + 1));
-			if (!more)
-				flags_fail(PROG, "predict-file", "out of memory");
-			lines = more;
-			lines[nlines++] = xstrdup(line);
-		}
-		free(line);
-		fclose(f);
-	}
+	int64_t step;
 	load_model(opt.checkpoint, &c, &ps, &m, &step);
 	load_tokenizer(&tok, c.vocab_size);
 	fprintf(stderr, "%s: %s (step %lld): one line per review: P(neg) P(pos)\n", PROG,
 		opt.checkpoint, (long long)step);
-	int64_t n = c.max_len, C = c.num_classes;
-	int32_t *ids = xmalloc(sizeof *ids * (size_t)(opt.batch * n));
-	int32_t *mask = xmalloc(sizeof *mask * (size_t)(opt.batch * n));
-	float *p = xmalloc(sizeof *p * (size_t)(opt.batch * C));
-	int64_t *row = xmalloc(sizeof *row * (size_t)opt.batch);
-	struct logits_out out;
-	logits_open(&out, C);
-	nn_params_train(&ps, false);
-	ag_no_grad_begin();
-	for (int64_t s = 0; s < nlines; s += opt.batch) {
-		int64_t B = nlines - s < opt.batch ? nlines - s : opt.batch;
-		for (int64_t i = 0; i < B; i++)
-			if (text_encode(&tok, lines[s + i], strlen(lines[s + i]), n, ids + i * n,
-					mask + i * n, NULL) < 0)
-				train_die(PROG, "tokenizing");
-		tensor_scope_begin();
-		int64_t shape[2] = { B, n };
-		struct tensor *ti = tensor_from_data(TENSOR_I32, train_device, 2, shape, ids);
-		struct tensor *tm = tensor_from_data(TENSOR_I32, train_device, 2, shape, mask);
-		struct tensor *logits = model_classifier_forward(&m, ti, tm);
-		struct tensor *probs = tensor_softmax(logits, 1);
-		if (!probs || tensor_to_host(probs, p, sizeof *p * (size_t)(B * C)) < 0)
-			train_die(PROG, "prediction");
-		for (int64_t i = 0; i < B; i++)
-			row[i] = s + i;
-		logits_write(&out, logits, row, NULL);
-		for (int64_t i = 0; i < B; i++)
-			for (int64_t j = 0; j < C; j++)
-				printf("%.4f%c", p[i * C + j], j + 1 < C ? ' ' : '\n');
-		tensor_scope_end();
-	}
-	ag_no_grad_end();
-	logits_close(&out);
-	for (int64_t i = 0; i < nlines; i++)
-		free(lines[i]);
-	free(lines), free(ids), free(mask), free(p), free(row);
+	struct logits_file out;
+	logits_file_open(&out, PROG, opt.output, c.num_classes);
+	classify_predict(PROG, &m, &ps, &tok, opt.predict, opt.predict_file, opt.batch, &out);
+	logits_file_close(&out, PROG);
 	text_tokenizer_free(&tok);
 	model_classifier_free(&m);
 	nn_params_free(&ps);
@@ -423,8 +241,7 @@ struct run {
 	double best_val, elapsed0;  /* best validation accuracy; elapsed before resuming */
 	int64_t best_epoch, skipped; /* steps skipped for a non-finite loss or gradient */
 	char log_dir[1024], ckpt_dir[1024];
-	struct csvlog csv;
-	struct tb_writer tb;
+	struct classify_log log;
 	struct progress bar;
 	double start;
 };
@@ -466,26 +283,6 @@ static void save_averages(struct run *r, const char *path, const struct nn_adamw
 	swap_ema(r);
 }
 
-/* The run state saved inside last.safetensors: what --resume needs beside the weights, the
- * optimizer and the moving average (NULL if out of memory). */
-static char *run_json(const struct run *r, int64_t step)
-{
-	char *fl = flags_to_json(flags, NFLAGS, RESUME_FREE); /* the same bytes after a resume */
-	cJSON *o = cJSON_CreateObject();
-	cJSON *f = fl ? cJSON_Parse(fl) : NULL;
-	char *text = NULL;
-	if (o && f && cJSON_AddNumberToObject(o, "step", (double)step) &&
-	    cJSON_AddNumberToObject(o, "best_val_acc", r->best_val) &&
-	    cJSON_AddNumberToObject(o, "best_epoch", (double)r->best_epoch) &&
-	    cJSON_AddItemToObject(o, "flags", f))
-		text = cJSON_PrintUnformatted(o);
-	else
-		cJSON_Delete(f);
-	cJSON_Delete(o);
-	free(fl);
-	return text;
-}
-
 /* last.safetensors: the whole run state in one file (weights, AdamW, with --ema the moving
  * average, the run state), so a run killed at any moment resumes from a complete state; with
  * --ema then last-ema.safetensors, the averages as weights to evaluate (never read by
@@ -498,7 +295,8 @@ static void save(struct run *r, const char *name, int64_t step)
 		save_averages(r, path, &r->adamw, step);
 		return;
 	}
-	char *run = run_json(r, step);
+	struct run_state st = { .step = step, .best_val = r->best_val, .best_epoch = r->best_epoch };
+	char *run = run_state_json(&st, flags, NFLAGS, RESUME_FREE);
 	if (!run)
 		tensor_error(TENSOR_ERR_NOMEM, "out of memory for the run state");
 	if (!run || nn_checkpoint_save_run(path, &r->ps, &r->adamw, opt.ema > 0 ? &r->ema : NULL,
@@ -515,7 +313,7 @@ static void save(struct run *r, const char *name, int64_t step)
  * last.safetensors; the elapsed time from the log's last row. */
 static int64_t resume(struct run *r)
 {
-	char path[1100], err[1200];
+	char path[1100];
 	path_in(path, sizeof path, r->ckpt_dir, "last.safetensors");
 	if (access(path, F_OK) != 0)
 		flags_fail(PROG, "resume",
@@ -527,45 +325,12 @@ static int64_t resume(struct run *r)
 	if (nn_checkpoint_load_run(path, &r->ps, &r->adamw, opt.ema > 0 ? &r->ema : NULL, &text,
 				   &step) < 0)
 		train_die(PROG, "resuming");
-	cJSON *o = text ? cJSON_Parse(text) : NULL;
-	const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step");
-	const cJSON *bv = cJSON_GetObjectItemCaseSensitive(o, "best_val_acc");
-	const cJSON *be = cJSON_GetObjectItemCaseSensitive(o, "best_epoch");
-	char *fl = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(o, "flags"));
-	if (!cJSON_IsNumber(st) || !cJSON_IsNumber(bv) || !cJSON_IsNumber(be) || !fl ||
-	    st->valuedouble != (double)step || !(be->valuedouble >= 0 && be->valuedouble <= 1e12))
-		flags_fail(PROG, "resume",
-			   "%s holds no training state of %s (saved by a run with --checkpoint-dir "
-			   "at an epoch's end or when stopped)",
-			   path, PROG);
-	if (flags_compare_json(flags, NFLAGS, fl, RESUME_FREE, err, sizeof err) < 0)
-		flags_fail(PROG, "resume", "%s: %s (resume with the same settings)", path, err);
-	r->best_val = bv->valuedouble;
-	r->best_epoch = (int64_t)be->valuedouble;
-	cJSON_free(fl);
-	cJSON_Delete(o);
+	struct run_state st;
+	run_state_parse(&st, text, step, path, PROG, flags, NFLAGS, RESUME_FREE);
+	r->best_val = st.best_val;
+	r->best_epoch = st.best_epoch;
 	free(text);
 	return step;
-}
-
-static void log_scalar(struct run *r, const char *tag, double v, int64_t step)
-{
-	if (tb_scalar(&r->tb, tag, v, step) < 0)
-		flags_fail(PROG, "log-dir", "cannot write %s: %s", r->tb.path, strerror(errno));
-}
-
-static void csv_row(struct run *r, int64_t step, int64_t epoch, const char *split, double loss,
-		    double acc, double lr, double tps)
-{
-	char lrs[32] = "", tpss[32] = "";
-	if (lr >= 0)
-		snprintf(lrs, sizeof lrs, "%.6g", lr);
-	if (tps >= 0)
-		snprintf(tpss, sizeof tpss, "%.1f", tps);
-	if (csvlog_row(&r->csv, "%lld,%lld,%s,%.6f,%.6f,%s,%s,%.3f,%.1f", (long long)step,
-		       (long long)epoch, split, loss, acc, lrs, tpss, elapsed(r),
-		       train_peak_mb()) < 0)
-		flags_fail(PROG, "log-dir", "cannot write metrics.csv: %s", strerror(errno));
 }
 
 /* Data, tokenizer, model, optimizer, schedule, log files; returns the first step to run. */
@@ -643,7 +408,7 @@ static int64_t setup(struct run *r)
 		train_die(PROG, "model config");
 
 	/* directories and logs */
-	char err[1200], path[1100];
+	char err[1200];
 	if (!opt.log_dir && opt.checkpoint_dir && opt.resume)
 		snprintf(r->log_dir, sizeof r->log_dir, "%s", opt.checkpoint_dir);
 	else if (opt.log_dir)
@@ -651,13 +416,8 @@ static int64_t setup(struct run *r)
 	else if (opt.resume)
 		flags_fail(PROG, "resume",
 			   "needs --checkpoint-dir DIR (or --log-dir DIR) of the run");
-	else {
-		char stamp[32];
-		time_t t = time(NULL);
-		strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&t));
-		snprintf(r->log_dir, sizeof r->log_dir, "runs/%s-n%lld-%s", opt.enc.model,
-			 (long long)n, stamp);
-	}
+	else
+		train_default_log_dir(r->log_dir, sizeof r->log_dir, "", opt.enc.model, n);
 	snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s",
 		 opt.checkpoint_dir ? opt.checkpoint_dir : r->log_dir);
 	if (train_mkdirs(r->log_dir, err, sizeof err) < 0)
@@ -666,13 +426,8 @@ static int64_t setup(struct run *r)
 		flags_fail(PROG, "checkpoint-dir", "%s", err);
 	r->best_val = -1;
 	int64_t step = opt.resume ? resume(r) : 0;
-	path_in(path, sizeof path, r->log_dir, "metrics.csv");
 	/* the elapsed time goes on from the last row kept */
-	if ((opt.resume && csvlog_drop_after(path, (long long)step, CSV_ELAPSED, &r->elapsed0, err,
-					     sizeof err) < 0) ||
-	    csvlog_open(&r->csv, path, CSV_COLS, NCSV, opt.resume, err, sizeof err) < 0 ||
-	    tb_open(&r->tb, r->log_dir, err, sizeof err) < 0)
-		flags_fail(PROG, "log-dir", "%s", err);
+	classify_log_open(&r->log, PROG, r->log_dir, opt.resume, step, &r->elapsed0);
 
 	model_summary(&r->cfg, nn_params_count(&r->ps), stdout);
 	printf("data %s: %lld train, %lld validation, %lld test reviews; n %lld, batch %lld x "
@@ -692,53 +447,6 @@ static int64_t setup(struct run *r)
 	if (step)
 		printf("resumed at step %lld of %lld\n", (long long)step, (long long)r->total);
 	return step;
-}
-
-/* " arg", single-quoted for the shell unless plain. */
-static void print_arg(const char *a)
-{
-	if (!a[strspn(a,
-		      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.,:/=+")]) {
-		printf(" %s", a);
-		return;
-	}
-	printf(" '");
-	for (; *a; a++)
-		if (*a == '\'')
-			fputs("'\\''", stdout); /* ' -> '\'' */
-		else
-			putchar(*a);
-	printf("'");
-}
-
-/* The command that resumes this run. */
-static void print_resume(const struct run *r, int argc, char **argv)
-{
-	/* a libtool build runs DIR/.libs/[lt-]PROG: name DIR/PROG */
-	const char *libs = strstr(argv[0], "/.libs/");
-	if (libs) {
-		const char *base = libs + 7;
-		base += strncmp(base, "lt-", 3) ? 0 : 3;
-		printf("to resume: %.*s/%s", (int)(libs - argv[0]), argv[0], base);
-	} else {
-		printf("to resume: %s", argv[0]);
-	}
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--stop-after") || !strcmp(argv[i], "--log-dir") ||
-		    !strcmp(argv[i], "--checkpoint-dir")) {
-			i++;
-			continue;
-		}
-		if (!strncmp(argv[i], "--stop-after=", 13) || !strncmp(argv[i], "--log-dir=", 10) ||
-		    !strncmp(argv[i], "--checkpoint-dir=", 17) || !strcmp(argv[i], "--resume"))
-			continue;
-		print_arg(argv[i]);
-	}
-	printf(" --log-dir");
-	print_arg(r->log_dir);
-	printf(" --checkpoint-dir");
-	print_arg(r->ckpt_dir);
-	printf(" --resume\n");
 }
 
 /* Running sums between log points. */
@@ -871,17 +579,16 @@ static int run_train(int argc, char **argv)
 		/* a row at each epoch end too: a run resumed from an epoch checkpoint
 		 * then logs the same windows as an uninterrupted one */
 		if (step % opt.log_every == 0 || step % r.spe == 0 || step == r.total || stop) {
-			csv_row(&r, step, epoch + 1, "train", ps.loss, ps.metric, lr, tps);
-			log_scalar(&r, "train/loss", ps.loss, step);
-			log_scalar(&r, "train/acc", ps.metric, step);
-			log_scalar(&r, "lr", lr, step);
-			log_scalar(&r, "train/grad_norm", w.grad_norm / (double)w.steps, step);
+			classify_log_row(&r.log, step, epoch + 1, "train", ps.loss, ps.metric, lr, tps,
+					 elapsed(&r));
+			classify_log_scalar(&r.log, "train/grad_norm", w.grad_norm / (double)w.steps,
+					    step);
 			padded_all += w.padded, real_all += w.real;
 			w = (struct window){ 0 };
 		}
 		if (step % r.spe == 0 || step == r.total) { /* the end of an epoch */
 			swap_ema(&r);
-			struct eval_result v = evaluate(&r.model, &r.ps, &r.bval, NULL);
+			struct eval_result v = classify_evaluate(PROG, &r.model, &r.ps, &r.bval, NULL);
 			swap_ema(&r);
 			bool best = v.acc > r.best_val;
 			if (best)
@@ -894,9 +601,8 @@ static int run_train(int argc, char **argv)
 			    (long long)epoch + 1, (long long)r.epochs, (long long)step, v.loss,
 			    v.acc, best ? " (best)" : "",
 			    progress_duration(elapsed(&r), el, sizeof el), train_peak_mb());
-			csv_row(&r, step, epoch + 1, "val", v.loss, v.acc, -1, -1);
-			log_scalar(&r, "val/loss", v.loss, step);
-			log_scalar(&r, "val/acc", v.acc, step);
+			classify_log_row(&r.log, step, epoch + 1, "val", v.loss, v.acc, -1, -1,
+					 elapsed(&r));
 			if (best)
 				save(&r, "best.safetensors", step);
 			save(&r, "last.safetensors", step);
@@ -910,18 +616,16 @@ static int run_train(int argc, char **argv)
 			printf("%s at step %lld of %lld (epoch %lld): saved %s/last.safetensors\n",
 			       sig ? "interrupted" : "stopped (--stop-after)", (long long)step,
 			       (long long)r.total, (long long)(step / r.spe + 1), r.ckpt_dir);
-			print_resume(&r, argc, argv);
+			print_resume_command(argc, argv, r.log_dir, r.ckpt_dir);
 			goto out;
 		}
 	}
 	progress_end(&r.bar);
 	padded_all += w.padded, real_all += w.real;
 	swap_ema(&r);
-	struct eval_result t = evaluate(&r.model, &r.ps, &r.btest, NULL);
-	print_test(&t);
-	csv_row(&r, step, r.epochs, "test", t.loss, t.acc, -1, -1);
-	log_scalar(&r, "test/loss", t.loss, step);
-	log_scalar(&r, "test/acc", t.acc, step);
+	struct eval_result t = classify_evaluate(PROG, &r.model, &r.ps, &r.btest, NULL);
+	classify_print_test(&t);
+	classify_log_row(&r.log, step, r.epochs, "test", t.loss, t.acc, -1, -1, elapsed(&r));
 	char el[32];
 	printf("best validation accuracy %.4f (epoch %lld); wall time %s; %.0f tokens/s (batch x "
 	       "width per second; %.0f real tokens/s); peak memory %.1f MB\n",
@@ -933,8 +637,7 @@ static int run_train(int argc, char **argv)
 		       "(--skip-nonfinite)\n",
 		       (long long)r.skipped, (long long)steps_run);
 out:
-	csvlog_close(&r.csv);
-	tb_close(&r.tb);
+	classify_log_close(&r.log);
 	free(r.cfg_json);
 	nn_adamw_free(&r.adamw);
 	nn_ema_free(&r.ema);

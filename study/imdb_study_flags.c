@@ -5,8 +5,8 @@
 #include "models.h"
 
 struct options opt = {
-	.enc = { MODEL_FLAGS_DEFAULTS, .model = "CC", .n = 256, .dim = 64, .ff = 256 },
-	.pooling = "mean",
+	.enc = { MODEL_FLAGS_DEFAULTS, .model = "CC", .n = 256, .cfg.dim = 64, .cfg.ff_hidden = 256,
+		 .cfg.layers = 2 },
 	.device = "cpu",
 	.schedule = "cosine",
 	.data = NULL, /* the bundled subset (example_data_path) */
@@ -36,16 +36,9 @@ struct options opt = {
 struct flag flags[] = {
 	MODEL_FLAGS_ENCODER(opt.enc, 2,
 			    "sequence length: tokens per review, [CLS] and [SEP] included"),
-	CHO("pooling", pooling, "mean|max|cls|attention",
-	    "classifier pooling: masked mean, masked max per feature, the [CLS] token, or a "
-	    "softmax of h q over the tokens (q learned, zero at first: the mean)"),
-	INT("head-hidden", head_hidden, 0, 1 << 20, "H", "classifier hidden width (0: --dim)"),
+	MODEL_FLAGS_CLASSIFIER(opt.enc),
 	DBL("embed-std", embed_std, 0, 10, 0, "S",
 	    "token embedding drawn N(0, S) as in BERT; 0: the library's N(0, 1)"),
-	DBL("dropout", enc.dropout, 0, 1, FLAG_MAX_OPEN, "P",
-	    "dropout of embeddings, residuals, feed-forward and head"),
-	DBL("attn-dropout", enc.attn_dropout, 0, 1, FLAG_MAX_OPEN, "P",
-	    "dropout of attention probabilities"),
 	DBL("token-mask", token_mask, 0, 1, FLAG_MAX_OPEN, "P",
 	    "training reviews' tokens corrupted with probability P as BERT's MLM input (80% "
 	    "[MASK], 10% random, 10% kept; 0: none)"),

@@ -1,4 +1,4 @@
-/* Helpers shared by test_elementwise.c and test_where.c: tensors of given
+/* Helpers shared by test_ops_elementwise.c and test_ops_where.c: tensors of given
  * values and layouts, references over broadcast indices, tolerances. */
 #ifndef CFORMER_TESTS_ELEMENTWISE_COMMON_H
 #define CFORMER_TESTS_ELEMENTWISE_COMMON_H

@@ -1,4 +1,4 @@
-/* Shared harness of the gradient-check programs (gradcases.h). */
+/* Shared harness of the gradient-check files of test_ops (gradcases.h). */
 #include "gradcases.h"
 
 #include <stdio.h>

@@ -1,5 +1,6 @@
-/* Shared harness of the gradient-check programs: input layouts (contiguous,
- * strided, sliced, broadcast), input specs and seeded random shapes. */
+/* Shared harness of the gradient-check files of test_ops (test_ops_grad_*.c):
+ * input layouts (contiguous, strided, sliced, broadcast), input specs and
+ * seeded random shapes. */
 #ifndef CFORMER_GRADCASES_H
 #define CFORMER_GRADCASES_H
 

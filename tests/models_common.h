@@ -4,6 +4,7 @@
 #define CFORMER_TESTS_MODELS_COMMON_H
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "models.h"
 #include "testutil.h"
@@ -26,41 +27,23 @@ static inline struct model_config tiny(const char *preset)
 	return c;
 }
 
-/* Field-by-field equality of two configs (the used part of the arrays). */
+/* Field-by-field equality of two configs, every field of the config's table (the used part
+ * of the arrays). */
 static inline void assert_config_eq(const struct model_config *a, const struct model_config *b)
 {
-#define EQ(f) ck_assert_msg(a->f == b->f, "field " #f " differs")
-	EQ(vocab_size);
-	EQ(max_len);
-	EQ(dim);
-	EQ(heads);
-	EQ(layers);
-	EQ(ff_hidden);
-	EQ(activation);
-	EQ(swiglu);
-	EQ(pre_norm);
-	EQ(rms_norm);
-	EQ(positions);
-	EQ(final_norm);
-	EQ(dropout);
-	EQ(attn_dropout);
-	EQ(pad_id);
-	EQ(k_schedule);
-	EQ(k_first);
-	EQ(k_last);
-	EQ(sharing);
-	EQ(conv_dense);
-	EQ(shared_kv_head);
-	EQ(num_classes);
-	EQ(head_hidden);
-	EQ(pooling);
-	EQ(tie_embeddings);
-	EQ(seed);
-#undef EQ
-	for (int64_t i = 0; i < a->layers; i++) {
-		ck_assert_msg(a->attention[i] == b->attention[i], "attention[%lld] differs",
-			      (long long)i);
-		ck_assert_msg(a->k[i] == b->k[i], "k[%lld] differs", (long long)i);
+	ck_assert_msg(a->layers == b->layers && a->layers >= 0 && a->layers <= MODEL_MAX_LAYERS,
+		      "field layers differs or is out of range");
+	for (int i = 0; i < model_config_field_count(); i++) {
+		const struct model_config_field *f = model_config_field(i);
+		const char *pa = (const char *)a + f->offset, *pb = (const char *)b + f->offset;
+		size_t used = f->size;
+		if (f->kind == MODEL_FIELD_ATTENTION || f->kind == MODEL_FIELD_K)
+			used = f->size / MODEL_MAX_LAYERS * (size_t)a->layers;
+		if (f->kind == MODEL_FIELD_DOUBLE)
+			ck_assert_msg(*(const double *)pa == *(const double *)pb,
+				      "field %s differs", f->name);
+		else
+			ck_assert_msg(memcmp(pa, pb, used) == 0, "field %s differs", f->name);
 	}
 }
 

@@ -611,7 +611,9 @@ static struct op_row *generate(struct op_row *out)
 						      .dtypes = ints ? OP_INTS : OP_FLOATS,
 						      .layouts = OP_LAYOUTS,
 						      .ulps32 = 16,
-						      .ulps64 = 8 };
+						      .ulps64 = 8,
+						      .tol32 = 2e-6,
+						      .tol64 = 1e-12 };
 				if (big) { /* the vectorised path: many blocks, a tail */
 					r->ndim[0] = 2;
 					r->shape[0][0] = 64;

@@ -557,6 +557,228 @@ START_TEST(test_json_errors)
 }
 END_TEST
 
+/* ---- the field table (models/model_config_fields.h) ------------------------------------ */
+
+#define NUM_FIELDS 31 /* the members of struct model_config */
+
+static bool is_enum_kind(enum model_field_kind k)
+{
+	return k >= MODEL_FIELD_ACTIVATION && k <= MODEL_FIELD_POOLING;
+}
+
+static bool is_array_kind(enum model_field_kind k)
+{
+	return k == MODEL_FIELD_ATTENTION || k == MODEL_FIELD_K;
+}
+
+/* The table covers the struct: one row per member, in order, each where the member is; the
+ * enums' choices are their names; a generated flag has a name, none otherwise; the
+ * defaults are the preset's. */
+START_TEST(test_field_table)
+{
+	int n = model_config_field_count();
+	ck_assert_int_eq(n, NUM_FIELDS);
+	ck_assert(model_config_field(-1) == NULL && model_config_field(n) == NULL);
+	ck_assert(model_config_field_find("hidden") == NULL && !model_config_field_find(NULL));
+	size_t end = 0;
+	for (int i = 0; i < n; i++) {
+		const struct model_config_field *f = model_config_field(i);
+		ck_assert_ptr_eq(model_config_field_find(f->name), f);
+		ck_assert_msg(f->offset >= end, "%s overlaps the field before it", f->name);
+		end = f->offset + f->size;
+		ck_assert_msg(end <= sizeof(struct model_config), "%s", f->name);
+		ck_assert_msg(f->help && *f->help, "%s has no help", f->name);
+		ck_assert_msg((f->group == MODEL_FIELD_NONE) == (f->flag == NULL),
+			      "%s: a flag exactly when its group generates one", f->name);
+		if (f->kind == MODEL_FIELD_INT || f->kind == MODEL_FIELD_K ||
+		    f->kind == MODEL_FIELD_DOUBLE)
+			ck_assert_msg(f->min < f->max && f->max <= MODEL_CONFIG_INT_MAX, "%s",
+				      f->name);
+		if (is_array_kind(f->kind))
+			ck_assert_uint_eq(f->size % MODEL_MAX_LAYERS, 0);
+		/* an enum's choices, when given, are its names in order */
+		int count = model_field_enum_count(f->kind);
+		ck_assert_int_eq(count > 0, is_enum_kind(f->kind) || f->kind == MODEL_FIELD_ATTENTION);
+		ck_assert(model_field_enum_name(f->kind, -1) == NULL);
+		ck_assert(model_field_enum_name(f->kind, count) == NULL);
+		if (is_enum_kind(f->kind)) {
+			char names[128] = "";
+			for (int v = 0; v < count; v++)
+				snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+					 v ? "|" : "", model_field_enum_name(f->kind, v));
+			ck_assert_msg(f->metavar && !strcmp(f->metavar, names),
+				      "%s: choices %s, names %s", f->name, f->metavar, names);
+		}
+	}
+	/* the last member ends the struct, up to its padding */
+	ck_assert_uint_le(sizeof(struct model_config) - end, 7);
+	/* every scalar field of a preset (at n >= 128) has the table's default */
+	struct model_config c;
+	ck_assert_int_eq(model_config_preset(&c, "transformer", 1000, 512), TENSOR_OK);
+	for (int i = 0; i < n; i++) {
+		const struct model_config_field *f = model_config_field(i);
+		const char *p = (const char *)&c + f->offset;
+		double v;
+		switch (f->kind) {
+		case MODEL_FIELD_INT: v = (double)*(const int64_t *)p; break;
+		case MODEL_FIELD_BOOL: v = *(const bool *)p; break;
+		case MODEL_FIELD_DOUBLE: v = *(const double *)p; break;
+		case MODEL_FIELD_SEED: v = (double)*(const uint64_t *)p; break;
+		case MODEL_FIELD_ATTENTION:
+		case MODEL_FIELD_K: continue;
+		default: v = *(const int *)p;
+		}
+		if (strcmp(f->name, "vocab_size") && strcmp(f->name, "max_len"))
+			ck_assert_msg(v == f->def, "%s: preset %g, table %g", f->name, v, f->def);
+	}
+}
+END_TEST
+
+/* The JSON text of a config is what the build before the field list wrote, key for key (the
+ * PyTorch loader, bench/pytorch, reads these keys): the field list changed no name, order or
+ * number format. */
+START_TEST(test_json_text_unchanged)
+{
+	struct model_config c = tiny("conv-linformer:2");
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	char *json = model_config_to_json(&c);
+	ck_assert_str_eq(
+	    json, "{\"vocab_size\":11,\"max_len\":8,\"dim\":8,\"heads\":2,\"layers\":2,"
+		  "\"ff_hidden\":16,\"activation\":\"gelu\",\"swiglu\":false,\"pre_norm\":true,"
+		  "\"rms_norm\":false,\"positions\":\"learned\",\"position_kernel\":0,"
+		  "\"final_norm\":true,\"dropout\":0,\"attn_dropout\":0,\"pad_id\":0,"
+		  "\"attention\":[\"linear\",\"conv\"],\"k_schedule\":\"constant\",\"k_first\":4,"
+		  "\"k_last\":4,\"k\":[4,4],\"sharing\":\"headwise\",\"conv_dense\":false,"
+		  "\"xavier_projections\":false,\"mask_empty_slots\":false,"
+		  "\"shared_kv_head\":false,\"num_classes\":3,\"head_hidden\":8,"
+		  "\"pooling\":\"mean\",\"tie_embeddings\":true,\"seed\":7}");
+	free(json);
+	/* no field is an execution choice: those are run options, never saved */
+	ck_assert(model_config_field_find("sequential_heads") == NULL);
+}
+END_TEST
+
+/* A value of field f unlike c's and within its range (an array: its first entry). */
+static void set_other(struct model_config *c, const struct model_config_field *f)
+{
+	char *p = (char *)c + f->offset;
+	switch (f->kind) {
+	case MODEL_FIELD_INT: {
+		int64_t *v = (int64_t *)p;
+		*v = *v + 1 <= f->max ? *v + 1 : *v - 1;
+		break;
+	}
+	case MODEL_FIELD_BOOL: *(bool *)p = !*(bool *)p; break;
+	case MODEL_FIELD_DOUBLE: *(double *)p = f->min + (f->max - f->min) / 3; break;
+	case MODEL_FIELD_SEED: *(uint64_t *)p = 0xfedcba9876543210ull; break;
+	case MODEL_FIELD_ATTENTION: c->attention[0] = NN_ATTN_RANDOM; break;
+	case MODEL_FIELD_K: c->k[0] = 7; break;
+	default: *(int *)p = (*(int *)p + 1) % model_field_enum_count(f->kind);
+	}
+}
+
+/* Every field, changed alone, is written under its name and read back unchanged. */
+START_TEST(test_json_every_field)
+{
+	for (int i = 0; i < model_config_field_count(); i++) {
+		const struct model_config_field *f = model_config_field(i);
+		struct model_config c, back;
+		ck_assert_int_eq(model_config_preset(&c, "linformer", 1000, 512), TENSOR_OK);
+		struct model_config before = c;
+		set_other(&c, f);
+		ck_assert_msg(memcmp(&c, &before, sizeof c) != 0, "%s did not change", f->name);
+		char *json = model_config_to_json(&c);
+		ck_assert_msg(json != NULL, "%s: %s", f->name, tensor_last_error());
+		char key[64];
+		snprintf(key, sizeof key, "\"%s\":", f->name);
+		ck_assert_msg(strstr(json, key) != NULL, "%s missing in %s", key, json);
+		ck_assert_msg(model_config_from_json(&back, json) == TENSOR_OK, "%s: %s", f->name,
+			      tensor_last_error());
+		assert_config_eq(&back, &c);
+		free(json);
+	}
+}
+END_TEST
+
+/* A bad value of each field, in JSON or in a config to resolve, is refused naming the field. */
+START_TEST(test_field_errors)
+{
+	for (int i = 0; i < model_config_field_count(); i++) {
+		const struct model_config_field *f = model_config_field(i);
+		char bad[4][64]; /* JSON values */
+		int nbad = 0;
+		switch (f->kind) {
+		case MODEL_FIELD_INT:
+			snprintf(bad[nbad++], 64, "%.0f", f->min - 1);
+			if (f->max < MODEL_CONFIG_INT_MAX)
+				snprintf(bad[nbad++], 64, "%.0f", f->max + 1);
+			snprintf(bad[nbad++], 64, "2.5");
+			snprintf(bad[nbad++], 64, "\"3\"");
+			break;
+		case MODEL_FIELD_DOUBLE:
+			snprintf(bad[nbad++], 64, "%g", f->min - 0.5);
+			snprintf(bad[nbad++], 64, "%g", f->max);
+			snprintf(bad[nbad++], 64, "true");
+			break;
+		case MODEL_FIELD_BOOL:
+			snprintf(bad[nbad++], 64, "1");
+			snprintf(bad[nbad++], 64, "\"true\"");
+			break;
+		case MODEL_FIELD_SEED:
+			snprintf(bad[nbad++], 64, "-1");
+			snprintf(bad[nbad++], 64, "\"x\"");
+			break;
+		case MODEL_FIELD_ATTENTION:
+			snprintf(bad[nbad++], 64, "[\"linear\",\"lstm\"]");
+			snprintf(bad[nbad++], 64, "[\"linear\"]");
+			break;
+		case MODEL_FIELD_K:
+			snprintf(bad[nbad++], 64, "[4,-1]");
+			snprintf(bad[nbad++], 64, "[4]");
+			break;
+		default:
+			snprintf(bad[nbad++], 64, "\"bogus\"");
+			snprintf(bad[nbad++], 64, "0");
+		}
+		for (int b = 0; b < nbad; b++) {
+			char json[512];
+			snprintf(json, sizeof json, "{%s%s\"layers\":2,\"%s\":%s}",
+				 strcmp(f->name, "vocab_size") ? "\"vocab_size\":10," : "",
+				 strcmp(f->name, "max_len") ? "\"max_len\":8," : "", f->name,
+				 bad[b]);
+			if (!strcmp(f->name, "layers"))
+				snprintf(json, sizeof json, "{\"vocab_size\":10,\"max_len\":8,"
+							    "\"layers\":%s}",
+					 bad[b]);
+			char want[64];
+			snprintf(want, sizeof want, "\"%s", f->name);
+			struct model_config out = base(), keep = out;
+			tu_assert_error(model_config_from_json(&out, json) < 0, TENSOR_ERR_ARG, want,
+					NULL);
+			ck_assert(memcmp(&out, &keep, sizeof out) == 0);
+		}
+		/* model_config_resolve checks the same ranges and enums */
+		struct model_config c = base();
+		char *p = (char *)&c + f->offset;
+		char want[64];
+		snprintf(want, sizeof want, "%s", f->name);
+		switch (f->kind) {
+		case MODEL_FIELD_INT: *(int64_t *)p = (int64_t)f->min - 1; break;
+		case MODEL_FIELD_DOUBLE: *(double *)p = f->max; break;
+		case MODEL_FIELD_BOOL:
+		case MODEL_FIELD_SEED:
+		case MODEL_FIELD_ATTENTION:
+		case MODEL_FIELD_K: continue; /* every value, or checked per layer */
+		default:
+			*(int *)p = model_field_enum_count(f->kind);
+			snprintf(want, sizeof want, "unknown %s", f->name);
+		}
+		tu_assert_error(model_config_resolve(&c) < 0, TENSOR_ERR_ARG, "model_config_resolve",
+				want);
+	}
+}
+END_TEST
+
 /* ---- parameter counts ---------------------------------------------------------------- */
 
 /* Counts of initialised models (nn_params_count) against model_param_count. */
@@ -855,6 +1077,10 @@ int main(void)
 	tcase_add_test(tc, test_attention_names);
 	tcase_add_test(tc, test_json_roundtrip);
 	tcase_add_test(tc, test_json_errors);
+	tcase_add_test(tc, test_field_table);
+	tcase_add_test(tc, test_json_text_unchanged);
+	tcase_add_test(tc, test_json_every_field);
+	tcase_add_test(tc, test_field_errors);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("counts");
 	tcase_add_test(tc, test_param_count_hand);

@@ -4,7 +4,9 @@
  * form in f64 (each input leaf in each layout, gradients summed back through
  * broadcasts); and for the fused kernels, the kernel against the composed
  * fallback (tensor_cpu_set_fused). Each op's other devices run in
- * tests/test_cuda.c, walking the same table. */
+ * tests/test_cuda.c, walking the same table. The same program runs each op
+ * family's own cases, which are not table-shaped (test_ops.h:
+ * tests/test_ops_<family>.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 #include "backend.h" /* tensor_cpu_set_fused */
 #include "gradcheck.h"
 #include "op_table.h"
+#include "test_ops.h"
 #include "testutil.h"
 
 static const struct op_row *rows;
@@ -187,5 +190,13 @@ int main(void)
 	tc = tu_tcase("composed");
 	tcase_add_loop_test(tc, test_composed, 0, nrows);
 	suite_add_tcase(s, tc);
+	ops_elementwise_tcases(s);
+	ops_where_tcases(s);
+	ops_reduce_tcases(s);
+	ops_norm_tcases(s);
+	ops_index_tcases(s);
+	ops_grad_elementwise_tcases(s);
+	ops_grad_math_tcases(s);
+	ops_grad_index_tcases(s);
 	return tu_run(s);
 }

@@ -25,20 +25,25 @@ void flags_fail(const char *prog, const char *name, const char *fmt, ...)
 	exit(1);
 }
 
+/* v as text: integers exactly (up to 2^53), others with 15 digits, "inf" */
+static const char *bound_str(double v, char *buf, size_t len)
+{
+	if (isinf(v))
+		snprintf(buf, len, "%sinf", v < 0 ? "-" : "");
+	else if (v == floor(v) && fabs(v) <= 9007199254740992.0)
+		snprintf(buf, len, "%.0f", v);
+	else
+		snprintf(buf, len, "%.15g", v);
+	return buf;
+}
+
 /* "[1, 65536]", "(0, 1)", "[0, inf)" for the expected-form messages. */
 static const char *range_str(const struct flag *f, char *buf, size_t len)
 {
 	char lo[32], hi[32];
-	if (isinf(f->min))
-		snprintf(lo, sizeof lo, "-inf");
-	else
-		snprintf(lo, sizeof lo, "%.15g", f->min);
-	if (isinf(f->max))
-		snprintf(hi, sizeof hi, "inf");
-	else
-		snprintf(hi, sizeof hi, "%.15g", f->max);
-	snprintf(buf, len, "%c%s, %s%c", f->open & FLAG_MIN_OPEN || isinf(f->min) ? '(' : '[', lo,
-		 hi, f->open & FLAG_MAX_OPEN || isinf(f->max) ? ')' : ']');
+	snprintf(buf, len, "%c%s, %s%c", f->open & FLAG_MIN_OPEN || isinf(f->min) ? '(' : '[',
+		 bound_str(f->min, lo, sizeof lo), bound_str(f->max, hi, sizeof hi),
+		 f->open & FLAG_MAX_OPEN || isinf(f->max) ? ')' : ']');
 	return buf;
 }
 
@@ -49,17 +54,32 @@ static bool in_range(const struct flag *f, double v)
 	return lo && hi;
 }
 
-static bool is_choice(const char *choices, const char *v)
+/* The index of v among choices ("a|b|c"), -1 for none. */
+static int choice_index(const char *choices, const char *v)
 {
 	size_t n = strlen(v);
-	for (const char *p = choices; *p;) {
+	int i = 0;
+	for (const char *p = choices; *p; i++) {
 		const char *bar = strchr(p, '|');
 		size_t len = bar ? (size_t)(bar - p) : strlen(p);
 		if (n && len == n && !strncmp(p, v, n))
-			return true;
+			return i;
 		p += len + (bar ? 1 : 0);
 	}
-	return false;
+	return -1;
+}
+
+/* Choice i of choices into buf ("" for none). */
+static const char *choice_at(const char *choices, int i, char *buf, size_t len)
+{
+	const char *p = choices;
+	for (; i > 0 && p; i--) {
+		p = strchr(p, '|');
+		p = p ? p + 1 : NULL;
+	}
+	size_t n = p && i == 0 ? strcspn(p, "|") : 0;
+	snprintf(buf, len, "%.*s", (int)n, n ? p : "");
+	return buf;
 }
 
 static void set_value(struct flag *f, const char *v)
@@ -86,8 +106,13 @@ static void set_value(struct flag *f, const char *v)
 		*(double *)f->value = x;
 		break;
 	}
+	case FLAG_ENUM:
+		if (choice_index(f->choices, v) < 0)
+			flags_fail(g_prog, f->name, "expected one of %s, got '%s'", f->choices, v);
+		*(int *)f->value = choice_index(f->choices, v);
+		break;
 	case FLAG_CHOICE:
-		if (!is_choice(f->choices, v))
+		if (choice_index(f->choices, v) < 0)
 			flags_fail(g_prog, f->name, "expected one of %s, got '%s'", f->choices, v);
 		*(const char **)f->value = v;
 		break;
@@ -120,6 +145,10 @@ void flags_parse(struct flag *flags, int n, int argc, char **argv, const char *p
 		 const char *synopsis, const char *epilog)
 {
 	g_prog = prog;
+	for (int i = 0; i < n; i++) /* a program's own entry beside a generated one */
+		for (int j = i + 1; j < n; j++)
+			if (!strcmp(flags[i].name, flags[j].name))
+				flags_fail(prog, flags[i].name, "defined twice in the flag table");
 	for (int i = 1; i < argc; i++) {
 		const char *arg = argv[i];
 		if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
@@ -146,9 +175,9 @@ void flags_parse(struct flag *flags, int n, int argc, char **argv, const char *p
 		}
 		if (!eq && i + 1 >= argc)
 			flags_fail(prog, f->name, "missing value: expected --%s %s", f->name,
-				   f->type == FLAG_CHOICE ? f->choices
-				   : f->metavar		  ? f->metavar
-							  : "VALUE");
+				   f->choices	? f->choices
+				   : f->metavar ? f->metavar
+						: "VALUE");
 		set_value(f, eq ? eq + 1 : argv[++i]);
 	}
 }
@@ -165,6 +194,7 @@ const char *flags_value_str(const struct flag *f, char *buf, size_t len)
 		}
 		break;
 	case FLAG_BOOL: snprintf(buf, len, "%s", *(const bool *)f->value ? "true" : "false"); break;
+	case FLAG_ENUM: choice_at(f->choices, *(const int *)f->value, buf, len); break;
 	default: {
 		const char *s = *(const char *const *)f->value;
 		snprintf(buf, len, "%s", s ? s : "");
@@ -203,7 +233,7 @@ void flags_usage(FILE *out, const struct flag *flags, int n, const char *synopsi
 		char left[96], val[256], text[1024];
 		if (f->section)
 			fprintf(out, "\n%s:\n", f->section);
-		const char *mv = f->type == FLAG_CHOICE ? f->choices : f->metavar;
+		const char *mv = f->choices ? f->choices : f->metavar;
 		snprintf(left, sizeof left, "--%s%s%s", f->name, f->type == FLAG_BOOL ? "" : " ",
 			 f->type == FLAG_BOOL ? ""
 			 : mv		      ? mv

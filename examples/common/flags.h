@@ -18,6 +18,7 @@ enum flag_type {
 	FLAG_STRING, /* const char ** (points into argv) */
 	FLAG_CHOICE, /* const char **, one of the '|'-separated choices */
 	FLAG_BOOL,   /* bool *, takes no value: present = true */
+	FLAG_ENUM,   /* int * (an enum): the index of one of the '|'-separated choices */
 };
 
 enum { FLAG_MIN_OPEN = 1, FLAG_MAX_OPEN = 2 };
@@ -28,7 +29,7 @@ struct flag {
 	void *value;	     /* holds the default until parsed */
 	double min, max;     /* numeric range (inclusive unless opened) */
 	int open;	     /* FLAG_MIN_OPEN | FLAG_MAX_OPEN */
-	const char *choices; /* FLAG_CHOICE: "a|b|c" */
+	const char *choices; /* FLAG_CHOICE, FLAG_ENUM: "a|b|c" */
 	const char *metavar; /* "N", "RATE", "DIR" */
 	const char *help;    /* one line, "(default: ...)" is added */
 	const char *section; /* starts a new --help section when not NULL */
@@ -37,7 +38,7 @@ struct flag {
 
 /* Table entries (struct flag initializers) of a value at ptr, which holds the default:
  * an integer in [lo, hi], a number from lo to hi (open: FLAG_*_OPEN), a string, one of
- * choices ("a|b|c"), a bool. */
+ * choices ("a|b|c"), a bool, an enum whose values 0, 1, .. are named by choices. */
 /* clang-format off */
 #define FLAG_DEF_INT(name, ptr, lo, hi, metavar, help) \
 	{ name, FLAG_INT, ptr, lo, hi, 0, NULL, metavar, help, NULL, false }
@@ -49,9 +50,12 @@ struct flag {
 	{ name, FLAG_CHOICE, ptr, 0, 0, 0, choices, NULL, help, NULL, false }
 #define FLAG_DEF_BOOL(name, ptr, help) \
 	{ name, FLAG_BOOL, ptr, 0, 0, 0, NULL, NULL, help, NULL, false }
+#define FLAG_DEF_ENUM(name, ptr, choices, help) \
+	{ name, FLAG_ENUM, ptr, 0, 0, 0, choices, NULL, help, NULL, false }
 /* clang-format on */
 
 /* Parse argv[1..argc) as "--name VALUE", "--name=VALUE" or "--name" (bool).
+ * A name defined twice in the table exits 1 (a program's own entry beside a generated one).
  * "-h"/"--help" prints flags_usage(synopsis, epilog) to stdout and exits 0;
  * any error prints "<prog>: --name: expected ..., got '...'" and a hint to
  * stderr and exits 1. */
@@ -64,7 +68,8 @@ void flags_usage(FILE *f, const struct flag *flags, int n, const char *synopsis,
 struct flag *flags_find(struct flag *flags, int n, const char *name);
 /* Whether --name was given. */
 bool flags_given(struct flag *flags, int n, const char *name);
-/* The current value as text ("" for an unset string, "true"/"false"). */
+/* The current value as text ("" for an unset string or an enum value without a choice,
+ * "true"/"false"). */
 const char *flags_value_str(const struct flag *f, char *buf, size_t len);
 /* Exit 1 with "<prog>: --name: <message>" (for checks across flags). */
 void flags_fail(const char *prog, const char *name, const char *fmt, ...)

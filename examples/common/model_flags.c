@@ -9,11 +9,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+const struct model_flags_field model_flags_by_hand[] = {
+	{ "vocab_size", NULL, "the tokenizer's (--tokenizer, --vocab)" },
+	{ "max_len", "--n", "its lower bound and help are the program's" },
+	{ "pre_norm", "--post-norm", "the flag is the negation" },
+	{ "rms_norm", "--norm", "a choice layer|rms, not a bool" },
+	{ "positions", "--positions", "its choice conv also sets position_kernel" },
+	{ "position_kernel", "--pos-kernel", "0 means 3, and only with --positions conv" },
+	{ "final_norm", NULL, "always the preset's" },
+	{ "pad_id", NULL, "the tokenizer's" },
+	{ "attention", "--model --proj", "a preset name or pattern, then a kind for its L layers" },
+	{ "k", "--k-list", "one k per layer, as text" },
+	{ "num_classes", NULL, "the program's (the data's labels)" },
+	{ "head_hidden", "--head-hidden", "0 means --dim" },
+	{ "tie_embeddings", NULL, "always the preset's" },
+	{ "seed", NULL, "the program's --seed, which seeds more than the weights" },
+	{ NULL, NULL, NULL },
+};
+
 void model_flags_check(const struct model_flags *m, const char *prog)
 {
-	if (m->k_list && strcmp(m->k_schedule, "list"))
+	if (m->k_list && m->cfg.k_schedule != MODEL_K_LIST)
 		flags_fail(prog, "k-list", "needs --k-schedule list");
-	if (m->k_last && strcmp(m->k_schedule, "linear"))
+	if (m->cfg.k_last && m->cfg.k_schedule != MODEL_K_LINEAR)
 		flags_fail(prog, "k-last", "needs --k-schedule linear");
 	if (m->pos_kernel && strcmp(m->positions, "conv"))
 		flags_fail(prog, "pos-kernel", "needs --positions conv");
@@ -64,6 +82,16 @@ static void apply_proj(struct model_config *c, const struct model_flags *m, cons
 			   m->model);
 }
 
+/* The fields of the generated flags (every group but NONE) from m->cfg into c. */
+static void copy_flag_fields(struct model_config *c, const struct model_flags *m)
+{
+	for (int i = 0; i < model_config_field_count(); i++) {
+		const struct model_config_field *f = model_config_field(i);
+		if (f->group != MODEL_FIELD_NONE)
+			memcpy((char *)c + f->offset, (const char *)&m->cfg + f->offset, f->size);
+	}
+}
+
 void model_flags_config(struct model_config *c, const struct model_flags *m,
 			const struct text_tokenizer *tok, struct flag *flags, int nflags,
 			const char *prog)
@@ -71,41 +99,32 @@ void model_flags_config(struct model_config *c, const struct model_flags *m,
 	char preset[80];
 	bool named = is_preset(m->model);
 	if (named)
-		snprintf(preset, sizeof preset, "%s:%lld", m->model, (long long)m->layers);
+		snprintf(preset, sizeof preset, "%s:%lld", m->model, (long long)m->cfg.layers);
 	else
 		snprintf(preset, sizeof preset, "%s", m->model);
 	if (model_config_preset(c, preset, tok->vocab_size, m->n) < 0)
 		flags_fail(prog, "model", "%s", tensor_last_error());
-	if (!named && flags_given(flags, nflags, "layers") && m->layers != c->layers)
+	if (!named && flags_given(flags, nflags, "layers") && m->cfg.layers != c->layers)
 		flags_fail(prog, "layers", "%lld differs from the %lld layers of the pattern '%s'",
-			   (long long)m->layers, (long long)c->layers, m->model);
+			   (long long)m->cfg.layers, (long long)c->layers, m->model);
+	int64_t layers = c->layers; /* --layers went into the preset; a pattern has its own */
+	copy_flag_fields(c, m);
+	c->layers = layers;
 	if (m->proj)
 		apply_proj(c, m, prog);
-	c->sharing = (enum nn_proj_sharing)nn_proj_sharing_parse(m->sharing);
-	c->k_first = m->k ? m->k : m->n / 2 < 128 ? m->n / 2 : 128;
-	c->k_last = m->k_last ? m->k_last : c->k_first;
-	c->k_schedule = !strcmp(m->k_schedule, "linear") ? MODEL_K_LINEAR
-			: !strcmp(m->k_schedule, "list") ? MODEL_K_LIST
-							 : MODEL_K_CONSTANT;
+	if (!c->k_first)
+		c->k_first = m->n / 2 < 128 ? m->n / 2 : 128;
+	if (!c->k_last)
+		c->k_last = c->k_first;
 	if (c->k_schedule == MODEL_K_LIST)
 		parse_k_list(c, m, prog);
-	c->dim = m->dim;
-	c->heads = m->heads;
-	c->ff_hidden = m->ff;
-	c->activation = (enum nn_activation)nn_activation_parse(m->activation);
-	c->swiglu = m->swiglu;
 	c->rms_norm = !strcmp(m->norm, "rms");
 	c->pre_norm = !m->post_norm;
 	bool conv = !strcmp(m->positions, "conv"); /* none + a convolutional encoding */
 	c->positions =
 	    conv ? MODEL_POS_NONE : (enum model_positions)model_positions_parse(m->positions);
 	c->position_kernel = conv ? (m->pos_kernel ? m->pos_kernel : MODEL_FLAGS_POS_KERNEL) : 0;
-	c->conv_dense = m->conv_dense;
-	c->xavier_projections = m->xavier_projections;
-	c->mask_empty_slots = m->mask_empty_slots;
-	c->shared_kv_head = m->shared_kv_head;
-	c->dropout = m->dropout;
-	c->attn_dropout = m->attn_dropout;
+	c->head_hidden = m->head_hidden ? m->head_hidden : c->dim;
 	c->pad_id = tok->pad_id;
 }
 

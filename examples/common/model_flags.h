@@ -1,8 +1,14 @@
-/* The model flags that linformer_imdb and linformer_mlm share: the encoder (--model to
- * --shared-kv-head, --dropout, --attn-dropout) and its tokenizer (--tokenizer, --vocab);
- * their defaults and flag-table entries, and the model_config and tokenizer they give.
- * Example support code: a bad setting prints "<prog>: --flag: ..." and exits 1
- * (flags_fail). */
+/* The model flags the example programs share: the encoder (--model to --shared-kv-head,
+ * --dropout, --attn-dropout), the classifier head (--pooling, --head-hidden) and the
+ * tokenizer (--tokenizer, --vocab); their defaults and flag-table entries, and the
+ * model_config and tokenizer they give. Example support code: a bad setting prints
+ * "<prog>: --flag: ..." and exits 1 (flags_fail).
+ *
+ * The flags of the config fields marked ENC, ENC_PROG or HEAD in models/model_config_fields.h
+ * are generated from that list: name, metavar (an enum's choices), range, help and, for ENC
+ * and HEAD, the default; each is bound to that field of struct model_flags' cfg. The others
+ * are written here by hand because they are not one value of one field (model_flags_by_hand
+ * says which field each sets and why). */
 #ifndef CFORMER_MODEL_FLAGS_H
 #define CFORMER_MODEL_FLAGS_H
 
@@ -17,23 +23,70 @@
 #define MODEL_FLAGS_POS_KERNEL 3
 
 struct model_flags {
-	const char *model, *proj, *sharing, *k_schedule, *k_list, *activation, *norm, *positions;
+	/* the values of the generated flags, in the config fields they set */
+	struct model_config cfg;
+	/* the hand-written flags */
+	const char *model, *proj, *k_list, *norm, *positions;
 	const char *tokenizer, *vocab;
-	int64_t n, k, k_last, dim, heads, layers, ff, pos_kernel;
-	double dropout, attn_dropout;
-	bool swiglu, post_norm, conv_dense, shared_kv_head, xavier_projections, mask_empty_slots;
+	int64_t n, pos_kernel, head_hidden;
+	bool post_norm;
 };
 
-/* The defaults both programs use, for a struct model_flags initializer; each adds its own
- * .model, .n, .dim and .ff. */
-#define MODEL_FLAGS_DEFAULTS                                                                    \
-	.sharing = "headwise", .k_schedule = "constant", .activation = "gelu", .norm = "layer", \
-	.positions = "learned", .tokenizer = "wordpiece", .vocab = NULL, .heads = 4,   \
-	.layers = 2, .dropout = 0.1, .attn_dropout = 0.1
+/* A config field set by hand-written flags (or by none), and why the flag is not generated. */
+struct model_flags_field {
+	const char *field; /* the config field */
+	const char *flags; /* "--post-norm", or NULL: no flag sets it */
+	const char *why;
+};
+/* Every field of group NONE in model_config_fields.h, NULL-terminated (tests check). */
+extern const struct model_flags_field model_flags_by_hand[];
 
-/* The flag-table entries of --model to --shared-kv-head, bound to the fields of m (a struct
- * model_flags of static storage); --n is at least n_min, with help n_help. --dropout and
- * --attn-dropout are the program's own entries (the help of --dropout differs). */
+/* Generated: per field, by group (ENC, ENC_PROG, HEAD, NONE) and kind. */
+/* clang-format off */
+#define MODEL_FLAGS_DEF_INT(flag, ptr, lo, hi, mv, help) FLAG_DEF_INT(flag, ptr, lo, hi, mv, help),
+#define MODEL_FLAGS_DEF_DOUBLE(flag, ptr, lo, hi, mv, help)                                        \
+	FLAG_DEF_DOUBLE(flag, ptr, lo, hi, FLAG_MAX_OPEN, mv, help),
+#define MODEL_FLAGS_DEF_BOOL(flag, ptr, lo, hi, mv, help) FLAG_DEF_BOOL(flag, ptr, help),
+#define MODEL_FLAGS_DEF_ENUM(flag, ptr, lo, hi, mv, help) FLAG_DEF_ENUM(flag, ptr, mv, help),
+#define MODEL_FLAGS_DEF_ACTIVATION MODEL_FLAGS_DEF_ENUM
+#define MODEL_FLAGS_DEF_K_SCHEDULE MODEL_FLAGS_DEF_ENUM
+#define MODEL_FLAGS_DEF_SHARING MODEL_FLAGS_DEF_ENUM
+#define MODEL_FLAGS_DEF_POOLING MODEL_FLAGS_DEF_ENUM
+#define MODEL_FLAGS_FLAG(m, name, kind, lo, hi, flag, mv, help)                                    \
+	MODEL_FLAGS_DEF_##kind(flag, &(m).cfg.name, lo, hi, mv, help)
+#define MODEL_FLAGS_ENC_ENC MODEL_FLAGS_FLAG
+#define MODEL_FLAGS_ENC_ENC_PROG MODEL_FLAGS_FLAG
+#define MODEL_FLAGS_ENC_HEAD(...)
+#define MODEL_FLAGS_ENC_NONE(...)
+#define MODEL_FLAGS_HEAD_ENC(...)
+#define MODEL_FLAGS_HEAD_ENC_PROG(...)
+#define MODEL_FLAGS_HEAD_HEAD MODEL_FLAGS_FLAG
+#define MODEL_FLAGS_HEAD_NONE(...)
+#define MODEL_FLAGS_X_ENC(m, type, name, dims, kind, group, lo, hi, def, flag, mv, help)           \
+	MODEL_FLAGS_ENC_##group(m, name, kind, lo, hi, flag, mv, help)
+#define MODEL_FLAGS_X_HEAD(m, type, name, dims, kind, group, lo, hi, def, flag, mv, help)          \
+	MODEL_FLAGS_HEAD_##group(m, name, kind, lo, hi, flag, mv, help)
+/* the table's default of an ENC or HEAD field, as a designated initializer */
+#define MODEL_FLAGS_DEFAULT_ENC(name, def) .cfg.name = def,
+#define MODEL_FLAGS_DEFAULT_HEAD(name, def) .cfg.name = def,
+#define MODEL_FLAGS_DEFAULT_ENC_PROG(name, def)
+#define MODEL_FLAGS_DEFAULT_NONE(name, def)
+#define MODEL_FLAGS_X_DEFAULT(a, type, name, dims, kind, group, lo, hi, def, ...)                  \
+	MODEL_FLAGS_DEFAULT_##group(name, def)
+/* clang-format on */
+
+/* The defaults of the flags for a struct model_flags initializer: the config's for the
+ * generated flags but those of group ENC_PROG, which each program gives (.cfg.dim,
+ * .cfg.ff_hidden, .cfg.layers; --k and --k-last default to 0: derived), and .n and .model. */
+/* clang-format off */
+#define MODEL_FLAGS_DEFAULTS                                                                       \
+	MODEL_CONFIG_FIELDS(MODEL_FLAGS_X_DEFAULT, )                                               \
+	.norm = "layer", .positions = "learned", .tokenizer = "wordpiece", .vocab = NULL
+/* clang-format on */
+
+/* The flag-table entries of --model to --shared-kv-head, --dropout and --attn-dropout, bound
+ * to the fields of m (a struct model_flags of static storage); --n is at least n_min, with
+ * help n_help. */
 /* clang-format off */
 #define MODEL_FLAGS_ENCODER(m, n_min, n_help)                                                      \
 	FLAG_DEF_STRING("model", &(m).model, "NAME",                                               \
@@ -41,26 +94,10 @@ struct model_flags {
 			"S/L/C/M/X/R (standard, linear, conv, mean, max, random)"),                \
 	FLAG_DEF_CHOICE("proj", &(m).proj, "linear|conv|mean|max|random",                          \
 			"projection kind of the Linformer layers"),                                \
-	FLAG_DEF_CHOICE("sharing", &(m).sharing, "none|headwise|kv|layerwise",                     \
-			"projection sharing"),                                                     \
 	FLAG_DEF_INT("n", &(m).n, n_min, 1 << 20, "N", n_help),                                    \
-	FLAG_DEF_INT("k", &(m).k, 0, 1 << 20, "K",                                                 \
-		     "projected length of the Linformer layers (0: min(128, n/2))"),               \
-	FLAG_DEF_CHOICE("k-schedule", &(m).k_schedule, "constant|linear|list",                     \
-			"k per layer: k everywhere, linear from k to --k-last, or --k-list"),      \
-	FLAG_DEF_INT("k-last", &(m).k_last, 0, 1 << 20, "K",                                       \
-		     "k of the last layer for --k-schedule linear"),                               \
+	MODEL_CONFIG_FIELDS(MODEL_FLAGS_X_ENC, m)                                                  \
 	FLAG_DEF_STRING("k-list", &(m).k_list, "K1,K2,..",                                         \
 			"k of each layer for --k-schedule list"),                                  \
-	FLAG_DEF_INT("dim", &(m).dim, 1, 1 << 16, "D", "model width"),                             \
-	FLAG_DEF_INT("heads", &(m).heads, 1, 1024, "H", "attention heads (must divide --dim)"),    \
-	FLAG_DEF_INT("layers", &(m).layers, 1, MODEL_MAX_LAYERS, "L",                              \
-		     "encoder layers (a pattern sets its own)"),                                   \
-	FLAG_DEF_INT("ff", &(m).ff, 1, 1 << 20, "F", "feed-forward hidden width"),                 \
-	FLAG_DEF_CHOICE("activation", &(m).activation, "relu|gelu|gelu_tanh|silu",                 \
-			"feed-forward activation"),                                                \
-	FLAG_DEF_BOOL("swiglu", &(m).swiglu,                                                       \
-		      "gated SwiGLU feed-forward instead of --activation"),                        \
 	FLAG_DEF_CHOICE("norm", &(m).norm, "layer|rms", "LayerNorm or RMSNorm"),                   \
 	FLAG_DEF_BOOL("post-norm", &(m).post_norm,                                                 \
 		      "post-norm residual blocks (default: pre-norm)"),                            \
@@ -68,16 +105,12 @@ struct model_flags {
 			"position embeddings (none: the attention sees a set of tokens; conv: "    \
 			"no table, a convolution gives each token its neighbours)"),               \
 	FLAG_DEF_INT("pos-kernel", &(m).pos_kernel, 0, 1023, "K",                                  \
-		     "odd kernel of --positions conv (0: 3)"),                                     \
-	FLAG_DEF_BOOL("conv-dense", &(m).conv_dense,                                               \
-		      "conv projections mix every channel (not per head)"),                        \
-	FLAG_DEF_BOOL("xavier-proj", &(m).xavier_projections,                                      \
-		      "learned projections start as xavier noise, not window means"),              \
-	FLAG_DEF_BOOL("mask-empty-slots", &(m).mask_empty_slots,                                   \
-		      "learned projections mask the slots of windows with no real token, as "      \
-		      "conv ones do"),                                                             \
-	FLAG_DEF_BOOL("shared-kv-head", &(m).shared_kv_head,                                       \
-		      "one key/value head shared by all query heads")
+		     "odd kernel of --positions conv (0: 3)")
+/* The entries of the classifier head: --pooling, --head-hidden. */
+#define MODEL_FLAGS_CLASSIFIER(m)                                                                  \
+	MODEL_CONFIG_FIELDS(MODEL_FLAGS_X_HEAD, m)                                                 \
+	FLAG_DEF_INT("head-hidden", &(m).head_hidden, 0, 1 << 20, "H",                             \
+		     "classifier hidden width (0: --dim)")
 /* The entries of --tokenizer and --vocab. */
 #define MODEL_FLAGS_TOKENIZER(m)                                                                   \
 	FLAG_DEF_CHOICE("tokenizer", &(m).tokenizer, "wordpiece|byte",                             \
@@ -90,10 +123,11 @@ struct model_flags {
  * exits 1 naming the flag otherwise. */
 void model_flags_check(const struct model_flags *m, const char *prog);
 
-/* The encoder m describes, for tokenizer tok: model_config_preset of --model (a preset at
- * --layers, or a pattern), --proj for its Linformer layers, k per layer, sizes, options and
- * dropout, pad_id from tok. flags is the program's table (whether --layers was given). The
- * head's fields and the seed stay the preset's: set them, then model_config_resolve. Exits 1
+/* The model m describes, for tokenizer tok: model_config_preset of --model (a preset at
+ * --layers, or a pattern), the generated flags' fields, --proj for its Linformer layers, k
+ * per layer, norms, positions, head_hidden, pad_id from tok. flags is the program's table
+ * (whether --layers was given). num_classes and the seed stay the preset's: set them, then
+ * model_config_resolve. Exits 1
  * on an unknown --model, --layers unlike the pattern's, --proj with no Linformer layer to
  * apply to, --k-schedule list without a valid --k-list of one k per layer. */
 void model_flags_config(struct model_config *c, const struct model_flags *m,

@@ -127,6 +127,15 @@ double train_peak_mb(void)
 	return (double)tensor_mem_stats(train_device).peak_bytes / (1024.0 * 1024.0);
 }
 
+void train_default_log_dir(char *buf, size_t len, const char *prefix, const char *model,
+			   int64_t n)
+{
+	char stamp[32];
+	time_t t = time(NULL);
+	strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&t));
+	snprintf(buf, len, "runs/%s%s-n%lld-%s", prefix, model, (long long)n, stamp);
+}
+
 int train_mkdirs(const char *path, char *err, size_t errlen)
 {
 	char buf[4096];

@@ -32,6 +32,9 @@ void train_check_memory(const char *prog, double model_bytes, double data_bytes,
 int train_batch_to_device(struct text_batch *b);
 /* tensor_mem_stats(train_device).peak_bytes in MiB. */
 double train_peak_mb(void);
+/* The default log directory of a run: "runs/<prefix><model>-n<N>-<YYYYmmdd-HHMMSS>". */
+void train_default_log_dir(char *buf, size_t len, const char *prefix, const char *model,
+			   int64_t n);
 /* mkdir -p, then check that a file can be created there. Returns 0, or -1
  * with a message in err. */
 int train_mkdirs(const char *path, char *err, size_t errlen);

@@ -1,4 +1,4 @@
-/* Gradients of indexing, joining, norms, where/masked_fill, dropout and cast:
+/* test_ops: gradients of indexing, joining, norms, where/masked_fill, dropout and cast:
  * finite-difference checks on contiguous, strided, sliced, transposed and
  * broadcast inputs of random (seeded) shapes, plus forward values, no-grad
  * and error propagation. */
@@ -8,6 +8,7 @@
 
 #include "gradcheck.h"
 #include "testutil.h"
+#include "test_ops.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
 
@@ -928,38 +929,36 @@ START_TEST(test_errors)
 }
 END_TEST
 
-int main(void)
+void ops_grad_index_tcases(Suite *s)
 {
-	Suite *s = suite_create("grad_index");
-	TCase *tc = tu_tcase("index");
+	TCase *tc = tu_tcase("grad index");
 	tcase_add_test(tc, test_index_select_grad);
 	tcase_add_test(tc, test_index_select_duplicates);
 	tcase_add_test(tc, test_gather_grad);
 	suite_add_tcase(s, tc);
-	tc = tu_tcase("join");
+	tc = tu_tcase("grad join");
 	tcase_add_test(tc, test_concat_grad);
 	tcase_add_test(tc, test_stack_grad);
 	tcase_add_test(tc, test_concat_many_tape);
 	tcase_add_test(tc, test_split_grad);
 	tcase_add_test(tc, test_split_views);
 	suite_add_tcase(s, tc);
-	tc = tu_tcase("norm");
+	tc = tu_tcase("grad norm");
 	tcase_add_test(tc, test_layer_norm_grad);
 	tcase_add_test(tc, test_rms_norm_grad);
 	tcase_add_test(tc, test_layer_norm_param_grads);
 	tcase_add_test(tc, test_f32_matches_f64);
 	suite_add_tcase(s, tc);
-	tc = tu_tcase("elementwise");
+	tc = tu_tcase("grad where, dropout, cast");
 	tcase_add_test(tc, test_where_grad);
 	tcase_add_test(tc, test_masked_fill_grad);
 	tcase_add_test(tc, test_dropout_grad);
 	tcase_add_test(tc, test_dropout_values);
 	tcase_add_test(tc, test_cast_grad);
 	suite_add_tcase(s, tc);
-	tc = tu_tcase("api");
+	tc = tu_tcase("grad api");
 	tcase_add_test(tc, test_forward_values);
 	tcase_add_test(tc, test_no_grad_records_nothing);
 	tcase_add_test(tc, test_errors);
 	suite_add_tcase(s, tc);
-	return tu_run(s);
 }

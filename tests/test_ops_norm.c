@@ -1,11 +1,14 @@
-/* Softmax, log-softmax, layer norm and RMS norm (and the norms' backward) against
- * naive loops. */
+/* test_ops: softmax, log-softmax, layer norm and RMS norm (and the norms'
+ * backward) beside the op table's rows, against naive loops: extremes and
+ * precision, shapes, in-place forms, the parallel backward, errors and heap
+ * results. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "autograd.h"
 #include "testutil.h"
+#include "test_ops.h"
 
 static const enum tensor_dtype FLOATS[] = { TENSOR_F32, TENSOR_F64 };
 static const int64_t S345[] = { 3, 4, 5 };
@@ -765,9 +768,8 @@ START_TEST(test_heap_no_leak)
 }
 END_TEST
 
-int main(void)
+void ops_norm_tcases(Suite *s)
 {
-	Suite *s = suite_create("norm");
 	TCase *tc = tu_tcase("softmax");
 	tcase_add_loop_test(tc, test_softmax_layouts, 0, 2);
 	tcase_add_loop_test(tc, test_softmax_sums_to_one, 0, 2);
@@ -790,5 +792,4 @@ int main(void)
 	tcase_add_test(tc, test_norm_backward_errors);
 	tcase_add_test(tc, test_heap_no_leak);
 	suite_add_tcase(s, tc);
-	return tu_run(s);
 }

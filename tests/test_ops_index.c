@@ -1,9 +1,12 @@
-/* Indexing and joining ops: index_select, index_add_, gather, scatter_add_,
- * concat, stack and split against naive loops, in every layout, plus errors. */
+/* test_ops: the indexing and joining ops beside the op table's rows:
+ * index_select, index_add_, gather, scatter_add_, concat, stack and split
+ * against naive loops, in every layout and index dtype, duplicates, empty and
+ * broadcast cases, plus the errors. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "testutil.h"
+#include "test_ops.h"
 
 static const enum tensor_dtype DTS[] = { TENSOR_F32, TENSOR_F64, TENSOR_I32, TENSOR_I64 };
 static const enum tensor_dtype IDTS[] = { TENSOR_I32, TENSOR_I64 };
@@ -794,9 +797,8 @@ START_TEST(test_errors_join)
 }
 END_TEST
 
-int main(void)
+void ops_index_tcases(Suite *s)
 {
-	Suite *s = suite_create("index");
 	TCase *tc = tu_tcase("index_select");
 	tcase_add_test(tc, test_index_select_layouts);
 	tcase_add_test(tc, test_index_select_broadcast_empty);
@@ -818,10 +820,9 @@ int main(void)
 	tcase_add_test(tc, test_split);
 	tcase_add_test(tc, test_heap_results);
 	suite_add_tcase(s, tc);
-	tc = tu_tcase("errors");
+	tc = tu_tcase("index errors");
 	tcase_add_test(tc, test_errors_index);
 	tcase_add_test(tc, test_errors_gather_scatter);
 	tcase_add_test(tc, test_errors_join);
 	suite_add_tcase(s, tc);
-	return tu_run(s);
 }

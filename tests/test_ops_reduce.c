@@ -1,10 +1,14 @@
-/* Reductions: sum, mean, max, min, var and argmax against naive loops, on
- * contiguous, strided, transposed, sliced and broadcast inputs. */
+/* test_ops: the reductions' own cases beside the op table's rows. Sum, mean,
+ * max, min, var and argmax against naive loops over several dims at once, on
+ * contiguous, strided, transposed, sliced and broadcast inputs; var's
+ * correction edges, argmax ties and NaN, i64 exactness, empty and 0-d
+ * tensors, the threaded paths, errors and heap results. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "testutil.h"
+#include "test_ops.h"
 
 enum rop { R_SUM, R_MEAN, R_MAX, R_MIN, R_VAR0, R_VAR1, R_ARGMAX };
 
@@ -542,10 +546,9 @@ START_TEST(test_heap_no_leak)
 }
 END_TEST
 
-int main(void)
+void ops_reduce_tcases(Suite *s)
 {
-	Suite *s = suite_create("reduce");
-	TCase *tc = tu_tcase("values");
+	TCase *tc = tu_tcase("reduce values");
 	tcase_add_loop_test(tc, test_sum, 0, 2);
 	tcase_add_loop_test(tc, test_mean, 0, 2);
 	tcase_add_loop_test(tc, test_max, 0, 2);
@@ -557,14 +560,13 @@ int main(void)
 	tcase_add_test(tc, test_i64_exact);
 	tcase_add_loop_test(tc, test_argmax_ties_nan, 0, 2);
 	suite_add_tcase(s, tc);
-	tc = tu_tcase("shapes");
+	tc = tu_tcase("reduce shapes");
 	tcase_add_loop_test(tc, test_empty, 0, 2);
 	tcase_add_loop_test(tc, test_scalar, 0, 2);
 	tcase_add_loop_test(tc, test_large, 0, 2);
 	suite_add_tcase(s, tc);
-	tc = tu_tcase("errors");
+	tc = tu_tcase("reduce errors");
 	tcase_add_test(tc, test_errors);
 	tcase_add_test(tc, test_heap_no_leak);
 	suite_add_tcase(s, tc);
-	return tu_run(s);
 }

@@ -1,4 +1,4 @@
-/* Gradient checks (central differences in f64 against sum(out * R), R fixed random) of
+/* test_ops: gradient checks (central differences in f64 against sum(out * R), R fixed random) of
  * matmul, conv1d, reductions, softmax and views, on contiguous, strided, sliced and
  * broadcast inputs and on shapes from a seeded generator. */
 #include <math.h>
@@ -8,6 +8,7 @@
 
 #include "gradcases.h"
 #include "testutil.h"
+#include "test_ops.h"
 
 /* ---- matmul --------------------------------------------------------------- */
 
@@ -676,10 +677,9 @@ START_TEST(test_composite)
 }
 END_TEST
 
-int main(void)
+void ops_grad_math_tcases(Suite *s)
 {
-	Suite *s = suite_create("grad_math");
-	TCase *tc = tu_tcase("grad_math");
+	TCase *tc = tu_tcase("grad math");
 	tcase_add_test(tc, test_matmul);
 	tcase_add_test(tc, test_matmul_random_shapes);
 	tcase_add_test(tc, test_matmul_laid_out);
@@ -696,5 +696,4 @@ int main(void)
 	tcase_add_test(tc, test_slice_empty);
 	tcase_add_test(tc, test_composite);
 	suite_add_tcase(s, tc);
-	return tu_run(s);
 }

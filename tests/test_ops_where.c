@@ -1,7 +1,9 @@
-/* where, masked_fill and dropout against naive loop references: every dtype
- * of the condition and the values, broadcasting, layouts, and the errors. */
+/* test_ops: where, masked_fill and dropout beside the op table's rows, against
+ * naive loop references: every dtype of the condition and the values,
+ * broadcasting, layouts, the dropout mask's statistics, and the errors. */
 #include "autograd.h"
 #include "elementwise_common.h"
+#include "test_ops.h"
 
 /* ---- where, masked_fill ---------------------------------------------------- */
 
@@ -190,7 +192,7 @@ START_TEST(test_where_errors)
 END_TEST
 
 /* The OpenMP path (where on large tensors; the rest of it in
- * test_elementwise.c: test_large). */
+ * test_ops_elementwise.c: test_large). */
 START_TEST(test_where_large)
 {
 	tensor_set_num_threads(3);
@@ -295,9 +297,8 @@ START_TEST(test_dropout_errors)
 }
 END_TEST
 
-int main(void)
+void ops_where_tcases(Suite *s)
 {
-	Suite *s = suite_create("where");
 	TCase *tc = tu_tcase("where");
 	tcase_add_test(tc, test_where);
 	tcase_add_test(tc, test_masked_fill);
@@ -306,5 +307,4 @@ int main(void)
 	tcase_add_loop_test(tc, test_dropout, 0, 3);
 	tcase_add_test(tc, test_dropout_errors);
 	suite_add_tcase(s, tc);
-	return tu_run(s);
 }

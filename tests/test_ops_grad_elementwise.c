@@ -1,4 +1,4 @@
-/* Gradient checks (central differences in f64 against sum(out * R), R fixed random) of
+/* test_ops: gradient checks (central differences in f64 against sum(out * R), R fixed random) of
  * the elementwise ops, where, masked_fill, cast and dropout, on contiguous, strided, sliced
  * and broadcast inputs and on shapes from a seeded generator. */
 #include <math.h>
@@ -9,6 +9,7 @@
 #include "gradcases.h"
 #include "ag_internal.h"
 #include "testutil.h"
+#include "test_ops.h"
 
 /* ---- unary ---------------------------------------------------------------- */
 
@@ -345,10 +346,9 @@ START_TEST(test_dropout)
 }
 END_TEST
 
-int main(void)
+void ops_grad_elementwise_tcases(Suite *s)
 {
-	Suite *s = suite_create("grad_elementwise");
-	TCase *tc = tu_tcase("grad_elementwise");
+	TCase *tc = tu_tcase("grad elementwise");
 	tcase_add_test(tc, test_unary);
 	tcase_add_test(tc, test_binary);
 	tcase_add_test(tc, test_add_reuse);
@@ -357,5 +357,4 @@ int main(void)
 	tcase_add_test(tc, test_cast);
 	tcase_add_test(tc, test_dropout);
 	suite_add_tcase(s, tc);
-	return tu_run(s);
 }

@@ -1,0 +1,94 @@
+/* What the IMDB classifier programs (examples/linformer_imdb, study/imdb_study) share beyond
+ * the training loop: evaluation over a batcher, each review's logits to a file, prediction of
+ * lines of text, and the run state that --resume reads back. Example support code: a user
+ * error prints "<prog>: --flag: ..." and exits 1 (flags_fail), a library error exits 1 naming
+ * what failed (train_die). */
+#ifndef CFORMER_CLASSIFY_H
+#define CFORMER_CLASSIFY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "csvlog.h"
+#include "flags.h"
+#include "models.h"
+#include "tb.h"
+#include "text.h"
+
+/* --output FILE: each review's logits at full precision, as JSON lines
+ * ({"review": i, "label": l, "logits": [..]}) if the name ends in .jsonl, else CSV
+ * (review,label,logit_0,..); label -1 where there is none (predictions). */
+struct logits_file {
+	FILE *f; /* NULL: nothing is written */
+	bool json;
+	const char *path;
+};
+
+/* Create path (NULL: a logits_file that writes nothing) for rows of `classes` logits. */
+void logits_file_open(struct logits_file *o, const char *prog, const char *path,
+		      int64_t classes);
+/* The B x C logits of a batch: row i is review review[i] with label label[i] (label NULL: -1). */
+void logits_file_write(struct logits_file *o, const char *prog, const struct tensor *logits,
+		       const int64_t *review, const int64_t *label);
+void logits_file_close(struct logits_file *o, const char *prog);
+
+struct eval_result {
+	double loss, acc;
+	int64_t correct, n;
+};
+
+/* Mean cross-entropy and accuracy of m over every batch of b, in eval mode without a tape;
+ * out (or NULL) receives each review's logits with its index in the dataset and its label. */
+struct eval_result classify_evaluate(const char *prog, const struct model_classifier *m,
+				     struct nn_params *ps, const struct text_batcher *b,
+				     struct logits_file *out);
+/* "test: loss L accuracy A (correct/n reviews)". */
+void classify_print_test(const struct eval_result *r);
+
+/* --predict TEXT (text) or --predict-file FILE (file; one review a line): print "P(neg) P(pos)"
+ * (4 decimals) a line per review, batch reviews at a time through m, its logits to out. */
+void classify_predict(const char *prog, const struct model_classifier *m, struct nn_params *ps,
+		      const struct text_tokenizer *tok, const char *text, const char *file,
+		      int64_t batch, struct logits_file *out);
+
+/* A training run's logs in a directory: metrics.csv (step, epoch, split, loss, accuracy, lr,
+ * tokens_per_s, elapsed_s, peak_mb) and TensorBoard events. */
+struct classify_log {
+	struct csvlog csv;
+	struct tb_writer tb;
+	const char *prog;
+};
+/* Open the logs in dir. resume: keep metrics.csv's rows up to step (a killed run may have
+ * written later ones) and set *elapsed to the time of the last row kept. Exits naming
+ * --log-dir when they cannot be written. */
+void classify_log_open(struct classify_log *l, const char *prog, const char *dir, bool resume,
+		       int64_t step, double *elapsed);
+/* A metrics.csv row of split ("train", "val", "test") and its TensorBoard scalars split/loss,
+ * split/acc and lr; lr and tps < 0: none. */
+void classify_log_row(struct classify_log *l, int64_t step, int64_t epoch, const char *split,
+		      double loss, double acc, double lr, double tps, double elapsed);
+/* One more TensorBoard scalar. */
+void classify_log_scalar(struct classify_log *l, const char *tag, double v, int64_t step);
+void classify_log_close(struct classify_log *l);
+
+/* The run state saved in last.safetensors beside the weights and the optimizer: the step,
+ * the best validation accuracy and its epoch, and the flags (those in `free` left out: they
+ * may change on resume). */
+struct run_state {
+	int64_t step, best_epoch;
+	double best_val;
+};
+/* As JSON (malloc'd; NULL if out of memory). */
+char *run_state_json(const struct run_state *s, const struct flag *flags, int nflags,
+		     const char *const *free_flags);
+/* Parse json of run_state_json saved at step `step` from path; exits naming --resume when it
+ * is not a run state, or when a flag outside free_flags differs from this run's. */
+void run_state_parse(struct run_state *s, const char *json, int64_t step, const char *path,
+		     const char *prog, const struct flag *flags, int nflags,
+		     const char *const *free_flags);
+/* Print "to resume: PROG ARGS --log-dir LOG --checkpoint-dir CKPT --resume", argv without
+ * --stop-after, --log-dir, --checkpoint-dir and --resume. */
+void print_resume_command(int argc, char **argv, const char *log_dir, const char *ckpt_dir);
+
+#endif
