@@ -318,6 +318,11 @@ void tensor_heap_end(void)
 		heap_mode--;
 }
 
+bool tensor_heap_mode(void)
+{
+	return heap_mode > 0;
+}
+
 static struct scope *current(void)
 {
 	if (depth == 0 || heap_mode)

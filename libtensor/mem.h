@@ -7,11 +7,16 @@
 #ifndef CFORMER_MEM_H
 #define CFORMER_MEM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 void *tensor_host_malloc(size_t n);
 void *tensor_host_calloc(size_t count, size_t size);
 void *tensor_host_realloc(void *p, size_t n);
 char *tensor_host_strdup(const char *s);
+
+/* Whether tensor_heap_begin() is in effect in this thread (tensors are then
+ * made on the heap even inside a scope). */
+bool tensor_heap_mode(void);
 
 #endif

@@ -1,11 +1,12 @@
 /* The configurable encoder: token embedding, positions, a stack of
  * {norm, attention, residual, norm, feed-forward, residual} layers whose
- * attention kind is chosen per layer, and the final norm. In no-grad mode each
- * layer runs in its own scope and only its output survives it, so the peak
- * memory is one layer's working set plus two layer outputs. */
+ * attention kind is chosen per layer, and the final norm. This file has the
+ * module and the taped forward; without gradients, model_encoder_forward runs
+ * the blocked forward of encoder_infer.c, which shares the halves' norm and
+ * residual code below. */
 #include <stdlib.h>
 
-#include "models.h"
+#include "models_internal.h"
 #include "nn_internal.h"
 #include "ag_internal.h"
 #include "mem.h"
@@ -24,8 +25,8 @@ static int norm_init(const struct model_config *c, struct nn_layer_norm *ln,
 			   : nn_layer_norm_init(ln, ps, name, c->dim, NORM_EPS);
 }
 
-static struct tensor *norm_forward(const struct model_config *c, const struct nn_layer_norm *ln,
-				   const struct nn_rms_norm *rms, struct tensor *x)
+struct tensor *model_norm_forward(const struct model_config *c, const struct nn_layer_norm *ln,
+				  const struct nn_rms_norm *rms, struct tensor *x)
 {
 	return c->rms_norm ? nn_rms_norm_forward(rms, x) : nn_layer_norm_forward(ln, x);
 }
@@ -155,46 +156,35 @@ static struct tensor *attention_forward(const struct model_layer *l, struct tens
 	return nn_linformer_forward(&l->lin, x, real);
 }
 
-/* The attention half of a layer: pre-norm x + attn(norm1(x)), post-norm
- * norm1(x + attn(x)). Each sum is written into the branch's buffer (the
- * branch is not read again). */
-static struct tensor *attention_half(const struct model_config *c, const struct model_layer *l,
-				     struct tensor *x, const struct tensor *real)
+struct tensor *model_half_input(const struct model_config *c, const struct nn_layer_norm *ln,
+				const struct nn_rms_norm *rms, struct tensor *x)
 {
-	if (c->pre_norm) {
-		struct tensor *a =
-		    attention_forward(l, norm_forward(c, &l->ln1, &l->rms1, x), real);
-		return ag_add_reuse(nn_dropout_forward(&l->drop, a), x);
-	}
-	struct tensor *a = attention_forward(l, x, real);
-	return norm_forward(c, &l->ln1, &l->rms1, ag_add_reuse(nn_dropout_forward(&l->drop, a), x));
+	return c->pre_norm ? model_norm_forward(c, ln, rms, x) : x;
 }
 
-/* The feed-forward half: x + ff(norm2(x)), or norm2(x + ff(x)). */
-static struct tensor *ff_half(const struct model_config *c, const struct model_layer *l,
-			      struct tensor *x)
+struct tensor *model_half_output(const struct model_config *c, const struct nn_layer_norm *ln,
+				 const struct nn_rms_norm *rms, const struct nn_dropout *drop,
+				 struct tensor *x, struct tensor *branch)
 {
-	if (c->pre_norm) {
-		struct tensor *f =
-		    nn_feed_forward_forward(&l->ff, norm_forward(c, &l->ln2, &l->rms2, x));
-		return ag_add_reuse(nn_dropout_forward(&l->drop, f), x);
-	}
-	struct tensor *f = nn_feed_forward_forward(&l->ff, x);
-	return norm_forward(c, &l->ln2, &l->rms2, ag_add_reuse(nn_dropout_forward(&l->drop, f), x));
+	struct tensor *sum = ag_add_reuse(nn_dropout_forward(drop, branch), x);
+	return c->pre_norm ? sum : model_norm_forward(c, ln, rms, sum);
 }
 
-/* Without gradients the attention half runs in a scope of its own that keeps
- * only its output, so the layer's peak holds one half's intermediates. */
-static struct tensor *layer_forward(const struct model_config *c, const struct model_layer *l,
+/* Pre-norm x + attn(norm1(x)), post-norm norm1(x + attn(x)). */
+struct tensor *model_attention_half(const struct model_config *c, const struct model_layer *l,
 				    struct tensor *x, const struct tensor *real)
 {
-	if (ag_grad_enabled())
-		return ff_half(c, l, attention_half(c, l, x, real));
-	tensor_scope_begin();
-	struct tensor *h = attention_half(c, l, x, real);
-	h = h ? tensor_scope_keep(h) : NULL;
-	tensor_scope_end();
-	return ff_half(c, l, h);
+	struct tensor *a = attention_forward(l, model_half_input(c, &l->ln1, &l->rms1, x), real);
+	return model_half_output(c, &l->ln1, &l->rms1, &l->drop, x, a);
+}
+
+/* Pre-norm x + ff(norm2(x)), post-norm norm2(x + ff(x)). */
+struct tensor *model_ff_half(const struct model_config *c, const struct model_layer *l,
+			     struct tensor *x)
+{
+	struct tensor *f =
+	    nn_feed_forward_forward(&l->ff, model_half_input(c, &l->ln2, &l->rms2, x));
+	return model_half_output(c, &l->ln2, &l->rms2, &l->drop, x, f);
 }
 
 static bool check_inputs(const struct model_encoder *m, const struct tensor *ids,
@@ -237,212 +227,36 @@ static bool check_inputs(const struct model_encoder *m, const struct tensor *ids
 	return true;
 }
 
-#define ROW_BLOCK 1024 /* query rows per block of layer_in_blocks */
-
-static bool dropping(const struct nn_dropout *d)
+/* The token embedding plus the position embeddings, in the embedding's
+ * buffer where it can be (nn_position_forward_reuse), then the convolutional
+ * encoding if any (a new tensor, reading padding, real == 0, as zeros). */
+struct tensor *model_encoder_embed(const struct model_encoder *m, const struct tensor *ids,
+				   const struct tensor *mask, struct tensor **real)
 {
-	return d->ps && d->ps->training && d->p > 0;
-}
-
-/* The rows [b0, b0+nb) x [r0, r0+nr) of x [B,T,dim]: one sequence's run of
- * rows, or whole sequences, so the view is contiguous. */
-static struct tensor *row_block(struct tensor *x, int64_t b0, int64_t nb, int64_t r0, int64_t nr)
-{
-	struct tensor *seqs = tensor_narrow(x, 0, b0, nb);
-	return nr == x->shape[1] ? seqs : tensor_narrow(seqs, 1, r0, nr);
-}
-
-/* fn on each block of up to ROW_BLOCK rows of x [B,T,dim] (with the index of
- * its first sequence), each in a scope of its own; the first error stops. */
-static int for_row_blocks(struct tensor *x, int (*fn)(struct tensor *xb, int64_t b0, void *ctx),
-			  void *ctx)
-{
-	int64_t b = x->shape[0], t = x->shape[1];
-	int64_t nr = t < ROW_BLOCK ? t : ROW_BLOCK, seqs = t < ROW_BLOCK ? ROW_BLOCK / t : 1;
-	int rc = TENSOR_OK;
-	for (int64_t b0 = 0; b0 < b && rc == TENSOR_OK; b0 += seqs) {
-		int64_t nb = b - b0 < seqs ? b - b0 : seqs;
-		for (int64_t r0 = 0; r0 < t && rc == TENSOR_OK; r0 += nr) {
-			tensor_scope_begin();
-			rc = fn(row_block(x, b0, nb, r0, t - r0 < nr ? t - r0 : nr), b0, ctx);
-			tensor_scope_end();
-		}
-	}
-	return rc;
-}
-
-struct block_ctx {
-	const struct model_config *c;
-	const struct model_layer *l;
-	const struct nn_linformer_kv *kv;
-};
-
-/* A half's residual in place: xb += branch (pre-norm), or xb = norm(branch +
- * xb) (post-norm; branch is used up). */
-static int residual_into(const struct model_config *c, const struct nn_layer_norm *ln,
-			 const struct nn_rms_norm *rms, struct tensor *branch, struct tensor *xb)
-{
-	if (!branch)
-		return tensor_last_status();
-	if (c->pre_norm)
-		return tensor_add_(xb, branch);
-	struct tensor *y =
-	    tensor_add_(branch, xb) == TENSOR_OK ? norm_forward(c, ln, rms, branch) : NULL;
-	return y ? tensor_copy_(xb, y) : tensor_last_status();
-}
-
-/* One block of query rows xb (of sequences b0..) through the layer, in place:
- * x + attn(norm1(x)) then x + ff(norm2(x)), or the post-norm order. The
- * attention half has a scope of its own, so its temporaries are gone before
- * the feed-forward's come. norm1 of the block's rows is computed again rather
- * than kept from the keys and values: keeping the whole normalised stream
- * through the blocks would cost T x dim floats per sequence for one norm pass
- * (about 1.5% of the forward). */
-static int block_forward(struct tensor *xb, int64_t b0, void *ctx)
-{
-	const struct block_ctx *bc = ctx;
-	const struct model_config *c = bc->c;
-	const struct model_layer *l = bc->l;
-	tensor_scope_begin();
-	struct tensor *in = c->pre_norm ? norm_forward(c, &l->ln1, &l->rms1, xb) : xb;
-	int rc =
-	    residual_into(c, &l->ln1, &l->rms1, nn_linformer_attend(&l->lin, in, bc->kv, b0), xb);
-	tensor_scope_end();
-	if (rc < 0)
-		return rc;
-	in = c->pre_norm ? norm_forward(c, &l->ln2, &l->rms2, xb) : xb;
-	return residual_into(c, &l->ln2, &l->rms2, nn_feed_forward_forward(&l->ff, in), xb);
-}
-
-/* Without gradients or dropout, a layer of projected attention in place in x
- * (the caller's own): the keys and values first, from all positions; then
- * each block of query rows through attention and the feed-forward. The peak
- * is x, one normalised copy for the keys and values, and one block's working
- * set, instead of a handful of [B,T,dim] tensors. Query rows are independent
- * once the keys and values are projected to k: the result is the unblocked
- * one. */
-static int layer_in_blocks(const struct model_config *c, const struct model_layer *l,
-			   struct tensor *x, const struct tensor *real)
-{
-	struct nn_linformer_kv kv;
-	tensor_scope_begin(); /* the layer's: the keys and values */
-	tensor_scope_begin(); /* what only the keys and values need */
-	int rc = nn_linformer_keys_values(
-	    &l->lin, c->pre_norm ? norm_forward(c, &l->ln1, &l->rms1, x) : x, real, &kv);
-	if (rc == TENSOR_OK) {
-		kv.k = tensor_scope_keep(kv.k);
-		kv.v = tensor_scope_keep(kv.v);
-		struct tensor *mask = kv.mask;
-		kv.mask = mask ? tensor_scope_keep(mask) : NULL;
-		rc = kv.k && kv.v && (kv.mask || !mask) ? TENSOR_OK : tensor_last_status();
-	}
-	tensor_scope_end();
-	if (rc == TENSOR_OK)
-		rc = for_row_blocks(x, block_forward, &(struct block_ctx){ c, l, &kv });
-	tensor_scope_end();
-	return rc;
-}
-
-/* The final norm of the no-grad path, in place, a block at a time. */
-static int final_norm_block(struct tensor *xb, int64_t b0, void *ctx)
-{
-	const struct model_encoder *m = ctx;
-	(void)b0;
-	struct tensor *y = norm_forward(&m->cfg, &m->final_ln, &m->final_rms, xb);
-	return y ? tensor_copy_(xb, y) : tensor_last_status();
-}
-
-static bool blockable(const struct model_layer *l)
-{
-	return l->kind != NN_ATTN_STANDARD && !dropping(&l->drop) && !dropping(&l->lin.dropout) &&
-	       !dropping(&l->ff.dropout);
-}
-
-/* One layer in a scope of its own whose only survivor is the output, copied
- * to the heap (so the previous layer's output can be freed at once). */
-static struct tensor *layer_scoped(const struct model_config *c, const struct model_layer *l,
-				   struct tensor *x, const struct tensor *real)
-{
-	tensor_scope_begin();
-	struct tensor *y = layer_forward(c, l, x, real);
-	tensor_heap_begin();
-	struct tensor *out = y ? tensor_clone(y) : NULL;
-	tensor_heap_end();
-	tensor_scope_end();
-	return out;
-}
-
-/* x [B, T, dim] plus the position embeddings, in x's buffer where it can be
- * (nn_position_forward_reuse), then the convolutional encoding if any (a new
- * tensor, reading padding, real == 0, as zeros); x itself without
- * positions. */
-static struct tensor *add_positions(const struct model_encoder *m, struct tensor *x,
-				    const struct tensor *real)
-{
-	x = m->cfg.positions == MODEL_POS_NONE ? x : nn_position_forward_reuse(&m->pos, x);
-	return m->cfg.position_kernel > 0 ? nn_conv_position_forward(&m->pos_conv, x, real) : x;
-}
-
-/* Without gradients: the embedding's output, made in the caller's scope (or
- * on the heap), is the residual stream; layers of projected attention update
- * it in place (layer_in_blocks), as does the final norm; other layers run in
- * a scope of their own and hand over a heap copy (layer_scoped). Every
- * temporary dies in this function's scope; the stream comes back as it is,
- * or kept when a layer ran apart. */
-static struct tensor *forward_no_grad(const struct model_encoder *m, const struct tensor *ids,
-				      const struct tensor *mask)
-{
-	const struct model_config *c = &m->cfg;
-	/* real, emb and own: heap without a scope (freed here), else the caller's */
-	struct tensor *real = mask ? nn_mask_compare(mask, m->embed.weight->dtype, false) : NULL;
-	struct tensor *emb = mask && !real ? NULL : nn_embedding_forward(&m->embed, ids);
-	struct tensor *own = add_positions(m, emb, real);
-	if (own != emb)
-		tensor_free(emb);
-	tensor_scope_begin();
-	struct tensor *x = nn_dropout_forward(&m->drop, own);
-	struct tensor *carry = NULL; /* the heap output of the last layer run apart */
-	for (int64_t i = 0; x && i < c->layers; i++) {
-		const struct model_layer *l = &m->layers[i];
-		if ((x == own || x == carry) && blockable(l)) {
-			if (layer_in_blocks(c, l, x, real) < 0)
-				x = NULL;
-			continue;
-		}
-		x = layer_scoped(c, l, x, real);
-		tensor_free(carry);
-		carry = x;
-	}
-	if (x && c->pre_norm && c->final_norm) {
-		if (x == own || x == carry)
-			x = for_row_blocks(x, final_norm_block, (void *)m) < 0 ? NULL : x;
-		else
-			x = norm_forward(c, &m->final_ln, &m->final_rms, x);
-	}
-	struct tensor *y = x == own ? own : x ? tensor_scope_keep(x) : NULL;
-	tensor_scope_end();
-	tensor_free(carry);
-	if (y != own)
-		tensor_free(own);
-	tensor_free(real);
-	return y;
+	*real = mask ? nn_mask_compare(mask, m->embed.weight->dtype, false) : NULL;
+	if (mask && !*real)
+		return NULL;
+	struct tensor *x = nn_embedding_forward(&m->embed, ids);
+	if (m->cfg.positions != MODEL_POS_NONE)
+		x = nn_position_forward_reuse(&m->pos, x);
+	return m->cfg.position_kernel > 0 ? nn_conv_position_forward(&m->pos_conv, x, *real) : x;
 }
 
 struct tensor *model_encoder_forward(const struct model_encoder *m, const struct tensor *ids,
 				     const struct tensor *mask)
 {
-	if (!ids || !check_inputs(m, ids, mask))
+	if (nn_require_scope("model_encoder_forward") < 0 || !ids || !check_inputs(m, ids, mask))
 		return NULL;
 	if (!ag_grad_enabled())
-		return forward_no_grad(m, ids, mask);
+		return model_encoder_infer(m, ids, mask);
 	const struct model_config *c = &m->cfg;
-	struct tensor *real = mask ? nn_mask_compare(mask, m->embed.weight->dtype, false) : NULL;
-	struct tensor *x = mask && !real ? NULL : nn_embedding_forward(&m->embed, ids);
-	x = nn_dropout_forward(&m->drop, add_positions(m, x, real));
+	struct tensor *real;
+	struct tensor *x = nn_dropout_forward(&m->drop, model_encoder_embed(m, ids, mask, &real));
 	for (int64_t i = 0; x && i < c->layers; i++)
-		x = layer_forward(c, &m->layers[i], x, real);
+		x = model_ff_half(c, &m->layers[i],
+				  model_attention_half(c, &m->layers[i], x, real));
 	if (c->pre_norm && c->final_norm)
-		x = norm_forward(c, &m->final_ln, &m->final_rms, x);
+		x = model_norm_forward(c, &m->final_ln, &m->final_rms, x);
 	return x;
 }
 

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "models.h"
+#include "nn_internal.h"
 
 #define NORM_EPS 1e-5
 
@@ -12,25 +13,6 @@
 static enum nn_activation head_activation(const struct model_config *c)
 {
 	return c->swiglu ? NN_SILU : c->activation;
-}
-
-/* No-grad forwards at scope depth 0 would leave heap temporaries behind: run
- * them in a scope and keep only the result. */
-static bool open_scope(void)
-{
-	if (ag_grad_enabled())
-		return false;
-	tensor_scope_begin();
-	return true;
-}
-
-static struct tensor *close_scope(bool scoped, struct tensor *y)
-{
-	if (!scoped)
-		return y;
-	struct tensor *kept = y ? tensor_scope_keep(y) : NULL;
-	tensor_scope_end();
-	return kept;
 }
 
 /* ---- sequence classifier ------------------------------------------------------ */
@@ -77,15 +59,7 @@ static struct tensor *masked_mean(struct tensor *h, const struct tensor *mask)
 	struct tensor *w3 = tensor_unsqueeze(w, 1);		   /* [B,1,T] */
 	/* the weighted sum as a product, with no [B,T,d] temporary */
 	struct tensor *s = ag_squeeze(ag_matmul(w3, h), 1); /* [B,d] */
-	struct tensor *y = den ? ag_div(s, den) : NULL;
-	tensor_free(c);
-	tensor_free(zero);
-	tensor_free(one);
-	tensor_free(w);
-	tensor_free(cnt);
-	tensor_free(den);
-	tensor_free(w3);
-	return y;
+	return den ? ag_div(s, den) : NULL;
 }
 
 /* Maximum of h [B,T,d] over the real tokens of each row, per feature -> [B,d];
@@ -100,13 +74,8 @@ static struct tensor *masked_max(struct tensor *h, const struct tensor *mask)
 	struct tensor *pad = tensor_eq(mask, zero);		      /* [B,T] */
 	struct tensor *none = tensor_min(pad, 1, (int[]){ 1 }, true); /* [B,1] */
 	struct tensor *pad3 = tensor_unsqueeze(pad, 2);		      /* [B,T,1] */
-	struct tensor *y = ag_masked_fill(
-	    ag_max(ag_masked_fill(h, pad3, -INFINITY), 1, (int[]){ 1 }, false), none, 0);
-	tensor_free(zero);
-	tensor_free(pad);
-	tensor_free(pad3);
-	tensor_free(none);
-	return y;
+	return ag_masked_fill(ag_max(ag_masked_fill(h, pad3, -INFINITY), 1, (int[]){ 1 }, false),
+			      none, 0);
 }
 
 /* Sum of h [B,T,d] over the real tokens of each row weighted by softmax(h q)
@@ -116,30 +85,23 @@ static struct tensor *attention_pool(struct tensor *h, struct tensor *q, const s
 	if (!h)
 		return NULL;
 	struct tensor *s = ag_squeeze(ag_matmul(h, ag_unsqueeze(q, 1)), 2); /* [B,T] */
-	struct tensor *zero = NULL, *pad = NULL, *real = NULL;
+	struct tensor *real = NULL;
 	if (mask) {
-		zero = tensor_zeros(mask->dtype, mask->storage->device, 0, NULL);
-		pad = tensor_eq(mask, zero);
-		struct tensor *ne = tensor_ne(mask, zero);
-		real = tensor_cast(ne, h->dtype);
-		tensor_free(ne);
+		struct tensor *zero = tensor_zeros(mask->dtype, mask->storage->device, 0, NULL);
+		real = tensor_cast(tensor_ne(mask, zero), h->dtype);
 		/* finite, so that a row of padding is not NaN; exp underflows to 0 */
-		s = ag_masked_fill(s, pad, -1e30);
+		s = ag_masked_fill(s, tensor_eq(mask, zero), -1e30);
 	}
 	struct tensor *p = ag_softmax(s, 1);
 	if (mask)
 		p = ag_mul(p, real); /* zeros the row of padding only */
-	struct tensor *y = ag_squeeze(ag_matmul(ag_unsqueeze(p, 1), h), 1);
-	tensor_free(zero);
-	tensor_free(pad);
-	tensor_free(real);
-	return y;
+	return ag_squeeze(ag_matmul(ag_unsqueeze(p, 1), h), 1);
 }
 
 struct tensor *model_classifier_forward(const struct model_classifier *m, const struct tensor *ids,
 					const struct tensor *mask)
 {
-	if (!ids)
+	if (nn_require_scope("model_classifier_forward") < 0 || !ids)
 		return NULL;
 	if (!m || !m->fc2.weight) {
 		tensor_error(TENSOR_ERR_ARG,
@@ -147,7 +109,6 @@ struct tensor *model_classifier_forward(const struct model_classifier *m, const 
 		return NULL;
 	}
 	const struct model_config *c = &m->enc.cfg;
-	bool scoped = open_scope();
 	struct tensor *h = model_encoder_forward(&m->enc, ids, mask);
 	struct tensor *pooled = c->pooling == MODEL_POOL_CLS   ? ag_select(h, 1, 0)
 				: c->pooling == MODEL_POOL_MAX ? masked_max(h, mask)
@@ -156,8 +117,7 @@ struct tensor *model_classifier_forward(const struct model_classifier *m, const 
 				    : masked_mean(h, mask);
 	struct tensor *z =
 	    nn_activation_forward(head_activation(c), nn_linear_forward(&m->fc1, pooled));
-	z = nn_linear_forward(&m->fc2, nn_dropout_forward(&m->drop, z));
-	return close_scope(scoped, z);
+	return nn_linear_forward(&m->fc2, nn_dropout_forward(&m->drop, z));
 }
 
 void model_classifier_free(struct model_classifier *m)
@@ -204,17 +164,16 @@ int model_mlm_init(struct model_mlm *m, struct nn_params *ps, const struct model
 struct tensor *model_mlm_forward(const struct model_mlm *m, const struct tensor *ids,
 				 const struct tensor *mask)
 {
-	if (!ids)
+	if (nn_require_scope("model_mlm_forward") < 0 || !ids)
 		return NULL;
 	if (!m || !m->decoder.weight) {
 		tensor_error(TENSOR_ERR_ARG, "model_mlm_forward: model is NULL or not initialised");
 		return NULL;
 	}
-	bool scoped = open_scope();
 	struct tensor *h = model_encoder_forward(&m->enc, ids, mask);
 	h = nn_activation_forward(head_activation(&m->enc.cfg), nn_linear_forward(&m->dense, h));
 	h = nn_layer_norm_forward(&m->norm, h);
-	return close_scope(scoped, nn_linear_forward(&m->decoder, h));
+	return nn_linear_forward(&m->decoder, h);
 }
 
 void model_mlm_free(struct model_mlm *m)

@@ -2,6 +2,9 @@
  * Linformer and the Conv-Linformer, and the sequence-classification and
  * masked-language-model heads. Built on nn.h; parameter names follow the
  * usual PyTorch layout ("embed.weight", "layers.3.attn.q_proj.weight", ...).
+ * The forwards, as nn's, run inside an open scope (tensor_scope_begin/end):
+ * the result lives in the caller's scope; outside one (or in heap mode) they
+ * return NULL with TENSOR_ERR_STATE naming the function, allocating nothing.
  */
 #ifndef CFORMER_MODELS_H
 #define CFORMER_MODELS_H
@@ -162,9 +165,13 @@ struct model_encoder {
 int model_encoder_init(struct model_encoder *m, struct nn_params *ps,
 		       const struct model_config *cfg);
 /* ids [B, T] (i32/i64, T <= max_len), mask [B, T] (1 = real token, 0 =
- * padding) or NULL -> hidden states [B, T, dim]. In no-grad mode each layer
- * runs in an inner scope and only its output is kept, so the peak memory is
- * one layer's working set. */
+ * padding) or NULL -> hidden states [B, T, dim], in the caller's scope. In
+ * no-grad mode (models/encoder_infer.c) each layer runs in an inner scope
+ * and only its output is kept, layers of projected attention a block of
+ * query rows at a time, so the peak memory is one layer's (or block's)
+ * working set; the result is the taped forward's. Errors: encoder not
+ * initialised, ids not [B, T] i32/i64 with 1 <= T <= max_len, mask not of
+ * ids' shape; outside a scope. */
 struct tensor *model_encoder_forward(const struct model_encoder *m, const struct tensor *ids,
 				     const struct tensor *mask);
 /* A run option, not part of the config (never saved): every layer computes
@@ -184,7 +191,8 @@ struct model_classifier {
 };
 int model_classifier_init(struct model_classifier *m, struct nn_params *ps,
 			  const struct model_config *cfg);
-/* -> logits [B, num_classes]. */
+/* ids, mask as model_encoder_forward -> logits [B, num_classes]. Errors: as
+ * model_encoder_forward's; classifier not initialised. */
 struct tensor *model_classifier_forward(const struct model_classifier *m,
 					const struct tensor *ids, const struct tensor *mask);
 void model_classifier_free(struct model_classifier *m);
@@ -199,7 +207,8 @@ struct model_mlm {
 	struct tensor *decoder_bias;
 };
 int model_mlm_init(struct model_mlm *m, struct nn_params *ps, const struct model_config *cfg);
-/* -> logits [B, T, vocab_size]. */
+/* ids, mask as model_encoder_forward -> logits [B, T, vocab_size]. Errors:
+ * as model_encoder_forward's; model not initialised. */
 struct tensor *model_mlm_forward(const struct model_mlm *m, const struct tensor *ids,
 				 const struct tensor *mask);
 void model_mlm_free(struct model_mlm *m);

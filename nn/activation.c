@@ -1,7 +1,7 @@
 /* Activations by name: relu, gelu (erf), gelu_tanh, silu (swish). */
 #include <string.h>
 
-#include "nn.h"
+#include "nn_internal.h"
 
 static const char *const names[NN_NACTIVATIONS] = {
 	[NN_RELU] = "relu",
@@ -30,7 +30,7 @@ const char *nn_activation_name(enum nn_activation a)
 
 struct tensor *nn_activation_forward(enum nn_activation a, struct tensor *x)
 {
-	if (!x)
+	if (nn_require_scope("nn_activation_forward") < 0 || !x)
 		return NULL;
 	switch (a) {
 	case NN_RELU: return ag_relu(x);

@@ -62,12 +62,7 @@ static struct tensor *causal_mask(enum tensor_dtype dt, enum tensor_device dev, 
 {
 	struct tensor *rows = tensor_arange(dt, dev, 0, (double)t, 1);
 	struct tensor *cols = tensor_arange(dt, dev, 0, (double)s, 1);
-	struct tensor *col = tensor_unsqueeze(rows, 1); /* [T, 1] */
-	struct tensor *m = tensor_gt(cols, col);	/* [T, S] */
-	tensor_free(col);
-	tensor_free(rows);
-	tensor_free(cols);
-	return m;
+	return tensor_gt(cols, tensor_unsqueeze(rows, 1)); /* [S] > [T, 1]: [T, S] */
 }
 
 /* The masks of one attention call, never differentiated: `masked` (1 = key
@@ -84,36 +79,19 @@ static int build_masks(const struct tensor *q, const struct tensor *mask, bool c
 	if (mask) { /* [B,1,1,S]: 1 = padding */
 		struct tensor *pad = nn_mask_compare(mask, dt, true);
 		km = pad ? tensor_view(pad, 4, (int64_t[]){ b, 1, 1, pad->shape[1] }) : NULL;
-		tensor_free(pad);
 		if (!km)
 			return tensor_last_status();
 	}
-	if (causal) {
-		cm = causal_mask(dt, dev, t, t);
-		if (!cm) {
-			tensor_free(km);
-			return tensor_last_status();
-		}
-	}
-	if (km && cm) {
-		*masked = tensor_maximum(km, cm); /* [B,1,T,S] */
-		tensor_free(km);
-		tensor_free(cm);
-	} else {
-		*masked = km ? km : cm;
-	}
-	if (!*masked)
+	if (causal && !(cm = causal_mask(dt, dev, t, t)))
+		return tensor_last_status();
+	struct tensor *both = km && cm ? tensor_maximum(km, cm) : km ? km : cm; /* [B,1,T,S] */
+	if (!both)
 		return tensor_last_status();
 	/* With causal alone every row sees its own key: only key padding can kill a
 	 * row. Without keys (S = 0) the output is already zero. */
-	if (mask && mask->shape[1] > 0) {
-		*dead = tensor_min(*masked, 1, (int[]){ 3 }, true);
-		if (!*dead) {
-			tensor_free(*masked);
-			*masked = NULL;
-			return tensor_last_status();
-		}
-	}
+	if (mask && mask->shape[1] > 0 && !(*dead = tensor_min(both, 1, (int[]){ 3 }, true)))
+		return tensor_last_status();
+	*masked = both;
 	return TENSOR_OK;
 }
 
@@ -157,25 +135,20 @@ static int probs_backward(struct ag_node *n, const struct tensor *g)
 static struct tensor *attention_probs(struct tensor *q, struct tensor *k, double scale,
 				      struct tensor *masked)
 {
-	struct tensor *kt = tensor_transpose(k, 2, 3); /* [B,H,d,S], no copy */
-	struct tensor *s = tensor_matmul(q, kt);
-	tensor_free(kt);
+	struct tensor *s = tensor_matmul(q, tensor_transpose(k, 2, 3)); /* k^T: a view */
 	if (!s)
 		return NULL;
 	int rc = TENSOR_OK;
 	if (scale != 1) {
 		struct tensor *sc = tensor_full(s->dtype, s->storage->device, 0, NULL, scale);
 		rc = sc ? tensor_mul_(s, sc) : tensor_last_status();
-		tensor_free(sc);
 	}
 	if (rc == TENSOR_OK && masked)
 		rc = tensor_masked_fill_(s, masked, MASKED_SCORE);
 	if (rc == TENSOR_OK)
 		rc = tensor_softmax_(s);
-	if (rc != TENSOR_OK) {
-		tensor_free(s);
+	if (rc != TENSOR_OK)
 		return NULL;
-	}
 	struct ag_node *n =
 	    ag_record("attention_probs", s, probs_backward, 2, (struct tensor *[]){ q, k });
 	if (n) {
@@ -198,7 +171,7 @@ struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v
 			    const struct tensor *mask, bool causal, double scale,
 			    const struct nn_dropout *dropout)
 {
-	if (!q || !k || !v)
+	if (nn_require_scope("nn_attention") < 0 || !q || !k || !v)
 		return NULL;
 	if (check_qkv(q, k, v, mask, causal, scale) < 0)
 		return NULL;
@@ -221,11 +194,7 @@ struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v
 		p = nn_dropout_forward(dropout, p);
 	/* [B,H,T,dv] stored as [B,T,H,dv]: merging the heads is then a view */
 	struct tensor *out = ag_matmul_laid_out(p, v, (const int[]){ 0, 2, 1, 3 });
-	if (dead)
-		out = ag_masked_fill(out, dead, 0.0);
-	tensor_free(masked); /* the tape keeps its own references */
-	tensor_free(dead);
-	return out;
+	return dead ? ag_masked_fill(out, dead, 0.0) : out;
 }
 
 /* ---- multi-head self-attention ------------------------------------------------ */
@@ -272,7 +241,7 @@ int nn_mha_init(struct nn_mha *m, struct nn_params *ps, const char *name, int64_
 
 struct tensor *nn_split_heads(struct tensor *x, int64_t heads)
 {
-	if (!x)
+	if (nn_require_scope("nn_split_heads") < 0 || !x)
 		return NULL;
 	int64_t b = x->shape[0], t = x->shape[1], dim = x->shape[2];
 	struct tensor *v = ag_reshape(x, 4, (int64_t[]){ b, t, heads, dim / heads });
@@ -349,7 +318,7 @@ struct tensor *nn_attention_by_head(struct tensor *q, struct tensor *k, struct t
 				    const struct tensor *mask, bool causal, double scale,
 				    const struct nn_dropout *dropout)
 {
-	if (!q || !k || !v)
+	if (nn_require_scope("nn_attention_by_head") < 0 || !q || !k || !v)
 		return NULL;
 	if (check_qkv(q, k, v, mask, causal, scale) < 0)
 		return NULL;
@@ -372,17 +341,13 @@ struct tensor *nn_attention_by_head(struct tensor *q, struct tensor *k, struct t
 				rc = by_head_block(y, q, k, v, mask, causal, scale, dropout,
 						   (struct head_block){ i, b0, clamp(b - b0, 0, nb),
 									r0, clamp(t - r0, 0, nr) });
-	if (rc < 0) {
-		tensor_free(y);
-		return NULL;
-	}
-	return y;
+	return rc == TENSOR_OK ? y : NULL;
 }
 
 struct tensor *nn_mha_forward(const struct nn_mha *m, struct tensor *x, const struct tensor *mask,
 			      bool causal)
 {
-	if (!x)
+	if (nn_require_scope("nn_mha_forward") < 0 || !x)
 		return NULL;
 	if (!m || m->dim < 1 || m->heads < 1) {
 		tensor_error(TENSOR_ERR_ARG, "nn_mha_forward: module is NULL or not initialised");

@@ -1,5 +1,5 @@
 /* Dropout: a fresh seeded mask per call in training mode, identity in eval. */
-#include "nn.h"
+#include "nn_internal.h"
 
 int nn_dropout_init(struct nn_dropout *m, struct nn_params *ps, double p)
 {
@@ -17,7 +17,7 @@ int nn_dropout_init(struct nn_dropout *m, struct nn_params *ps, double p)
  * eval passes do not change the random stream a checkpoint records. */
 struct tensor *nn_dropout_forward(const struct nn_dropout *m, struct tensor *x)
 {
-	if (!x)
+	if (nn_require_scope("nn_dropout_forward") < 0 || !x)
 		return NULL;
 	if (!m || !m->ps) {
 		tensor_error(TENSOR_ERR_ARG,

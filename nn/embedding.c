@@ -6,7 +6,7 @@
  * PyTorch's padding_idx) even when the row itself is not zero. */
 #include <stdio.h>
 
-#include "nn.h"
+#include "nn_internal.h"
 
 int nn_embedding_init(struct nn_embedding *m, struct nn_params *ps, const char *name, int64_t num,
 		      int64_t dim, int64_t padding_idx)
@@ -56,7 +56,7 @@ static int embedding_backward(struct ag_node *n, const struct tensor *g)
 
 struct tensor *nn_embedding_forward(const struct nn_embedding *m, const struct tensor *ids)
 {
-	if (!ids)
+	if (nn_require_scope("nn_embedding_forward") < 0 || !ids)
 		return NULL;
 	if (!m || !m->weight) {
 		tensor_error(TENSOR_ERR_ARG,

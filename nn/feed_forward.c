@@ -1,6 +1,6 @@
 /* Position-wise feed-forward: plain fc2(dropout(act(fc1 x))) with biases, or
  * gated SwiGLU w2(dropout(silu(w1 x) * w3 x)) without biases (as LLaMA). */
-#include "nn.h"
+#include "nn_internal.h"
 
 int nn_feed_forward_init(struct nn_feed_forward *m, struct nn_params *ps, const char *name,
 			 int64_t dim, int64_t hidden, enum nn_activation act, bool gated,
@@ -71,18 +71,12 @@ static struct tensor *forward_blocked(const struct nn_feed_forward *m, struct te
 		rc = yb ? tensor_copy_(tensor_narrow(y2, 0, r0, cnt), yb) : tensor_last_status();
 		tensor_scope_end();
 	}
-	tensor_free(x2);
-	tensor_free(y2);
-	if (rc < 0) {
-		tensor_free(y);
-		return NULL;
-	}
-	return y;
+	return rc == TENSOR_OK ? y : NULL;
 }
 
 struct tensor *nn_feed_forward_forward(const struct nn_feed_forward *m, struct tensor *x)
 {
-	if (!x)
+	if (nn_require_scope("nn_feed_forward_forward") < 0 || !x)
 		return NULL;
 	if (!m || !m->fc1.weight) {
 		tensor_error(TENSOR_ERR_ARG,

@@ -1,7 +1,7 @@
 /* Linear layer: y = x W^T + b, weight [out, in] as PyTorch. */
 #include <math.h>
 
-#include "nn.h"
+#include "nn_internal.h"
 #include "ag_internal.h"
 
 int nn_linear_init(struct nn_linear *m, struct nn_params *ps, const char *name, int64_t in,
@@ -60,9 +60,7 @@ static int linear_bias_backward(struct ag_node *n, const struct tensor *g)
 
 static struct tensor *linear_bias(struct tensor *h, struct tensor *w, struct tensor *b)
 {
-	struct tensor *wt = tensor_transpose(w, 0, 1);
-	struct tensor *y = tensor_matmul_add(h, wt, b);
-	tensor_free(wt);
+	struct tensor *y = tensor_matmul_add(h, tensor_transpose(w, 0, 1), b);
 	struct tensor *in[3] = { h, w, b };
 	struct ag_node *n = ag_record("linear", y, linear_bias_backward, 3, in);
 	if (n) {
@@ -74,7 +72,7 @@ static struct tensor *linear_bias(struct tensor *h, struct tensor *w, struct ten
 
 struct tensor *nn_linear_forward(const struct nn_linear *m, struct tensor *x)
 {
-	if (!x)
+	if (nn_require_scope("nn_linear_forward") < 0 || !x)
 		return NULL;
 	if (!m || !m->weight) {
 		tensor_error(TENSOR_ERR_ARG,

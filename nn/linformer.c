@@ -175,9 +175,7 @@ static struct tensor *pad_to(struct tensor *x, int64_t n)
 		return x;
 	int64_t shape[4] = { x->shape[0], x->shape[1], n - s, x->shape[3] };
 	struct tensor *z = tensor_zeros(x->dtype, x->storage->device, 4, shape);
-	struct tensor *y = ag_concat(2, (struct tensor *[]){ x, z }, 2);
-	tensor_free(z);
-	return y;
+	return ag_concat(2, (struct tensor *[]){ x, z }, 2);
 }
 
 /* x [B,T,c] padded with zero rows to [B,n,c] (x itself when T == n). */
@@ -247,7 +245,7 @@ int nn_seq_proj_init_windows(struct nn_seq_proj *p, double noise)
 
 struct tensor *nn_seq_proj_forward(const struct nn_seq_proj *p, struct tensor *x)
 {
-	if (!x)
+	if (nn_require_scope("nn_seq_proj_forward") < 0 || !x)
 		return NULL;
 	if (!p || p->k < 1 || !projected(p->kind)) {
 		tensor_error(TENSOR_ERR_ARG, "nn_seq_proj_forward: projection is NULL or not "
@@ -470,9 +468,7 @@ static struct tensor *merge_heads(struct tensor *o)
 static struct tensor *zero_padded_rows(struct tensor *x, const struct tensor *pad)
 {
 	struct tensor *m = tensor_unsqueeze(pad, 2); /* [B,T,1] */
-	struct tensor *y = m ? ag_masked_fill(x, m, 0.0) : NULL;
-	tensor_free(m);
-	return y;
+	return m ? ag_masked_fill(x, m, 0.0) : NULL;
 }
 
 /* Key or value rows x [B,H,T,c] with the padded ones (pad != 0) set to 0. */
@@ -480,12 +476,8 @@ static struct tensor *zero_padded(struct tensor *x, const struct tensor *pad)
 {
 	if (!x || !pad)
 		return x;
-	struct tensor *m1 = tensor_unsqueeze(pad, 1);
-	struct tensor *m = tensor_unsqueeze(m1, 3); /* [B,1,T,1] */
-	struct tensor *y = m ? ag_masked_fill(x, m, 0.0) : NULL;
-	tensor_free(m);
-	tensor_free(m1);
-	return y;
+	struct tensor *m = tensor_unsqueeze(tensor_unsqueeze(pad, 1), 3); /* [B,1,T,1] */
+	return m ? ag_masked_fill(x, m, 0.0) : NULL;
 }
 
 /* The mask [B,k] of the projected slots of a conv/pooling projection: slot j
@@ -505,16 +497,10 @@ static struct tensor *slot_mask(const struct nn_linformer *m, const struct tenso
 	    pad ? nn_mask_compare(pad, dt, true) : tensor_ones(dt, dev, 2, (int64_t[]){ b, t });
 	if (real && t < n) {
 		struct tensor *zeros = tensor_zeros(dt, dev, 2, (int64_t[]){ b, n - t });
-		struct tensor *full = tensor_concat(2, (struct tensor *[]){ real, zeros }, 1);
-		tensor_free(zeros);
-		tensor_free(real);
-		real = full;
+		real = tensor_concat(2, (struct tensor *[]){ real, zeros }, 1);
 	}
 	struct tensor *w = real ? tensor_view(real, 3, (int64_t[]){ b, k, n / k }) : NULL;
-	struct tensor *sm = w ? tensor_max(w, 1, (int[]){ 2 }, false) : NULL;
-	tensor_free(w);
-	tensor_free(real);
-	return sm;
+	return w ? tensor_max(w, 1, (int[]){ 2 }, false) : NULL;
 }
 
 /* Keys or values x [B,T,kvdim] (the k_proj/v_proj output) projected to
@@ -608,9 +594,6 @@ static struct tensor *project_conv_folded(const struct nn_linformer *m, const st
 			y = ag_add(y, kv ? ag_matmul(kv, bb) : ag_sum(bb, 1, (int[]){ 0 }, false));
 		else
 			y = NULL;
-		tensor_free(kv);
-		tensor_free(kw);
-		tensor_free(real);
 	}
 	struct tensor *y4 = y ? ag_reshape(y, 4, (int64_t[]){ b, k, h, d }) : NULL;
 	return ag_permute(ag_add(y4, p->bias), (int[]){ 0, 2, 1, 3 });
@@ -627,7 +610,6 @@ static int project_sequence_first(const struct nn_linformer *m, struct tensor *x
 	if (pad) { /* keep [B,T,1]: 1 for a real row, 0 for padding */
 		struct tensor *real = nn_mask_compare(pad, x->dtype, true);
 		keep = real ? tensor_unsqueeze(real, 2) : NULL;
-		tensor_free(real);
 		if (!keep)
 			return tensor_last_status();
 		xz = zero_padded_rows(x, pad); /* a fill, not a product: NaN rows too */
@@ -642,7 +624,6 @@ static int project_sequence_first(const struct nn_linformer *m, struct tensor *x
 	}
 	*k = nn_split_heads(linear_after(&m->k_proj, ex, er), hk);
 	*v = nn_split_heads(linear_after(&m->v_proj, fx, fr), hk);
-	tensor_free(keep);
 	return *k && *v ? TENSOR_OK : tensor_last_status();
 }
 
@@ -704,6 +685,9 @@ int nn_linformer_keys_values(const struct nn_linformer *m, struct tensor *x,
 			     const struct tensor *mask, struct nn_linformer_kv *kv)
 {
 	*kv = (struct nn_linformer_kv){ 0 };
+	int rc = nn_require_scope("nn_linformer_keys_values");
+	if (rc < 0)
+		return rc;
 	if (!x)
 		return tensor_last_status() ? tensor_last_status() : TENSOR_ERR_ARG;
 	if (check_input(m, x, mask) < 0)
@@ -711,9 +695,7 @@ int nn_linformer_keys_values(const struct nn_linformer *m, struct tensor *x,
 	struct tensor *pad = mask ? nn_mask_compare(mask, x->dtype, true) : NULL; /* 1 = padding */
 	if (mask && !pad)
 		return tensor_last_status();
-	int rc = keys_values(m, x, pad, kv);
-	tensor_free(pad);
-	return rc;
+	return keys_values(m, x, pad, kv);
 }
 
 /* With sequential_heads, rows whose scores for all heads together take at
@@ -725,7 +707,7 @@ int nn_linformer_keys_values(const struct nn_linformer *m, struct tensor *x,
 struct tensor *nn_linformer_attend(const struct nn_linformer *m, struct tensor *rows,
 				   const struct nn_linformer_kv *kv, int64_t b0)
 {
-	if (!rows)
+	if (nn_require_scope("nn_linformer_attend") < 0 || !rows)
 		return NULL;
 	char br[128], bk[128];
 	if (!m || m->dim < 1 || !kv || !kv->k || !kv->v) {
@@ -755,8 +737,6 @@ struct tensor *nn_linformer_attend(const struct nn_linformer *m, struct tensor *
 		y = nn_attention_by_head(q, k, v, mask, false, scale, &m->dropout);
 	else
 		y = merge_heads(nn_attention(q, k, v, mask, false, scale, &m->dropout));
-	if (mask != kv->mask)
-		tensor_free(mask);
 	return nn_linear_forward(&m->out_proj, y);
 }
 
@@ -764,11 +744,10 @@ struct tensor *nn_linformer_forward(const struct nn_linformer *m, struct tensor 
 				    const struct tensor *mask)
 {
 	struct nn_linformer_kv kv;
-	if (nn_linformer_keys_values(m, x, mask, &kv) < 0)
+	if (nn_require_scope("nn_linformer_forward") < 0 ||
+	    nn_linformer_keys_values(m, x, mask, &kv) < 0)
 		return NULL;
-	struct tensor *y = nn_linformer_attend(m, x, &kv, 0);
-	tensor_free(kv.mask);
-	return y;
+	return nn_linformer_attend(m, x, &kv, 0);
 }
 
 void nn_linformer_free(struct nn_linformer *m)

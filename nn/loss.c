@@ -3,15 +3,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "nn.h"
+#include "nn_internal.h"
 #include "mem.h"
-
-/* Free a temporary that no autograd node refers to (a no-op inside scopes). */
-static void drop(struct tensor *t)
-{
-	if (t && !t->requires_grad)
-		tensor_free(t);
-}
 
 /* The n values of a 1-d integer tensor (any device, any strides) as a
  * malloc'd int64 array, or NULL with an error. */
@@ -114,35 +107,14 @@ static struct tensor *cross_entropy_masked(struct tensor *logits, const struct t
 	tensor_scope_end();
 	struct tensor *zero = tensor_zeros(dt, dev, 0, NULL);
 	struct tensor *lp = ag_log_softmax(logits, 1);
-	struct tensor *gathered = ag_gather(lp, 1, safe);
-	struct tensor *picked = ag_where(keep, gathered, zero);
-	struct tensor *nll = ag_sum(picked, 0, NULL, false);
-	struct tensor *mean = ag_div(nll, count);
+	struct tensor *picked = ag_where(keep, ag_gather(lp, 1, safe), zero);
+	struct tensor *mean = ag_div(ag_sum(picked, 0, NULL, false), count);
 	struct tensor *loss = ag_mul_scalar(mean, -(1 - label_smoothing));
-	drop(gathered);
-	drop(picked);
-	drop(nll);
-	drop(mean);
 	if (label_smoothing > 0) {
-		struct tensor *all = ag_sum(lp, 1, (int[]){ 1 }, true);
-		struct tensor *rows = ag_where(keep, all, zero);
-		struct tensor *total = ag_sum(rows, 0, NULL, false);
-		struct tensor *smean = ag_div(total, count);
-		struct tensor *smooth = ag_mul_scalar(smean, -label_smoothing / (double)classes);
-		struct tensor *sum = ag_add(loss, smooth);
-		drop(all);
-		drop(rows);
-		drop(total);
-		drop(smean);
-		drop(smooth);
-		drop(loss);
-		loss = sum;
+		struct tensor *rows = ag_where(keep, ag_sum(lp, 1, (int[]){ 1 }, true), zero);
+		struct tensor *smean = ag_div(ag_sum(rows, 0, NULL, false), count);
+		loss = ag_add(loss, ag_mul_scalar(smean, -label_smoothing / (double)classes));
 	}
-	drop(lp);
-	tensor_free(keep);
-	tensor_free(safe);
-	tensor_free(count);
-	tensor_free(zero);
 	return loss;
 }
 
@@ -155,7 +127,7 @@ struct tensor *nn_cross_entropy(struct tensor *logits, const struct tensor *targ
 				int64_t ignore_index, double label_smoothing)
 {
 	static const char op[] = "nn_cross_entropy";
-	if (check_class_args(op, logits, targets) < 0)
+	if (nn_require_scope(op) < 0 || check_class_args(op, logits, targets) < 0)
 		return NULL;
 	if (!(label_smoothing >= 0 && label_smoothing < 1)) {
 		tensor_error(TENSOR_ERR_ARG, "%s: label_smoothing %g is not in [0, 1)", op,
@@ -180,40 +152,22 @@ struct tensor *nn_cross_entropy(struct tensor *logits, const struct tensor *targ
 	if (n == 0) { /* every target ignored: 0, still connected to the graph */
 		free(ids);
 		free(rows);
-		struct tensor *none = ag_narrow(logits, 0, 0, 0);
-		struct tensor *zero = ag_sum(none, 0, NULL, false);
-		drop(none);
-		return zero;
+		return ag_sum(ag_narrow(logits, 0, 0, 0), 0, NULL, false);
 	}
-	struct tensor *x = logits, *row_idx = NULL;
-	if (n < n_rows) {
-		row_idx = tensor_from_data(TENSOR_I64, dev, 1, &n, rows);
-		x = ag_index_select(logits, 0, row_idx);
-	}
+	struct tensor *x =
+	    n < n_rows ? ag_index_select(logits, 0, tensor_from_data(TENSOR_I64, dev, 1, &n, rows))
+		       : logits;
 	struct tensor *tgt_idx = tensor_from_data(TENSOR_I64, dev, 2, (int64_t[]){ n, 1 }, ids);
 	free(ids);
 	free(rows);
 	struct tensor *lp = ag_log_softmax(x, 1);
-	struct tensor *picked = ag_gather(lp, 1, tgt_idx);
-	struct tensor *nll = ag_sum(picked, 0, NULL, false);
+	struct tensor *nll = ag_sum(ag_gather(lp, 1, tgt_idx), 0, NULL, false);
 	struct tensor *loss = ag_mul_scalar(nll, -(1 - label_smoothing) / (double)n);
 	if (label_smoothing > 0) {
 		struct tensor *all = ag_sum(lp, 0, NULL, false);
-		struct tensor *smooth =
-		    ag_mul_scalar(all, -label_smoothing / ((double)n * (double)classes));
-		struct tensor *sum = ag_add(loss, smooth);
-		drop(all);
-		drop(smooth);
-		drop(loss);
-		loss = sum;
+		double w = -label_smoothing / ((double)n * (double)classes);
+		loss = ag_add(loss, ag_mul_scalar(all, w));
 	}
-	drop(nll);
-	drop(picked);
-	drop(lp);
-	if (x != logits)
-		drop(x);
-	tensor_free(row_idx); /* nodes that use the indices hold their own alias */
-	tensor_free(tgt_idx);
 	return loss;
 }
 

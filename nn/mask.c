@@ -25,8 +25,5 @@ struct tensor *nn_mask_compare(const struct tensor *mask, enum tensor_dtype dt, 
 {
 	struct tensor *c = tensor_cast(mask, dt);
 	struct tensor *zero = c ? tensor_zeros(dt, c->storage->device, 0, NULL) : NULL;
-	struct tensor *y = zero ? (padding ? tensor_eq(c, zero) : tensor_ne(c, zero)) : NULL;
-	tensor_free(zero);
-	tensor_free(c);
-	return y;
+	return zero ? (padding ? tensor_eq(c, zero) : tensor_ne(c, zero)) : NULL;
 }

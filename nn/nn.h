@@ -8,6 +8,15 @@
  * module free functions only forget their pointers. Forward functions take
  * and return autograd tensors and follow libtensor's error convention: NULL
  * in, NULL out, first error kept, message naming the module and shapes.
+ *
+ * Forwards run inside an open scope (tensor_scope_begin/end): their result
+ * and every temporary are made in the caller's scope and released when it
+ * ends (tensor_scope_keep() carries a result out), so nothing is freed by
+ * hand. A forward -- every *_forward, nn_attention, nn_attention_by_head,
+ * nn_split_heads, nn_linformer_keys_values / _attend and nn_cross_entropy --
+ * called outside a scope, or between tensor_heap_begin() and
+ * tensor_heap_end(), returns NULL (keys_values: the status) with
+ * TENSOR_ERR_STATE naming it, before allocating anything.
  */
 #ifndef CFORMER_NN_H
 #define CFORMER_NN_H
@@ -110,12 +119,14 @@ enum nn_activation { NN_RELU, NN_GELU, NN_GELU_TANH, NN_SILU, NN_NACTIVATIONS };
 /* "relu", "gelu", "gelu_tanh", "silu" (alias "swish") -> value, or -1. */
 int nn_activation_parse(const char *name);
 const char *nn_activation_name(enum nn_activation a);
+/* x of any shape -> act(x). Errors: unknown a; outside a scope. */
 struct tensor *nn_activation_forward(enum nn_activation a, struct tensor *x);
 
 /* ---- modules (one .c each) -------------------------------------------------- */
 
 /* Linear: y = x W^T + b. weight [out, in] (init U(+-1/sqrt(in)) as PyTorch),
- * bias [out] or absent. x [..., in] -> [..., out]. */
+ * bias [out] or absent. x [..., in] -> [..., out]. Forward errors: last dim
+ * != in, dtype != the weight's; outside a scope. */
 struct nn_linear {
 	struct tensor *weight, *bias;
 	int64_t in, out;
@@ -127,7 +138,7 @@ void nn_linear_free(struct nn_linear *m);
 
 /* Embedding: weight [num, dim] ~ N(0, 1) (no decay); ids (i32/i64, any shape)
  * -> [..., dim]. padding_idx (or -1) gets a zero row and no gradient. Ids out
- * of range are an error naming the id. */
+ * of range are an error naming the id; so is a forward outside a scope. */
 struct nn_embedding {
 	struct tensor *weight;
 	int64_t num, dim, padding_idx;
@@ -140,7 +151,7 @@ void nn_embedding_free(struct nn_embedding *m);
 /* Position embeddings for sequences of up to max_len: learned (weight
  * [max_len, dim], N(0, 0.02)) or sinusoidal (fixed, no parameter: sin on even
  * and cos on odd features, as Vaswani et al.). forward adds them to x
- * [B, T, dim] (T <= max_len, else an error). */
+ * [B, T, dim] (T <= max_len, else an error; outside a scope: an error). */
 struct nn_position {
 	bool learned;
 	struct tensor *weight; /* learned: the parameter; sinusoidal: a fixed heap table */
@@ -161,7 +172,8 @@ void nn_position_free(struct nn_position *m);
  * model starts as one without positions. mask [B, T] (nonzero = a real
  * token, 0 = padding) or NULL: padding is read as zeros, as past the ends,
  * so a padded sequence gets its unpadded outputs. Errors: kernel even or
- * < 1, dim < 1, x not [B, T, dim] or of another dtype, mask not [B, T]. */
+ * < 1, dim < 1, x not [B, T, dim] or of another dtype, mask not [B, T], a
+ * forward outside a scope. */
 struct nn_conv_position {
 	struct tensor *weight; /* [dim, dim, kernel]: out channel, in channel, offset */
 	int64_t dim, kernel;
@@ -172,7 +184,9 @@ struct tensor *nn_conv_position_forward(const struct nn_conv_position *m, struct
 					const struct tensor *mask);
 void nn_conv_position_free(struct nn_conv_position *m);
 
-/* LayerNorm over the last dim: weight [dim] = 1, bias [dim] = 0 (no decay). */
+/* LayerNorm over the last dim: weight [dim] = 1, bias [dim] = 0 (no decay).
+ * x [..., dim] -> the same shape. Forward errors: last dim != dim, dtype !=
+ * the weight's; outside a scope. */
 struct nn_layer_norm {
 	struct tensor *weight, *bias;
 	int64_t dim;
@@ -183,7 +197,8 @@ int nn_layer_norm_init(struct nn_layer_norm *m, struct nn_params *ps, const char
 struct tensor *nn_layer_norm_forward(const struct nn_layer_norm *m, struct tensor *x);
 void nn_layer_norm_free(struct nn_layer_norm *m);
 
-/* RMSNorm over the last dim: weight [dim] = 1 (no decay). */
+/* RMSNorm over the last dim: weight [dim] = 1 (no decay). x [..., dim] -> the
+ * same shape. Forward errors: as LayerNorm's. */
 struct nn_rms_norm {
 	struct tensor *weight;
 	int64_t dim;
@@ -194,8 +209,9 @@ int nn_rms_norm_init(struct nn_rms_norm *m, struct nn_params *ps, const char *na
 struct tensor *nn_rms_norm_forward(const struct nn_rms_norm *m, struct tensor *x);
 void nn_rms_norm_free(struct nn_rms_norm *m);
 
-/* Dropout with probability p in [0, 1): active in training mode only; each
- * call draws a new mask from ps (nn_params_next_seed). */
+/* Dropout with probability p in [0, 1): active in training mode only (x
+ * itself comes back in eval mode); each call draws a new mask from ps
+ * (nn_params_next_seed). Forward errors: outside a scope (in either mode). */
 struct nn_dropout {
 	double p;
 	struct nn_params *ps;
@@ -205,7 +221,8 @@ struct tensor *nn_dropout_forward(const struct nn_dropout *m, struct tensor *x);
 
 /* Feed-forward: plain  W2 act(W1 x)  (fc1 [hidden, dim], fc2 [dim, hidden]),
  * or gated SwiGLU  W2 (silu(W1 x) * (W3 x))  (w1, w3 [hidden, dim], w2
- * [dim, hidden]); dropout on the hidden activations. x [..., dim]. */
+ * [dim, hidden]); dropout on the hidden activations. x [..., dim] -> the
+ * same shape. Forward errors: last dim != dim; outside a scope. */
 struct nn_feed_forward {
 	bool gated;
 	enum nn_activation act;
@@ -224,11 +241,13 @@ void nn_feed_forward_free(struct nn_feed_forward *m);
  * v [B, H, S, dv].
  * mask [B, S] (nonzero = a real key, 0 = padding, never attended; any
  * numeric dtype) or NULL; causal masks s > t (needs S == T). Rows whose keys are all masked give zeros. dropout
- * applies to the probabilities. Returns [B, H, T, dv]. */
+ * applies to the probabilities. Returns [B, H, T, dv]. Errors: shapes,
+ * dtypes, devices, a scale not finite; outside a scope. */
 struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v,
 			    const struct tensor *mask, bool causal, double scale,
 			    const struct nn_dropout *dropout);
-/* x [B, T, H*d] -> [B, H, T, d] (ag ops; a view when x is contiguous). */
+/* x [B, T, H*d] -> [B, H, T, d] (ag ops; a view when x is contiguous).
+ * Outside a scope: an error. */
 struct tensor *nn_split_heads(struct tensor *x, int64_t heads);
 /* nn_attention one head at a time, the heads' outputs joined along the
  * features: the same arguments, and [B, T, H*dv]. Without grad each head runs
@@ -238,7 +257,8 @@ struct tensor *nn_split_heads(struct tensor *x, int64_t heads);
  * in blocks of sequences and query rows within that bound (64 MiB of f32),
  * so exact attention over long sequences needs no T x S buffer. Attention
  * dropout draws one mask per head or block (in training with dropout the
- * result is not the all-heads one; both are valid dropout). */
+ * result is not the all-heads one; both are valid dropout). Errors: as
+ * nn_attention's. */
 #define NN_BY_HEAD_SCORES ((int64_t)1 << 24)
 struct tensor *nn_attention_by_head(struct tensor *q, struct tensor *k, struct tensor *v,
 				    const struct tensor *mask, bool causal, double scale,
@@ -248,7 +268,9 @@ struct tensor *nn_attention_by_head(struct tensor *q, struct tensor *k, struct t
  * each, with bias), heads | dim. x [B, T, dim] -> [B, T, dim]. Set
  * m->sequential_heads after init to compute heads one at a time: the same
  * result (up to rounding; dropout masks are drawn per head), and in no-grad
- * mode a lower peak memory, each head's temporaries being released. */
+ * mode a lower peak memory, each head's temporaries being released. mask
+ * [B, T] (nonzero = a real token) or NULL. Forward errors: x not [B, T, dim],
+ * mask not [B, T]; outside a scope. */
 struct nn_mha {
 	struct nn_linear q_proj, k_proj, v_proj, out_proj;
 	struct nn_dropout dropout;
@@ -313,7 +335,8 @@ int nn_seq_proj_init(struct nn_seq_proj *p, struct nn_params *ps, const char *na
  * better from little data (docs/results.md). Errors: not LINEAR, noise < 0. */
 int nn_seq_proj_init_windows(struct nn_seq_proj *p, double noise);
 /* x [B, H, S, d] (S <= n, padded rows already zero) -> [B, H, k, d].
- * For CONV with dense, x is [B, 1, S, H*d] (heads not yet split). */
+ * For CONV with dense, x is [B, 1, S, H*d] (heads not yet split). Errors:
+ * shapes, dtype, device; outside a scope. */
 struct tensor *nn_seq_proj_forward(const struct nn_seq_proj *p, struct tensor *x);
 void nn_seq_proj_free(struct nn_seq_proj *p);
 
@@ -349,7 +372,9 @@ int nn_linformer_init(struct nn_linformer *m, struct nn_params *ps, const char *
 		      int64_t dim, int64_t heads, int64_t n, int64_t k, enum nn_attn_kind kind,
 		      enum nn_proj_sharing sharing, bool conv_dense, bool shared_kv_head,
 		      double attn_dropout, const struct nn_seq_proj *shared);
-/* x [B, T, dim], T <= n; mask [B, T] (nonzero = a real token) or NULL. */
+/* x [B, T, dim], T <= n; mask [B, T] (nonzero = a real token) or NULL ->
+ * [B, T, dim]. Errors: x not [B, T, dim], T > n, mask not [B, T]; outside a
+ * scope. */
 struct tensor *nn_linformer_forward(const struct nn_linformer *m, struct tensor *x,
 				    const struct tensor *mask);
 /* The forward in two halves, for callers that run query rows in blocks: the
@@ -357,8 +382,9 @@ struct tensor *nn_linformer_forward(const struct nn_linformer *m, struct tensor 
  * slot mask [B, k], 1 = a slot over a real token) read every position of x;
  * then rows [B', R, dim], the queries of sequences b0 .. b0+B'-1 (any R),
  * attend to them through the output projection -> [B', R, dim]. nn_linformer_forward(x) is
- * attend(x, keys_values(x), 0). Errors: as nn_linformer_forward; rows not
- * [B', R, dim] or past the keys' batch (TENSOR_ERR_SHAPE). */
+ * attend(x, keys_values(x), 0). Errors: as nn_linformer_forward (each half
+ * outside a scope too); rows not [B', R, dim] or past the keys' batch
+ * (TENSOR_ERR_SHAPE). */
 struct nn_linformer_kv {
 	struct tensor *k, *v, *mask;
 };
@@ -373,7 +399,7 @@ void nn_linformer_free(struct nn_linformer *m);
 /* Mean cross-entropy of logits [N, C] against targets [N] (i32/i64) over the
  * targets != ignore_index (use -1 for none), with label smoothing in [0, 1).
  * Returns a scalar; 0 if every target is ignored. Targets out of [0, C) are
- * an error naming the value. */
+ * an error naming the value; so is a call outside a scope. */
 struct tensor *nn_cross_entropy(struct tensor *logits, const struct tensor *targets,
 				int64_t ignore_index, double label_smoothing);
 /* Fraction of rows whose argmax equals the target (ignored rows skipped);

@@ -1,7 +1,7 @@
 /* LayerNorm and RMSNorm modules over the last dim. */
 #include <math.h>
 
-#include "nn.h"
+#include "nn_internal.h"
 
 /* Shared checks of the init arguments; name the module in op. */
 static int check_init(const char *op, const void *m, const struct nn_params *ps, const char *name,
@@ -68,7 +68,7 @@ int nn_layer_norm_init(struct nn_layer_norm *m, struct nn_params *ps, const char
 
 struct tensor *nn_layer_norm_forward(const struct nn_layer_norm *m, struct tensor *x)
 {
-	if (!x)
+	if (nn_require_scope("nn_layer_norm_forward") < 0 || !x)
 		return NULL;
 	if (!check_input("nn_layer_norm_forward", m ? m->weight : NULL, m ? m->dim : 0, x))
 		return NULL;
@@ -98,7 +98,7 @@ int nn_rms_norm_init(struct nn_rms_norm *m, struct nn_params *ps, const char *na
 
 struct tensor *nn_rms_norm_forward(const struct nn_rms_norm *m, struct tensor *x)
 {
-	if (!x)
+	if (nn_require_scope("nn_rms_norm_forward") < 0 || !x)
 		return NULL;
 	if (!check_input("nn_rms_norm_forward", m ? m->weight : NULL, m ? m->dim : 0, x))
 		return NULL;

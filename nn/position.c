@@ -74,7 +74,7 @@ int nn_position_init(struct nn_position *m, struct nn_params *ps, const char *na
  * without gradients, x itself is returned). */
 static struct tensor *position_add(const struct nn_position *m, struct tensor *x, bool reuse)
 {
-	if (!x)
+	if (nn_require_scope("nn_position_forward") < 0 || !x)
 		return NULL;
 	if (!m || !m->weight) {
 		tensor_error(TENSOR_ERR_ARG,
@@ -104,9 +104,7 @@ static struct tensor *position_add(const struct nn_position *m, struct tensor *x
 	}
 	if (reuse && !ag_grad_enabled()) { /* x itself, updated */
 		struct tensor *table = tensor_narrow(m->weight, 0, 0, T);
-		int rc = table ? tensor_add_(x, table) : tensor_last_status();
-		tensor_free(table);
-		return rc == TENSOR_OK ? x : NULL;
+		return table && tensor_add_(x, table) == TENSOR_OK ? x : NULL;
 	}
 	struct tensor *table = ag_narrow(m->weight, 0, 0, T);
 	return reuse ? ag_add_reuse(x, table) : ag_add(x, table);
@@ -156,7 +154,7 @@ int nn_conv_position_init(struct nn_conv_position *m, struct nn_params *ps, cons
 struct tensor *nn_conv_position_forward(const struct nn_conv_position *m, struct tensor *x,
 					const struct tensor *mask)
 {
-	if (!x)
+	if (nn_require_scope("nn_conv_position_forward") < 0 || !x)
 		return NULL;
 	if (!m || !m->weight) {
 		tensor_error(TENSOR_ERR_ARG,
@@ -174,14 +172,13 @@ struct tensor *nn_conv_position_forward(const struct nn_conv_position *m, struct
 	}
 	if (nn_check_mask("nn_conv_position_forward", mask, x, x->shape[1]) < 0)
 		return NULL;
-	bool scoped = !ag_grad_enabled(); /* no tape: the temporaries die here */
+	/* no tape: the temporaries die in a scope of their own, not the caller's */
+	bool scoped = !ag_grad_enabled();
 	if (scoped)
 		tensor_scope_begin();
 	struct tensor *pad = mask ? nn_mask_compare(mask, x->dtype, true) : NULL; /* 1 = padding */
 	struct tensor *pad3 = pad ? tensor_unsqueeze(pad, 2) : NULL;
-	struct tensor *in = mask ? ag_masked_fill(x, pad3, 0) : x; /* the tape keeps its own */
-	tensor_free(pad3);
-	tensor_free(pad);
+	struct tensor *in = mask ? ag_masked_fill(x, pad3, 0) : x;
 	/* [B, dim, T] channels first for the convolution, then back */
 	struct tensor *c = ag_conv1d(ag_transpose(in, 1, 2), m->weight, NULL, 1, m->kernel / 2);
 	struct tensor *y = c ? ag_add(x, ag_transpose(c, 1, 2)) : NULL;

@@ -2,8 +2,8 @@
  * values, then any rows of queries) against its forward; the encoder's
  * blocked layers against the grad-mode forward (several row blocks, blocks of
  * whole sequences, padding, post-norm, conv projections, a Transformer layer
- * before, no scope open); positions added in place; the peak per sequence;
- * the errors. */
+ * before, the outermost scope); positions added in place; the peak per
+ * sequence; the errors. */
 #include <stdio.h>
 
 #include "models_common.h"
@@ -172,9 +172,9 @@ START_TEST(test_encoder_blocks_equal_plain)
 }
 END_TEST
 
-/* With no scope open the result is the caller's heap tensor and nothing else
- * stays (LeakSanitizer checks); with dropout on (training mode) the layers run
- * unblocked. */
+/* With no scope open the forwards refuse (TENSOR_ERR_STATE); in the outermost
+ * scope the result lives in it and nothing stays once it ends (LeakSanitizer
+ * checks); with dropout on (training mode) the layers run unblocked. */
 START_TEST(test_encoder_blocks_outside_scopes)
 {
 	ck_assert_int_eq(tensor_scope_end(), TENSOR_OK); /* leave the fixture's scope */
@@ -188,12 +188,17 @@ START_TEST(test_encoder_blocks_outside_scopes)
 	ag_no_grad_begin();
 	for (int training = 0; training < 2; training++) {
 		nn_params_train(&ps, training);
+		tu_assert_error(!model_encoder_forward(&m.enc, ids, NULL), TENSOR_ERR_STATE,
+				"model_encoder_forward", "outside a scope");
+		tu_assert_error(!model_classifier_forward(&m, ids, NULL), TENSOR_ERR_STATE,
+				"model_classifier_forward", "outside a scope");
+		ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes, live);
+		tensor_scope_begin();
 		struct tensor *h = model_encoder_forward(&m.enc, ids, NULL);
 		struct tensor *y = model_classifier_forward(&m, ids, NULL);
-		ck_assert_msg(h && y && !h->in_arena && !y->in_arena, "%s", tensor_last_error());
+		ck_assert_msg(h && y && h->in_arena && y->in_arena, "%s", tensor_last_error());
 		tu_assert_shape(h, 3, (int64_t[]){ 2, 1100, 16 });
-		tensor_free(h);
-		tensor_free(y);
+		ck_assert_int_eq(tensor_scope_end(), TENSOR_OK);
 		ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes, live);
 	}
 	ag_no_grad_end();

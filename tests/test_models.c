@@ -480,9 +480,10 @@ START_TEST(test_no_grad_same_logits_lower_peak)
 }
 END_TEST
 
-/* With no scope open, a no-grad forward returns a heap tensor the caller
- * frees and leaves nothing else behind (LeakSanitizer checks). Runs without
- * the fixture's scope. */
+/* With no scope open, the forwards refuse (TENSOR_ERR_STATE, naming the
+ * function) and allocate nothing; in the outermost scope a no-grad forward
+ * gives the taped one's logits, and nothing stays once the scope ends
+ * (LeakSanitizer checks). Runs without the fixture's scope. */
 START_TEST(test_no_grad_outside_scopes)
 {
 	tensor_clear_error();
@@ -500,19 +501,25 @@ START_TEST(test_no_grad_outside_scopes)
 	struct tensor *mask = prefix_mask(2, 8, (const int64_t[]){ 8, 5 });
 	size_t live = tensor_mem_stats(TENSOR_CPU).live_bytes;
 	ag_no_grad_begin();
+	tensor_mem_inject_failure(-1);
+	tu_assert_error(!model_classifier_forward(&m, ids, mask), TENSOR_ERR_STATE,
+			"model_classifier_forward", "outside a scope");
+	tu_assert_error(!model_encoder_forward(&m.enc, ids, mask), TENSOR_ERR_STATE,
+			"model_encoder_forward", "outside a scope");
+	tu_assert_error(!model_mlm_forward(&lm, ids, mask), TENSOR_ERR_STATE, "model_mlm_forward",
+			"tensor_scope_begin()");
+	ck_assert_int_eq(tensor_mem_inject_failure(-1), 0);
+	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes, live);
+	tensor_scope_begin();
 	struct tensor *y = model_classifier_forward(&m, ids, mask);
 	struct tensor *h = model_encoder_forward(&m.enc, ids, mask);
 	struct tensor *z = model_mlm_forward(&lm, ids, mask);
 	ag_no_grad_end();
-	ck_assert(y && h && z && !y->in_arena && !h->in_arena && !z->in_arena);
-	tensor_scope_begin();
+	ck_assert(y && h && z && y->in_arena && h->in_arena && z->in_arena);
 	struct tensor *y2 = model_classifier_forward(&m, ids, mask);
 	tu_assert_same(y, y2, 1e-6);
 	ag_tape_reset();
 	tensor_scope_end();
-	tensor_free(y);
-	tensor_free(h);
-	tensor_free(z);
 	tensor_mem_trim();
 	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes, live);
 	tensor_free(ids);

@@ -1,7 +1,7 @@
 /* Out of memory at every allocation: a training step of each model, an MLM
- * step and no-grad inference (in a scope and with none open), each run once
- * per tensor allocation it makes with that allocation failing
- * (tensor_mem_inject_failure). A run must come back with an out-of-memory
+ * step and no-grad inference in a scope (with none open it refuses before
+ * allocating), each run once per tensor allocation it makes with that
+ * allocation failing (tensor_mem_inject_failure). A run must come back with an out-of-memory
  * error, leaving no tensor behind (live bytes as before; LeakSanitizer checks
  * the rest in CI) and the parameters, AdamW's moments and step unchanged (the
  * dropout stream may have moved), or succeed with exactly the result of a
@@ -111,8 +111,7 @@ static bool disarm(void)
 	return fired;
 }
 
-/* The ops: each runs in a scope of its own (inference optionally in none)
- * and returns a status; *out gets a heap tensor to compare with the clean
+/* The ops: each runs in a scope of its own and returns a status; *out gets a heap tensor to compare with the clean
  * run (the updated parameters, or the logits), copied outside the count. */
 static struct tensor *heap_clone(const struct tensor *t)
 {
@@ -159,18 +158,16 @@ static int mlm_op(struct fixture *f, int arg, struct tensor **out)
 	return step_end(f, loss, rc, out);
 }
 
-/* No-grad inference in eval mode, in a scope (scoped) or with none open (the
- * suite has no fixture scope): a heap result. */
-static int infer_op(struct fixture *f, int scoped, struct tensor **out)
+/* No-grad inference in eval mode, in a scope: a heap result. */
+static int infer_op(struct fixture *f, int arg, struct tensor **out)
 {
+	(void)arg;
 	nn_params_train(&f->ps, false);
 	ag_no_grad_begin();
-	if (scoped)
-		tensor_scope_begin();
+	tensor_scope_begin();
 	struct tensor *y = model_classifier_forward(&f->cls, f->ids, f->mask);
-	*out = scoped && y ? heap_clone(y) : y;
-	if (scoped)
-		tensor_scope_end();
+	*out = y ? heap_clone(y) : NULL;
+	tensor_scope_end();
 	ag_no_grad_end();
 	nn_params_train(&f->ps, true);
 	return *out ? TENSOR_OK : tensor_last_status();
@@ -360,9 +357,15 @@ START_TEST(test_inference)
 	setup(&f, presets[_i], false);
 	char what[64];
 	snprintf(what, sizeof what, "%s no-grad forward in a scope", presets[_i]);
-	every_allocation_fails(what, &f, infer_op, 1);
-	snprintf(what, sizeof what, "%s no-grad forward, no scope", presets[_i]);
 	every_allocation_fails(what, &f, infer_op, 0);
+	/* with no scope open (the suite has no fixture scope) the forward
+	 * refuses before its first allocation */
+	ag_no_grad_begin();
+	tensor_mem_inject_failure(-1);
+	tu_assert_error(!model_classifier_forward(&f.cls, f.ids, f.mask), TENSOR_ERR_STATE,
+			"model_classifier_forward", "outside a scope");
+	ck_assert_int_eq(tensor_mem_inject_failure(-1), 0);
+	ag_no_grad_end();
 	teardown(&f, false);
 }
 END_TEST

@@ -124,6 +124,7 @@ int main(int argc, char **argv)
 			ids[b * t + j] = j < real ? 1 + (int32_t)(uniform() * 100) : 0;
 		}
 	int64_t shape[2] = { B, t };
+	tensor_scope_begin(); /* the forwards' temporaries, results and inputs */
 	struct tensor *ti = tensor_from_data(TENSOR_I32, TENSOR_CPU, 2, shape, ids);
 	struct tensor *tm = tensor_from_data(TENSOR_I32, TENSOR_CPU, 2, shape, mask);
 	ag_no_grad_begin();
@@ -148,10 +149,7 @@ int main(int argc, char **argv)
 	if (fclose(f) != 0 || rc)
 		return fail(argv[7]);
 
-	tensor_free(logits);
-	tensor_free(hidden);
-	tensor_free(ti);
-	tensor_free(tm);
+	tensor_scope_end();
 	free(ids);
 	free(mask);
 	free(json);
