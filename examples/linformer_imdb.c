@@ -37,14 +37,14 @@ static struct {
 
 static struct flag flags[] = {
 	FLAG_DEF_STRING("data", &opt.data, "DIR",
-			"aclImdb directory (train/, test/ with neg/, pos/; default: the bundled "
-			"subset of 1,000 + 1,000 reviews)"),
+			"aclImdb directory (default: the bundled subset)"),
 	FLAG_DEF_CHOICE("model", &opt.model, "linformer|transformer|conv-linformer",
-			"the encoder: keys and values projected n -> k by learned matrices, full "
-			"attention, or projected by a strided convolution in the second layer"),
-	FLAG_DEF_INT("n", &opt.n, 0, 1 << 16, "N", "tokens per review (0: the recipe's)"),
+			"keys and values projected n -> k by learned matrices, full attention, or "
+			"projected by a strided convolution in the second layer"),
+	FLAG_DEF_INT("n", &opt.n, 0, 1 << 16, "N",
+		     "tokens per review (0: 512 with --data, else 256)"),
 	FLAG_DEF_INT("k", &opt.k, 0, 1 << 16, "K", "projected length (0: min(128, n/2))"),
-	FLAG_DEF_INT("epochs", &opt.epochs, 0, 1 << 20, "E", "training epochs (0: the recipe's)"),
+	FLAG_DEF_INT("epochs", &opt.epochs, 0, 1 << 20, "E", "epochs (0: 3 with --data, else 6)"),
 	FLAG_DEF_INT("batch", &opt.batch, 1, 1 << 16, "B", "reviews per batch"),
 	FLAG_DEF_DOUBLE("lr", &opt.lr, 0, 10, FLAG_MIN_OPEN, "RATE",
 			"peak learning rate (AdamW; warmup, then cosine decay)"),
@@ -53,29 +53,27 @@ static struct flag flags[] = {
 	FLAG_DEF_INT("threads", &opt.threads, 0, 4096, "T", "CPU threads (0: every core)"),
 	FLAG_DEF_CHOICE("device", &opt.device, "cpu|cuda", "where the model trains and runs"),
 	FLAG_DEF_INT("max-train", &opt.max_train, 0, 1 << 30, "N",
-		     "train on a seeded sample of N reviews (0: all)"),
-	FLAG_DEF_INT("max-test", &opt.max_test, 0, 1 << 30, "N",
-		     "test on a seeded sample of N reviews (0: all)"),
+		     "use N training reviews (0: all)"),
+	FLAG_DEF_INT("max-test", &opt.max_test, 0, 1 << 30, "N", "use N test reviews (0: all)"),
 	FLAG_DEF_STRING("log-dir", &opt.log_dir, "DIR",
-			"metrics.csv, TensorBoard events and the checkpoints last.safetensors, "
-			"best.safetensors (default: runs/<model>-n<N>-<time>)"),
-	FLAG_DEF_BOOL("resume", &opt.resume, "continue the run of --log-dir from its last checkpoint"),
-	FLAG_DEF_INT("stop-after", &opt.stop_after, 0, 1e15, "S",
-		     "stop after step S as on Ctrl-C: save and exit"),
+			"logs and checkpoints (default: runs/<model>-n<N>-<time>)"),
+	FLAG_DEF_BOOL("resume", &opt.resume,
+		      "continue the run of --log-dir from its last checkpoint"),
+	FLAG_DEF_INT("stop-after", &opt.stop_after, 0, 1e15, "S", "save and exit after step S"),
 	FLAG_DEF_BOOL("eval-only", &opt.eval_only, "evaluate --checkpoint on the test split"),
 	FLAG_DEF_STRING("checkpoint", &opt.checkpoint, "CKPT", "the model to evaluate or run"),
 	FLAG_DEF_STRING("predict", &opt.predict, "TEXT", "print P(neg) P(pos) of TEXT"),
 	FLAG_DEF_STRING("predict-file", &opt.predict_file, "FILE",
-			"print P(neg) P(pos) of each line of FILE"),
-	FLAG_DEF_STRING("output", &opt.output, "FILE",
-			"with --eval-only or --predict*: each review's logits at full precision, "
-			"as JSON lines if FILE ends in .jsonl, else CSV"),
+			"the same for each line of FILE"),
+	FLAG_DEF_STRING(
+	    "output", &opt.output, "FILE",
+	    "also write each review's logits (JSON lines if FILE is *.jsonl, else CSV)"),
 };
 enum { NFLAGS = sizeof flags / sizeof flags[0] };
 /* what a resumed run may change */
-static const char *const RESUME_FREE[] = { "threads", "device",	    "log-dir",	    "resume",
-					   "stop-after", "eval-only", "checkpoint", "predict",
-					   "predict-file", "output",  NULL };
+static const char *const RESUME_FREE[] = { "threads",	   "device",	"log-dir",    "resume",
+					   "stop-after",   "eval-only", "checkpoint", "predict",
+					   "predict-file", "output",	NULL };
 
 /* The recipe: what the flags leave to it. With --data, the best of docs/results.md for each
  * model (validation by movie, an L2 penalty on the embedding, a convolution for positions,
@@ -103,10 +101,10 @@ struct run {
 	struct nn_anchor anchor;
 	struct nn_schedule sched;
 	int64_t spe, total, step, saved; /* steps per epoch, in all, done, at the last save */
-	struct run_state state;	  /* what --resume reads back beside the weights */
+	struct run_state state;		 /* what --resume reads back beside the weights */
 	char log_dir[1024];
 	struct classify_log log; /* metrics.csv and TensorBoard events */
-	double start, elapsed0; /* elapsed0: the time before a resume */
+	double start, elapsed0;	 /* elapsed0: the time before a resume */
 };
 
 static double elapsed(const struct run *r)
@@ -146,31 +144,10 @@ static void build_config(struct model_config *c, const struct run *r)
 /* aclImdb's split of --data, cut to a seeded sample of max reviews (0: all). */
 static void load_split(const char *split, int64_t max, struct text_dataset *out)
 {
-	struct text_dataset all, rest;
+	struct text_dataset all;
 	if (text_imdb_load(opt.data, split, &all) < 0)
 		train_die(PROG, "--data");
-	if (max <= 0 || max >= all.n) {
-		*out = all;
-		return;
-	}
-	if (text_dataset_split(&all, (double)max / (double)all.n, 8, &rest, out) < 0)
-		train_die(PROG, "sampling the reviews");
-	text_dataset_free(&all);
-	text_dataset_free(&rest);
-}
-
-/* A model rebuilt from a checkpoint alone (its config and weights), and its tokenizer. */
-static void load_model(struct model_config *c, struct nn_params *ps, struct model_classifier *m,
-		       struct text_tokenizer *tok)
-{
-	int64_t step;
-	if (model_config_from_checkpoint(opt.checkpoint, c) < 0 ||
-	    nn_params_init(ps, TENSOR_F32, train_device, c->seed) < 0 ||
-	    model_classifier_init(m, ps, c) < 0 ||
-	    nn_checkpoint_load(opt.checkpoint, ps, NULL, &step) < 0)
-		train_die(PROG, "--checkpoint");
-	load_tokenizer(tok, 0);
-	fprintf(stderr, "%s: %s (step %lld)\n", PROG, opt.checkpoint, (long long)step);
+	classify_sample(PROG, &all, max, 8, out);
 }
 
 static void save(struct run *r, const char *name)
@@ -194,8 +171,8 @@ static void resume(struct run *r)
 	char path[1100], *text = NULL;
 	snprintf(path, sizeof path, "%s/last.safetensors", r->log_dir);
 	if (access(path, F_OK) != 0)
-		flags_fail(PROG, "resume", "%s: no saved state (start the run again without --resume)",
-			   path);
+		flags_fail(PROG, "resume",
+			   "%s: no saved state (start the run again without --resume)", path);
 	if (nn_checkpoint_load_run(path, &r->ps, &r->adamw, NULL, &text, &r->step) < 0)
 		train_die(PROG, "--resume");
 	run_state_parse(&r->state, text, r->step, path, PROG, flags, NFLAGS, RESUME_FREE);
@@ -207,16 +184,13 @@ static void resume(struct run *r)
 /* Data, model, optimizer, schedule and logs of a training run (or the resumed one). */
 static void setup(struct run *r)
 {
-	r->rc = opt.data ? FULL : BUNDLED;
+	r->rc = flags_given(flags, NFLAGS, "data") ? FULL : BUNDLED;
 	if (!opt.n)
 		opt.n = r->rc.n;
 	if (!opt.epochs)
 		opt.epochs = r->rc.epochs;
 	if (!strcmp(opt.model, "transformer"))
 		r->rc.proj_l2 = 0; /* no projections to hold */
-	static char subset[4096];
-	if (!opt.data)
-		opt.data = example_data_path("aclImdb_subset", subset, sizeof subset);
 	load_tokenizer(&r->tok, r->rc.keep_tail);
 	build_config(&r->cfg, r);
 
@@ -224,8 +198,8 @@ static void setup(struct run *r)
 	struct text_dataset all;
 	load_split("train", opt.max_train, &all);
 	load_split("test", opt.max_test, &r->test);
-	if ((r->rc.by_movie ? text_dataset_split_groups : text_dataset_split)(&all, 0.1, 1, &r->train,
-									    &r->val) < 0 ||
+	if ((r->rc.by_movie ? text_dataset_split_groups
+			    : text_dataset_split)(&all, 0.1, 1, &r->train, &r->val) < 0 ||
 	    r->train.n < 1 || r->val.n < 1)
 		flags_fail(PROG, "data", "cannot hold out a validation split of %lld reviews: %s",
 			   (long long)all.n, tensor_last_error());
@@ -324,8 +298,8 @@ static void train_step(struct run *r, int64_t j, struct window *w)
 	if (nn_params_l2_grad(&r->ps, "embed.", embed_l2) < 0 ||
 	    (r->rc.proj_l2 > 0 && nn_anchor_l2_grad(&r->anchor, r->rc.proj_l2) < 0))
 		train_die(PROG, "penalties");
-	double norm = isfinite(l) ? train_optimizer_step(&r->ps, &r->adamw, &r->sched, r->step, 1.0)
-				  : NAN;
+	double norm =
+	    isfinite(l) ? train_optimizer_step(&r->ps, &r->adamw, &r->sched, r->step, 1.0) : NAN;
 	if (norm < 0)
 		train_die(PROG, "optimizer step");
 	if (isnan(norm))
@@ -352,10 +326,16 @@ static int run_train(int argc, char **argv)
 		r.step++;
 		w.seconds += train_clock() - t0;
 		double loss = w.loss / w.reviews, acc = w.correct / w.reviews;
-		struct progress_stats ps = { .step = r.step, .total = r.total, .epoch = epoch + 1,
-					     .epochs = opt.epochs, .loss = loss, .metric_name = "acc",
-					     .metric = acc, .tokens_per_s = w.tokens / w.seconds,
-					     .elapsed_s = elapsed(&r), .peak_mb = train_peak_mb() };
+		struct progress_stats ps = { .step = r.step,
+					     .total = r.total,
+					     .epoch = epoch + 1,
+					     .epochs = opt.epochs,
+					     .loss = loss,
+					     .metric_name = "acc",
+					     .metric = acc,
+					     .tokens_per_s = w.tokens / w.seconds,
+					     .elapsed_s = elapsed(&r),
+					     .peak_mb = train_peak_mb() };
 		progress_update(&bar, &ps);
 		bool end = r.step % r.spe == 0 || r.step == r.total;
 		if (r.step % 10 == 0 || end) {
@@ -363,11 +343,13 @@ static int run_train(int argc, char **argv)
 			w = (struct window){ 0 };
 		}
 		if (end) { /* validate, keep the best model */
-			struct eval_result v = classify_evaluate(PROG, &r.model, &r.ps, &r.bval, NULL);
+			struct eval_result v =
+			    classify_evaluate(PROG, &r.model, &r.ps, &r.bval, NULL);
 			bool best = v.acc > r.state.best_val;
 			if (best)
 				r.state.best_val = v.acc, r.state.best_epoch = epoch + 1;
-			progress_printf(&bar, "epoch %lld/%lld: validation loss %.4f accuracy %.4f%s\n",
+			progress_printf(&bar,
+					"epoch %lld/%lld: validation loss %.4f accuracy %.4f%s\n",
 					(long long)epoch + 1, (long long)opt.epochs, v.loss, v.acc,
 					best ? " (best)" : "");
 			log_row(&r, "val", v.loss, v.acc, -1, -1);
@@ -407,12 +389,12 @@ static int run_checkpoint(void)
 	struct model_classifier m;
 	struct text_tokenizer tok;
 	struct logits_file out;
-	load_model(&c, &ps, &m, &tok);
+	int64_t step;
+	classify_load_model(PROG, opt.checkpoint, opt.batch, true, &c, &ps, &m, &step);
+	load_tokenizer(&tok, 0);
+	fprintf(stderr, "%s: %s (step %lld)\n", PROG, opt.checkpoint, (long long)step);
 	logits_file_open(&out, PROG, opt.output, c.num_classes);
 	if (opt.eval_only) {
-		static char subset[4096];
-		if (!opt.data)
-			opt.data = example_data_path("aclImdb_subset", subset, sizeof subset);
 		struct text_dataset test;
 		struct text_batcher b;
 		load_split("test", opt.max_test, &test);
@@ -423,7 +405,8 @@ static int run_checkpoint(void)
 		text_batcher_free(&b);
 		text_dataset_free(&test);
 	} else {
-		classify_predict(PROG, &m, &ps, &tok, opt.predict, opt.predict_file, opt.batch, &out);
+		classify_predict(PROG, &m, &ps, &tok, opt.predict, opt.predict_file, opt.batch,
+				 &out);
 	}
 	logits_file_close(&out, PROG);
 	text_tokenizer_free(&tok);
@@ -451,7 +434,8 @@ int main(int argc, char **argv)
 		flags_fail(PROG, opt.eval_only ? "eval-only" : "predict",
 			   "needs --checkpoint CKPT (e.g. DIR/best.safetensors of a training run)");
 	if (opt.checkpoint && !predicting && !opt.eval_only)
-		flags_fail(PROG, "checkpoint", "goes with --eval-only, --predict or --predict-file");
+		flags_fail(PROG, "checkpoint",
+			   "goes with --eval-only, --predict or --predict-file");
 	if (opt.output && !opt.checkpoint)
 		flags_fail(PROG, "output", "goes with --eval-only, --predict or --predict-file");
 	if (opt.resume && opt.checkpoint)
@@ -460,5 +444,8 @@ int main(int argc, char **argv)
 		tensor_set_num_threads((int)opt.threads);
 	train_set_device(PROG, opt.device);
 	train_crash_hook_install();
+	char subset[4096];
+	if (!opt.data)
+		opt.data = example_data_path("aclImdb_subset", subset, sizeof subset);
 	return opt.checkpoint ? run_checkpoint() : run_train(argc, argv);
 }

@@ -2,7 +2,7 @@
  * or any per-layer pattern on plain text (default: the IMDB training reviews, i.e. domain
  * pretraining), with train and validation perplexity, CSV and TensorBoard logs, and checkpoints
  * whose encoder ("embed.*", "pos.*", "layers.*", "norm.*", "proj.*") starts the IMDB classifier:
- * linformer_imdb --init-from DIR/best.safetensors. `linformer_mlm --help` lists every flag. */
+ * study/imdb_study --init-from DIR/best.safetensors. `linformer_mlm --help` lists every flag. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <math.h>
@@ -28,7 +28,7 @@ static const char *const CSV_COLS[] = { "step", "epoch",	"split",     "loss",   
 					"lr",	"tokens_per_s", "elapsed_s", "peak_mb" };
 enum { NCSV = sizeof CSV_COLS / sizeof CSV_COLS[0] };
 
-/* ---- flags (the names and meanings of linformer_imdb's where they overlap) ----------------- */
+/* ---- flags (the names and meanings of imdb_study's where they overlap) ----------------- */
 
 struct options {
 	struct model_flags enc;
@@ -128,7 +128,7 @@ static const char EPILOG[] =
     "(the same model flags besides --n and --k; docs/research-log.md).\n"
     "Then fine-tune the classifier from the pretrained encoder (the model flags come from the\n"
     "checkpoint; pass the same --tokenizer/--vocab):\n"
-    "  linformer_imdb --init-from LOG_DIR/best.safetensors\n"
+    "  study/imdb_study --init-from LOG_DIR/best.safetensors   (in the build tree)\n"
     "Perplexity is exp(mean cross-entropy) over the predicted tokens; validation uses the same\n"
     "masks every epoch. tokens/s counts batch x width per second, padding included (with\n"
     "--no-bucket the width is n).\n";
@@ -728,7 +728,7 @@ static int run_train(void)
 		       "(--skip-nonfinite)\n",
 		       (long long)r.skipped);
 	if (r.best_epoch > 0) /* a best checkpoint was written */
-		printf("fine-tune the classifier: linformer_imdb --init-from %s/best.safetensors%s\n",
+		printf("fine-tune the classifier: study/imdb_study --init-from %s/best.safetensors%s\n",
 		       r.ckpt_dir, !strcmp(opt.enc.tokenizer, "byte") ? " --tokenizer byte" : "");
 	free_run(&r);
 	return isfinite(v.loss) ? 0 : 1;

@@ -103,18 +103,7 @@ static void adopt_encoder(struct model_config *c, const struct model_config *p)
 static void load_model(const char *path, struct model_config *c, struct nn_params *ps,
 		       struct model_classifier *m, int64_t *step)
 {
-	char what[1200];
-	snprintf(what, sizeof what, "loading %s", path);
-	if (model_config_from_checkpoint(path, c) < 0)
-		train_die(PROG, what);
-	snprintf(what, sizeof what, "%s at n %lld, batch %lld", path, (long long)c->max_len,
-		 (long long)opt.batch);
-	if (!opt.no_mem_check)
-		train_check_memory(PROG, model_estimate_bytes(c, opt.batch, false, false), 0, what);
-	snprintf(what, sizeof what, "loading %s", path);
-	if (nn_params_init(ps, TENSOR_F32, train_device, c->seed) < 0 ||
-	    model_classifier_init(m, ps, c) < 0 || nn_checkpoint_load(path, ps, NULL, step) < 0)
-		train_die(PROG, what);
+	classify_load_model(PROG, path, opt.batch, !opt.no_mem_check, c, ps, m, step);
 }
 
 /* ---- data -------------------------------------------------------------------------------- */
@@ -126,21 +115,6 @@ static void load_split(const char *split, struct text_dataset *out)
 	snprintf(what, sizeof what, "reading the %s split of --data %s", split, opt.data);
 	if (text_imdb_load(opt.data, split, out) < 0)
 		train_die(PROG, what);
-}
-
-/* ds cut to a seeded sample of max reviews if 0 < max < all (ds is consumed). */
-static void sample(struct text_dataset *ds, int64_t max, struct text_dataset *out)
-{
-	struct text_dataset rest;
-	if (max <= 0 || max >= ds->n) {
-		*out = *ds;
-		return;
-	}
-	if (text_dataset_split(ds, (double)max / (double)ds->n, (uint64_t)opt.split_seed + 7, &rest,
-			       out) < 0)
-		train_die(PROG, "sampling the reviews");
-	text_dataset_free(ds);
-	text_dataset_free(&rest);
 }
 
 /* The training reviews (validation still in them) and the test reviews, each cut to
@@ -163,10 +137,10 @@ static void load_data(struct text_dataset *train, struct text_dataset *test)
 		text_dataset_free(&all);
 	}
 	if (train)
-		sample(&tr, opt.max_train, train);
+		classify_sample(PROG, &tr, opt.max_train, (uint64_t)opt.split_seed + 7, train);
 	else if (opt.pooled_test > 0)
 		text_dataset_free(&tr);
-	sample(&te, opt.max_test, test);
+	classify_sample(PROG, &te, opt.max_test, (uint64_t)opt.split_seed + 7, test);
 }
 
 /* ---- evaluation -------------------------------------------------------------------------- */

@@ -124,7 +124,7 @@ expect 1 "goes with --eval-only" --checkpoint "$ckpt"
 expect 1 "goes with --eval-only" --output "$tmp/o.csv"
 expect 1 "not both" --predict x --predict-file "$tmp/lines.txt" --checkpoint "$ckpt"
 expect 1 "cannot open" --predict-file "$tmp/none.txt" --checkpoint "$ckpt"
-expect 1 "--checkpoint" --predict x --checkpoint "$tmp/none.safetensors"
+expect 1 "none.safetensors: cannot open" --predict x --checkpoint "$tmp/none.safetensors"
 expect 1 "--data" --data "$tmp/nodata" --log-dir "$tmp/x"
 expect 1 "--model: expected one of" --model bert
 expect 1 "--frobnicate" --frobnicate

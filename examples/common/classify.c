@@ -19,8 +19,7 @@ static void *xmalloc(const char *prog, size_t n)
 	return p;
 }
 
-void logits_file_open(struct logits_file *o, const char *prog, const char *path,
-		      int64_t classes)
+void logits_file_open(struct logits_file *o, const char *prog, const char *path, int64_t classes)
 {
 	*o = (struct logits_file){ .path = path };
 	if (!path)
@@ -55,7 +54,10 @@ void logits_file_write(struct logits_file *o, const char *prog, const struct ten
 		else
 			fprintf(o->f, "%lld,%lld", rv, lb);
 		for (int64_t j = 0; j < C; j++) /* float: %.9g gives them back exactly */
-			fprintf(o->f, "%s%.9g", j == 0 && o->json ? "" : o->json ? ", " : ",",
+			fprintf(o->f, "%s%.9g",
+				j == 0 && o->json ? ""
+				: o->json	  ? ", "
+						  : ",",
 				v[i * C + j]);
 		fprintf(o->f, o->json ? "]}\n" : "\n");
 	}
@@ -69,6 +71,39 @@ void logits_file_close(struct logits_file *o, const char *prog)
 	else if (o->f)
 		fprintf(stderr, "%s: logits written to %s\n", prog, o->path);
 	o->f = NULL;
+}
+
+void classify_load_model(const char *prog, const char *path, int64_t batch, bool mem_check,
+			 struct model_config *c, struct nn_params *ps, struct model_classifier *m,
+			 int64_t *step)
+{
+	char what[1200];
+	snprintf(what, sizeof what, "loading %s", path);
+	if (model_config_from_checkpoint(path, c) < 0)
+		train_die(prog, what);
+	if (mem_check) {
+		char run[1200];
+		snprintf(run, sizeof run, "%s at n %lld, batch %lld", path, (long long)c->max_len,
+			 (long long)batch);
+		train_check_memory(prog, model_estimate_bytes(c, batch, false, false), 0, run);
+	}
+	if (nn_params_init(ps, TENSOR_F32, train_device, c->seed) < 0 ||
+	    model_classifier_init(m, ps, c) < 0 || nn_checkpoint_load(path, ps, NULL, step) < 0)
+		train_die(prog, what);
+}
+
+void classify_sample(const char *prog, struct text_dataset *ds, int64_t max, uint64_t seed,
+		     struct text_dataset *out)
+{
+	struct text_dataset rest;
+	if (max <= 0 || max >= ds->n) {
+		*out = *ds;
+		return;
+	}
+	if (text_dataset_split(ds, (double)max / (double)ds->n, seed, &rest, out) < 0)
+		train_die(prog, "sampling the reviews");
+	text_dataset_free(ds);
+	text_dataset_free(&rest);
 }
 
 struct eval_result classify_evaluate(const char *prog, const struct model_classifier *m,
@@ -193,8 +228,8 @@ void classify_log_open(struct classify_log *l, const char *prog, const char *dir
 	char path[4200], err[1200];
 	snprintf(path, sizeof path, "%s/metrics.csv", dir);
 	l->prog = prog;
-	if ((resume && csvlog_drop_after(path, (long long)step, CSV_ELAPSED, elapsed, err,
-					 sizeof err) < 0) ||
+	if ((resume &&
+	     csvlog_drop_after(path, (long long)step, CSV_ELAPSED, elapsed, err, sizeof err) < 0) ||
 	    csvlog_open(&l->csv, path, CSV_COLS, NCSV, resume, err, sizeof err) < 0 ||
 	    tb_open(&l->tb, dir, err, sizeof err) < 0)
 		flags_fail(prog, "log-dir", "%s", err);

@@ -26,12 +26,21 @@ struct logits_file {
 };
 
 /* Create path (NULL: a logits_file that writes nothing) for rows of `classes` logits. */
-void logits_file_open(struct logits_file *o, const char *prog, const char *path,
-		      int64_t classes);
+void logits_file_open(struct logits_file *o, const char *prog, const char *path, int64_t classes);
 /* The B x C logits of a batch: row i is review review[i] with label label[i] (label NULL: -1). */
 void logits_file_write(struct logits_file *o, const char *prog, const struct tensor *logits,
 		       const int64_t *review, const int64_t *label);
 void logits_file_close(struct logits_file *o, const char *prog);
+
+/* The classifier of checkpoint path, rebuilt from the file alone (its config, then its weights)
+ * on train_device; mem_check: first refuse (exit 1) a model that cannot run at batch in the
+ * memory available. *step: the step it was saved at. Exits naming the file on any error. */
+void classify_load_model(const char *prog, const char *path, int64_t batch, bool mem_check,
+			 struct model_config *c, struct nn_params *ps, struct model_classifier *m,
+			 int64_t *step);
+/* ds cut to a seeded sample of max reviews if 0 < max < ds->n, else ds itself (ds is consumed). */
+void classify_sample(const char *prog, struct text_dataset *ds, int64_t max, uint64_t seed,
+		     struct text_dataset *out);
 
 struct eval_result {
 	double loss, acc;
