@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/classify.h"
 #include "common/data.h"
@@ -150,35 +149,18 @@ static void load_split(const char *split, int64_t max, struct text_dataset *out)
 	classify_sample(PROG, &all, max, 8, out);
 }
 
+/* best.safetensors (weights and optimizer) or last.safetensors (all that --resume needs). */
 static void save(struct run *r, const char *name)
 {
-	char path[1100], *run = NULL;
+	char path[1100];
 	snprintf(path, sizeof path, "%s/%s", r->log_dir, name);
 	r->state.step = r->step;
 	bool last = !strcmp(name, "last.safetensors");
-	if (last && !(run = run_state_json(&r->state, flags, NFLAGS, RESUME_FREE)))
-		tensor_error(TENSOR_ERR_NOMEM, "out of memory for the run state");
-	if ((last && !run) ||
-	    (last ? nn_checkpoint_save_run(path, &r->ps, &r->adamw, NULL, r->cfg_json, run, r->step)
-		  : nn_checkpoint_save(path, &r->ps, &r->adamw, r->cfg_json, r->step)) < 0)
+	if (last)
+		run_state_save(PROG, path, &r->state, &r->ps, &r->adamw, NULL, r->cfg_json);
+	else if (nn_checkpoint_save(path, &r->ps, &r->adamw, r->cfg_json, r->step) < 0)
 		train_die(PROG, "saving a checkpoint");
-	free(run);
 	r->saved = last ? r->step : r->saved;
-}
-
-static void resume(struct run *r)
-{
-	char path[1100], *text = NULL;
-	snprintf(path, sizeof path, "%s/last.safetensors", r->log_dir);
-	if (access(path, F_OK) != 0)
-		flags_fail(PROG, "resume",
-			   "%s: no saved state (start the run again without --resume)", path);
-	if (nn_checkpoint_load_run(path, &r->ps, &r->adamw, NULL, &text, &r->step) < 0)
-		train_die(PROG, "--resume");
-	run_state_parse(&r->state, text, r->step, path, PROG, flags, NFLAGS, RESUME_FREE);
-	free(text);
-	for (int64_t e = 0; e < r->step / r->spe; e++)
-		text_batcher_next_epoch(&r->btrain); /* the order is a function of (seed, epoch) */
 }
 
 /* Data, model, optimizer, schedule and logs of a training run (or the resumed one). */
@@ -229,18 +211,23 @@ static void setup(struct run *r)
 	    !(r->cfg_json = model_config_to_json(&r->cfg)))
 		train_die(PROG, "building the model");
 
-	char err[1200];
+	char err[1200], path[1100];
 	if (opt.log_dir)
 		snprintf(r->log_dir, sizeof r->log_dir, "%s", opt.log_dir);
 	else if (opt.resume)
 		flags_fail(PROG, "resume", "needs --log-dir DIR of the run");
 	else
 		train_default_log_dir(r->log_dir, sizeof r->log_dir, "", opt.model, opt.n);
-	r->state.best_val = -1;
 	if (train_mkdirs(r->log_dir, err, sizeof err) < 0)
 		flags_fail(PROG, "log-dir", "%s", err);
-	if (opt.resume)
-		resume(r);
+	r->state = (struct run_state){ 0, 0, -1, flags, NFLAGS, RESUME_FREE };
+	if (opt.resume) {
+		snprintf(path, sizeof path, "%s/last.safetensors", r->log_dir);
+		run_state_load(PROG, path, &r->state, &r->ps, &r->adamw, NULL);
+		r->step = r->state.step;
+		for (int64_t e = 0; e < r->step / r->spe; e++)
+			text_batcher_next_epoch(&r->btrain); /* its order: from (seed, epoch) */
+	}
 	classify_log_open(&r->log, PROG, r->log_dir, opt.resume, r->step, &r->elapsed0);
 	model_summary(&r->cfg, nn_params_count(&r->ps), stdout);
 	printf("data %s: %lld train, %lld validation, %lld test reviews; %lld steps (%lld epochs); "
@@ -317,29 +304,33 @@ static int run_train(int argc, char **argv)
 	struct progress bar;
 	progress_init(&bar, stderr, 10);
 	struct window w = { 0 };
-	while (r.step < r.total) {
+	double train_s = 0; /* in training steps, since this process started */
+	for (int64_t first = r.step; r.step < r.total;) {
 		int64_t epoch = r.step / r.spe;
 		if (r.btrain.epoch < epoch)
 			text_batcher_next_epoch(&r.btrain);
 		double t0 = train_clock(), lr = nn_schedule_lr(&r.sched, r.step);
 		train_step(&r, r.step % r.spe, &w);
 		r.step++;
-		w.seconds += train_clock() - t0;
-		double loss = w.loss / w.reviews, acc = w.correct / w.reviews;
-		struct progress_stats ps = { .step = r.step,
-					     .total = r.total,
-					     .epoch = epoch + 1,
-					     .epochs = opt.epochs,
-					     .loss = loss,
-					     .metric_name = "acc",
-					     .metric = acc,
-					     .tokens_per_s = w.tokens / w.seconds,
-					     .elapsed_s = elapsed(&r),
-					     .peak_mb = train_peak_mb() };
+		double dt = train_clock() - t0;
+		w.seconds += dt, train_s += dt;
+		struct progress_stats ps = {
+			.step = r.step,
+			.total = r.total,
+			.epoch = epoch + 1,
+			.epochs = opt.epochs,
+			.loss = w.loss / w.reviews,
+			.metric_name = "acc",
+			.metric = w.correct / w.reviews,
+			.tokens_per_s = w.tokens / w.seconds,
+			.elapsed_s = elapsed(&r),
+			.eta_s = train_s / (double)(r.step - first) * (double)(r.total - r.step),
+			.peak_mb = train_peak_mb(),
+		};
 		progress_update(&bar, &ps);
 		bool end = r.step % r.spe == 0 || r.step == r.total;
 		if (r.step % 10 == 0 || end) {
-			log_row(&r, "train", loss, acc, lr, ps.tokens_per_s);
+			log_row(&r, "train", ps.loss, ps.metric, lr, ps.tokens_per_s);
 			w = (struct window){ 0 };
 		}
 		if (end) { /* validate, keep the best model */

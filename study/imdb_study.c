@@ -3,14 +3,12 @@
  * every knob the studies turned (penalties, pooling, schedules, EMA, adversarial training,
  * splits, ...) as a flag; `imdb_study --help` lists them. Newcomers: read the showcase. */
 #define _POSIX_C_SOURCE 200809L
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "common/classify.h"
 #include "common/data.h"
@@ -269,14 +267,8 @@ static void save(struct run *r, const char *name, int64_t step)
 		save_averages(r, path, &r->adamw, step);
 		return;
 	}
-	struct run_state st = { .step = step, .best_val = r->best_val, .best_epoch = r->best_epoch };
-	char *run = run_state_json(&st, flags, NFLAGS, RESUME_FREE);
-	if (!run)
-		tensor_error(TENSOR_ERR_NOMEM, "out of memory for the run state");
-	if (!run || nn_checkpoint_save_run(path, &r->ps, &r->adamw, opt.ema > 0 ? &r->ema : NULL,
-					   r->cfg_json, run, step) < 0)
-		train_die(PROG, "saving a checkpoint");
-	cJSON_free(run);
+	struct run_state st = { step, r->best_epoch, r->best_val, flags, NFLAGS, RESUME_FREE };
+	run_state_save(PROG, path, &st, &r->ps, &r->adamw, opt.ema > 0 ? &r->ema : NULL, r->cfg_json);
 	if (opt.ema > 0) {
 		path_in(path, sizeof path, r->ckpt_dir, "last-ema.safetensors");
 		save_averages(r, path, NULL, step);
@@ -289,22 +281,11 @@ static int64_t resume(struct run *r)
 {
 	char path[1100];
 	path_in(path, sizeof path, r->ckpt_dir, "last.safetensors");
-	if (access(path, F_OK) != 0)
-		flags_fail(PROG, "resume",
-			   "%s: no saved state (the run stopped before its first checkpoint: start it "
-			   "again without --resume)",
-			   path);
-	char *text = NULL;
-	int64_t step;
-	if (nn_checkpoint_load_run(path, &r->ps, &r->adamw, opt.ema > 0 ? &r->ema : NULL, &text,
-				   &step) < 0)
-		train_die(PROG, "resuming");
-	struct run_state st;
-	run_state_parse(&st, text, step, path, PROG, flags, NFLAGS, RESUME_FREE);
+	struct run_state st = { .flags = flags, .nflags = NFLAGS, .free_flags = RESUME_FREE };
+	run_state_load(PROG, path, &st, &r->ps, &r->adamw, opt.ema > 0 ? &r->ema : NULL);
 	r->best_val = st.best_val;
 	r->best_epoch = st.best_epoch;
-	free(text);
-	return step;
+	return st.step;
 }
 
 /* Data, tokenizer, model, optimizer, schedule, log files; returns the first step to run. */

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "train.h"
 
@@ -266,48 +267,61 @@ void classify_log_close(struct classify_log *l)
 	tb_close(&l->tb);
 }
 
-char *run_state_json(const struct run_state *s, const struct flag *flags, int nflags,
-		     const char *const *free_flags)
+void run_state_save(const char *prog, const char *path, const struct run_state *s,
+		    const struct nn_params *ps, const struct nn_adamw *o, const struct nn_ema *ema,
+		    const char *cfg_json)
 {
-	char *fl = flags_to_json(flags, nflags, free_flags); /* the same bytes after a resume */
-	cJSON *o = cJSON_CreateObject();
-	cJSON *f = fl ? cJSON_Parse(fl) : NULL;
-	char *text = NULL;
-	if (o && f && cJSON_AddNumberToObject(o, "step", (double)s->step) &&
-	    cJSON_AddNumberToObject(o, "best_val_acc", s->best_val) &&
-	    cJSON_AddNumberToObject(o, "best_epoch", (double)s->best_epoch) &&
-	    cJSON_AddItemToObject(o, "flags", f))
-		text = cJSON_PrintUnformatted(o);
+	/* the flags as the same bytes after a resume */
+	char *fl = flags_to_json(s->flags, s->nflags, s->free_flags), *text = NULL;
+	cJSON *obj = cJSON_CreateObject(), *f = fl ? cJSON_Parse(fl) : NULL;
+	if (obj && f && cJSON_AddNumberToObject(obj, "step", (double)s->step) &&
+	    cJSON_AddNumberToObject(obj, "best_val_acc", s->best_val) &&
+	    cJSON_AddNumberToObject(obj, "best_epoch", (double)s->best_epoch) &&
+	    cJSON_AddItemToObject(obj, "flags", f))
+		text = cJSON_PrintUnformatted(obj);
 	else
 		cJSON_Delete(f);
-	cJSON_Delete(o);
+	cJSON_Delete(obj);
 	free(fl);
-	return text;
+	if (!text)
+		tensor_error(TENSOR_ERR_NOMEM, "out of memory for the run state");
+	if (!text || nn_checkpoint_save_run(path, ps, o, ema, cfg_json, text, s->step) < 0)
+		train_die(prog, "saving a checkpoint");
+	cJSON_free(text);
 }
 
-void run_state_parse(struct run_state *s, const char *json, int64_t step, const char *path,
-		     const char *prog, const struct flag *flags, int nflags,
-		     const char *const *free_flags)
+void run_state_load(const char *prog, const char *path, struct run_state *s, struct nn_params *ps,
+		    struct nn_adamw *o, struct nn_ema *ema)
 {
-	char err[1200];
-	cJSON *o = json ? cJSON_Parse(json) : NULL;
-	const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step");
-	const cJSON *bv = cJSON_GetObjectItemCaseSensitive(o, "best_val_acc");
-	const cJSON *be = cJSON_GetObjectItemCaseSensitive(o, "best_epoch");
-	char *fl = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(o, "flags"));
+	char err[1200], *text = NULL;
+	int64_t step;
+	if (access(path, F_OK) != 0)
+		flags_fail(
+		    prog, "resume",
+		    "%s: no saved state (the run stopped before its first checkpoint: start it "
+		    "again without --resume)",
+		    path);
+	if (nn_checkpoint_load_run(path, ps, o, ema, &text, &step) < 0)
+		train_die(prog, "resuming");
+	cJSON *obj = text ? cJSON_Parse(text) : NULL;
+	const cJSON *st = cJSON_GetObjectItemCaseSensitive(obj, "step");
+	const cJSON *bv = cJSON_GetObjectItemCaseSensitive(obj, "best_val_acc");
+	const cJSON *be = cJSON_GetObjectItemCaseSensitive(obj, "best_epoch");
+	char *fl = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(obj, "flags"));
 	if (!cJSON_IsNumber(st) || !cJSON_IsNumber(bv) || !cJSON_IsNumber(be) || !fl ||
 	    st->valuedouble != (double)step || !(be->valuedouble >= 0 && be->valuedouble <= 1e12))
 		flags_fail(prog, "resume",
-			   "%s holds no training state of %s (saved by a run with --checkpoint-dir "
-			   "at an epoch's end or when stopped)",
+			   "%s holds no training state of %s (saved by a run at an epoch's end or "
+			   "when stopped)",
 			   path, prog);
-	if (flags_compare_json(flags, nflags, fl, free_flags, err, sizeof err) < 0)
+	if (flags_compare_json(s->flags, s->nflags, fl, s->free_flags, err, sizeof err) < 0)
 		flags_fail(prog, "resume", "%s: %s (resume with the same settings)", path, err);
-	*s = (struct run_state){ .step = step,
-				 .best_val = bv->valuedouble,
-				 .best_epoch = (int64_t)be->valuedouble };
+	s->step = step;
+	s->best_val = bv->valuedouble;
+	s->best_epoch = (int64_t)be->valuedouble;
 	cJSON_free(fl);
-	cJSON_Delete(o);
+	cJSON_Delete(obj);
+	free(text);
 }
 
 /* " arg", single-quoted for the shell unless plain. */

@@ -81,21 +81,26 @@ void classify_log_row(struct classify_log *l, int64_t step, int64_t epoch, const
 void classify_log_scalar(struct classify_log *l, const char *tag, double v, int64_t step);
 void classify_log_close(struct classify_log *l);
 
-/* The run state saved in last.safetensors beside the weights and the optimizer: the step,
- * the best validation accuracy and its epoch, and the flags (those in `free` left out: they
- * may change on resume). */
+/* The run state saved in last.safetensors beside the weights, the optimizer (and a moving
+ * average): the step, the best validation accuracy and its epoch, and the program's flags
+ * (those in free_flags, NULL-terminated, may change on resume). */
 struct run_state {
 	int64_t step, best_epoch;
 	double best_val;
+	const struct flag *flags;
+	int nflags;
+	const char *const *free_flags;
 };
-/* As JSON (malloc'd; NULL if out of memory). */
-char *run_state_json(const struct run_state *s, const struct flag *flags, int nflags,
-		     const char *const *free_flags);
-/* Parse json of run_state_json saved at step `step` from path; exits naming --resume when it
- * is not a run state, or when a flag outside free_flags differs from this run's. */
-void run_state_parse(struct run_state *s, const char *json, int64_t step, const char *path,
-		     const char *prog, const struct flag *flags, int nflags,
-		     const char *const *free_flags);
+/* Save the run to path (nn_checkpoint_save_run: one file, renamed into place). Exits naming
+ * the file on error. */
+void run_state_save(const char *prog, const char *path, const struct run_state *s,
+		    const struct nn_params *ps, const struct nn_adamw *o, const struct nn_ema *ema,
+		    const char *cfg_json);
+/* --resume from path: weights, optimizer, ema (if not NULL), random stream and s->step,
+ * s->best_val, s->best_epoch. Exits naming --resume when path is missing or holds no run
+ * state, or when a flag outside s->free_flags differs from this run's. */
+void run_state_load(const char *prog, const char *path, struct run_state *s, struct nn_params *ps,
+		    struct nn_adamw *o, struct nn_ema *ema);
 /* Print "to resume: PROG ARGS --log-dir LOG --checkpoint-dir CKPT --resume", argv without
  * --stop-after, --log-dir, --checkpoint-dir and --resume. */
 void print_resume_command(int argc, char **argv, const char *log_dir, const char *ckpt_dir);
