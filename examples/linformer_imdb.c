@@ -414,7 +414,7 @@ int main(int argc, char **argv)
 		    "Trains a sentiment classifier on the IMDB reviews, tests it, and saves "
 		    "checkpoints and logs.\nWith no flags: the bundled subset in about a minute. "
 		    "With --data DIR/aclImdb: the\nfull dataset with the best recipe of "
-		    "docs/results.md (the Linformer: 88% in about 30 min).",
+		    "docs/results.md (the Linformer: 88% in about 20 min on 2 cores).",
 		    "Then: --eval-only --checkpoint DIR/best.safetensors, or --predict TEXT "
 		    "--checkpoint ...\nCtrl-C saves the run and prints the command that resumes "
 		    "it. Research flags: study/imdb_study.\n");
