@@ -68,9 +68,7 @@ def check(name, cfg, batch, tol_rel, tol_step, seed=1):
     gen = torch.Generator().manual_seed(seed + 1)
     lengths = sorted({cfg.max_len, max(2, 3 * cfg.max_len // 4)}, reverse=True)
     for impl in ("math", "sdpa"):
-        fast = FM.from_twin(twin)
-        for layer in fast.layers:
-            layer.attn.impl = impl
+        fast = FM.from_twin(twin, impl)
         twin.eval(), fast.eval()
         worst_l = worst_s = 0.0
         for t in lengths:

@@ -21,7 +21,7 @@ user would do for speed, and with the matmul FLOPs cformer executes:
   view [B k, (n/k) dim], with G [(n/k) dim, dim] built from W_k and the conv
   weight each step (autograd reaches both); k and v together in one GEMM;
 - torch.nn.functional.scaled_dot_product_attention or the explicit softmax,
-  chosen per attention kind (ATTENTION_AUTO, measured) or forced;
+  forced or chosen by the precision ("auto", auto_impl: measured);
 - exact GELU, pre-norm LayerNorm, learned positions, masked mean pooling and
   cformer's two-layer classifier head, as the twin.
 
@@ -39,11 +39,15 @@ import torch.nn.functional as F
 
 import models as M
 
-# The attention implementation per kind with attention_impl "auto": measured
-# on the project's 2-core machine (fast model, n = 512, batch 16, training
-# steps, f32 and bf16; bench/pytorch/README.md). "standard" attends over n
-# keys, "linear" and "conv" over k slots.
-ATTENTION_AUTO = {"standard": "sdpa", "linear": "sdpa", "conv": "sdpa"}
+# attention_impl "auto": SDPA in float32, the explicit softmax under bf16 autocast. Measured on
+# the project's 2-core Zen 5 guest (attention alone, forward and backward, B 16, 4 heads,
+# n 512, dh 64, against 512 and 128 keys, 1 and 2 threads, a busy machine: the order held in
+# every run): f32 SDPA 1.1x to 3x faster than the explicit softmax; under bf16 autocast SDPA
+# 1.3x to 3x slower (its bf16 CPU kernel against two bf16 GEMMs).
+def auto_impl(impl: str) -> str:
+    if impl != "auto":
+        return impl
+    return "math" if torch.is_autocast_enabled("cpu") else "sdpa"
 
 
 def _attend(impl, q, k, v, key_mask, p_drop, training):
@@ -68,7 +72,7 @@ def _attend(impl, q, k, v, key_mask, p_drop, training):
 
 
 class FastAttention(nn.Module):
-    def __init__(self, cfg: M.Config, kind: str, shared: Optional[M.SeqProj]):
+    def __init__(self, cfg: M.Config, kind: str, shared: Optional[M.SeqProj], impl: str):
         super().__init__()
         d, h = cfg.dim, cfg.heads
         self.cfg, self.kind, self.heads, self.dim = cfg, kind, h, d
@@ -76,8 +80,9 @@ class FastAttention(nn.Module):
         self.qkv = nn.Linear(d, 3 * d)
         self.out_proj = nn.Linear(d, d)
         self.shared = [shared]  # a list: not registered as this layer's parameter
-        impl = cfg.attention_impl
-        self.impl = ATTENTION_AUTO[kind] if impl == "auto" else impl
+        if impl not in ("math", "sdpa", "auto"):
+            raise ValueError(f"attention '{impl}': expected math, sdpa or auto")
+        self.impl = impl  # math, sdpa or auto (auto_impl)
         if kind != "standard" and cfg.sharing != "layerwise":
             if cfg.sharing == "none" and kind == "linear":
                 raise ValueError("fast_models: sharing 'none' (E per head) is not implemented")
@@ -114,7 +119,7 @@ class FastAttention(nn.Module):
                 k, v = self._conv_kv(x, mask, e, f)
                 key_mask = M.Attention._slot_mask(self, mask, b, t)
             k, v = self._heads(k), self._heads(v)
-        o = _attend(self.impl, q, k, v, key_mask, self.cfg.attn_dropout, self.training)
+        o = _attend(auto_impl(self.impl), q, k, v, key_mask, self.cfg.attn_dropout, self.training)
         return self.out_proj(o.transpose(1, 2).reshape(b, t, d))
 
     def _linear_kv(self, x, mask, e, f):
@@ -175,10 +180,10 @@ class FastAttention(nn.Module):
 
 
 class FastLayer(nn.Module):
-    def __init__(self, cfg, kind, shared):
+    def __init__(self, cfg, kind, shared, impl):
         super().__init__()
         self.norm1 = nn.LayerNorm(cfg.dim, eps=M.NORM_EPS)
-        self.attn = FastAttention(cfg, kind, shared)
+        self.attn = FastAttention(cfg, kind, shared, impl)
         self.norm2 = nn.LayerNorm(cfg.dim, eps=M.NORM_EPS)
         self.ff = M.FeedForward(cfg)
         self.p = cfg.dropout
@@ -192,9 +197,10 @@ class FastLayer(nn.Module):
 
 class FastEncoder(nn.Module):
     """ids [B, T] (T <= n), mask [B, T] or None -> [B, T, dim]; the twin's names but
-    layers.i.attn.qkv for q_proj, k_proj, v_proj."""
+    layers.i.attn.qkv for q_proj, k_proj, v_proj. attention: math, sdpa or auto (SDPA in
+    f32, the explicit softmax under bf16 autocast); None: cfg.attention_impl."""
 
-    def __init__(self, cfg: M.Config):
+    def __init__(self, cfg: M.Config, attention: Optional[str] = None):
         super().__init__()
         cfg.check()
         self.cfg = cfg
@@ -205,7 +211,7 @@ class FastEncoder(nn.Module):
         if cfg.sharing == "layerwise" and kinds:
             self.proj = M.SeqProj(kinds[0], cfg.max_len, cfg.k, cfg.heads, cfg.dim // cfg.heads, False,
                                   cfg.xavier_projections)
-        self.layers = nn.ModuleList(FastLayer(cfg, a, self.proj) for a in cfg.attention)
+        self.layers = nn.ModuleList(FastLayer(cfg, a, self.proj, attention or cfg.attention_impl) for a in cfg.attention)
         self.norm = nn.LayerNorm(cfg.dim, eps=M.NORM_EPS)
 
     def encode(self, ids, mask=None):
@@ -227,8 +233,8 @@ class FastEncoder(nn.Module):
 class FastClassifier(FastEncoder):
     """FastEncoder, masked mean pooling, head.fc1, gelu, dropout, head.fc2."""
 
-    def __init__(self, cfg: M.Config):
-        super().__init__(cfg)
+    def __init__(self, cfg: M.Config, attention: Optional[str] = None):
+        super().__init__(cfg, attention)
         self.head = nn.Module()
         self.head.fc1 = nn.Linear(cfg.dim, cfg.head_hidden)
         self.head.fc2 = nn.Linear(cfg.head_hidden, cfg.num_classes)
@@ -278,10 +284,10 @@ def fast_to_twin_state(sd):
     return out
 
 
-def from_twin(twin, cls=None):
+def from_twin(twin, attention=None):
     """A fast model with the twin's weights (copied)."""
-    cls = cls or (FastClassifier if isinstance(twin, M.Classifier) else FastEncoder)
-    fast = cls(twin.cfg).to(next(twin.parameters()).dtype)
+    cls = FastClassifier if isinstance(twin, M.Classifier) else FastEncoder
+    fast = cls(twin.cfg, attention).to(next(twin.parameters()).dtype)
     fast.load_state_dict(twin_to_fast_state(twin.state_dict()), strict=True)
     return fast
 
