@@ -95,7 +95,7 @@ def train(cf, pt):
     print("\nstrongest = the PyTorch row with the most tokens/s for that configuration; cformer / strongest = "
           "the speed-up over it; memory ratio = its resident-set growth / cformer's (both the VmHWM growth "
           "from before the model was built; a compiled row's includes the compiler's memory). MFU: each "
-          "side's model FLOPs (the matmuls it executes) over its own f32 sgemm rate, bf16 rows included.")
+          "side's model FLOPs (the matmuls it executes) over its own GEMM rate: f32 sgemm, bf16 GEMM for bf16 rows.")
     for line in failed:
         print(f"note: {line}")
 

@@ -19,7 +19,8 @@ speed, with torch.optim.AdamW(fused=True) (foreach where this torch has no
 fused CPU AdamW); --impl twin runs models.py with PyTorch's default AdamW, as
 this script did before. --precision bf16 puts the forward and the loss under
 torch.autocast("cpu", dtype=torch.bfloat16) (f32 weights, gradients and
-AdamW); its MFU is still against the f32 sgemm rate. --compile wraps the model
+AdamW); its MFU is against the rate of a bf16 S^3 matmul (the sgemm_gflops
+column then holds that rate). --compile wraps the model
 in torch.compile; compilation runs in the warm-up steps (their time is in the
 notes) and its memory is part of the resident peak. FLOPs per token are those
 the chosen implementation executes: the fast model's are cformer's
@@ -63,11 +64,13 @@ def parse_flags(argv):
 
 
 def child_sgemm(c):
-    """GFLOP/s of an S^3 f32 matmul, best of 5 after a warm-up."""
+    """GFLOP/s of an S^3 matmul, best of 5 after a warm-up: f32, or bf16 inputs and output
+    (what autocast's GEMMs run) for --precision bf16."""
     torch = B.child_torch(c["threads"])
     s = c["size"]
-    x, y = torch.randn(s, s), torch.randn(s, s)
-    out = torch.empty(s, s)
+    dt = torch.bfloat16 if c.get("precision") == "bf16" else torch.float32
+    x, y = torch.randn(s, s, dtype=dt), torch.randn(s, s, dtype=dt)
+    out = torch.empty(s, s, dtype=dt)
     best = float("inf")
     for _ in range(6):
         t0 = time.perf_counter()
@@ -195,8 +198,8 @@ def run_config(a, model, n, k, sgemm, note):
 
 def main(argv):
     a = parse_flags(argv)
-    s = B.run_child(os.path.abspath(__file__), {"kind": "sgemm", "size": a.sgemm, "threads": a.threads},
-                    a.threads, 600)
+    s = B.run_child(os.path.abspath(__file__), {"kind": "sgemm", "size": a.sgemm, "threads": a.threads,
+                                                 "precision": a.precision}, a.threads, 600)
     if "error" in s:
         print(f"train_throughput.py: the sgemm measurement failed: {s['error']}", file=sys.stderr)
         return 1
@@ -214,7 +217,7 @@ def main(argv):
                     rows.append(row)
                     print(",".join("" if v is None else str(v) for v in row), file=sys.stderr, flush=True)
     print(f"torch {s['torch']}, {s['threads']} threads (OpenMP wait policy {B.wait_policy()}), "
-          f"PyTorch {B.variant(a)} (attention {a.attention}); sgemm {a.sgemm}^3: "
+          f"PyTorch {B.variant(a)} (attention {a.attention}); {'bf16 GEMM' if a.precision == 'bf16' else 'sgemm'} {a.sgemm}^3: "
           f"{s['gflops']:.1f} GFLOP/s; dim {a.dim}, heads {a.heads}, layers {a.layers}, ff {a.ff}, "
           f"vocab {a.vocab}, batch {a.batch}; AdamW, dropout 0; peak = RSS high-water mark growth")
     print()
