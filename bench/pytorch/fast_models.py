@@ -257,7 +257,7 @@ class FastClassifier(FastEncoder):
 
 def twin_to_fast_state(sd):
     """The twin's state dict with each layer's q_proj, k_proj, v_proj stacked into qkv."""
-    out, i = {}, 0
+    out = {}
     for name, t in sd.items():
         if ".attn.q_proj." in name:
             stem, what = name.split(".attn.q_proj.")
@@ -267,7 +267,6 @@ def twin_to_fast_state(sd):
             continue
         else:
             out[name] = t
-        i += 1
     return out
 
 
