@@ -87,14 +87,72 @@ def add_model_flags(p):
 
 def parse_model_flags(p, argv):
     """Adds --attention and --csv, parses argv and checks that --heads divides --dim."""
-    p.add_argument("--attention", choices=["math", "sdpa"], default="math",
-                   help="math: softmax(q k^T) v with the scores in memory, as cformer (default); "
-                        "sdpa: torch's fused scaled_dot_product_attention")
+    p.add_argument("--attention", choices=["math", "sdpa", "auto"], default="auto",
+                   help="math: softmax(q k^T) v with the scores in memory, as cformer; "
+                        "sdpa: torch's fused scaled_dot_product_attention; auto (default): with "
+                        "--impl fast SDPA in f32 and math under bf16 autocast (the faster of the "
+                        "two on the CPUs measured, fast_models.auto_impl), with --impl twin math")
+    p.add_argument("--impl", choices=["fast", "twin"], default="fast",
+                   help="fast (default): fast_models.py, the same function written for speed "
+                        "(fused QKV, sequence-first Linformer, folded conv, fused AdamW); twin: "
+                        "models.py, cformer's modules mirrored one to one (check_equivalence.py)")
+    p.add_argument("--precision", choices=["f32", "bf16"], default="f32",
+                   help="f32 (default), or bf16: torch.autocast('cpu', dtype=torch.bfloat16) "
+                        "around the forward (and loss); weights, gradients and optimizer f32")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the model (its compilation runs in the warm-up steps)")
     p.add_argument("--csv", metavar="FILE", help="write the CSV here")
     a = p.parse_args(argv)
+    if a.attention == "auto" and a.impl == "twin":
+        a.attention = "math"
     if a.dim % a.heads:
         p.error(f"argument --heads: {a.heads} must divide --dim {a.dim}")
     return a
+
+
+def variant(a) -> str:
+    """The PyTorch row's name: "fast f32", "fast bf16", "fast f32 compiled", "twin f32"."""
+    return f"{a.impl} {a.precision}{' compiled' if a.compile else ''}"
+
+
+def build_model(c, M, cfg, classifier: bool):
+    """The twin (models.py) or the fast model (fast_models.py) for cfg, per c["impl"] and
+    c["attention"] (auto: the fast model's rule; the twin takes cfg.attention_impl)."""
+    if c["impl"] == "twin":
+        return (M.Classifier if classifier else M.Encoder)(cfg)
+    import fast_models as FM
+
+    return (FM.FastClassifier if classifier else FM.FastEncoder)(cfg, c["attention"])
+
+
+def flops(c, M, cfg, classifier: bool) -> float:
+    """Forward matmul FLOPs per sequence that the chosen implementation executes."""
+    if c["impl"] == "twin":
+        return M.forward_flops(cfg, classifier)
+    import fast_models as FM
+
+    return FM.forward_flops(cfg, classifier)
+
+
+def autocast(torch, precision: str):
+    """bf16: CPU autocast to bfloat16; f32: a no-op context."""
+    import contextlib
+
+    if precision == "bf16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def short_error(e: BaseException) -> str:
+    """The exception's type and the first informative line of its message."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    lines = [ln for ln in lines if "TORCHDYNAMO_VERBOSE" not in ln and "TORCH_LOGS" not in ln] or [""]
+    return f"{type(e).__name__}: {lines[0][:200]}"
+
+
+def csv_text(text: str) -> str:
+    """text fit for one CSV field (no commas, quotes or newlines)."""
+    return re.sub(r"[,\n\r\"]", ";", str(text))[:300]
 
 
 def wait_policy() -> str:

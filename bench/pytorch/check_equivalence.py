@@ -16,6 +16,10 @@ outside the automake build. From a cformer build directory (after `make`):
     ~/venv-torch/bin/python ../bench/pytorch/check_equivalence.py \\
         lin.safetensors lin.json conv.safetensors conv.json
 
+--impl math,sdpa,fast-math,fast-sdpa checks the twin's two attentions and
+fast_models.py (the benchmark's fast PyTorch model, its weights mapped from
+the twin's) against cformer's numbers too.
+
 dump_logits arguments: preset ("transformer:2", "linformer:2",
 "conv-linformer:2" or a pattern such as "LC"), sharing (none|headwise|kv|
 layerwise; layerwise needs a single projected kind), n = max_len, k, T <= n
@@ -39,6 +43,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fast_models as FM  # noqa: E402
 import models as M  # noqa: E402
 
 DTYPES = {"F32": torch.float32, "F64": torch.float64, "I32": torch.int32, "I64": torch.int64}
@@ -118,15 +123,22 @@ def check(st_path, json_path, tol, impls):
     ok = True
     for impl in impls:
         cfg = config_from_cformer(cfg_json)
-        cfg.attention_impl = impl
+        cfg.attention_impl = "math" if impl.startswith("fast") else impl
         model = M.Classifier(cfg).to(dtype)
         missing, unexpected = model.load_state_dict(params, strict=False)
         if missing or unexpected:
             raise ValueError(f"{st_path}: parameter names differ: missing {missing}, unexpected {unexpected}")
+        encode = M.Encoder.forward
+        if impl.startswith("fast"):  # fast_models.py with the twin's weights (fast-math, fast-sdpa)
+            if cfg.sharing == "none" and "linear" in cfg.attention:
+                print(f"skip {label} {impl}: fast_models.py has no per-head E (sharing none)")
+                continue
+            model = FM.from_twin(model, impl.partition("-")[2] or "auto")
+            encode = FM.FastEncoder.encode
         model.eval()
         with torch.no_grad():
             logits = model(ids, mask).double()
-            hidden = M.Encoder.forward(model, ids, mask).double()
+            hidden = encode(model, ids, mask).double()
         # hidden states at padded positions are not used by cformer's
         # classifier; compare them too (both sides compute every position)
         dl = (logits - want_logits).abs().max().item()
@@ -145,7 +157,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", help="pairs: OUT.safetensors OUT.json")
     ap.add_argument("--tol", type=float, default=1e-4, help="largest max|diff| accepted (default 1e-4)")
-    ap.add_argument("--impl", default="math", help="math, sdpa or math,sdpa (models.py attention)")
+    ap.add_argument("--impl", default="math",
+                    help="comma-separated: math, sdpa (models.py's attention), fast-math, fast-sdpa "
+                         "(fast_models.py with the same weights; fast = fast-auto); default math")
     a = ap.parse_args()
     if len(a.files) % 2:
         ap.error("expected pairs of OUT.safetensors OUT.json")

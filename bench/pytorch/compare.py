@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """compare.py: joins a cformer CSV and a PyTorch CSV of the same benchmark
 (train_throughput or linformer_table, told apart by their columns) and prints
-one markdown table with both sides and the ratios cformer / PyTorch (speed) or
-PyTorch / cformer (time and memory), so that > 1 always means cformer is
-better. Standard library only.
+one markdown table with cformer, every PyTorch row of the configuration (the
+CSV's "variant" column: "fast f32", "fast bf16", "fast f32 compiled", "twin
+f32"; a CSV without it is one row, "pytorch") and the ratios against the
+strongest PyTorch row of that configuration, named in the table: cformer /
+PyTorch for speed, PyTorch / cformer for time and memory, so that > 1 always
+means cformer is better. A PyTorch row that failed (torch.compile, say) shows
+as "failed" and is never the strongest. Standard library only.
 
 usage: compare.py CFORMER.csv PYTORCH.csv
 """
@@ -32,50 +36,110 @@ def fmt(v, spec, unit=""):
     return format(v, spec) + unit if v is not None else "-"
 
 
+def mib(v):
+    return v / (1 << 20) if v is not None else None
+
+
+def pct(v):
+    return 100 * v if v is not None else None
+
+
+def variants(pt, key):
+    """{key: {variant: row}} and the variants in the order of the CSV."""
+    by, order = {}, []
+    for r in pt:
+        v = r.get("variant") or "pytorch"
+        if v not in order:
+            order.append(v)
+        by.setdefault(key(r), {})[v] = r
+    return by, order
+
+
+def good(r, field):
+    return r.get("status", "ok") == "ok" and num(r.get(field)) is not None
+
+
 def train(cf, pt):
     key = lambda r: (r["model"], r["n"], r["k"])  # noqa: E731
-    torch = {key(r): r for r in pt}
-    print("| model | n | k | cformer tokens/s | PyTorch tokens/s | speed-up | cformer MFU | PyTorch MFU "
-          "| cformer RSS MiB | PyTorch RSS MiB | memory ratio | cformer allocator peak MiB |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    by, order = variants(pt, key)
+    cols = [f"PyTorch {v} tokens/s" for v in order]
+    print("| model | n | k | cformer tokens/s | " + " | ".join(cols) + " | strongest PyTorch | cformer / strongest "
+          "| cformer MFU | strongest's MFU | cformer RSS MiB | strongest's RSS MiB | memory ratio "
+          "| cformer allocator peak MiB |")
+    print("|---|---:|---:|---:|" + "---:|" * len(cols) + "---|---:|---:|---:|---:|---:|---:|---:|")
+    failed = []
     for r in cf:
-        p = torch.get(key(r), {})
-        tc, tp = num(r.get("tokens_per_s")), num(p.get("tokens_per_s"))
-        mc, mp = num(r.get("mfu")), num(p.get("mfu"))
-        rc, rp = num(r.get("rss_peak_bytes")), num(p.get("peak_bytes"))
-        ac = num(r.get("peak_bytes"))
-        mib = lambda v: v / (1 << 20) if v is not None else None  # noqa: E731
-        pct = lambda v: 100 * v if v is not None else None  # noqa: E731
-        print(f"| {r['model']} | {r['n']} | {r['k'] or '-'} | {fmt(tc, '.0f')} | {fmt(tp, '.0f')} "
-              f"| {ratio(tc, tp)} | {fmt(pct(mc), '.1f', '%')} | {fmt(pct(mp), '.1f', '%')} "
+        rows = by.get(key(r), {})
+        cells = []
+        for v in order:
+            p = rows.get(v)
+            if p is None:
+                cells.append("-")
+            elif good(p, "tokens_per_s"):
+                cells.append(fmt(num(p["tokens_per_s"]), ".0f"))
+            else:
+                cells.append("failed")
+                failed.append(f"{r['model']} n {r['n']} PyTorch {v}: {p.get('status', '')}")
+        ok = [(num(p["tokens_per_s"]), v) for v, p in rows.items() if good(p, "tokens_per_s")]
+        tc, mc = num(r.get("tokens_per_s")), num(r.get("mfu"))
+        rc, ac = num(r.get("rss_peak_bytes")), num(r.get("peak_bytes"))
+        if ok:
+            tp, best = max(ok)
+            p = rows[best]
+            mp, rp = num(p.get("mfu")), num(p.get("peak_bytes"))
+        else:
+            tp = best = mp = rp = None
+        print(f"| {r['model']} | {r['n']} | {r['k'] or '-'} | {fmt(tc, '.0f')} | " + " | ".join(cells)
+              + f" | {best or '-'} | {ratio(tc, tp)} | {fmt(pct(mc), '.1f', '%')} | {fmt(pct(mp), '.1f', '%')} "
               f"| {fmt(mib(rc), '.0f')} | {fmt(mib(rp), '.0f')} | {ratio(rp, rc)} | {fmt(mib(ac), '.0f')} |")
-    print("\nspeed-up = cformer / PyTorch tokens/s; memory ratio = PyTorch / cformer resident-set "
-          "growth (both measured as the VmHWM growth from before the model was built).")
+    print("\nstrongest = the PyTorch row with the most tokens/s for that configuration; cformer / strongest = "
+          "the speed-up over it; memory ratio = its resident-set growth / cformer's (both the VmHWM growth "
+          "from before the model was built; a compiled row's includes the compiler's memory). MFU: each "
+          "side's model FLOPs (the matmuls it executes) over its own GEMM rate: f32 sgemm, bf16 GEMM for bf16 rows.")
+    for line in failed:
+        print(f"note: {line}")
 
 
 def table(cf, pt):
     def key(r):
         return (r["model"], r["n"], r["k"], "1" if r["batch"] == "1" else "max")
 
-    torch = {key(r): r for r in pt if r["status"] == "ok"}
-    print("| model | n | k | batch (cformer / PyTorch) | cformer ms/seq | PyTorch ms/seq "
-          "| PyTorch / cformer time | cformer GFLOP/s | ceiling |")
-    print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
+    by, order = variants(pt, key)
+    cols = [f"PyTorch {v} ms/seq" for v in order]
+    print("| model | n | k | batch (cformer / PyTorch) | cformer ms/seq | " + " | ".join(cols)
+          + " | strongest PyTorch | strongest / cformer time | cformer GFLOP/s | ceiling |")
+    print("|---|---:|---:|---|---:|" + "---:|" * len(cols) + "---|---:|---:|---:|")
+    failed = []
     for r in cf:
         if r["status"] != "ok":
             continue
-        p = torch.get(key(r))
+        rows = by.get(key(r), {})
+        cells = []
+        for v in order:
+            p = rows.get(v)
+            if p is None:
+                cells.append("-")
+            elif good(p, "seconds_per_seq"):
+                cells.append(fmt(1e3 * num(p["seconds_per_seq"]), ".2f"))
+            else:
+                cells.append(p.get("status") or "-")
+                if p.get("status", "").startswith("failed"):
+                    failed.append(f"{r['model']} n {r['n']} PyTorch {v}: {p.get('note') or p['status']}")
+        ok = [(num(p["seconds_per_seq"]), v) for v, p in rows.items() if good(p, "seconds_per_seq")]
+        sp, best = min(ok) if ok else (None, None)
         sc = num(r["seconds_per_seq"])
-        sp = num(p["seconds_per_seq"]) if p else None
-        ms = lambda v: 1e3 * v if v is not None else None  # noqa: E731
         # the ratio cformer would reach with every matmul at its sgemm rate
         gf, sg = num(r.get("gflop_per_seq")), num(r.get("sgemm_gflops"))
         floor = gf / sg if gf is not None and sg else None
-        print(f"| {r['model']} | {r['n']} | {r['k'] or '-'} | {r['batch']} / {p['batch'] if p else '-'} "
-              f"| {fmt(ms(sc), '.2f')} | {fmt(ms(sp), '.2f')} | {ratio(sp, sc)} "
-              f"| {fmt(num(r.get('gflops')), '.1f')} | {ratio(sp, floor)} |")
-    print("\nceiling = PyTorch time / (cformer's forward matmul FLOPs / its sgemm rate): the most "
-          "cformer's ratio could be with every matmul at the sgemm rate and nothing else costing time.")
+        pb = rows[best]["batch"] if best else "-"
+        print(f"| {r['model']} | {r['n']} | {r['k'] or '-'} | {r['batch']} / {pb} "
+              f"| {fmt(1e3 * sc if sc is not None else None, '.2f')} | " + " | ".join(cells)
+              + f" | {best or '-'} | {ratio(sp, sc)} | {fmt(num(r.get('gflops')), '.1f')} | {ratio(sp, floor)} |")
+    print("\nstrongest = the fastest PyTorch row for that configuration; ceiling = its time / (cformer's "
+          "forward matmul FLOPs / cformer's sgemm rate): the most cformer's ratio could be with every matmul "
+          "at the sgemm rate and nothing else costing time.")
+    for line in failed:
+        print(f"note: {line}")
 
 
 def main(argv):

@@ -1,6 +1,6 @@
 #!/bin/sh
-# compare.sh: run a cformer benchmark and its PyTorch twin on this machine with the same
-# configuration and threads, one after the other, and print both side by side (compare.py).
+# compare.sh: run a cformer benchmark and its PyTorch counterpart on this machine with the same
+# configuration and threads, one after the other, and print them side by side (compare.py).
 #
 #   bench/pytorch/compare.sh train [--n 128,512,2048] [--models M1,..] [flags...]
 #   bench/pytorch/compare.sh table [--n 512,...,16384] [--k 128,256] [flags...]
@@ -9,9 +9,16 @@
 #        on both sides, so that resident-set peaks compare like for like, the two sides of a
 #        configuration one right after the other.
 # table: bench/linformer_table vs linformer_table.py at batch 1.
+# The PyTorch side is several rows (PT_ROWS, default "f32 bf16 compile"): f32 = the fast model
+# (fast_models.py) in float32; bf16 = the same under torch.autocast bfloat16; compile = the
+# fast model in float32 under torch.compile; twin = models.py, cformer's modules mirrored
+# (the model check_equivalence.py proves equal to cformer), as compare.sh ran before. A row that
+# fails (torch.compile without a working compiler, say) is reported as failed; the others stand.
+# compare.py names the strongest PyTorch row of each configuration and gives the ratios to it.
 # Other flags go to both sides unchanged (--threads, --dim, --heads, --layers, --ff, --vocab,
 # --reps, --k). Environment: BUILD (the cformer build directory, default .), PYTHON (an
-# interpreter with torch, default python3), OUT (where the CSVs go, default a new temp dir).
+# interpreter with torch, default python3), OUT (where the CSVs go, default a new temp dir),
+# PT_ROWS (the PyTorch rows, in order, from f32, bf16, compile, twin).
 # Both sides inherit the caller's environment, OpenMP's wait policy included: by default
 # idle threads spin a while before they sleep; OMP_WAIT_POLICY=passive makes them sleep at
 # once, which costs every parallel region a wake-up (docs/benchmarks.md measures both).
@@ -39,6 +46,25 @@ esac
 }
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
+rows=${PT_ROWS:-f32 bf16 compile}
+
+# the flags of a PyTorch row
+row_flags() {
+	case $1 in
+	f32) echo "--impl fast --precision f32" ;;
+	bf16) echo "--impl fast --precision bf16" ;;
+	compile) echo "--impl fast --precision f32 --compile" ;;
+	twin) echo "--impl twin --precision f32" ;;
+	*)
+		echo "compare.sh: PT_ROWS: unknown row '$1' (expected f32, bf16, compile, twin)" >&2
+		return 1
+		;;
+	esac
+}
+for r in $rows; do row_flags "$r" >/dev/null; done
+
+# a PyTorch run's last table row and any failure it reports
+show() { awk '/^\|/ { last = $0 } /FAILED/ { print } END { if (last != "") print last }'; }
 
 # The value of --flag in "$@", or the default.
 flag() {
@@ -80,14 +106,22 @@ if [ "$mode" = train ]; then
 			"$build/bench/train_throughput" --models "$m" --n "$n" --csv "$out/one.csv" "$@" |
 				grep '^|' | tail -n 1
 			append "$out/one.csv" "$out/cformer.csv"
-			"$python" "$here/train_throughput.py" --models "$m" --n "$n" --csv "$out/one.csv" \
-				"$@" | grep '^|' | tail -n 1
-			append "$out/one.csv" "$out/pytorch.csv"
+			for r in $rows; do
+				# shellcheck disable=SC2046 # the row's flags are words
+				"$python" "$here/train_throughput.py" --models "$m" --n "$n" --csv "$out/one.csv" \
+					$(row_flags "$r") "$@" | show
+				append "$out/one.csv" "$out/pytorch.csv"
+			done
 		done
 	done
 else
 	"$build/bench/linformer_table" --batches 1 --csv "$out/cformer.csv" "$@"
-	"$python" "$here/linformer_table.py" --batch 1 --csv "$out/pytorch.csv" "$@"
+	: >"$out/pytorch.csv"
+	for r in $rows; do
+		# shellcheck disable=SC2046
+		"$python" "$here/linformer_table.py" --batch 1 --csv "$out/one.csv" $(row_flags "$r") "$@"
+		append "$out/one.csv" "$out/pytorch.csv"
+	done
 fi
 echo
 echo "## cformer vs PyTorch ($prog, CSVs in $out)"

@@ -4,8 +4,11 @@ Linformer paper's inference table): a full encoder forward pass without
 gradients (torch.inference_mode), Transformer vs Linformer with layerwise
 sharing (one E = F [k, n] for every layer, head, keys and values), for each n
 and k, at batch 1 or the largest batch within --budget-gib. Prints a markdown
-table and writes the CSV impl,model,n,k,batch,seconds_per_seq,peak_bytes,status
-(impl = pytorch). Every configuration runs in a fresh process; memory is the
+table and writes the CSV impl,model,n,k,batch,seconds_per_seq,peak_bytes,status,
+variant,note (impl = pytorch; variant "fast f32", "fast bf16", "fast f32
+compiled" or "twin f32" as --impl, --precision and --compile choose, see
+train_throughput.py; status "failed" with the reason in note where a run
+failed, torch.compile say). Every configuration runs in a fresh process; memory is the
 resident-set high-water mark growth (see benchlib.py for the method and its
 caveats). Run with --help for the flags.
 """
@@ -18,7 +21,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib as B  # noqa: E402
 
-HEADER = ["impl", "model", "n", "k", "batch", "seconds_per_seq", "peak_bytes", "status"]
+HEADER = ["impl", "model", "n", "k", "batch", "seconds_per_seq", "peak_bytes", "status", "variant", "note"]
 MODELS = ("transformer", "linformer")
 GIB = 1 << 30
 
@@ -53,13 +56,14 @@ def child(c):
     import models as M
 
     def build(n, k):
+        impl = c["attention"] if c["attention"] != "auto" else "math"  # the twin's Config knows no auto
         cfg = M.preset(c["model"], c["vocab"], n, layers=c["layers"], k=k, dim=c["dim"], heads=c["heads"],
                        ff_hidden=c["ff"], sharing="layerwise", dropout=0.0, attn_dropout=0.0,
-                       attention_impl=c["attention"])
-        return cfg, M.Encoder(cfg).eval()
+                       attention_impl=impl)
+        return cfg, B.build_model(c, M, cfg, False).eval()
 
     def forward(model, ids):
-        with torch.inference_mode():
+        with torch.inference_mode(), B.autocast(torch, c["precision"]):
             return model(ids)
 
     # page in the kernels and thread pools with a tiny model of the same kind
@@ -71,13 +75,21 @@ def child(c):
     reset_ok = B.reset_hwm()
 
     cfg, model = build(c["n"], c["k"] or min(128, c["n"]))
+    run = torch.compile(model) if c["compile"] else model
     ids = torch.randint(1, c["vocab"], (c["batch"], c["n"]))
     times = []
     for r in range(c["reps"] + 1):  # the first is the warm-up
         t0 = time.perf_counter()
-        out = forward(model, ids)
+        try:
+            out = forward(run, ids)
+        except Exception as e:  # noqa: BLE001 -- compilation fails in the first pass
+            if not c["compile"]:
+                raise
+            return {"error": "torch.compile: " + B.short_error(e)}
         times.append(time.perf_counter() - t0)
         del out
+        if r == 0 and c["compile"]:  # leave the compilation's transient peak out (what it keeps stays in)
+            B.reset_hwm()
     return {"times": times[1:], "warmup": times[0], "peak": B.hwm_bytes() - base, "reset_hwm": reset_ok,
             "params": M.count_params(model), "formula": M.formula_params(cfg, False),
             "torch": torch.__version__, "threads": torch.get_num_threads()}
@@ -102,7 +114,7 @@ def estimate(a, model, n, k, batch):
 def measure(a, model, n, k, batch, reps):
     params = {"model": model, "n": n, "k": k, "batch": batch, "reps": reps, "threads": a.threads,
               "vocab": a.vocab, "dim": a.dim, "heads": a.heads, "layers": a.layers, "ff": a.ff,
-              "attention": a.attention}
+              "attention": a.attention, "impl": a.impl, "precision": a.precision, "compile": a.compile}
     timeout = max(600.0, 20 * a.max_seconds * (reps + 1))
     return B.run_child(os.path.abspath(__file__), params, a.threads, timeout)
 
@@ -152,8 +164,8 @@ def run_config(a, model, n, k, note):
     if "status" in r:
         return ["pytorch", model, n, k, batch, None, None, r["status"]], None
     if "error" in r:
-        note.append(f"{model} n {n}: {r['error']}")
-        return ["pytorch", model, n, k, batch, None, None, "not_run"], None
+        note.append(f"{model} n {n} ({B.variant(a)}): FAILED: {r['error']}")
+        return ["pytorch", model, n, k, batch, None, None, "failed", B.variant(a), B.csv_text(r["error"])], None
     sps = min(r["times"]) / batch
     return ["pytorch", model, n, k, batch, f"{sps:.6g}", r["peak"], "ok"], r
 
@@ -184,9 +196,11 @@ def main(argv):
                 if k and k > n:
                     continue
                 if slow:
-                    rows.append(["pytorch", model, n, k, 1, None, None, "skipped_time"])
+                    rows.append(["pytorch", model, n, k, 1, None, None, "skipped_time", B.variant(a), ""])
                     continue
                 row, r = run_config(a, model, n, k, note)
+                if len(row) == 8:  # a failed row already names its variant and why
+                    row += [B.variant(a), ""]
                 rows.append(row)
                 print(",".join("" if v is None else str(v) for v in row), file=sys.stderr, flush=True)
                 if r:
@@ -196,7 +210,7 @@ def main(argv):
                     slow = max(r["times"]) > a.max_seconds
     if info:
         print(f"torch {info['torch']}, {info['threads']} threads (OpenMP wait policy {B.wait_policy()}), "
-              f"attention {a.attention}; "
+              f"PyTorch {B.variant(a)} (attention {a.attention}); "
               f"dim {a.dim}, heads {a.heads}, layers {a.layers}, ff {a.ff}, vocab {a.vocab}; "
               f"Linformer: layerwise sharing; peak = RSS high-water mark growth"
               f"{'' if info['reset_hwm'] else ' (VmHWM could not be reset: includes the warm-up)'}")
