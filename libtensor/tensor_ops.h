@@ -3,7 +3,9 @@
  * Conventions for every op below:
  * - Inputs must be on one device (else TENSOR_ERR_DEVICE) and, for binary
  *   ops, share a dtype (else TENSOR_ERR_DTYPE): there are no silent copies or
- *   promotions. Float ops take f32/f64; index arguments are i32/i64.
+ *   promotions. Float ops take f32/f64; index arguments are i32/i64. bf16
+ *   is taken only where stated (casts, copies, matmul); elsewhere it is
+ *   TENSOR_ERR_DTYPE naming the op.
  * - Binary ops broadcast NumPy-style (trailing dims equal or 1).
  * - dim arguments accept negative values (-1 = last); out of range is
  *   TENSOR_ERR_SHAPE.
