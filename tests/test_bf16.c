@@ -469,6 +469,13 @@ START_TEST(test_errors)
 			"bf16");
 	tu_assert_error(ag_requires_grad(x, true) < 0, TENSOR_ERR_DTYPE, "ag_requires_grad",
 			"bf16");
+	struct tensor *leaf = tensor_clone(f);
+	ck_assert_int_eq(ag_requires_grad(leaf, true), TENSOR_OK);
+	tu_assert_error(ag_cast(leaf, TENSOR_BF16) == NULL, TENSOR_ERR_DTYPE, "ag_cast", "bf16");
+	ag_no_grad_begin();
+	struct tensor *cast = ag_cast(leaf, TENSOR_BF16); /* no gradient wanted: fine */
+	ag_no_grad_end();
+	ck_assert(cast && cast->dtype == TENSOR_BF16 && !cast->requires_grad);
 	/* mixed dtypes and results a product cannot give */
 	tu_assert_error(tensor_matmul(x, f) == NULL, TENSOR_ERR_DTYPE, "matmul", "bf16");
 	tu_assert_error(tensor_matmul_to(f, f, TENSOR_BF16) == NULL, TENSOR_ERR_DTYPE, "matmul",
