@@ -340,6 +340,14 @@ static int cast_backward(struct ag_node *n, const struct tensor *g)
 
 struct tensor *ag_cast(struct tensor *x, enum tensor_dtype dt)
 {
+	if (x && dt == TENSOR_BF16 && x->requires_grad && ag_grad_enabled()) {
+		char b[128];
+		tensor_error(TENSOR_ERR_DTYPE,
+			     "ag_cast: %s %s requires grad and a bf16 tensor cannot carry a "
+			     "gradient (cast a detached copy, or under no-grad)",
+			     tensor_shape_str(x, b, sizeof b), tensor_dtype_name(x->dtype));
+		return NULL;
+	}
 	struct tensor *y = tensor_cast(x, dt);
 	if (dt == TENSOR_F32 || dt == TENSOR_F64)
 		ag_record("cast", y, cast_backward, 1, &x);

@@ -43,7 +43,9 @@ struct tensor *ag_silu(struct tensor *x);
 struct tensor *ag_sigmoid(struct tensor *x);
 struct tensor *ag_where(const struct tensor *cond, struct tensor *a, struct tensor *b);
 struct tensor *ag_masked_fill(struct tensor *x, const struct tensor *mask, double value);
-/* Float to float casts pass gradients back (cast to the input's dtype). */
+/* Float to float casts pass gradients back (cast to the input's dtype). A cast
+ * to bf16 of a tensor that requires grad is refused (TENSOR_ERR_DTYPE): bf16
+ * cannot carry a gradient, and dropping it silently would stop backward. */
 struct tensor *ag_cast(struct tensor *x, enum tensor_dtype dt);
 /* x * mask / (1 - p) with mask[i] = uniform(seed, i) >= p; identity when p == 0
  * or not training. p in [0, 1). */

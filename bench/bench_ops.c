@@ -1,6 +1,6 @@
-/* Ops benchmark: matmul GFLOP/s against direct BLIS calls and the measured FMA peak, and
- * elementwise GB/s. Prints markdown tables. Usage: bench_ops [--threads N] [--reps N]
- * [--quick] */
+/* Ops benchmark: matmul GFLOP/s against direct BLIS calls and the measured FMA peak, bf16
+ * matmul against f32, and elementwise GB/s. Prints markdown tables. Usage: bench_ops
+ * [--threads N] [--reps N] [--quick] [--bf16] */
 #include <blis.h>
 #include <immintrin.h>
 #include <stdbool.h>
@@ -13,7 +13,7 @@
 
 struct opts {
 	int threads, reps;
-	bool quick;
+	bool quick, bf16_only; /* --bf16: only the bf16 matmul table */
 };
 
 static double now(void)
@@ -255,6 +255,63 @@ static void bench_matmul(const struct opts *o, double peak1)
 	       nt);
 }
 
+/* Seconds of one product a·b with the result in dtype dt, in a scope. */
+static double mm_once(const struct tensor *a, const struct tensor *b, enum tensor_dtype dt)
+{
+	tensor_scope_begin();
+	double t0 = now();
+	struct tensor *out = tensor_matmul_to(a, b, dt);
+	double t1 = now();
+	if (!out) {
+		fprintf(stderr, "bench_ops: matmul: %s\n", tensor_last_error());
+		exit(1);
+	}
+	tensor_scope_end();
+	return t1 - t0;
+}
+
+/* Square products with bf16 inputs (f32 and bf16 results) against f32, interleaved. */
+static void bench_matmul_bf16(const struct opts *o)
+{
+	static const int64_t sizes[] = { 512, 1024, 2048 };
+	int nt = o->threads;
+	tensor_set_num_threads(nt);
+	printf("## matmul with bf16 inputs (%dT, GFLOP/s, best of %d; kernel: %s)\n\n", nt, o->reps,
+	       tensor_bf16_gemm_kernel());
+	printf("| n | f32 | bf16 -> f32 | bf16 -> bf16 | bf16 -> f32 / f32 |\n");
+	printf("|---:|---:|---:|---:|---:|\n");
+	for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+		int64_t n = sizes[i];
+		if (o->quick && n > 1024)
+			continue;
+		struct tensor *a = rnd(2, (int64_t[]){ n, n }, 1),
+			      *b = rnd(2, (int64_t[]){ n, n }, 2);
+		struct tensor *a16 = tensor_cast(a, TENSOR_BF16),
+			      *b16 = tensor_cast(b, TENSOR_BF16);
+		if (!a16 || !b16) {
+			fprintf(stderr, "bench_ops: %s\n", tensor_last_error());
+			exit(1);
+		}
+		double best[3] = { 1e30, 1e30, 1e30 };
+		for (int r = 0; r <= o->reps; r++) { /* r == 0 warms up */
+			double t[3] = { mm_once(a, b, TENSOR_F32), mm_once(a16, b16, TENSOR_F32),
+					mm_once(a16, b16, TENSOR_BF16) };
+			for (int j = 0; r > 0 && j < 3; j++)
+				best[j] = t[j] < best[j] ? t[j] : best[j];
+		}
+		double flops = 2.0 * (double)n * (double)n * (double)n * 1e-9;
+		printf("| %lld | %.1f | %.1f | %.1f | %.3f |\n", (long long)n, flops / best[0],
+		       flops / best[1], flops / best[2], best[0] / best[1]);
+		fflush(stdout);
+		tensor_free(a);
+		tensor_free(b);
+		tensor_free(a16);
+		tensor_free(b16);
+	}
+	printf("\nbf16 inputs are converted to f32 (exactly) and multiplied by BLIS's sgemm; "
+	       "the AVX512-BF16 / AMX kernels come later.\n\n");
+}
+
 /* ---- elementwise ------------------------------------------------------------------------ */
 
 /* Dropout as it was before the one-pass op: uniform draws, a compare, a scale, a product. */
@@ -325,7 +382,7 @@ static void bench_elementwise(const struct opts *o)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: bench_ops [--threads N] [--reps N] [--quick]\n");
+	fprintf(stderr, "usage: bench_ops [--threads N] [--reps N] [--quick] [--bf16]\n");
 	exit(2);
 }
 
@@ -339,6 +396,8 @@ int main(int argc, char **argv)
 			o.reps = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--quick"))
 			o.quick = true;
+		else if (!strcmp(argv[i], "--bf16"))
+			o.bf16_only = true;
 		else
 			usage();
 	}
@@ -349,6 +408,12 @@ int main(int argc, char **argv)
 	if (o.threads <= 0)
 		o.threads = tensor_get_num_threads();
 
+	if (o.bf16_only) {
+		printf("- BLIS %s, kernel set: %s\n\n", bli_info_get_version_str(),
+		       tensor_blas_arch());
+		bench_matmul_bf16(&o);
+		return 0;
+	}
 	const char *isa;
 	double peak1 = fma_peak(10, &isa);
 	printf("# cformer ops benchmark\n\n");
@@ -367,6 +432,7 @@ int main(int argc, char **argv)
 	       "GFLOP/s\n\n",
 	       isa, peak1, o.threads, peak1 * o.threads);
 	bench_matmul(&o, peak1);
+	bench_matmul_bf16(&o);
 	bench_elementwise(&o);
 	return 0;
 }

@@ -26,7 +26,7 @@ enum tensor_random_kind { TENSOR_RAND_UNIFORM, TENSOR_RAND_NORMAL };
 struct tensor_backend {
 	const char *name;
 	/* memory */
-	void *(*alloc)(size_t nbytes); /* NULL on failure */
+	void *(*alloc)(size_t nbytes);		/* NULL on failure */
 	void (*free)(void *ptr, size_t nbytes); /* nbytes as allocated */
 	int (*memset_zero)(void *ptr, size_t nbytes);
 	/* The host buffer may be reused as soon as copy_from_host returns (the
@@ -69,7 +69,9 @@ struct tensor_backend {
 	/* c [batch, m, n] = alpha a [batch, m, k] · b [batch, k, n] + beta c.
 	 * Batch strides may be 0; every matrix has a unit stride in one dim,
 	 * rows and columns that do not overlap, and valid strides on size-1
-	 * dims (the front-end copies or rewrites operands to ensure this). */
+	 * dims (the front-end copies or rewrites operands to ensure this).
+	 * a, b and c share a dtype, or a and b are bf16 and c is f32 or bf16
+	 * (f32 accumulation); a slot without bf16 refuses it (TENSOR_ERR_DTYPE). */
 	int (*gemm)(struct tensor *c, const struct tensor *a, const struct tensor *b, double alpha,
 		    double beta);
 	/* Along the last dim; x any strides. */

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "bf16.h"
 #include "mem.h"
 
 int tensor_copy_(struct tensor *dst, const struct tensor *src)
@@ -170,6 +171,11 @@ static double load(const void *p, enum tensor_dtype dt)
 	case TENSOR_F32: return *(const float *)p;
 	case TENSOR_F64: return *(const double *)p;
 	case TENSOR_I32: return *(const int32_t *)p;
+	case TENSOR_BF16: {
+		uint16_t h;
+		memcpy(&h, p, sizeof h);
+		return bf16_to_f64(h);
+	}
 	default: return (double)*(const int64_t *)p;
 	}
 }

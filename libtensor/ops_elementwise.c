@@ -138,6 +138,8 @@ struct tensor *tensor_unary(enum tensor_unary_op op, const struct tensor *x, dou
 	const char *name = unary_name[op];
 	char bx[128];
 	tensor_shape_str(x, bx, sizeof bx);
+	if (tensor_check_not_bf16(name, x) < 0)
+		return NULL;
 	if (!is_float(x->dtype) && !unary_takes_int(op)) {
 		tensor_error(TENSOR_ERR_DTYPE, "%s: expected f32 or f64, got %s %s", name,
 			     tensor_dtype_name(x->dtype), bx);
@@ -240,7 +242,7 @@ struct tensor *tensor_binary(enum tensor_binary_op op, const struct tensor *a,
 		return NULL;
 	}
 	const char *name = binary_name[op];
-	if (check_same(name, "inputs", a, b) < 0)
+	if (check_same(name, "inputs", a, b) < 0 || tensor_check_not_bf16(name, a) < 0)
 		return NULL;
 	if (!is_float(a->dtype) && (op == TENSOR_DIV || op == TENSOR_POW)) {
 		char ba[128], bb[128];
@@ -401,7 +403,8 @@ struct tensor *tensor_where(const struct tensor *cond, const struct tensor *a,
 {
 	if (!cond || !a || !b)
 		return NULL;
-	if (check_same("where", "a and b", a, b) < 0)
+	if (check_same("where", "a and b", a, b) < 0 || tensor_check_not_bf16("where", a) < 0 ||
+	    tensor_check_not_bf16("where", cond) < 0)
 		return NULL;
 	if (cond->storage->device != a->storage->device) {
 		char bc[128], ba[128];
@@ -435,6 +438,8 @@ static const struct tensor_backend *masked_fill_check(const char *name, const st
 	}
 	tensor_shape_str(x, bx, sizeof bx);
 	tensor_shape_str(mask, bm, sizeof bm);
+	if (tensor_check_not_bf16(name, x) < 0 || tensor_check_not_bf16(name, mask) < 0)
+		return NULL;
 	if (x->storage->device != mask->storage->device) {
 		tensor_error(TENSOR_ERR_DEVICE,
 			     "%s: x and mask on different devices: %s on %s and %s on %s", name, bx,

@@ -22,6 +22,8 @@ static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t l
 /* idx is an i32/i64 tensor on t's device. */
 static int check_index_tensor(const char *op, const struct tensor *t, const struct tensor *idx)
 {
+	if (tensor_check_not_bf16(op, t) < 0)
+		return TENSOR_ERR_DTYPE;
 	if (idx->dtype != TENSOR_I32 && idx->dtype != TENSOR_I64)
 		return tensor_error(TENSOR_ERR_DTYPE, "%s: index dtype must be i32 or i64, got %s",
 				    op, tensor_dtype_name(idx->dtype));

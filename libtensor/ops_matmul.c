@@ -183,16 +183,31 @@ static int batch_shape(const struct tensor *a, const struct tensor *b, const str
 	return n;
 }
 
-static int matmul_check(const struct tensor *a, const struct tensor *b)
+/* The result's dtype for inputs of dtype in: in itself, or f32 for bf16. */
+static bool out_dtype_ok(enum tensor_dtype in, enum tensor_dtype out)
+{
+	return out == in || (in == TENSOR_BF16 && out == TENSOR_F32);
+}
+
+static int matmul_check(const struct tensor *a, const struct tensor *b, enum tensor_dtype out_dt)
 {
 	int rc = tensor_check_pair(OP, a, b);
-	if (rc == TENSOR_OK)
-		rc = tensor_check_float(OP, a);
 	if (rc < 0)
 		return rc;
 	char ba[128], bb[128];
 	tensor_shape_str(a, ba, sizeof ba);
 	tensor_shape_str(b, bb, sizeof bb);
+	if (a->dtype != TENSOR_F32 && a->dtype != TENSOR_F64 && a->dtype != TENSOR_BF16)
+		return tensor_error(TENSOR_ERR_DTYPE,
+				    "matmul: %s %s x %s %s, expected f32, f64 or bf16 inputs", ba,
+				    tensor_dtype_name(a->dtype), bb, tensor_dtype_name(b->dtype));
+	if (!out_dtype_ok(a->dtype, out_dt))
+		return tensor_error(TENSOR_ERR_DTYPE,
+				    "matmul: %s %s x %s %s cannot give a %s result, expected %s%s",
+				    ba, tensor_dtype_name(a->dtype), bb,
+				    tensor_dtype_name(b->dtype), tensor_dtype_name(out_dt),
+				    tensor_dtype_name(a->dtype),
+				    a->dtype == TENSOR_BF16 ? " or f32" : "");
 	if (a->ndim == 0 || b->ndim == 0)
 		return tensor_error(TENSOR_ERR_SHAPE,
 				    "matmul: 0-d operand: %s x %s, expected at least 1-d", ba, bb);
@@ -220,18 +235,18 @@ static bool broadcasts_to(const struct tensor *t, int ndim, const int64_t *shape
 
 /* A buffer for the product's shape sh [nd], laid out in the dim order `order`
  * (NULL: row-major), returned as a view of shape sh. */
-static struct tensor *new_laid_out(const struct tensor *a, int nd, const int64_t *sh,
-				   const int *order)
+static struct tensor *new_laid_out(const struct tensor *a, enum tensor_dtype dt, int nd,
+				   const int64_t *sh, const int *order)
 {
 	if (!order)
-		return tensor_new(a->dtype, a->storage->device, nd, sh);
+		return tensor_new(dt, a->storage->device, nd, sh);
 	int64_t osh[TENSOR_MAX_DIMS];
 	int inv[TENSOR_MAX_DIMS];
 	for (int d = 0; d < nd; d++) {
 		osh[d] = sh[order[d]];
 		inv[order[d]] = d;
 	}
-	struct tensor *buf = tensor_new(a->dtype, a->storage->device, nd, osh);
+	struct tensor *buf = tensor_new(dt, a->storage->device, nd, osh);
 	struct tensor *out = buf ? tensor_permute(buf, inv) : NULL;
 	tensor_free(buf);
 	return out;
@@ -252,17 +267,27 @@ static int check_order(const int *order, int nd)
 	return TENSOR_OK;
 }
 
-/* A·B, plus add (broadcast to the result) when not NULL: the result starts as add and the
- * GEMM accumulates into it. order: the result's memory layout (see new_laid_out). */
+/* A·B as dtype out_dt, plus add (broadcast to the result, of dtype out_dt) when not NULL:
+ * the result starts as add and the GEMM accumulates into it. order: the result's memory
+ * layout (see new_laid_out). */
 static struct tensor *matmul_impl(const struct tensor *a, const struct tensor *b,
-				  const struct tensor *add, const int *order)
+				  const struct tensor *add, const int *order,
+				  enum tensor_dtype out_dt)
 {
 	if (!a || !b)
 		return NULL;
-	if (matmul_check(a, b) < 0)
+	if (matmul_check(a, b, out_dt) < 0)
 		return NULL;
-	if (add && tensor_check_pair(OP, a, add) < 0)
+	if (add && add->storage->device != a->storage->device)
+		return tensor_check_pair(OP, a, add), NULL; /* the device error */
+	if (add && add->dtype != out_dt) {
+		char bc[128];
+		tensor_error(TENSOR_ERR_DTYPE,
+			     "matmul_add: c %s is %s, expected %s (the product's)",
+			     tensor_shape_str(add, bc, sizeof bc), tensor_dtype_name(add->dtype),
+			     tensor_dtype_name(out_dt));
 		return NULL;
+	}
 	const struct tensor_backend *be = TENSOR_BACKEND_FOR(a->storage->device, gemm, OP);
 	if (!be)
 		return NULL;
@@ -285,7 +310,7 @@ static struct tensor *matmul_impl(const struct tensor *a, const struct tensor *b
 		sh[ond++] = n;
 	if (check_order(order, ond) < 0)
 		goto done;
-	out = new_laid_out(a, ond, sh, order);
+	out = new_laid_out(a, out_dt, ond, sh, order);
 	if (!out)
 		goto done;
 	if (add && !broadcasts_to(add, ond, sh)) {
@@ -334,15 +359,21 @@ done:
 
 struct tensor *tensor_matmul(const struct tensor *a, const struct tensor *b)
 {
-	return matmul_impl(a, b, NULL, NULL);
+	return a ? matmul_impl(a, b, NULL, NULL, a->dtype) : NULL;
+}
+
+struct tensor *tensor_matmul_to(const struct tensor *a, const struct tensor *b,
+				enum tensor_dtype dt)
+{
+	return a ? matmul_impl(a, b, NULL, NULL, dt) : NULL;
 }
 
 struct tensor *tensor_matmul_add(const struct tensor *a, const struct tensor *b,
 				 const struct tensor *c)
 {
-	if (!c)
+	if (!a || !c)
 		return NULL;
-	return matmul_impl(a, b, c, NULL);
+	return matmul_impl(a, b, c, NULL, a->dtype == TENSOR_BF16 ? c->dtype : a->dtype);
 }
 
 struct tensor *tensor_matmul_laid_out(const struct tensor *a, const struct tensor *b,
@@ -359,5 +390,5 @@ struct tensor *tensor_matmul_laid_out(const struct tensor *a, const struct tenso
 			     tensor_shape_str(b, bb, sizeof bb));
 		return NULL;
 	}
-	return matmul_impl(a, b, NULL, order);
+	return matmul_impl(a, b, NULL, order, a->dtype);
 }

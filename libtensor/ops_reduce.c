@@ -156,7 +156,7 @@ static struct tensor *reduce_op(const char *op, enum tensor_reduce_op rop, const
 				int ndims, const int *dims, bool keepdim)
 {
 	struct red_dims rd;
-	if (!x || parse_dims(op, x, ndims, dims, &rd) < 0)
+	if (!x || tensor_check_not_bf16(op, x) < 0 || parse_dims(op, x, ndims, dims, &rd) < 0)
 		return NULL;
 	if (rop != TENSOR_RED_SUM && check_nonempty(op, x, &rd) < 0)
 		return NULL;
@@ -221,7 +221,8 @@ struct tensor *tensor_var(const struct tensor *x, int ndims, const int *dims, in
 struct tensor *tensor_argmax(const struct tensor *x, int dim, bool keepdim)
 {
 	struct red_dims rd;
-	if (!x || parse_dims("argmax", x, 1, &dim, &rd) < 0 || check_nonempty("argmax", x, &rd) < 0)
+	if (!x || tensor_check_not_bf16("argmax", x) < 0 ||
+	    parse_dims("argmax", x, 1, &dim, &rd) < 0 || check_nonempty("argmax", x, &rd) < 0)
 		return NULL;
 	enum tensor_device dev = x->storage->device;
 	if (x->ndim == 0)

@@ -5,8 +5,8 @@
 
 #include "backend.h"
 
-static const size_t dtype_sizes[TENSOR_NDTYPES] = { 4, 8, 4, 8 };
-static const char *const dtype_names[TENSOR_NDTYPES] = { "f32", "f64", "i32", "i64" };
+static const size_t dtype_sizes[TENSOR_NDTYPES] = { 4, 8, 4, 8, 2 };
+static const char *const dtype_names[TENSOR_NDTYPES] = { "f32", "f64", "i32", "i64", "bf16" };
 
 size_t tensor_dtype_size(enum tensor_dtype dt)
 {
@@ -349,6 +349,19 @@ int tensor_check_float(const char *op, const struct tensor *t)
 	if (t->dtype != TENSOR_F32 && t->dtype != TENSOR_F64)
 		return tensor_error(TENSOR_ERR_DTYPE, "%s: expected f32 or f64, got %s %s", op,
 				    tensor_shape_str(t, b, sizeof b), tensor_dtype_name(t->dtype));
+	return TENSOR_OK;
+}
+
+int tensor_check_not_bf16(const char *op, const struct tensor *t)
+{
+	if (!t)
+		return tensor_error(TENSOR_ERR_ARG, "%s: input is NULL", op);
+	char b[128];
+	if (t->dtype == TENSOR_BF16)
+		return tensor_error(TENSOR_ERR_DTYPE,
+				    "%s: bf16 not supported (%s bf16): bf16 is a storage and "
+				    "matmul dtype, cast to f32 first",
+				    op, tensor_shape_str(t, b, sizeof b));
 	return TENSOR_OK;
 }
 

@@ -55,7 +55,13 @@ const char *tensor_status_string(int status);
 
 /* ---- dtypes and devices --------------------------------------------------- */
 
-enum tensor_dtype { TENSOR_F32, TENSOR_F64, TENSOR_I32, TENSOR_I64, TENSOR_NDTYPES };
+/* bf16 (bfloat16: the top half of an f32, 2 bytes) is a storage and GEMM input
+ * dtype: tensors of it can be made, filled, copied, cast (f32/f64 -> bf16
+ * rounds to nearest even, bf16 -> f32/f64 is exact), moved between devices,
+ * viewed, joined (concat, stack, split), printed and multiplied
+ * (tensor_matmul, tensor_matmul_to: f32 accumulation); every other op refuses
+ * it with TENSOR_ERR_DTYPE naming the op (cast to f32 first). */
+enum tensor_dtype { TENSOR_F32, TENSOR_F64, TENSOR_I32, TENSOR_I64, TENSOR_BF16, TENSOR_NDTYPES };
 enum tensor_device { TENSOR_CPU, TENSOR_CUDA, TENSOR_NDEVICES };
 
 size_t tensor_dtype_size(enum tensor_dtype dt);
@@ -123,6 +129,8 @@ bool tensor_same_shape(const struct tensor *a, const struct tensor *b);
 int tensor_check_pair(const char *op, const struct tensor *a, const struct tensor *b);
 /* Non-NULL and f32 or f64: */
 int tensor_check_float(const char *op, const struct tensor *t);
+/* Non-NULL and not bf16 (for ops that compute only in f32/f64 and integers): */
+int tensor_check_not_bf16(const char *op, const struct tensor *t);
 /* The arguments of tensor_conv1d (x [B, C_in, L], w [C_out, C_in, K], bias
  * [C_out] or NULL, stride >= 1, padding >= 0, K <= L + 2 padding): */
 int tensor_check_conv1d(const struct tensor *x, const struct tensor *w, const struct tensor *bias,
@@ -292,6 +300,10 @@ int tensor_get_num_threads(void);
 /* The BLIS kernel set in use ("skx", "haswell", ...). The library selects the
  * fastest set the CPU supports at first use unless BLIS_ARCH_TYPE is set. */
 const char *tensor_blas_arch(void);
+/* The CPU kernel of matrix products with bf16 inputs: "f32-convert+blis-sgemm"
+ * (the inputs converted exactly to f32, then BLIS's sgemm with the kernel set
+ * of tensor_blas_arch()). */
+const char *tensor_bf16_gemm_kernel(void);
 
 #ifdef __cplusplus
 }

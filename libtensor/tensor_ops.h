@@ -3,7 +3,9 @@
  * Conventions for every op below:
  * - Inputs must be on one device (else TENSOR_ERR_DEVICE) and, for binary
  *   ops, share a dtype (else TENSOR_ERR_DTYPE): there are no silent copies or
- *   promotions. Float ops take f32/f64; index arguments are i32/i64.
+ *   promotions. Float ops take f32/f64; index arguments are i32/i64. bf16
+ *   is taken only where stated (casts, copies, matmul); elsewhere it is
+ *   TENSOR_ERR_DTYPE naming the op.
  * - Binary ops broadcast NumPy-style (trailing dims equal or 1).
  * - dim arguments accept negative values (-1 = last); out of range is
  *   TENSOR_ERR_SHAPE.
@@ -129,14 +131,24 @@ struct tensor *tensor_cast(const struct tensor *x, enum tensor_dtype dt);
 
 /* C = A·B. A [..., m, k], B [..., k, n] -> [..., m, n] with the batch dims
  * broadcast; a 1-d A is a row [k], a 1-d B a column [k] (that dim is dropped
- * from the result). Float dtypes. Operands are passed to BLIS by their
- * strides, so transposed or sliced views are not copied (a view whose matrix
- * has no unit stride is copied first). Errors: inner dims differ, batch dims
- * not broadcastable. */
+ * from the result). A and B share a dtype: f32, f64 or bf16; the result has
+ * it too (tensor_matmul_to picks f32 for bf16 inputs). bf16 products
+ * accumulate in f32 and a bf16 result is rounded once, to nearest even
+ * (tensor_bf16_gemm_kernel() names the CPU kernel; CUDA refuses bf16).
+ * Operands are passed to BLIS by their strides, so transposed or sliced views
+ * are not copied (a view whose matrix has no unit stride is copied first).
+ * Errors: inner dims differ, batch dims not broadcastable (TENSOR_ERR_SHAPE),
+ * dtypes differ or not f32/f64/bf16 (TENSOR_ERR_DTYPE). */
 struct tensor *tensor_matmul(const struct tensor *a, const struct tensor *b);
+/* tensor_matmul with the result in dtype dt: A's dtype, or f32 for bf16
+ * inputs (bf16 x bf16 -> f32: f32 accumulation, no rounding of the result).
+ * Another dt is TENSOR_ERR_DTYPE. */
+struct tensor *tensor_matmul_to(const struct tensor *a, const struct tensor *b,
+				enum tensor_dtype dt);
 /* A·B + C in one pass over the result (C is copied in, the GEMM accumulates
  * onto it): the linear layer's x W^T + b. C broadcasts to the product's shape
- * and shares its dtype and device; errors as tensor_matmul, and C's shape
+ * and shares its device; its dtype is A's, or for bf16 A and B either bf16 or
+ * f32 (the result's dtype is C's); errors as tensor_matmul, and C's shape
  * not broadcasting to the product (TENSOR_ERR_SHAPE). */
 struct tensor *tensor_matmul_add(const struct tensor *a, const struct tensor *b,
 				 const struct tensor *c);

@@ -27,7 +27,8 @@
 #define MAX_EXACT 9007199254740992.0 /* 2^53: larger JSON numbers are not exact in cJSON */
 
 const char *const nn_ckpt_dtype_name[TENSOR_NDTYPES] = {
-	[TENSOR_F32] = "F32", [TENSOR_F64] = "F64", [TENSOR_I32] = "I32", [TENSOR_I64] = "I64"
+	[TENSOR_F32] = "F32", [TENSOR_F64] = "F64", [TENSOR_I32] = "I32", [TENSOR_I64] = "I64",
+	[TENSOR_BF16] = "BF16"
 };
 
 int nn_ckpt_fail(int status, const char *op, const char *file, const char *fmt, ...)
@@ -233,8 +234,8 @@ static int parse_entry(const char *op, const char *file, const cJSON *c, uint64_
 		d++;
 	if (d == TENSOR_NDTYPES)
 		return nn_ckpt_fail(TENSOR_ERR_IO, op, file,
-			    "tensor '%.200s': unsupported dtype '%.20s' (expected F32, F64, I32 or "
-			    "I64)",
+			    "tensor '%.200s': unsupported dtype '%.20s' (expected F32, F64, BF16, "
+			    "I32 or I64)",
 			    nm, dt->valuestring);
 	e->dtype = (enum tensor_dtype)d;
 	if (!cJSON_IsArray(sh))
@@ -462,12 +463,19 @@ static int meta_uint(const char *op, const char *file, const struct header *h, c
 
 /* ---- load ----------------------------------------------------------------- */
 
+/* Whether a file entry of dtype src loads into a tensor of dtype dst: the
+ * same dtype, or BF16 into F32 / F64 (converted exactly). */
+static bool dtype_loads(enum tensor_dtype src, enum tensor_dtype dst)
+{
+	return src == dst || (src == TENSOR_BF16 && (dst == TENSOR_F32 || dst == TENSOR_F64));
+}
+
 /* Compare a file entry with its destination tensor. */
 static int check_match(const char *op, const char *file, const struct entry *e,
 		       const struct tensor *dst)
 {
 	char fs[128], ms[128];
-	if (e->dtype != dst->dtype)
+	if (!dtype_loads(e->dtype, dst->dtype))
 		return nn_ckpt_fail(TENSOR_ERR_DTYPE, op, file,
 			    "tensor '%s' is %s %s in the file, the model expects %s %s", e->name,
 			    nn_ckpt_dtype_name[e->dtype], shape_str(e->ndim, e->shape, fs),
@@ -486,7 +494,7 @@ struct copy {
 	struct tensor *staged; /* device copy of the bytes, when dst is not host memory */
 };
 
-/* Count the non-finite values among the n bytes of f32/f64 data at p. */
+/* Count the non-finite values among the n bytes of f32/f64/bf16 data at p. */
 static int64_t count_nonfinite(const uint8_t *p, uint64_t n, enum tensor_dtype dt)
 {
 	int64_t bad = 0;
@@ -501,6 +509,11 @@ static int64_t count_nonfinite(const uint8_t *p, uint64_t n, enum tensor_dtype d
 			double v;
 			memcpy(&v, p + i, 8);
 			bad += !isfinite(v);
+		}} else if (dt == TENSOR_BF16) {
+		for (uint64_t i = 0; i + 2 <= n; i += 2) {
+			uint16_t v;
+			memcpy(&v, p + i, 2);
+			bad += (v & 0x7f80u) == 0x7f80u;
 		}
 	}
 	return bad;
@@ -667,8 +680,24 @@ static int load_header(const char *op, const char *file, struct header *h, struc
 		char what[NN_NAME_MAX + 512];
 		snprintf(what, sizeof what, "%s: %s: tensor '%s'", op, file, cp[k].src->name);
 		rc = tensor_check_writable(what, d);
-		if (rc == TENSOR_OK &&
-		    (d->storage->device != TENSOR_CPU || !tensor_is_contiguous(d))) {
+		if (rc == TENSOR_OK && cp[k].src->dtype != d->dtype) {
+			/* BF16 into F32/F64: converted exactly on the host */
+			tensor_heap_begin();
+			struct tensor *raw =
+			    tensor_from_data(cp[k].src->dtype, TENSOR_CPU, d->ndim, d->shape,
+					     h->data + cp[k].src->begin);
+			struct tensor *conv = raw ? tensor_cast(raw, d->dtype) : NULL;
+			cp[k].staged = conv && d->storage->device != TENSOR_CPU
+					   ? tensor_to_device(conv, d->storage->device)
+					   : conv;
+			if (cp[k].staged != conv)
+				tensor_free(conv);
+			tensor_free(raw);
+			tensor_heap_end();
+			if (!cp[k].staged)
+				rc = tensor_last_status();
+		} else if (rc == TENSOR_OK &&
+			   (d->storage->device != TENSOR_CPU || !tensor_is_contiguous(d))) {
 			tensor_heap_begin();
 			cp[k].staged = tensor_from_data(d->dtype, d->storage->device, d->ndim,
 							d->shape, h->data + cp[k].src->begin);

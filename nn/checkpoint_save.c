@@ -230,9 +230,10 @@ static int check_args(const char *op, const char *path, const struct meta_in *in
 	return TENSOR_OK;
 }
 
-/* The tensors to save, 8-byte dtypes first so that every tensor's data stays
- * aligned to its size: per parameter its value, AdamW's m and v, the moving
- * average. *n receives the count; NULL with an error. */
+/* The tensors to save, 8-byte dtypes first, then 4-byte, then 2-byte (bf16), so
+ * that every tensor's data stays aligned to its size: per parameter its value,
+ * AdamW's m and v, the moving average. *n receives the count; NULL with an
+ * error. */
 static struct item *items_of(const char *op, const char *path, const struct meta_in *in, int *n)
 {
 	const struct nn_params *ps = in->ps;
@@ -243,14 +244,15 @@ static struct item *items_of(const char *op, const char *path, const struct meta
 		return NULL;
 	}
 	*n = 0;
-	for (int pass = 0; pass < 2; pass++) {
+	static const size_t pass_size[3] = { 8, 4, 2 };
+	for (int pass = 0; pass < 3; pass++) {
 		for (int i = 0; i < ps->n; i++) {
 			const struct tensor *ts[4] = { ps->items[i].value,
 						       in->opt ? in->opt->m[i] : NULL,
 						       in->opt ? in->opt->v[i] : NULL,
 						       in->ema ? in->ema->shadow[i] : NULL };
 			for (int j = 0; j < 4; j++) {
-				if (!ts[j] || (tensor_dtype_size(ts[j]->dtype) == 8) != (pass == 0))
+				if (!ts[j] || tensor_dtype_size(ts[j]->dtype) != pass_size[pass])
 					continue;
 				snprintf(it[*n].name, sizeof it[*n].name, "%s%s", pre[j],
 					 ps->items[i].name);

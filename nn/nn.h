@@ -571,7 +571,8 @@ int nn_checkpoint_save_run(const char *path, const struct nn_params *ps,
 			   const char *config_json, const char *run_json, int64_t step);
 /* Load into existing parameters (and opt if not NULL and present in the
  * file; partial optimizer state is an error): every parameter must be present
- * with its exact shape and dtype and only finite values; other tensors are
+ * with its exact shape and dtype (or, for an f32/f64 one, as BF16: converted
+ * exactly) and only finite values; other tensors are
  * refused except "optimizer.*". Metadata is optional (files from other tools
  * load): step (0 if absent), seed and rng_counter restore ps's random stream.
  * The whole file is validated before anything changes, so a truncated,

@@ -24,6 +24,11 @@ enum {
 	OP_FLOATS = OP_F32 | OP_F64,
 	OP_INTS = OP_I32 | OP_I64,
 	OP_ALL = OP_FLOATS | OP_INTS,
+	/* bf16 (storage and matmul): the rows that take it; every other row must
+	 * refuse it (test_ops' test_refuses_bf16) */
+	OP_BF16 = 1 << TENSOR_BF16,
+	OP_GEMM = OP_FLOATS | OP_BF16, /* matmul's dtypes */
+	OP_STORE = OP_ALL | OP_BF16,   /* copies' and casts' */
 };
 
 /* Input layouts: each input in turn is a view of this kind over fresh storage. */

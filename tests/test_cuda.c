@@ -65,7 +65,7 @@ START_TEST(test_parity)
 {
 	const struct op_row *r = &rows[_i];
 	for (int dt = 0; dt < TENSOR_NDTYPES; dt++) {
-		if (!(r->dtypes & (1u << dt)))
+		if (!(r->dtypes & OP_ALL & (1u << dt))) /* bf16 is storage only on CUDA */
 			continue;
 		double ulps = dt == TENSOR_F32 ? r->ulps32 : dt == TENSOR_F64 ? r->ulps64 : 0;
 		for (int j = 0; j < r->nin; j++) {

@@ -1,6 +1,7 @@
 /* Checkpoints: bit-exact safetensors round trips (f32, f64, packed, with
  * optimizer state and a resumed AdamW step), the file layout read back
- * independently with cJSON, and the config. */
+ * independently with cJSON, BF16 files loading into f32/f64 parameters, and
+ * the config. */
 #define _GNU_SOURCE /* nftw, mkdtemp, strndup */
 #include <cjson/cJSON.h>
 #include <float.h>
@@ -494,6 +495,87 @@ START_TEST(test_non_finite_refused)
 }
 END_TEST
 
+/* A safetensors file of BF16 tensors (w [2,3], b [3]) holding the patterns h;
+ * single quotes in the header become double quotes. */
+static void write_bf16_file(const char *path, const uint16_t *h)
+{
+	static const char header[] = "{'w':{'dtype':'BF16','shape':[2,3],'data_offsets':[0,12]},"
+				     "'b':{'dtype':'BF16','shape':[3],'data_offsets':[12,18]}}";
+	size_t hn = strlen(header);
+	uint8_t b[256];
+	for (int i = 0; i < 8; i++)
+		b[i] = (uint8_t)((uint64_t)hn >> (8 * i));
+	for (size_t i = 0; i < hn; i++)
+		b[8 + i] = header[i] == '\'' ? '"' : (uint8_t)header[i];
+	for (int i = 0; i < 9; i++) { /* little-endian */
+		b[8 + hn + 2 * i] = (uint8_t)(h[i] & 0xff);
+		b[8 + hn + 2 * i + 1] = (uint8_t)(h[i] >> 8);
+	}
+	write_all(path, b, 8 + hn + 18);
+}
+
+/* A BF16 file (as other tools write bf16 weights) loads into f32 and f64
+ * parameters with every value converted exactly (bf16 is the top half of an
+ * f32); saved again (as F32) it reloads bit for bit; info reports BF16; a
+ * non-finite BF16 value is refused as in F32 files. */
+START_TEST(test_bf16_file)
+{
+	char path[256], again[256];
+	in_dir(path, "bf16.safetensors");
+	in_dir(again, "again.safetensors");
+	/* 1, -(1 + 2^-7), the smallest denormal, the largest finite, -0, RNE(1/3),
+	 * -123.5, the smallest normal, -largest */
+	uint16_t h[9] = { 0x3f80, 0xbf81, 0x0001, 0x7f7f, 0x8000, 0x3eab, 0xc2f7, 0x0080, 0xff7f };
+	write_bf16_file(path, h);
+	for (int dt = TENSOR_F32; dt <= TENSOR_F64; dt++) {
+		struct nn_params p, q;
+		const struct pspec spec[2] = { { "w", 2, { 2, 3 } }, { "b", 1, { 3 } } };
+		model_init(&p, (enum tensor_dtype)dt, 1, spec, 2);
+		model_init(&q, (enum tensor_dtype)dt, 2, spec, 2);
+		ck_assert_msg(nn_checkpoint_load(path, &p, NULL, NULL) == TENSOR_OK, "%s",
+			      tensor_last_error());
+		for (int i = 0; i < 9; i++) {
+			const struct tensor *t = p.items[i < 6 ? 0 : 1].value;
+			int j = i < 6 ? i : i - 6;
+			uint32_t u = (uint32_t)h[i] << 16;
+			float want;
+			memcpy(&want, &u, 4);
+			if (dt == TENSOR_F32) {
+				uint32_t got;
+				memcpy(&got, (const float *)tensor_data(t) + j, 4);
+				ck_assert_msg(got == u, "f32 %d: 0x%08x, want 0x%08x", i, got, u);
+			} else {
+				double got = ((const double *)tensor_data(t))[j];
+				bool same = got == (double)want && !signbit(got) == !signbit(want);
+				ck_assert_msg(same, "f64 %d: %a, want %a", i, got, (double)want);
+			}
+		}
+		ck_assert_int_eq(nn_checkpoint_save(again, &p, NULL, NULL, 3), TENSOR_OK);
+		ck_assert_int_eq(nn_checkpoint_load(again, &q, NULL, NULL), TENSOR_OK);
+		assert_same("saved again", state_of(&p, NULL), state_of(&q, NULL));
+		nn_params_free(&p);
+		nn_params_free(&q);
+	}
+	struct nn_checkpoint_info info;
+	ck_assert_int_eq(nn_checkpoint_info(path, &info), TENSOR_OK);
+	ck_assert_int_eq(info.n, 2);
+	ck_assert_int_eq(nn_checkpoint_info_find(&info, "w")->dtype, TENSOR_BF16);
+	ck_assert_int_eq(info.numel, 9);
+	nn_checkpoint_info_free(&info);
+	h[3] = 0x7f80; /* inf */
+	h[7] = 0xffc1; /* NaN */
+	write_bf16_file(path, h);
+	struct nn_params p;
+	const struct pspec spec[2] = { { "w", 2, { 2, 3 } }, { "b", 1, { 3 } } };
+	model_init(&p, TENSOR_F32, 1, spec, 2);
+	struct blob before = state_of(&p, NULL);
+	tu_assert_error(nn_checkpoint_load(path, &p, NULL, NULL) < 0, TENSOR_ERR_ARG, "'w'",
+			"holds 1 non-finite values (NaN or inf) of 6");
+	assert_same("unchanged", before, state_of(&p, NULL));
+	nn_params_free(&p);
+}
+END_TEST
+
 /* The header alone tells the parameters, their count and the step. */
 START_TEST(test_info)
 {
@@ -582,6 +664,7 @@ int main(void)
 	tcase_add_test(tc, test_file_layout);
 	tcase_add_test(tc, test_alignment_mixed_dtypes);
 	tcase_add_test(tc, test_config);
+	tcase_add_test(tc, test_bf16_file);
 	suite_add_tcase(s, tc);
 	tc = tcase("run_state");
 	tcase_add_test(tc, test_run_state);

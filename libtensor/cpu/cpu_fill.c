@@ -26,6 +26,24 @@ int cpu_copy(struct tensor *dst, const struct tensor *src)
 			int64_t s0 = bs[0] / 4, s1 = bs[1] / 4;
 			for (int64_t i = 0; i < n; i++)
 				o[i * s0] = x[i * s1];
+		} else if (dd == TENSOR_BF16 && sd == TENSOR_F32) {
+			uint16_t *o = (uint16_t *)p[0];
+			const float *x = (const float *)p[1];
+			int64_t s0 = bs[0] / 2, s1 = bs[1] / 4;
+			for (int64_t i = 0; i < n; i++)
+				o[i * s0] = bf16_from_f32(x[i * s1]);
+		} else if (dd == TENSOR_F32 && sd == TENSOR_BF16) {
+			float *o = (float *)p[0];
+			const uint16_t *x = (const uint16_t *)p[1];
+			int64_t s0 = bs[0] / 4, s1 = bs[1] / 2;
+			for (int64_t i = 0; i < n; i++)
+				o[i * s0] = bf16_to_f32(x[i * s1]);
+		} else if (dd == TENSOR_BF16 && sd == TENSOR_BF16) {
+			uint16_t *o = (uint16_t *)p[0];
+			const uint16_t *x = (const uint16_t *)p[1];
+			int64_t s0 = bs[0] / 2, s1 = bs[1] / 2;
+			for (int64_t i = 0; i < n; i++)
+				o[i * s0] = x[i * s1];
 		} else {
 			for (int64_t i = 0; i < n; i++)
 				cpu_store(p[0] + i * bs[0], dd, cpu_load(p[1] + i * bs[1], sd));

@@ -9,6 +9,7 @@
 #define CFORMER_CPU_ITER_H
 
 #include "../backend.h"
+#include "../bf16.h"
 
 #define CPU_MAX_OPS 4
 
@@ -78,13 +79,15 @@ static inline int64_t cpu_loop_stride(const struct cpu_loop *l, int k)
 }
 
 /* Element loads and stores through double, for the generic (any dtype)
- * paths; exact for f32, f64 and integers below 2^53. */
+ * paths; exact for f32, f64, bf16 and integers below 2^53 (a store to bf16
+ * rounds once, to nearest even, see bf16.h). */
 static inline double cpu_load(const char *p, enum tensor_dtype dt)
 {
 	switch (dt) {
 	case TENSOR_F32: return *(const float *)p;
 	case TENSOR_F64: return *(const double *)p;
 	case TENSOR_I32: return *(const int32_t *)p;
+	case TENSOR_BF16: return bf16_to_f64(*(const uint16_t *)p);
 	default: return (double)*(const int64_t *)p;
 	}
 }
@@ -95,6 +98,7 @@ static inline void cpu_store(char *p, enum tensor_dtype dt, double v)
 	case TENSOR_F32: *(float *)p = (float)v; break;
 	case TENSOR_F64: *(double *)p = v; break;
 	case TENSOR_I32: *(int32_t *)p = (int32_t)v; break;
+	case TENSOR_BF16: *(uint16_t *)p = bf16_from_f64(v); break;
 	default: *(int64_t *)p = (int64_t)v; break;
 	}
 }

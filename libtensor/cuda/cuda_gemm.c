@@ -97,8 +97,12 @@ int cuda_gemm(struct tensor *c, const struct tensor *a, const struct tensor *b, 
 {
 	static const char op[] = "gemm";
 	int64_t batch = c->shape[0], m = c->shape[1], n = c->shape[2], k = a->shape[2];
-	if (c->dtype != TENSOR_F32 && c->dtype != TENSOR_F64)
-		return tensor_error(TENSOR_ERR_DTYPE, "gemm: expected f32 or f64, got %s",
+	if ((c->dtype != TENSOR_F32 && c->dtype != TENSOR_F64) || a->dtype != c->dtype ||
+	    b->dtype != c->dtype)
+		return tensor_error(TENSOR_ERR_DTYPE,
+				    "matmul: expected f32 or f64 on cuda (bf16 not supported yet), "
+				    "got %s x %s -> %s",
+				    tensor_dtype_name(a->dtype), tensor_dtype_name(b->dtype),
 				    tensor_dtype_name(c->dtype));
 	if (batch == 0 || m == 0 || n == 0)
 		return TENSOR_OK;
