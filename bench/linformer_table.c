@@ -34,7 +34,7 @@ static struct options opt = {
 	.models = "transformer,linformer",
 	.batches = "1,max",
 	.device = "cpu",
-	.threads = 2,
+	.threads = 0,
 	.reps = 3,
 	.dim = 256,
 	.heads = 4,
@@ -79,7 +79,8 @@ static struct flag flags[] = {
 	BOOL("batched-heads", batched_heads,
 	     "compute all heads at once (default: one head at a time, the lower peak)"),
 	INT("reps", reps, 1, 1000, "R", "timed forward passes after one warm-up; the best counts"),
-	INT("threads", threads, 1, 4096, "T", "BLIS and OpenMP threads"),
+	INT("threads", threads, 0, 4096, "T",
+	    "BLIS and OpenMP threads (0: the library's default, the CPUs no other process keeps busy)"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of the weights and the input ids"),
 	INT("sgemm-size", sgemm_size, 64, 8192, "S",
 	    "size of the square sgemm whose rate the GFLOP/s are set against"),
@@ -489,7 +490,7 @@ static void print_header(void)
 	       (long long)opt.ff, (long long)opt.vocab);
 	printf("- threads %lld (OpenMP wait policy %s), BLIS kernels %s; load average at start "
 	       "%.2f; available memory %.1f GiB; sgemm %lld^3 (tensor_matmul): %.1f GFLOP/s\n",
-	       (long long)opt.threads, bench_wait_policy(), tensor_blas_arch(),
+	       (long long)(opt.threads ? opt.threads : tensor_get_num_threads()), bench_wait_policy(), tensor_blas_arch(),
 	       bench_load_average(), avail / BENCH_GIB, (long long)opt.sgemm_size, sgemm);
 	printf("- memory budget %.1f GiB; time guard %.0f s; best of %lld timed passes after a "
 	       "warm-up; peak = allocator peak, parameters included\n\n",

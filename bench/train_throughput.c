@@ -36,7 +36,7 @@ static struct options opt = {
 	.batch = 16,
 	.warmup = 2,
 	.reps = 5,
-	.threads = 2,
+	.threads = 0,
 	.dim = 256,
 	.heads = 4,
 	.layers = 4,
@@ -80,7 +80,8 @@ static struct flag flags[] = {
 	DBL("mem-fraction", mem_fraction, 0, 1, FLAG_MIN_OPEN, "F",
 	    "run only what is estimated to fit in F x the machine's available memory"),
 	INT("sgemm-size", sgemm_size, 64, 8192, "S", "size of the square sgemm for the MFU"),
-	INT("threads", threads, 1, 4096, "T", "BLIS and OpenMP threads"),
+	INT("threads", threads, 0, 4096, "T",
+	    "BLIS and OpenMP threads (0: the library's default, the CPUs no other process keeps busy)"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, ids and labels"),
 	STR("csv", csv, "FILE", "also write the rows as CSV (impl,model,n,k,batch,...)"),
 };
@@ -331,7 +332,7 @@ int main(int argc, char **argv)
 	       opt.sharing);
 	printf("- threads %lld (OpenMP wait policy %s), BLIS kernels %s, load average at start "
 	       "%.2f; sgemm %lld^3 (tensor_matmul): %.1f GFLOP/s\n",
-	       (long long)opt.threads, bench_wait_policy(), tensor_blas_arch(),
+	       (long long)(opt.threads ? opt.threads : tensor_get_num_threads()), bench_wait_policy(), tensor_blas_arch(),
 	       bench_load_average(), (long long)opt.sgemm_size, sgemm);
 	printf(
 	    "- %lld warm-up steps, then the mean of %lld timed steps; peak = allocator peak of "

@@ -49,7 +49,7 @@ static struct flag flags[] = {
 			"peak learning rate (AdamW; warmup, then cosine decay)"),
 	FLAG_DEF_INT("seed", &opt.seed, 0, 9007199254740992.0, "S",
 		     "seed of the weights, dropout and batch order"),
-	FLAG_DEF_INT("threads", &opt.threads, 0, 4096, "T", "CPU threads (0: every core)"),
+	FLAG_DEF_INT("threads", &opt.threads, 0, 4096, "T", "CPU threads (0: the cores not busy)"),
 	FLAG_DEF_CHOICE("device", &opt.device, "cpu|cuda", "where the model trains and runs"),
 	FLAG_DEF_INT("max-train", &opt.max_train, 0, 1 << 30, "N",
 		     "use N training reviews (0: all)"),

@@ -90,7 +90,7 @@ static struct flag flags[] = {
 							   "norms, embeddings)"),
 	DBL("clip", clip, 0, INFINITY, 0, "NORM", "gradient clipping norm (0: none)"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, dropout, order and masks"),
-	INT("threads", threads, 0, 4096, "T", "threads (0: every core)"),
+	INT("threads", threads, 0, 4096, "T", "threads (0: the cores no other process keeps busy)"),
 	CHO("device", device, "cpu|cuda", "where the model trains"),
 	BOOL("skip-nonfinite", skip_nonfinite,
 	     "skip a step whose loss or gradients are NaN or inf (default: stop the run)"),

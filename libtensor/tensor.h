@@ -294,7 +294,10 @@ int64_t tensor_mem_inject_failure(int64_t n);
 /* ---- threads and CPU backend info ----------------------------------------- */
 
 /* Threads for BLIS and OpenMP kernels; n <= 0 restores the default: the
- * environment variable CFORMER_NUM_THREADS if set, else the online CPUs. */
+ * environment variable CFORMER_NUM_THREADS if set, else the CPUs this process
+ * may run on less those other processes keep busy (half or more of a 50 ms
+ * look at /proc/stat), at least 1. The default is taken when the library
+ * starts and at each call with n <= 0; it does not follow later load. */
 void tensor_set_num_threads(int n);
 int tensor_get_num_threads(void);
 /* The BLIS kernel set in use ("skx", "haswell", ...). The library selects the

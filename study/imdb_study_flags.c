@@ -90,7 +90,7 @@ struct flag flags[] = {
 	    "decay D per step (e.g. 0.999; nn_ema); last.safetensors carries it for --resume, "
 	    "last-ema.safetensors holds it as weights to evaluate (0: none)"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, dropout and batch order"),
-	INT("threads", threads, 0, 4096, "T", "threads (0: every core)"),
+	INT("threads", threads, 0, 4096, "T", "threads (0: the cores no other process keeps busy)"),
 	CHO("device", device, "cpu|cuda", "where the model trains and runs"),
 	BOOL("skip-nonfinite", skip_nonfinite,
 	     "skip a step whose loss or gradients are NaN or inf (default: stop the run, the last "

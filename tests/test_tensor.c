@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu_kernels.h"
 #include "testutil.h"
 
 static const int64_t S23[] = { 2, 3 }, S234[] = { 2, 3, 4 };
@@ -625,6 +626,32 @@ START_TEST(test_random_normal_stats)
 }
 END_TEST
 
+/* The default thread count leaves out the CPUs other processes keep busy: counted from two
+ * /proc/stat snapshots (per-CPU jiffies: user nice system idle iowait irq softirq steal). */
+START_TEST(test_busy_cpus)
+{
+	const char *before = "cpu  400 0 100 1000 0 0 0 0 0 0\n"
+			     "cpu0 100 0 0 500 0 0 0 0 0 0\n"
+			     "cpu1 100 0 0 500 0 0 0 0 0 0\n"
+			     "cpu2 100 0 0 500 0 0 0 0 0 0\n"
+			     "cpu3 100 0 0 500 0 0 0 0 0 0\n"
+			     "intr 12345 1 2 3\n";
+	/* cpu0 all busy, cpu1 half (counts), cpu2 busy less than half, cpu3 waiting on I/O
+	 * (idle), and the "cpu" total line is not a CPU */
+	const char *after = "cpu  999 0 999 9999 0 0 0 0 0 0\n"
+			    "cpu0 200 0 0 500 0 0 0 0 0 0\n"
+			    "cpu1 125 0 25 550 0 0 0 0 0 0\n"
+			    "cpu2 140 0 0 560 0 0 0 1 0 0\n"
+			    "cpu3 100 0 0 520 80 0 0 0 0 0\n";
+	ck_assert_int_eq(cpu_busy_cpus(before, after), 2);
+	ck_assert_int_eq(cpu_busy_cpus(before, before), 0); /* no time passed */
+	ck_assert_int_eq(cpu_busy_cpus("", after), 0);
+	ck_assert_int_eq(cpu_busy_cpus("cpuX 1 2 3 4\ngarbage\n", "cpu0 1\n"), 0);
+	/* steal counts as busy: the hypervisor gave the time to someone else */
+	ck_assert_int_eq(cpu_busy_cpus("cpu0 0 0 0 100 0 0 0 0\n", "cpu0 0 0 0 150 0 0 0 60\n"), 1);
+}
+END_TEST
+
 START_TEST(test_threads_and_blas)
 {
 	tensor_set_num_threads(1);
@@ -704,6 +731,7 @@ int main(void)
 	tc = tu_tcase("random");
 	tcase_add_test(tc, test_random_reproducible);
 	tcase_add_test(tc, test_random_normal_stats);
+	tcase_add_test(tc, test_busy_cpus);
 	tcase_add_test(tc, test_threads_and_blas);
 	suite_add_tcase(s, tc);
 	return tu_run(s);

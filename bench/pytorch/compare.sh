@@ -18,7 +18,9 @@
 # Other flags go to both sides unchanged (--threads, --dim, --heads, --layers, --ff, --vocab,
 # --reps, --k). Environment: BUILD (the cformer build directory, default .), PYTHON (an
 # interpreter with torch, default python3), OUT (where the CSVs go, default a new temp dir),
-# PT_ROWS (the PyTorch rows, in order, from f32, bf16, compile, twin).
+# PT_ROWS (the PyTorch rows, in order, from f32, bf16, compile, twin), BUSY (a number of busy
+# loops, one process each, run beside both sides for the whole comparison: BUSY=1 takes one
+# core away, the busy-machine measurement of docs/benchmarks.md; default 0).
 # Both sides inherit the caller's environment, OpenMP's wait policy included: by default
 # idle threads spin a while before they sleep; OMP_WAIT_POLICY=passive makes them sleep at
 # once, which costs every parallel region a wake-up (docs/benchmarks.md measures both).
@@ -47,6 +49,16 @@ esac
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 rows=${PT_ROWS:-f32 bf16 compile}
+
+# BUSY competing processes, each a shell spinning on one core, stopped on exit
+busy_pids=
+trap 'for p in $busy_pids; do kill "$p" 2>/dev/null; done' EXIT INT TERM
+i=0
+while [ "$i" -lt "${BUSY:-0}" ]; do
+	sh -c 'while :; do :; done' &
+	busy_pids="$busy_pids $!"
+	i=$((i + 1))
+done
 
 # the flags of a PyTorch row
 row_flags() {

@@ -1,12 +1,15 @@
 /* The CPU backend: its table, host memory, threads and BLIS kernel choice. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <blis.h>
 #include <cpuid.h>
 #include <omp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cpu_iter.h"
@@ -14,13 +17,77 @@
 
 static atomic_int num_threads;
 
-/* CFORMER_NUM_THREADS if set to a positive number, else the online CPUs. */
+/* The per-CPU lines of /proc/stat ("cpuN user nice system idle iowait irq softirq steal"):
+ * into busy[N] and total[N] (jiffies), for N < max. Returns the highest N + 1 seen. */
+static int parse_stat(const char *stat, unsigned long long *busy, unsigned long long *total,
+		      int max)
+{
+	int seen = 0;
+	for (const char *l = stat; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		unsigned long long v[8] = { 0 };
+		int cpu;
+		if (strncmp(l, "cpu", 3) || !(l[3] >= '0' && l[3] <= '9') ||
+		    sscanf(l + 3, "%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &v[0], &v[1],
+			   &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) < 5 ||
+		    cpu < 0 || cpu >= max)
+			continue;
+		total[cpu] = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+		busy[cpu] = total[cpu] - v[3] - v[4]; /* all but idle and iowait */
+		seen = cpu + 1 > seen ? cpu + 1 : seen;
+	}
+	return seen;
+}
+
+int cpu_busy_cpus(const char *before, const char *after)
+{
+	enum { MAX = 4096 };
+	unsigned long long *v = calloc(4 * MAX, sizeof *v); /* busy, total: before, after */
+	if (!v)
+		return 0;
+	int n = parse_stat(before, v, v + MAX, MAX), m = parse_stat(after, v + 2 * MAX, v + 3 * MAX, MAX);
+	int busy = 0;
+	for (int i = 0; i < (n < m ? n : m); i++) {
+		unsigned long long db = v[2 * MAX + i] - v[i], dt = v[3 * MAX + i] - v[MAX + i];
+		busy += v[3 * MAX + i] > v[MAX + i] && 2 * db >= dt;
+	}
+	free(v);
+	return busy;
+}
+
+/* /proc/stat into buf (NUL-terminated); false if it cannot be read. */
+static bool read_stat(char *buf, size_t len)
+{
+	FILE *f = fopen("/proc/stat", "r");
+	if (!f)
+		return false;
+	size_t n = fread(buf, 1, len - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	return n > 0;
+}
+
+/* CFORMER_NUM_THREADS if set to a positive number; else the CPUs this process may run on
+ * less those that other processes keep busy (at least half of a 50 ms look at /proc/stat),
+ * at least 1: threads that must wait for each other lose many times over on a core that
+ * something else holds (docs/benchmarks.md, "A busy machine"). */
 static int default_threads(void)
 {
 	const char *env = getenv("CFORMER_NUM_THREADS");
 	long n = env ? strtol(env, NULL, 10) : 0;
-	if (n <= 0)
-		n = sysconf(_SC_NPROCESSORS_ONLN);
+	if (n > 0)
+		return (int)n;
+	cpu_set_t set;
+	n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+							: sysconf(_SC_NPROCESSORS_ONLN);
+	enum { LEN = 1 << 16 }; /* the per-CPU lines come first; the rest may be cut */
+	char *before = malloc(LEN), *after = malloc(LEN);
+	if (before && after && read_stat(before, LEN)) {
+		nanosleep(&(struct timespec){ .tv_nsec = 50 * 1000 * 1000 }, NULL);
+		if (read_stat(after, LEN))
+			n -= cpu_busy_cpus(before, after);
+	}
+	free(before);
+	free(after);
 	return n > 0 ? (int)n : 1;
 }
 

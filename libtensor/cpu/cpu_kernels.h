@@ -7,6 +7,9 @@
 /* cpu_backend.c: the thread count set by tensor_set_num_threads(), for
  * `#pragma omp parallel for num_threads(cpu_num_threads())`. */
 int cpu_num_threads(void);
+/* How many CPUs were busy (at least half of their time not idle) between two snapshots of
+ * /proc/stat's text; the default thread count leaves them out. */
+int cpu_busy_cpus(const char *before, const char *after);
 
 /* cpu_fill.c */
 int cpu_copy(struct tensor *dst, const struct tensor *src);
