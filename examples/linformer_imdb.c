@@ -11,7 +11,6 @@
  * (nn.h), validating and saving a checkpoint each epoch; Ctrl-C saves and prints how to
  * resume. Logs: metrics.csv and TensorBoard events in the log directory. */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
