@@ -80,6 +80,14 @@ ok "--data with the full recipe" "$prog" --data "$tiny" --n 32 --epochs 1 --batc
 	--threads 1 --log-dir "$tmp/d"
 grep -q "positions none + conv 3" "$tmp/ok.out" && grep -q "dim 128" "$tmp/ok.out" &&
 	echo "ok: the full recipe's model" || fail "--data did not take the full recipe: $(head -2 "$tmp/ok.out")"
+ok "imdb_study with the full recipe's flags" "$study" --data "$tiny" --n 32 --epochs 1 --batch 4 \
+	--threads 1 --model linformer --dim 128 --heads 4 --layers 2 --ff 512 --lr 1e-3 \
+	--keep-tail 382 --val-split movie --embed-l2 5e-2 --embed-l2-ramp 0.33 --positions conv \
+	--proj-l2 0.1 --log-dir "$tmp/ds"
+metrics "$tmp/d" >"$tmp/d.csv"
+metrics "$tmp/ds" >"$tmp/ds.csv"
+cmp -s "$tmp/d.csv" "$tmp/ds.csv" && echo "ok: the full recipe is imdb_study's flags, to the bit" ||
+	fail "--data and imdb_study differ: $(diff "$tmp/d.csv" "$tmp/ds.csv" | head -4)"
 
 # stopped after step 3 (mid-epoch 1 of 2 epochs of 4 steps) and resumed: the same run
 # shellcheck disable=SC2086
