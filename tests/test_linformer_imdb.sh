@@ -2,10 +2,10 @@
 # The showcase, examples/linformer_imdb, end to end: at most 20 flags; a short run on the
 # bundled subset writes its logs and checkpoints and trains exactly as study/imdb_study with
 # the bundled recipe's flags; --data takes the full recipe (validation by movie) on a tiny
-# aclImdb; a run stopped with --stop-after and resumed with the command it prints ends as an
-# uninterrupted one; --eval-only reproduces the run's test accuracy; --predict and
-# --predict-file print probabilities that are the softmax of the logits --output writes; bad
-# flags exit 1 naming the flag. Run from the build directory (as `make check` does);
+# aclImdb, again as imdb_study with its flags; a run stopped with --stop-after and resumed
+# with the command it prints ends as an uninterrupted one; --eval-only reproduces the run's
+# test accuracy; --predict and --predict-file print probabilities that are the softmax of the
+# logits --output writes; bad flags exit 1 naming the flag. Run from the build directory (as `make check` does);
 # LINFORMER_IMDB and IMDB_STUDY override the programs.
 set -u
 prog=${LINFORMER_IMDB:-examples/linformer_imdb}
