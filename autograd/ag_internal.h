@@ -27,4 +27,17 @@ struct tensor *ag_dout_take(struct ag_node *n);
  * ag_accumulate_take (the product is not copied into the gradient). */
 struct tensor *ag_heap_matmul(const struct tensor *a, const struct tensor *b);
 
+/* Mixed precision (autocast.c). x as a product's operand: x itself outside a
+ * bf16 region or when x is not f32; else a view of its storage's registered
+ * bf16 copy, or x rounded to bf16 (in the current scope). */
+struct tensor *ag_autocast_operand(const struct tensor *x);
+/* Both operands of a product through ag_autocast_operand when both are f32
+ * (a pair of other dtypes is left for the product to accept or refuse). */
+void ag_autocast_pair(struct tensor **a, struct tensor **b);
+/* A backward's incoming gradient g in the precision of the saved operand it
+ * multiplies: rounded to bf16 when saved is bf16 and g f32, else g. */
+struct tensor *ag_autocast_like(const struct tensor *g, const struct tensor *saved);
+/* The dtype a product of a's dtype returns: f32 for bf16 operands, else a's. */
+enum tensor_dtype ag_product_dtype(const struct tensor *a);
+
 #endif

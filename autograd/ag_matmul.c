@@ -25,10 +25,16 @@ static struct tensor *flat_rows(const struct tensor *t)
 	return tensor_reshape(t, 2, sh);
 }
 
+/* A·B, f32 for bf16 operands (mixed precision), else in their dtype. */
+static struct tensor *mm(const struct tensor *a, const struct tensor *b)
+{
+	return a ? tensor_matmul_to(a, b, ag_product_dtype(a)) : NULL;
+}
+
 struct tensor *ag_heap_matmul(const struct tensor *a, const struct tensor *b)
 {
 	tensor_heap_begin();
-	struct tensor *c = tensor_matmul(a, b);
+	struct tensor *c = mm(a, b);
 	tensor_heap_end();
 	return c;
 }
@@ -50,10 +56,10 @@ static struct tensor *matmul_grad_a(const struct tensor *a, const struct tensor 
 		int64_t gsh[2] = { g2->shape[nbat], batch_numel(g2) * g2->shape[nbat + 1] };
 		struct tensor *gm = tensor_reshape(tensor_permute(g2, perm), 2, gsh);
 		struct tensor *bt = flat_rows(tensor_transpose(b2, -1, -2)); /* [batch*n, k] */
-		return tensor_reshape(tensor_matmul(gm, bt), a->ndim, a->shape);
+		return tensor_reshape(mm(gm, bt), a->ndim, a->shape);
 	}
 	struct tensor *bt = tensor_transpose(b2, -1, -2); /* dA [..., m, k]; batch dims: summed */
-	return a->ndim == 1 ? tensor_squeeze(tensor_matmul(g2, bt), -2) : ag_heap_matmul(g2, bt);
+	return a->ndim == 1 ? tensor_squeeze(mm(g2, bt), -2) : ag_heap_matmul(g2, bt);
 }
 
 /* dB = A^T · dC summed to B's shape. */
@@ -64,10 +70,10 @@ static struct tensor *matmul_grad_b(const struct tensor *b, const struct tensor 
 		/* B is shared (the Linear case): one GEMM of [k, batch*m] x [batch*m, n].
 		 * Then A's batch equals dC's. */
 		struct tensor *at = tensor_transpose(flat_rows(a2), 0, 1);
-		return tensor_reshape(tensor_matmul(at, flat_rows(g2)), b->ndim, b->shape);
+		return tensor_reshape(mm(at, flat_rows(g2)), b->ndim, b->shape);
 	}
 	struct tensor *at = tensor_transpose(a2, -1, -2); /* dB [..., k, n] */
-	return b->ndim == 1 ? tensor_squeeze(tensor_matmul(at, g2), -1) : ag_heap_matmul(at, g2);
+	return b->ndim == 1 ? tensor_squeeze(mm(at, g2), -1) : ag_heap_matmul(at, g2);
 }
 
 static int matmul_backward(struct ag_node *n, const struct tensor *g)
@@ -77,7 +83,7 @@ static int matmul_backward(struct ag_node *n, const struct tensor *g)
 	struct tensor *a = n->saved[0], *b = n->saved[1];
 	struct tensor *a2 = a->ndim == 1 ? tensor_unsqueeze(a, 0) : a; /* [1, k] */
 	struct tensor *b2 = b->ndim == 1 ? tensor_unsqueeze(b, 1) : b; /* [k, 1] */
-	struct tensor *g2 = (struct tensor *)g;
+	struct tensor *g2 = ag_autocast_like(g, a); /* bf16 operands: a bf16 gradient */
 	if (b->ndim == 1)
 		g2 = tensor_unsqueeze(g2, g2->ndim); /* n = 1 */
 	if (g2 && a->ndim == 1)
@@ -93,25 +99,34 @@ static int matmul_backward(struct ag_node *n, const struct tensor *g)
 	return rc;
 }
 
-static struct tensor *matmul_record(struct tensor *y, struct tensor *a, struct tensor *b)
+/* Record y = A·B; ra, rb are the operands the product read (A and B, or
+ * their bf16 roundings in a mixed-precision region), saved for backward. */
+static struct tensor *matmul_record(struct tensor *y, struct tensor *a, struct tensor *b,
+				    struct tensor *ra, struct tensor *rb)
 {
 	struct tensor *in[2] = { a, b };
 	struct ag_node *n = ag_record("matmul", y, matmul_backward, 2, in);
 	if (n) {
-		ag_save(n, a);
-		ag_save(n, b);
+		ag_save(n, ra);
+		ag_save(n, rb);
 	}
 	return y;
 }
 
 struct tensor *ag_matmul(struct tensor *a, struct tensor *b)
 {
-	return matmul_record(tensor_matmul(a, b), a, b);
+	struct tensor *ra = a, *rb = b;
+	ag_autocast_pair(&ra, &rb);
+	return matmul_record(mm(ra, rb), a, b, ra, rb);
 }
 
 struct tensor *ag_matmul_laid_out(struct tensor *a, struct tensor *b, const int *order)
 {
-	return matmul_record(tensor_matmul_laid_out(a, b, order), a, b);
+	struct tensor *ra = a, *rb = b;
+	ag_autocast_pair(&ra, &rb);
+	return matmul_record(
+	    ra ? tensor_matmul_laid_out_to(ra, rb, order, ag_product_dtype(ra)) : NULL, a, b, ra,
+	    rb);
 }
 
 /* ---- conv1d --------------------------------------------------------------- */
@@ -125,7 +140,7 @@ struct tensor *ag_conv1d(struct tensor *x, struct tensor *w, struct tensor *bias
 	if (!x || !w)
 		return NULL;
 	bool grad = x->requires_grad || w->requires_grad || (bias && bias->requires_grad);
-	if (!grad || !ag_grad_enabled())
+	if ((!grad || !ag_grad_enabled()) && ag_autocast_dtype() != TENSOR_BF16)
 		return tensor_conv1d(x, w, bias, stride, padding);
 	if (tensor_check_conv1d(x, w, bias, stride, padding) < 0)
 		return NULL;

@@ -57,6 +57,34 @@ void ag_no_grad_begin(void);
 void ag_no_grad_end(void);
 bool ag_grad_enabled(void);
 
+/* ---- mixed precision (autocast.c) ----------------------------------------- */
+
+/* Between ag_autocast_begin(TENSOR_BF16) and ag_autocast_end(), the matrix
+ * products of the differentiable ops (ag_matmul, ag_matmul_laid_out,
+ * ag_conv1d, nn's linear layers and attention) round their f32 operands to
+ * bf16 and accumulate in f32: results and gradients stay f32, and backward
+ * rounds the incoming gradient to bf16 for its products. Everything else
+ * (elementwise ops, norms, softmax, losses, optimizers) is untouched, and f64
+ * operands are never rounded. Regions nest; the innermost dtype holds
+ * (TENSOR_F32: no rounding). Backward may run after the region ends: a node
+ * keeps the dtype its forward used. CPU only (CUDA has no bf16 product yet:
+ * products there fail with TENSOR_ERR_UNSUPPORTED).
+ * Errors: dt not bf16 or f32 (TENSOR_ERR_DTYPE), more than 16 levels
+ * (TENSOR_ERR_STATE). */
+int ag_autocast_begin(enum tensor_dtype dt);
+void ag_autocast_end(void); /* no-op outside a region */
+/* The dtype products round to now: TENSOR_BF16 in a bf16 region, else f32. */
+enum tensor_dtype ag_autocast_dtype(void);
+/* For the current region: operands that view src's storage are read from copy
+ * at the same offset and strides instead of being rounded at each use (the
+ * parameters rounded once a step; nn_params_autocast_begin does this).
+ * src: a contiguous f32 tensor at offset 0 spanning the views to be served
+ * (the packed parameters); copy: a contiguous bf16 tensor of as many elements
+ * on its device, filled by the caller and unchanged until the region ends (it
+ * is kept alive that long). Errors: no region (TENSOR_ERR_STATE), src or copy
+ * not such a tensor (TENSOR_ERR_ARG). */
+int ag_autocast_storage(const struct tensor *src, const struct tensor *copy);
+
 /* A view of t that shares its data but is cut from the graph. */
 struct tensor *ag_detach(const struct tensor *t);
 

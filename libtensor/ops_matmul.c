@@ -379,6 +379,12 @@ struct tensor *tensor_matmul_add(const struct tensor *a, const struct tensor *b,
 struct tensor *tensor_matmul_laid_out(const struct tensor *a, const struct tensor *b,
 				      const int *order)
 {
+	return a ? tensor_matmul_laid_out_to(a, b, order, a->dtype) : NULL;
+}
+
+struct tensor *tensor_matmul_laid_out_to(const struct tensor *a, const struct tensor *b,
+					 const int *order, enum tensor_dtype dt)
+{
 	if (!a || !b)
 		return NULL;
 	if (!order || a->ndim < 2 || b->ndim < 2) {
@@ -390,5 +396,5 @@ struct tensor *tensor_matmul_laid_out(const struct tensor *a, const struct tenso
 			     tensor_shape_str(b, bb, sizeof bb));
 		return NULL;
 	}
-	return matmul_impl(a, b, NULL, order, a->dtype);
+	return matmul_impl(a, b, NULL, order, dt);
 }

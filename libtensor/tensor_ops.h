@@ -159,6 +159,9 @@ struct tensor *tensor_matmul_add(const struct tensor *a, const struct tensor *b,
  * tensor_matmul; order not a permutation (TENSOR_ERR_ARG). */
 struct tensor *tensor_matmul_laid_out(const struct tensor *a, const struct tensor *b,
 				      const int *order);
+/* The same with the result in dtype dt, as tensor_matmul_to. */
+struct tensor *tensor_matmul_laid_out_to(const struct tensor *a, const struct tensor *b,
+					 const int *order, enum tensor_dtype dt);
 
 /* ---- reductions ----------------------------------------------------------- */
 

@@ -119,23 +119,29 @@ static int probs_backward(struct ag_node *n, const struct tensor *g)
 	}
 	struct tensor *scale =
 	    n->f[0] != 1 ? tensor_full(p->dtype, p->storage->device, 0, NULL, n->f[0]) : NULL;
-	int rc = n->f[0] != 1 && !scale ? tensor_last_status() : TENSOR_OK;
+	struct tensor *rds = ag_autocast_like(ds, q); /* bf16 when q and k were read as bf16 */
+	int rc = !rds || (n->f[0] != 1 && !scale) ? tensor_last_status() : TENSOR_OK;
 	if (rc == TENSOR_OK && n->inputs[0]->requires_grad)
-		rc = take_scaled(n->inputs[0], ag_heap_matmul(ds, k), scale);
+		rc = take_scaled(n->inputs[0], ag_heap_matmul(rds, k), scale);
 	if (rc == TENSOR_OK && n->inputs[1]->requires_grad)
 		rc =
-		    take_scaled(n->inputs[1], ag_heap_matmul(tensor_transpose(ds, 2, 3), q), scale);
+		    take_scaled(n->inputs[1], ag_heap_matmul(tensor_transpose(rds, 2, 3), q), scale);
 	tensor_free(own);
 	return rc;
 }
 
 /* p = softmax(q k^T * scale, masked keys at MASKED_SCORE) [B,H,T,S] as one
  * node: the scores are scaled, masked and normalised in their own buffer, so
- * the node makes one scores-sized tensor and backward keeps q, k and p. */
+ * the node makes one scores-sized tensor and backward keeps q, k (as the
+ * product read them: bf16 in a mixed-precision region) and p. */
 static struct tensor *attention_probs(struct tensor *q, struct tensor *k, double scale,
 				      struct tensor *masked)
 {
-	struct tensor *s = tensor_matmul(q, tensor_transpose(k, 2, 3)); /* k^T: a view */
+	struct tensor *rq = q, *rk = k;
+	ag_autocast_pair(&rq, &rk);
+	struct tensor *s = rk ? tensor_matmul_to(rq, tensor_transpose(rk, 2, 3), /* k^T: a view */
+						 ag_product_dtype(rq))
+			      : NULL;
 	if (!s)
 		return NULL;
 	int rc = TENSOR_OK;
@@ -153,8 +159,8 @@ static struct tensor *attention_probs(struct tensor *q, struct tensor *k, double
 	    ag_record("attention_probs", s, probs_backward, 2, (struct tensor *[]){ q, k });
 	if (n) {
 		n->f[0] = scale;
-		ag_save(n, q);
-		ag_save(n, k);
+		ag_save(n, rq);
+		ag_save(n, rk);
 		ag_save(n, s);
 	}
 	return s;

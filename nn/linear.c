@@ -34,38 +34,41 @@ int nn_linear_init(struct nn_linear *m, struct nn_params *ps, const char *name, 
 }
 
 /* y = h W^T + b as one node: the GEMM accumulates onto the broadcast bias, so
- * there is no separate product to add and free. */
-static int linear_bias_backward(struct ag_node *n, const struct tensor *g)
+ * there is no separate product to add and free. Saved: h and W as the product
+ * read them (bf16 in a mixed-precision region). */
+static int linear_bias_backward(struct ag_node *n, const struct tensor *dout)
 {
 	struct tensor *h = n->saved[0], *w = n->saved[1];
+	const struct tensor *g = ag_autocast_like(dout, w);
+	if (!g)
+		return tensor_last_status();
 	int rc = TENSOR_OK;
-	if (n->inputs[0]->requires_grad) { /* dh = g W, g [..., out], W [out, in] */
-		tensor_heap_begin();	   /* handed over as h's gradient, not copied */
-		struct tensor *dh = tensor_matmul(g, w);
-		tensor_heap_end();
-		rc = ag_accumulate_take(n->inputs[0], dh);
-	}
+	if (n->inputs[0]->requires_grad) /* dh = g W, g [..., out], W [out, in] */
+		rc = ag_accumulate_take(n->inputs[0], ag_heap_matmul(g, w));
 	if (rc == TENSOR_OK && n->inputs[1]->requires_grad) { /* dW = g^T h over all rows */
 		int64_t rows = tensor_numel(g) / g->shape[g->ndim - 1];
 		struct tensor *g2 =
 		    tensor_reshape(g, 2, (int64_t[]){ rows, g->shape[g->ndim - 1] });
 		struct tensor *h2 =
 		    tensor_reshape(h, 2, (int64_t[]){ rows, h->shape[h->ndim - 1] });
-		rc = ag_accumulate(n->inputs[1], tensor_matmul(tensor_transpose(g2, 0, 1), h2));
+		rc = ag_accumulate(n->inputs[1], tensor_matmul_to(tensor_transpose(g2, 0, 1), h2,
+								  ag_product_dtype(g2)));
 	}
 	if (rc == TENSOR_OK && n->inputs[2]->requires_grad)
-		rc = ag_accumulate(n->inputs[2], g); /* summed over the broadcast rows */
+		rc = ag_accumulate(n->inputs[2], dout); /* summed over the broadcast rows */
 	return rc;
 }
 
 static struct tensor *linear_bias(struct tensor *h, struct tensor *w, struct tensor *b)
 {
-	struct tensor *y = tensor_matmul_add(h, tensor_transpose(w, 0, 1), b);
+	struct tensor *rh = h, *rw = w;
+	ag_autocast_pair(&rh, &rw);
+	struct tensor *y = rw ? tensor_matmul_add(rh, tensor_transpose(rw, 0, 1), b) : NULL;
 	struct tensor *in[3] = { h, w, b };
 	struct ag_node *n = ag_record("linear", y, linear_bias_backward, 3, in);
 	if (n) {
-		ag_save(n, h);
-		ag_save(n, w);
+		ag_save(n, rh);
+		ag_save(n, rw);
 	}
 	return y;
 }

@@ -47,6 +47,7 @@ struct nn_params {
 	bool training;             /* train (dropout on) or eval mode */
 	uint64_t rng_counter;      /* advances with each dropout draw; saved in checkpoints */
 	struct tensor *flat, *flat_grad; /* after nn_params_pack: one buffer each */
+	struct tensor *flat_lowp;        /* flat rounded to bf16 (nn_params_autocast_begin) */
 };
 
 /* An empty list creating parameters of dtype on device, seeded by seed, in
@@ -83,6 +84,17 @@ int nn_params_pack(struct nn_params *ps);
  * Returns how many parameters matched. Errors: ps NULL, no name starting
  * with prefix (TENSOR_ERR_ARG). */
 int nn_params_set_lazy(struct nn_params *ps, const char *prefix, bool lazy);
+/* Open a mixed-precision region (ag_autocast_begin) for a training step or a
+ * forward: in bf16 (dt TENSOR_BF16) the matrix products read bf16 operands
+ * and accumulate in f32, while the parameters, their gradients, the optimizer
+ * and checkpoints stay f32. Packed parameters are rounded to bf16 here, once
+ * (into ps->flat_lowp, made at the first call), so a weight is rounded once a
+ * step however often it is used; unpacked ones are rounded at each use. Call
+ * after the optimizer step of the previous step and close with
+ * ag_autocast_end(). dt TENSOR_F32 opens a region without rounding.
+ * Errors: ps NULL (TENSOR_ERR_ARG), bf16 with parameters on CUDA
+ * (TENSOR_ERR_UNSUPPORTED), ag_autocast_begin's; on error no region is open. */
+int nn_params_autocast_begin(struct nn_params *ps, enum tensor_dtype dt);
 /* Zero every gradient (one memset when packed). */
 int nn_params_zero_grad(struct nn_params *ps);
 /* Train / eval mode (dropout is off in eval mode). */

@@ -52,6 +52,7 @@ void nn_params_free(struct nn_params *ps)
 	free(ps->items);
 	tensor_free(ps->flat);
 	tensor_free(ps->flat_grad);
+	tensor_free(ps->flat_lowp);
 	*ps = (struct nn_params){ 0 };
 }
 
@@ -202,6 +203,32 @@ int nn_params_pack(struct nn_params *ps)
 	ps->flat_grad = grad;
 	tensor_mem_trim(); /* the blocks of the parameters' first storage */
 	return TENSOR_OK;
+}
+
+int nn_params_autocast_begin(struct nn_params *ps, enum tensor_dtype dt)
+{
+	if (!ps)
+		return tensor_error(TENSOR_ERR_ARG, "nn_params_autocast_begin: ps is NULL");
+	if (dt == TENSOR_BF16 && ps->device != TENSOR_CPU)
+		return tensor_error(TENSOR_ERR_UNSUPPORTED,
+				    "nn_params_autocast_begin: bf16 products run on the CPU only "
+				    "(the parameters are on %s)",
+				    tensor_device_name(ps->device));
+	int rc = ag_autocast_begin(dt);
+	if (rc < 0 || dt != TENSOR_BF16 || !ps->flat || ps->flat->dtype != TENSOR_F32)
+		return rc;
+	if (!ps->flat_lowp) {
+		int64_t n = tensor_numel(ps->flat);
+		tensor_heap_begin(); /* kept for the next steps */
+		ps->flat_lowp = tensor_empty(TENSOR_BF16, ps->device, 1, &n);
+		tensor_heap_end();
+	}
+	rc = ps->flat_lowp ? tensor_copy_(ps->flat_lowp, ps->flat) : tensor_last_status();
+	if (rc == TENSOR_OK)
+		rc = ag_autocast_storage(ps->flat, ps->flat_lowp);
+	if (rc < 0)
+		ag_autocast_end();
+	return rc;
 }
 
 int nn_params_zero_grad(struct nn_params *ps)
