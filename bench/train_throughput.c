@@ -16,12 +16,13 @@
 
 static const char PROG[] = "train_throughput";
 static enum tensor_device dev;
+static enum tensor_dtype precision; /* of the products: f32 or bf16 */
 static const char CSV_HEADER[] = "impl,model,n,k,batch,tokens_per_s,step_seconds,peak_bytes,"
 				 "flops_per_token,gflops,sgemm_gflops,mfu,rss_peak_bytes,forward_s,"
 				 "backward_s,optimizer_s";
 
 struct options {
-	const char *n_list, *models, *sharing, *csv, *backward, *device;
+	const char *n_list, *models, *sharing, *csv, *backward, *device, *precision;
 	int64_t k, batch, warmup, reps, threads, dim, heads, layers, ff, vocab, sgemm_size, seed;
 	double max_seconds, lr, mem_fraction;
 };
@@ -32,6 +33,7 @@ static struct options opt = {
 	.sharing = "headwise",
 	.backward = "release",
 	.device = "cpu",
+	.precision = "f32",
 	.k = 128,
 	.batch = 16,
 	.warmup = 2,
@@ -63,6 +65,8 @@ static struct flag flags[] = {
 	CHO("sharing", sharing, "none|headwise|kv|layerwise",
 	    "projection sharing of the Linformer (conv-linformer: not layerwise)"),
 	CHO("device", device, "cpu|cuda", "where the model trains"),
+	CHO("precision", precision, "f32|bf16",
+	    "bf16: mixed precision (products in bf16 with f32 accumulation, the rest f32)"),
 	CHO("backward", backward, "release|keep",
 	    "ag_backward_release (activations freed during backward) or ag_backward"),
 	INT("batch", batch, 1, 1 << 16, "B", "sequences per step"),
@@ -156,10 +160,11 @@ static void train_step(struct model_classifier *m, struct nn_params *ps, struct 
 {
 	double t0 = bench_clock();
 	tensor_scope_begin();
-	if (nn_params_zero_grad(ps) < 0)
-		bench_die(PROG, "zero_grad");
+	if (nn_params_zero_grad(ps) < 0 || nn_params_autocast_begin(ps, precision) < 0)
+		bench_die(PROG, "step setup");
 	struct tensor *logits = model_classifier_forward(m, ids, NULL);
 	struct tensor *loss = nn_cross_entropy(logits, labels, -1, 0.0);
+	ag_autocast_end();
 	/* a device runs behind the host: the phases end when its queue is done */
 	if (!loss || tensor_synchronize(dev) < 0)
 		bench_die(PROG, "forward");
@@ -317,6 +322,7 @@ int main(int argc, char **argv)
 			   (long long)opt.heads, (long long)opt.dim);
 	FILE *csv = bench_csv_open(PROG, opt.csv, CSV_HEADER);
 	dev = (enum tensor_device)bench_device_parse(PROG, opt.device);
+	precision = strcmp(opt.precision, "bf16") ? TENSOR_F32 : TENSOR_BF16;
 	tensor_set_num_threads((int)opt.threads);
 	double sgemm = bench_sgemm_gflops(dev, opt.sgemm_size, 5);
 	if (sgemm < 0)
@@ -330,6 +336,9 @@ int main(int argc, char **argv)
 	       (long long)opt.vocab, (long long)opt.dim, (long long)opt.heads,
 	       (long long)opt.layers, (long long)opt.ff, (long long)opt.batch, (long long)opt.k,
 	       opt.sharing);
+	printf("- precision %s%s%s\n", opt.precision,
+	       precision == TENSOR_BF16 ? ": products in bf16 (f32 accumulation), kernel " : "",
+	       precision == TENSOR_BF16 ? tensor_bf16_gemm_kernel() : "");
 	printf("- threads %lld (OpenMP wait policy %s), BLIS kernels %s, load average at start "
 	       "%.2f; sgemm %lld^3 (tensor_matmul): %.1f GFLOP/s\n",
 	       (long long)(opt.threads ? opt.threads : tensor_get_num_threads()), bench_wait_policy(), tensor_blas_arch(),

@@ -27,11 +27,13 @@
 static const char PROG[] = "linformer_imdb";
 
 static struct {
-	const char *data, *model, *device, *log_dir, *checkpoint, *predict, *predict_file, *output;
+	const char *data, *model, *device, *precision, *log_dir, *checkpoint, *predict, *predict_file,
+	    *output;
 	int64_t n, k, epochs, batch, seed, threads, stop_after, max_train, max_test;
 	double lr;
 	bool resume, eval_only;
-} opt = { .model = "linformer", .device = "cpu", .batch = 32, .seed = 1, .lr = 1e-3 };
+} opt = { .model = "linformer", .device = "cpu", .precision = "f32", .batch = 32, .seed = 1,
+	  .lr = 1e-3 };
 
 static struct flag flags[] = {
 	FLAG_DEF_STRING("data", &opt.data, "DIR",
@@ -50,6 +52,8 @@ static struct flag flags[] = {
 		     "seed of the weights, dropout and batch order"),
 	FLAG_DEF_INT("threads", &opt.threads, 0, 4096, "T", "CPU threads (0: the cores not busy)"),
 	FLAG_DEF_CHOICE("device", &opt.device, "cpu|cuda", "where the model trains and runs"),
+	FLAG_DEF_CHOICE("precision", &opt.precision, "f32|bf16",
+			"bf16: train with bf16 products (f32 weights, checkpoints, evaluation)"),
 	FLAG_DEF_INT("max-train", &opt.max_train, 0, 1 << 30, "N",
 		     "use N training reviews (0: all)"),
 	FLAG_DEF_INT("max-test", &opt.max_test, 0, 1 << 30, "N", "use N test reviews (0: all)"),
@@ -98,6 +102,7 @@ struct run {
 	struct nn_adamw adamw;
 	struct nn_anchor anchor;
 	struct nn_schedule sched;
+	enum tensor_dtype precision;	 /* of the training step's products: f32 or bf16 */
 	int64_t spe, total, step, saved; /* steps per epoch, in all, done, at the last save */
 	struct run_state state;		 /* what --resume reads back beside the weights */
 	char log_dir[1024];
@@ -172,6 +177,7 @@ static void setup(struct run *r)
 		opt.epochs = r->rc.epochs;
 	if (!strcmp(opt.model, "transformer"))
 		r->rc.proj_l2 = 0; /* no projections to hold */
+	r->precision = strcmp(opt.precision, "bf16") ? TENSOR_F32 : TENSOR_BF16;
 	load_tokenizer(&r->tok, r->rc.keep_tail);
 	build_config(&r->cfg, r);
 
@@ -233,6 +239,9 @@ static void setup(struct run *r)
 	       "logs and checkpoints in %s\n",
 	       opt.data, (long long)r->train.n, (long long)r->val.n, (long long)r->test.n,
 	       (long long)r->total, (long long)opt.epochs, r->log_dir);
+	if (r->precision == TENSOR_BF16)
+		printf("precision bf16: products in bf16 (kernel %s), the rest in f32\n",
+		       tensor_bf16_gemm_kernel());
 	if (r->step)
 		printf("resumed at step %lld\n", (long long)r->step);
 }
@@ -272,8 +281,11 @@ static void train_step(struct run *r, int64_t j, struct window *w)
 	if (text_batcher_get(&r->btrain, j, &b) < 0 || train_batch_to_device(&b) < 0 ||
 	    nn_params_zero_grad(&r->ps) < 0)
 		train_die(PROG, "training batch");
+	if (nn_params_autocast_begin(&r->ps, r->precision) < 0)
+		train_die(PROG, "--precision");
 	struct tensor *logits = model_classifier_forward(&r->model, b.ids, b.mask);
 	struct tensor *loss = nn_cross_entropy(logits, b.labels, -1, 0.0);
+	ag_autocast_end();
 	double acc = loss ? nn_accuracy(logits, b.labels, -1) : -1;
 	double l = loss ? tensor_get(loss, NULL) : NAN; /* before backward frees the forward */
 	if (acc < 0 || ag_backward_release(loss, NULL) < 0)
