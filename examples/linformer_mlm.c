@@ -33,7 +33,7 @@ enum { NCSV = sizeof CSV_COLS / sizeof CSV_COLS[0] };
 struct options {
 	struct model_flags enc;
 	const char *schedule, *data, *corpus, *decode, *log_dir, *checkpoint_dir, *checkpoint,
-	    *init_from, *device;
+	    *init_from, *device, *precision;
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_docs, log_every;
 	double embed_std, mask_prob, lr, min_lr, warmup, weight_decay, clip, val_fraction;
 	bool no_chunk, eval_only, no_bucket, no_mem_check, skip_nonfinite;
@@ -44,7 +44,7 @@ struct options {
 static struct options opt = {
 	.enc = { MODEL_FLAGS_DEFAULTS, .model = "linformer", .n = 128, .cfg.dim = 128,
 		 .cfg.ff_hidden = 512, .cfg.layers = 2 },
-	.schedule = "cosine", .decode = "masked", .device = "cpu", .batch = 16, .accum = 1, .epochs = 2, .seed = 1,
+	.schedule = "cosine", .decode = "masked", .device = "cpu", .precision = "f32", .batch = 16, .accum = 1, .epochs = 2, .seed = 1,
 	.split_seed = 1, .log_every = 10, .embed_std = 0.02, .mask_prob = 0.15, .lr = 1e-3,
 	.min_lr = 1e-5, .warmup = 0.1, .weight_decay = 0.01, .clip = 1.0, .val_fraction = 0.1,
 };
@@ -92,6 +92,8 @@ static struct flag flags[] = {
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, dropout, order and masks"),
 	INT("threads", threads, 0, 4096, "T", "threads (0: the cores no other process keeps busy)"),
 	CHO("device", device, "cpu|cuda", "where the model trains"),
+	CHO("precision", precision, "f32|bf16",
+	    "bf16: train with bf16 products (f32 weights, checkpoints, evaluation)"),
 	BOOL("skip-nonfinite", skip_nonfinite,
 	     "skip a step whose loss or gradients are NaN or inf (default: stop the run)"),
 	BOOL("no-mem-check", no_mem_check,
@@ -586,8 +588,10 @@ static void train_step(struct run *r, int64_t step, int64_t first, int64_t last,
 	int64_t M[last - first], total = 0, base = step / r->spe * r->nb;
 	bool finite = true;
 	tensor_scope_begin();
-	if (nn_params_zero_grad(&r->ps) < 0)
-		train_die(PROG, "zero_grad");
+	if (nn_params_zero_grad(&r->ps) < 0 ||
+	    nn_params_autocast_begin(&r->ps, strcmp(opt.precision, "bf16") ? TENSOR_F32
+									   : TENSOR_BF16) < 0)
+		train_die(PROG, "step setup");
 	for (int64_t mb = first; mb < last; mb++) {
 		if (text_batcher_get(&r->btrain, mb, &batch[mb - first]) < 0)
 			train_die(PROG, "training batch");
@@ -612,6 +616,7 @@ static void train_step(struct run *r, int64_t step, int64_t first, int64_t last,
 			train_die(PROG, "training step");
 		tensor_scope_end();
 	}
+	ag_autocast_end();
 	w->predicted += total;
 	if (train_poison_gradients(&r->ps, step + 1) < 0)
 		train_die(PROG, "CFORMER_NAN_GRAD_AT");

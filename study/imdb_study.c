@@ -416,6 +416,9 @@ struct window {
 static bool accumulate(struct run *r, const struct text_batch *group, struct window *w)
 {
 	bool finite = true;
+	if (nn_params_autocast_begin(&r->ps, strcmp(opt.precision, "bf16") ? TENSOR_F32
+									    : TENSOR_BF16) < 0)
+		train_die(PROG, "--precision");
 	for (int64_t s0 = 0; s0 < group->size; s0 += opt.batch) {
 		int64_t size = group->size - s0 < opt.batch ? group->size - s0 : opt.batch;
 		tensor_scope_begin();
@@ -441,6 +444,7 @@ static bool accumulate(struct run *r, const struct text_batch *group, struct win
 		}
 		tensor_scope_end();
 	}
+	ag_autocast_end();
 	return finite;
 }
 

@@ -13,7 +13,7 @@
 struct options {
 	struct model_flags enc;
 	const char *schedule, *data, *val_split, *log_dir, *checkpoint_dir;
-	const char *init_from, *checkpoint, *predict, *predict_file, *device, *output;
+	const char *init_from, *checkpoint, *predict, *predict_file, *device, *precision, *output;
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_train, max_test;
 	int64_t log_every, stop_after, keep_tail;
 	double embed_std, lr, beta1, beta2, min_lr, warmup, weight_decay, clip, val_fraction;

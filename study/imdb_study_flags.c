@@ -8,6 +8,7 @@ struct options opt = {
 	.enc = { MODEL_FLAGS_DEFAULTS, .model = "CC", .n = 256, .cfg.dim = 64, .cfg.ff_hidden = 256,
 		 .cfg.layers = 2 },
 	.device = "cpu",
+	.precision = "f32",
 	.schedule = "cosine",
 	.data = NULL, /* the bundled subset (example_data_path) */
 	.val_split = "random",
@@ -92,6 +93,8 @@ struct flag flags[] = {
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, dropout and batch order"),
 	INT("threads", threads, 0, 4096, "T", "threads (0: the cores no other process keeps busy)"),
 	CHO("device", device, "cpu|cuda", "where the model trains and runs"),
+	CHO("precision", precision, "f32|bf16",
+	    "bf16: train with bf16 products (f32 weights, checkpoints, evaluation)"),
 	BOOL("skip-nonfinite", skip_nonfinite,
 	     "skip a step whose loss or gradients are NaN or inf (default: stop the run, the last "
 	     "checkpoint intact)"),
