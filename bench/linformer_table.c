@@ -22,7 +22,7 @@ static const char CSV_HEADER[] =
 	"impl,model,n,k,batch,seconds_per_seq,peak_bytes,status,gflop_per_seq,gflops,sgemm_gflops";
 
 struct options {
-	const char *n_list, *k_list, *models, *batches, *csv, *device;
+	const char *n_list, *k_list, *models, *batches, *csv, *device, *precision;
 	int64_t threads, reps, dim, heads, layers, ff, vocab, max_batch, seed, sgemm_size;
 	double budget_gib, max_seconds, mem_fraction;
 	bool batched_heads;
@@ -34,6 +34,7 @@ static struct options opt = {
 	.models = "transformer,linformer",
 	.batches = "1,max",
 	.device = "cpu",
+	.precision = "f32",
 	.threads = 0,
 	.reps = 3,
 	.dim = 256,
@@ -61,6 +62,9 @@ static struct flag flags[] = {
 	    "Linformer projected lengths (a k >= n is left out, as in the paper)"),
 	STR("models", models, "M1,M2", "transformer and/or linformer"),
 	{ "device", FLAG_CHOICE, &opt.device, 0, 0, 0, "cpu|cuda", NULL, "where the encoder runs",
+	  NULL, false },
+	{ "precision", FLAG_CHOICE, &opt.precision, 0, 0, 0, "f32|bf16", NULL,
+	  "bf16: products in bf16 with f32 accumulation (weights rounded once), the rest f32",
 	  NULL, false },
 	STR("batches", batches, "1,max", "batch 1 and/or the largest batch that fits --budget-gib"),
 	DBL("budget-gib", budget_gib, 0, 1 << 20, FLAG_MIN_OPEN, "GIB",
@@ -350,6 +354,9 @@ static void run_config(enum model_kind model, int64_t n, int64_t k, struct row *
 		bench_die(PROG, "building the model");
 	model_encoder_set_sequential_heads(&enc, !opt.batched_heads);
 	nn_params_train(&ps, false);
+	bool bf16 = !strcmp(opt.precision, "bf16");
+	if (bf16 && (nn_params_pack(&ps) < 0 || nn_params_autocast_begin(&ps, TENSOR_BF16) < 0))
+		bench_die(PROG, "--precision bf16");
 	struct measure m1 = run_forward(&enc, 1, r1 ? (int)opt.reps : 0);
 	if (r1) {
 		r1->sec_per_seq = m1.best;
@@ -362,6 +369,8 @@ static void run_config(enum model_kind model, int64_t n, int64_t k, struct row *
 		set_status(rmax, ST_SKIPPED_TIME, "batch 1 took %.3g s", m1.longest);
 	else if (rmax)
 		longest[1] = run_max(&enc, &m1, rmax);
+	if (bf16)
+		ag_autocast_end();
 	model_encoder_free(&enc);
 	nn_params_free(&ps);
 	tensor_mem_trim();
@@ -482,9 +491,10 @@ static void print_header(void)
 	char about[256];
 	printf("# Linformer inference table (cformer, %s)\n\n", tensor_device_name(dev));
 	printf("- device: %s\n", tensor_device_describe(dev, about, sizeof about));
-	printf("- encoder forward pass without gradients, f32: dim %lld, %lld heads (%s), %lld "
+	printf("- encoder forward pass without gradients, %s: dim %lld, %lld heads (%s), %lld "
 	       "layers, ff %lld, vocab %lld, dropout 0; Linformer: learned E = F shared by "
 	       "every layer (layerwise)\n",
+	       strcmp(opt.precision, "bf16") ? "f32" : "bf16 products (f32 accumulation)",
 	       (long long)opt.dim, (long long)opt.heads,
 	       opt.batched_heads ? "batched" : "one at a time", (long long)opt.layers,
 	       (long long)opt.ff, (long long)opt.vocab);
