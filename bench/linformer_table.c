@@ -401,7 +401,8 @@ static void print_row(const struct row *r, FILE *csv)
 	       mib, STATUS_NAME[r->status], r->note);
 	fflush(stdout);
 	if (csv)
-		fprintf(csv, "cformer,%s,%lld,%s,%s,%s,%s,%s,%.6g,%s,%.4g\n", MODEL_NAME[r->model],
+		fprintf(csv, "cformer%s,%s,%lld,%s,%s,%s,%s,%s,%.6g,%s,%.4g\n",
+			strcmp(opt.precision, "bf16") ? "" : " bf16", MODEL_NAME[r->model],
 			(long long)r->n, k, b, sec, peak, STATUS_NAME[r->status], r->flops * 1e-9,
 			rate, sgemm);
 }

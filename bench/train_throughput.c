@@ -87,7 +87,9 @@ static struct flag flags[] = {
 	INT("threads", threads, 0, 4096, "T",
 	    "BLIS and OpenMP threads (0: the library's default, the CPUs no other process keeps busy)"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, ids and labels"),
-	STR("csv", csv, "FILE", "also write the rows as CSV (impl,model,n,k,batch,...)"),
+	STR("csv", csv, "FILE",
+	    "also write the rows as CSV (impl,model,n,k,batch,...; impl \"cformer\" or "
+	    "\"cformer bf16\")"),
 };
 enum { NFLAGS = sizeof flags / sizeof flags[0] };
 
@@ -301,9 +303,9 @@ static void print_result(const char *model, int64_t n, const struct result *r, d
 		model, (long long)n, k, r->params, r->reserved / BENCH_MIB);
 	if (csv)
 		fprintf(csv,
-			"cformer,%s,%lld,%s,%lld,%.6g,%.6g,%.0f,%.6g,%.6g,%.6g,%.6g,%.0f,%.6g,%.6g,"
+			"cformer%s,%s,%lld,%s,%lld,%.6g,%.6g,%.0f,%.6g,%.6g,%.6g,%.6g,%.0f,%.6g,%.6g,"
 			"%.6g\n",
-			model, (long long)n, r->k ? k : "", (long long)opt.batch, tokens, r->step_s,
+			precision == TENSOR_BF16 ? " bf16" : "", model, (long long)n, r->k ? k : "", (long long)opt.batch, tokens, r->step_s,
 			r->peak, train_fpt, gflops, sgemm, gflops / sgemm, r->rss, r->phase_s[FWD],
 			r->phase_s[BWD], r->phase_s[OPT]);
 }

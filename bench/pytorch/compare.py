@@ -63,7 +63,8 @@ def train(cf, pt):
     key = lambda r: (r["model"], r["n"], r["k"])  # noqa: E731
     by, order = variants(pt, key)
     cols = [f"PyTorch {v} tokens/s" for v in order]
-    print("| model | n | k | cformer tokens/s | " + " | ".join(cols) + " | strongest PyTorch | cformer / strongest "
+    name = cf[0]["impl"] if cf else "cformer"  # "cformer" or "cformer bf16"
+    print(f"| model | n | k | {name} tokens/s | " + " | ".join(cols) + " | strongest PyTorch | cformer / strongest "
           "| cformer MFU | strongest's MFU | cformer RSS MiB | strongest's RSS MiB | memory ratio "
           "| cformer allocator peak MiB |")
     print("|---|---:|---:|---:|" + "---:|" * len(cols) + "---|---:|---:|---:|---:|---:|---:|---:|")
@@ -106,7 +107,8 @@ def table(cf, pt):
 
     by, order = variants(pt, key)
     cols = [f"PyTorch {v} ms/seq" for v in order]
-    print("| model | n | k | batch (cformer / PyTorch) | cformer ms/seq | " + " | ".join(cols)
+    name = cf[0]["impl"] if cf else "cformer"
+    print(f"| model | n | k | batch (cformer / PyTorch) | {name} ms/seq | " + " | ".join(cols)
           + " | strongest PyTorch | strongest / cformer time | cformer GFLOP/s | ceiling |")
     print("|---|---:|---:|---|---:|" + "---:|" * len(cols) + "---|---:|---:|---:|")
     failed = []

@@ -18,7 +18,8 @@
 # Other flags go to both sides unchanged (--threads, --dim, --heads, --layers, --ff, --vocab,
 # --reps, --k). Environment: BUILD (the cformer build directory, default .), PYTHON (an
 # interpreter with torch, default python3), OUT (where the CSVs go, default a new temp dir),
-# PT_ROWS (the PyTorch rows, in order, from f32, bf16, compile, twin), BUSY (a number of busy
+# PT_ROWS (the PyTorch rows, in order, from f32, bf16, compile, twin), CF_FLAGS (flags for the
+# cformer side only, e.g. "--precision bf16"), BUSY (a number of busy
 # loops, one process each, run beside both sides for the whole comparison: BUSY=1 takes one
 # core away, the busy-machine measurement of docs/benchmarks.md; default 0).
 # Both sides inherit the caller's environment, OpenMP's wait policy included: by default
@@ -115,7 +116,9 @@ if [ "$mode" = train ]; then
 	# one configuration at a time on both sides, so that the machine's drifts hit the pair alike
 	for m in $(echo "$models" | tr , ' '); do
 		for n in $(echo "$ns" | tr , ' '); do
-			"$build/bench/train_throughput" --models "$m" --n "$n" --csv "$out/one.csv" "$@" |
+			# shellcheck disable=SC2086 # CF_FLAGS are words
+			"$build/bench/train_throughput" --models "$m" --n "$n" --csv "$out/one.csv" \
+				${CF_FLAGS:-} "$@" |
 				grep '^|' | tail -n 1
 			append "$out/one.csv" "$out/cformer.csv"
 			for r in $rows; do
@@ -127,7 +130,8 @@ if [ "$mode" = train ]; then
 		done
 	done
 else
-	"$build/bench/linformer_table" --batches 1 --csv "$out/cformer.csv" "$@"
+	# shellcheck disable=SC2086
+	"$build/bench/linformer_table" --batches 1 --csv "$out/cformer.csv" ${CF_FLAGS:-} "$@"
 	: >"$out/pytorch.csv"
 	for r in $rows; do
 		# shellcheck disable=SC2046
