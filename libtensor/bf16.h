@@ -40,9 +40,8 @@ static inline uint16_t bf16_round_bits(uint32_t u)
 static inline uint16_t bf16_from_f32(float f)
 {
 	uint32_t u = bf16_f32_bits(f);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x0040u);
-	return bf16_round_bits(u);
+	uint16_t nan = (uint16_t)((u >> 16) | 0x0040u), r = bf16_round_bits(u);
+	return (u & 0x7fffffffu) > 0x7f800000u ? nan : r; /* a select: loops vectorise */
 }
 
 static inline float bf16_to_f32(uint16_t h)

@@ -30,8 +30,14 @@ int cpu_copy(struct tensor *dst, const struct tensor *src)
 			uint16_t *o = (uint16_t *)p[0];
 			const float *x = (const float *)p[1];
 			int64_t s0 = bs[0] / 2, s1 = bs[1] / 4;
-			for (int64_t i = 0; i < n; i++)
-				o[i * s0] = bf16_from_f32(x[i * s1]);
+			if (s0 == 1 && s1 == 1) {
+#pragma omp simd
+				for (int64_t i = 0; i < n; i++)
+					o[i] = bf16_from_f32(x[i]);
+			} else {
+				for (int64_t i = 0; i < n; i++)
+					o[i * s0] = bf16_from_f32(x[i * s1]);
+			}
 		} else if (dd == TENSOR_F32 && sd == TENSOR_BF16) {
 			float *o = (float *)p[0];
 			const uint16_t *x = (const uint16_t *)p[1];
