@@ -275,33 +275,13 @@ BF16_TARGET static void pack_a_panel(const struct bmat *a, int64_t mr, int64_t k
 
 /* ---- the micro-kernel and the C update ------------------------------------- */
 
-/* t (MR x NR f32, row-major) = (add ? t : 0) + the product of kp pairs of an A panel
- * (kp x MR words) and a B panel (kp x NR words). */
-BF16_TARGET static void kernel_12x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *t,
-				     bool add)
-{
-	__m512 c[MR][2];
-#pragma GCC unroll 12
-	for (int i = 0; i < MR; i++)
-		c[i][0] = c[i][1] = _mm512_setzero_ps();
-	for (int64_t p = 0; p < kp; p++, a += MR, b += NR) {
-		__m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
-		__m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 16);
-#pragma GCC unroll 12
-		for (int i = 0; i < MR; i++) {
-			__m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);
-			c[i][0] = _mm512_dpbf16_ps(c[i][0], ai, b0);
-			c[i][1] = _mm512_dpbf16_ps(c[i][1], ai, b1);
-		}
-	}
-#pragma GCC unroll 12
-	for (int i = 0; i < MR; i++)
-		for (int h = 0; h < 2; h++) {
-			float *q = t + i * NR + 16 * h;
-			_mm512_storeu_ps(q, add ? _mm512_add_ps(_mm512_loadu_ps(q), c[i][h])
-						: c[i][h]);
-		}
-}
+/* Where a finished tile goes: C's mr x nr corner at c (c->cs == 1) = alpha tile + beta C,
+ * C read only when beta != 0. */
+struct tile_out {
+	struct bmat c;
+	int64_t mr, nr;
+	float alpha, beta;
+};
 
 /* A row of up to 16 elements of C (mask) as f32, and back (bf16 rounded once). */
 BF16_TARGET static inline __m512 c_load16(const char *q, enum tensor_dtype dt, __mmask16 m)
@@ -320,34 +300,67 @@ BF16_TARGET static inline void c_store16(char *q, enum tensor_dtype dt, __mmask1
 		_mm256_mask_storeu_epi16(q, m, _mm512_cvtepi32_epi16(round_bf16x16(v)));
 }
 
-/* C's mr x nr corner (at c) = alpha t + beta C, C read only when beta != 0. */
-BF16_TARGET static void tile_store(const float *t, int64_t mr, int64_t nr, const struct bmat *c,
-				   float alpha, float beta)
+/* Columns [16h, 16h + 16) of row i of a tile to C. */
+BF16_TARGET static inline void c_store_half(const struct tile_out *o, int64_t i, int h, __m512 v)
 {
-	if (c->cs != 1) {
-		for (int64_t i = 0; i < mr; i++)
-			for (int64_t j = 0; j < nr; j++) {
-				char *q = bmat_at(c, i, j);
-				float v = alpha * t[i * NR + j];
-				if (beta != 0)
-					v += beta * (float)cpu_load(q, c->dt);
-				if (c->dt == TENSOR_F32)
-					memcpy(q, &v, sizeof v);
-				else
-					*(uint16_t *)q = bf16_from_f32(v);
-			}
+	if (16 * h >= o->nr)
 		return;
+	__mmask16 m = (__mmask16)(mask_first(o->nr) >> (16 * h));
+	char *q = bmat_at(&o->c, i, 16 * h);
+	__m512 x = _mm512_mul_ps(_mm512_set1_ps(o->alpha), v);
+	if (o->beta != 0)
+		x = _mm512_fmadd_ps(_mm512_set1_ps(o->beta), c_load16(q, o->c.dt, m), x);
+	c_store16(q, o->c.dt, m, x);
+}
+
+/* The product of kp pairs of an A panel (kp x MR words) and a B panel (kp x NR words),
+ * plus the f32 tile t when add; to C by o, or into t when o is NULL. */
+BF16_TARGET static void kernel_12x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *t,
+				     bool add, const struct tile_out *o)
+{
+	__m512 c[MR][2];
+#pragma GCC unroll 12
+	for (int i = 0; i < MR; i++)
+		c[i][0] = c[i][1] = _mm512_setzero_ps();
+	for (int64_t p = 0; p < kp; p++, a += MR, b += NR) {
+		__m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
+		__m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 16);
+#pragma GCC unroll 12
+		for (int i = 0; i < MR; i++) {
+			__m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);
+			c[i][0] = _mm512_dpbf16_ps(c[i][0], ai, b0);
+			c[i][1] = _mm512_dpbf16_ps(c[i][1], ai, b1);
+		}
 	}
-	__mmask32 m = mask_first(nr);
-	__m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-	for (int64_t i = 0; i < mr; i++)
-		for (int h = 0; h < 2 && 16 * h < nr; h++) {
-			__mmask16 mh = (__mmask16)(m >> (16 * h));
-			char *q = bmat_at(c, i, 16 * h);
-			__m512 v = _mm512_mul_ps(va, _mm512_loadu_ps(t + i * NR + 16 * h));
-			if (beta != 0)
-				v = _mm512_fmadd_ps(vb, c_load16(q, c->dt, mh), v);
-			c_store16(q, c->dt, mh, v);
+#pragma GCC unroll 12
+	for (int i = 0; i < MR; i++) {
+		if (add) {
+			c[i][0] = _mm512_add_ps(c[i][0], _mm512_loadu_ps(t + i * NR));
+			c[i][1] = _mm512_add_ps(c[i][1], _mm512_loadu_ps(t + i * NR + 16));
+		}
+		if (o && i < o->mr) {
+			c_store_half(o, i, 0, c[i][0]);
+			c_store_half(o, i, 1, c[i][1]);
+		} else if (!o) {
+			_mm512_storeu_ps(t + i * NR, c[i][0]);
+			_mm512_storeu_ps(t + i * NR + 16, c[i][1]);
+		}
+	}
+}
+
+/* The same update from the f32 tile t for C of any strides. */
+static void tile_store_any(const float *t, const struct tile_out *o)
+{
+	for (int64_t i = 0; i < o->mr; i++)
+		for (int64_t j = 0; j < o->nr; j++) {
+			char *q = bmat_at(&o->c, i, j);
+			float v = o->alpha * t[i * NR + j];
+			if (o->beta != 0)
+				v += o->beta * (float)cpu_load(q, o->c.dt);
+			if (o->c.dt == TENSOR_F32)
+				memcpy(q, &v, sizeof v);
+			else
+				*(uint16_t *)q = bf16_from_f32(v);
 		}
 }
 
@@ -409,13 +422,14 @@ BF16_TARGET static void run_block(const struct bf16_prod *g, const struct bf16_w
 		const uint32_t *bp = w->b + (jr / NR) * kpt * NR + (pc / 2) * NR;
 		for (int64_t ir = 0; ir < mc; ir += MR) {
 			float *t = blocked ? w->acc + ((jr / NR) * mpan + ir / MR) * MR * NR : w->acc;
-			kernel_12x32(kp, w->a + (ir / MR) * kp * MR, bp, t, pc > 0);
-			if (!last)
-				continue;
-			struct bmat c = g->c;
-			c.p = bmat_at(&g->c, ic + ir, jc + jr);
-			tile_store(t, mc - ir < MR ? mc - ir : MR, nc - jr < NR ? nc - jr : NR, &c,
-				   g->alpha, g->beta);
+			struct tile_out o = { g->c, mc - ir < MR ? mc - ir : MR,
+					      nc - jr < NR ? nc - jr : NR, g->alpha, g->beta };
+			o.c.p = bmat_at(&g->c, ic + ir, jc + jr);
+			bool direct = last && o.c.cs == 1;
+			kernel_12x32(kp, w->a + (ir / MR) * kp * MR, bp, t, pc > 0,
+				     direct ? &o : NULL);
+			if (last && !direct)
+				tile_store_any(t, &o);
 		}
 	}
 }
