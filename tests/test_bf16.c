@@ -582,13 +582,13 @@ static void check_slot(const char *what, const struct slot_call *g)
 	free(got[1]);
 }
 
-/* Sizes around the tiles (12 x 32), the k block (256) and the row and column blocks
+/* Sizes around the tiles (12 x 32), the k block (512) and the row and column blocks
  * (192, 512): 1x1x1, odd k, m or n = 1, batches. */
 static const int64_t slot_sizes[][4] = {
-	{ 1, 1, 1, 1 },	    { 1, 1, 2, 1 },	{ 1, 3, 1, 5 },	    { 1, 12, 256, 32 },
-	{ 1, 13, 257, 33 }, { 1, 1, 300, 70 },	{ 1, 70, 301, 1 },  { 1, 37, 53, 29 },
-	{ 4, 25, 37, 45 },  { 3, 29, 19, 45 },	{ 8, 9, 20, 17 },   { 1, 200, 531, 65 },
-	{ 1, 30, 40, 600 }, { 2, 11, 600, 40 },
+	{ 1, 1, 1, 1 },	    { 1, 1, 2, 1 },	 { 1, 3, 1, 5 },     { 1, 12, 512, 32 },
+	{ 1, 13, 513, 33 }, { 1, 1, 600, 70 },	 { 1, 70, 601, 1 },  { 1, 37, 53, 29 },
+	{ 4, 25, 37, 45 },  { 3, 29, 19, 45 },	 { 8, 9, 20, 17 },   { 1, 200, 1031, 65 },
+	{ 1, 30, 40, 600 }, { 2, 11, 1100, 40 },
 };
 
 /* Every A and B layout on every size; C's dtype and layout, alpha and beta, batch
@@ -616,18 +616,20 @@ START_TEST(test_kernels_layouts)
 }
 END_TEST
 
-/* Every C dtype and layout with every alpha and beta (beta 0 over NaN) on one size. */
+/* Every C dtype and layout with every alpha and beta (beta 0 over NaN), with k in one
+ * block and in two. */
 START_TEST(test_kernels_alpha_beta)
 {
 	static const double ab[5][2] = { { 1, 0 }, { 1, 1 }, { 0.5, 0 }, { 0.5, -2 }, { 0, 1 } };
-	for (int dt = 0; dt < 2; dt++)
-		for (int lc = 0; lc < 3; lc++)
-			for (int j = 0; j < 5; j++) {
-				struct slot_call g = { 2, 27, 45, 70, 0, 1, lc,
-						       dt ? TENSOR_BF16 : TENSOR_F32, ab[j][0],
-						       ab[j][1] };
-				check_slot("alpha and beta", &g);
-			}
+	for (int64_t k = 45; k < 1000; k += 655)
+		for (int dt = 0; dt < 2; dt++)
+			for (int lc = 0; lc < 3; lc++)
+				for (int j = 0; j < 5; j++) {
+					struct slot_call g = { 2, 27, k, 70, 0, 1, lc,
+							       dt ? TENSOR_BF16 : TENSOR_F32,
+							       ab[j][0], ab[j][1] };
+					check_slot("alpha and beta", &g);
+				}
 }
 END_TEST
 
