@@ -661,6 +661,32 @@ START_TEST(test_kernel_choice)
 }
 END_TEST
 
+/* Each allocation of a product failing in turn gives TENSOR_ERR_NOMEM (the packing
+ * buffers and f32 copies included), never a crash; the product works after. */
+START_TEST(test_kernels_nomem)
+{
+	struct tensor *a = slot_operand(TENSOR_BF16, 2, 40, 600, 0, 61);
+	struct tensor *b = slot_operand(TENSOR_BF16, 2, 600, 50, 1, 62);
+	for (int kn = 0; kn < 2; kn++) {
+		if (!kernel_runs(kernels[kn]))
+			continue;
+		bool fired = true;
+		for (int64_t i = 0; fired; i++) {
+			tensor_scope_begin();
+			tensor_mem_inject_failure(i);
+			struct tensor *c = tensor_matmul(a, b);
+			fired = tensor_mem_inject_failure(-1) > i;
+			if (fired)
+				tu_assert_error(c == NULL, TENSOR_ERR_NOMEM, NULL, NULL);
+			else
+				ck_assert_msg(c != NULL, "%s", tensor_last_error());
+			tensor_scope_end();
+		}
+	}
+	tensor_bf16_gemm_force(NULL);
+}
+END_TEST
+
 /* A [2, r, c] f32 operand with values that are not bf16 (a tie at element 0, a NaN
  * at the last when nan), stored transposed when tr. */
 static struct tensor *f32_operand(int64_t r, int64_t c, bool tr, bool nan, uint64_t seed)
@@ -772,6 +798,7 @@ int main(void)
 	tc = tu_tcase("kernels");
 	tcase_add_test(tc, test_kernels_layouts);
 	tcase_add_test(tc, test_kernels_alpha_beta);
+	tcase_add_test(tc, test_kernels_nomem);
 	tcase_add_test(tc, test_kernel_choice);
 	tcase_add_test(tc, test_kernel_f32_sources);
 	suite_add_tcase(s, tc);

@@ -7,10 +7,11 @@
  * zero rows or columns. An MR x NR register tile (24 zmm) accumulates over the pairs.
  * Blocking: a thread packs B for the whole k and NC columns, then A by MC rows and KC
  * of k; while a B panel (KC x NR) stays in L1/L2 the kernel runs down the A block (MC x
- * KC, in L2). A pair step reads 176 bytes for 24 vdpbf16ps, so L2 feeds it: KC 256 to
- * 1024 and MC 96 to 384 measured within 3% on Zen 4 (512 and 192 kept). For k > KC the tiles accumulate in an f32 block buffer, so C (f32
- * or bf16) is written once, rounded once. Threads take whole products of a batch, or
- * split one product's rows (or columns, when wider) into slices of their own.
+ * KC, in L2). A pair step reads 176 bytes for 24 vdpbf16ps, which L2 sustains: KC 256
+ * to 1024 and MC 96 to 384 measured within 3% of each other on Zen 4. For k > KC the
+ * tiles accumulate in an f32 block buffer, so C (f32 or bf16) is written once, rounded
+ * once. Threads take whole products of a batch, or split one product's rows (or
+ * columns, when wider) into slices of their own.
  *
  * The packing reads f32 sources too (rounded to bf16, to nearest even), for a caller
  * that multiplies f32 activations by bf16 weights; the gemm slot passes bf16 only.
@@ -39,7 +40,7 @@ enum {
 	NC = 512, /* columns of a packed B block */
 };
 
-/* Products of at most this many multiply-adds (m n k) run on one thread. */
+/* Calls of at most this many multiply-adds (batch m n k) run on one thread. */
 #define BF16_GEMM_MINI ((int64_t)32 * 32 * 32)
 
 /* ---- CPU support ----------------------------------------------------------- */
@@ -488,7 +489,7 @@ static struct bf16_prod prod_part(const struct tensor *c, const struct tensor *a
 }
 
 /* How the threads share the work: whole batch entries (by_batch), or slices of each
- * product, `rows` rows (split_m) or columns wide, one a thread. */
+ * product, `slice` rows (split_m) or columns wide, one a thread. */
 struct bf16_plan {
 	int nt;
 	bool by_batch, split_m;
@@ -499,7 +500,7 @@ static struct bf16_plan plan_threads(const struct tensor *c, int64_t k)
 {
 	int64_t batch = c->shape[0], m = c->shape[1], n = c->shape[2];
 	struct bf16_plan p = { cpu_num_threads(), false, m >= n, 0 };
-	if (m * n * k <= BF16_GEMM_MINI || p.nt < 1)
+	if (batch * m * n * k <= BF16_GEMM_MINI || p.nt < 1)
 		p.nt = 1;
 	/* whole products when each thread gets a fair share and C's entries are distinct */
 	p.by_batch = p.nt > 1 && c->strides[0] != 0 && batch >= p.nt &&
