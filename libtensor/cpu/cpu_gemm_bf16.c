@@ -197,19 +197,24 @@ static void pack_pairs_any(const struct bmat *x, int64_t rows, int64_t width, in
 			out[p * ld + j] = j < width ? bmat_pair(x, 2 * p, j, rows) : 0;
 }
 
-/* Transpose 16 x 16 32-bit words in place: r[i] lane j becomes r[j] lane i. */
-BF16_TARGET static void transpose16(__m512i r[16])
+/* Transpose 16 x 16 32-bit words in place: r[i] lane j becomes r[j] lane i. Unrolled
+ * so that the arrays live in registers. */
+BF16_TARGET static inline __attribute__((always_inline)) void transpose16(__m512i r[16])
 {
 	__m512i t[16], u[16];
+#pragma GCC unroll 16
 	for (int i = 0; i < 16; i += 2) {
 		t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
 		t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
 	}
+#pragma GCC unroll 16
 	for (int i = 0; i < 16; i += 4) /* u[i + c] lane L: column 4L + c of rows i..i+3 */
+#pragma GCC unroll 2
 		for (int h = 0; h < 2; h++) {
 			u[i + 2 * h] = _mm512_unpacklo_epi64(t[i + h], t[i + h + 2]);
 			u[i + 2 * h + 1] = _mm512_unpackhi_epi64(t[i + h], t[i + h + 2]);
 		}
+#pragma GCC unroll 4
 	for (int c = 0; c < 4; c++) {
 		__m512i v0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88);
 		__m512i v1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xdd);
@@ -233,13 +238,16 @@ BF16_TARGET static void pack_pairs_words(const struct bmat *x, int64_t rows, int
 		for (int64_t p0 = 0; p0 < np; p0 += 16) {
 			__mmask16 ld16 = (__mmask16)((1u << (np - p0 < 16 ? np - p0 : 16)) - 1);
 			__m512i r[16];
-			for (int64_t j = 0; j < 16; j++)
+#pragma GCC unroll 16
+			for (int j = 0; j < 16; j++)
 				r[j] = j0 + j < width ? _mm512_maskz_loadu_epi32(
 							    ld16, bmat_at(x, 2 * p0, j0 + j))
 						      : _mm512_setzero_si512();
 			transpose16(r);
-			for (int64_t p = 0; p < 16 && p0 + p < np; p++)
-				_mm512_mask_storeu_epi32(out + (p0 + p) * ld + j0, st, r[p]);
+#pragma GCC unroll 16
+			for (int p = 0; p < 16; p++)
+				if (p0 + p < np)
+					_mm512_mask_storeu_epi32(out + (p0 + p) * ld + j0, st, r[p]);
 		}
 	}
 	for (int64_t j = 0; rows % 2 && j < lanes; j++)
