@@ -346,7 +346,8 @@ static void bench_matmul_bf16(const struct opts *o)
 			double t[4] = { mm_once(a, b, TENSOR_F32),
 					bf16_once("portable", a16, b16, TENSOR_F32),
 					avx ? bf16_once("avx512bf16", a16, b16, TENSOR_F32) : 1e30,
-					avx ? bf16_once("avx512bf16", a16, b16, TENSOR_BF16) : 1e30 };
+					avx ? bf16_once("avx512bf16", a16, b16, TENSOR_BF16)
+					    : 1e30 };
 			for (int j = 0; r > 0 && j < 4; j++)
 				best[j] = t[j] < best[j] ? t[j] : best[j];
 		}

@@ -534,7 +534,8 @@ static void check_slot(const char *what, const struct slot_call *g)
 	struct tensor *b = slot_operand(TENSOR_BF16, g->batch, g->k, g->n, g->lb, 2);
 	double *va = tu_values(a), *vb = tu_values(b), *c0 = tu_values(slot_c(g));
 	int64_t n = g->batch * g->m * g->n;
-	double *want = malloc(sizeof(double) * (size_t)n), *bound = malloc(sizeof(double) * (size_t)n);
+	double *want = malloc(sizeof(double) * (size_t)n),
+	       *bound = malloc(sizeof(double) * (size_t)n);
 	ck_assert(want && bound);
 	for (int64_t i = 0; i < g->batch; i++)
 		for (int64_t r = 0; r < g->m; r++)
@@ -560,13 +561,14 @@ static void check_slot(const char *what, const struct slot_call *g)
 			continue;
 		got[kn] = slot_run(kernels[kn], g, a, b);
 		for (int64_t i = 0; i < n; i++)
-			ck_assert_msg(fabs(got[kn][i] - want[i]) <= bound[i],
-				      "%s, %s, [%lld: %lld,%lld,%lld] layouts %d %d %d, %s C, alpha "
-				      "%g beta %g: element %lld: got %.9g, want %.9g (bound %.3g)",
-				      kernels[kn], what, (long long)g->batch, (long long)g->m,
-				      (long long)g->k, (long long)g->n, g->la, g->lb, g->lc,
-				      tensor_dtype_name(g->cdt), g->alpha, g->beta, (long long)i,
-				      got[kn][i], want[i], bound[i]);
+			ck_assert_msg(
+			    fabs(got[kn][i] - want[i]) <= bound[i],
+			    "%s, %s, [%lld: %lld,%lld,%lld] layouts %d %d %d, %s C, alpha "
+			    "%g beta %g: element %lld: got %.9g, want %.9g (bound %.3g)",
+			    kernels[kn], what, (long long)g->batch, (long long)g->m,
+			    (long long)g->k, (long long)g->n, g->la, g->lb, g->lc,
+			    tensor_dtype_name(g->cdt), g->alpha, g->beta, (long long)i, got[kn][i],
+			    want[i], bound[i]);
 	}
 	for (int64_t i = 0; got[1] && i < n; i++)
 		ck_assert_msg(fabs(got[0][i] - got[1][i]) <= 2 * bound[i],
@@ -585,33 +587,38 @@ static void check_slot(const char *what, const struct slot_call *g)
 /* Sizes around the tiles (12 x 32), the k block (512) and the row and column blocks
  * (192, 512): 1x1x1, odd k, m or n = 1, batches. */
 static const int64_t slot_sizes[][4] = {
-	{ 1, 1, 1, 1 },	    { 1, 1, 2, 1 },	 { 1, 3, 1, 5 },     { 1, 12, 512, 32 },
-	{ 1, 13, 513, 33 }, { 1, 1, 600, 70 },	 { 1, 70, 601, 1 },  { 1, 37, 53, 29 },
-	{ 4, 25, 37, 45 },  { 3, 29, 19, 45 },	 { 8, 9, 20, 17 },   { 1, 200, 1031, 65 },
+	{ 1, 1, 1, 1 },	    { 1, 1, 2, 1 },	 { 1, 3, 1, 5 },    { 1, 12, 512, 32 },
+	{ 1, 13, 513, 33 }, { 1, 1, 600, 70 },	 { 1, 70, 601, 1 }, { 1, 37, 53, 29 },
+	{ 4, 25, 37, 45 },  { 3, 29, 19, 45 },	 { 8, 9, 20, 17 },  { 1, 200, 1031, 65 },
 	{ 1, 30, 40, 600 }, { 2, 11, 1100, 40 },
 };
 
-/* Every A and B layout on every size; C's dtype and layout, alpha and beta, batch
- * broadcast and the thread count vary with a hash of the case. */
+static const double alpha_beta[5][2] = { { 1, 0 }, { 1, 1 }, { 0.5, 0 }, { 0.5, -2 }, { 0, 1 } };
+
+/* Size i with layouts la and lb; C's dtype and layout, alpha and beta (of the first
+ * four), batch broadcast and the thread count vary with a hash of the case. */
+static void check_layouts(size_t i, int la, int lb)
+{
+	const int64_t *sz = slot_sizes[i];
+	uint32_t h = (uint32_t)(i * 131 + (size_t)la * 17 + (size_t)lb * 5 + 7) * 2654435761u;
+	int bcast = sz[0] > 1 ? (int)(h >> 17) % 3 : 0;
+	struct slot_call g = { .batch = sz[0], .m = sz[1], .k = sz[2], .n = sz[3] };
+	g.la = la | (bcast == 1 ? 4 : 0);
+	g.lb = lb | (bcast == 2 ? 4 : 0);
+	g.lc = (int)(h >> 9) % 3;
+	g.cdt = (h >> 3) & 1 ? TENSOR_BF16 : TENSOR_F32;
+	g.alpha = alpha_beta[(h >> 5) % 4][0];
+	g.beta = alpha_beta[(h >> 5) % 4][1];
+	tensor_set_num_threads(1 + (int)(h >> 13) % 3);
+	check_slot("layouts", &g);
+}
+
 START_TEST(test_kernels_layouts)
 {
-	static const double ab[4][2] = { { 1, 0 }, { 1, 1 }, { 0.5, 0 }, { 0.5, -2 } };
 	for (size_t i = 0; i < sizeof slot_sizes / sizeof slot_sizes[0]; i++)
 		for (int la = 0; la < 4; la++)
-			for (int lb = 0; lb < 4; lb++) {
-				uint32_t h = (uint32_t)(i * 131 + (size_t)la * 17 + (size_t)lb * 5 + 7) *
-					     2654435761u;
-				const int64_t *sz = slot_sizes[i];
-				int bcast = sz[0] > 1 ? (int)(h >> 17) % 3 : 0;
-				struct slot_call g = {
-					sz[0], sz[1], sz[2], sz[3], la | (bcast == 1 ? 4 : 0),
-					lb | (bcast == 2 ? 4 : 0), (int)(h >> 9) % 3,
-					(h >> 3) & 1 ? TENSOR_BF16 : TENSOR_F32, ab[(h >> 5) % 4][0],
-					ab[(h >> 5) % 4][1]
-				};
-				tensor_set_num_threads(1 + (int)(h >> 13) % 3);
-				check_slot("layouts", &g);
-			}
+			for (int lb = 0; lb < 4; lb++)
+				check_layouts(i, la, lb);
 	tensor_set_num_threads(0);
 }
 END_TEST
@@ -620,16 +627,15 @@ END_TEST
  * block and in two. */
 START_TEST(test_kernels_alpha_beta)
 {
-	static const double ab[5][2] = { { 1, 0 }, { 1, 1 }, { 0.5, 0 }, { 0.5, -2 }, { 0, 1 } };
-	for (int64_t k = 45; k < 1000; k += 655)
-		for (int dt = 0; dt < 2; dt++)
-			for (int lc = 0; lc < 3; lc++)
-				for (int j = 0; j < 5; j++) {
-					struct slot_call g = { 2, 27, k, 70, 0, 1, lc,
-							       dt ? TENSOR_BF16 : TENSOR_F32,
-							       ab[j][0], ab[j][1] };
-					check_slot("alpha and beta", &g);
-				}
+	for (int j = 0; j < 2 * 3 * 5 * 2; j++) {
+		struct slot_call g = { .batch = 2, .m = 27, .k = j % 2 ? 700 : 45, .n = 70 };
+		g.lb = 1;
+		g.lc = j / 2 % 3;
+		g.cdt = j / 6 % 2 ? TENSOR_BF16 : TENSOR_F32;
+		g.alpha = alpha_beta[j / 12][0];
+		g.beta = alpha_beta[j / 12][1];
+		check_slot("alpha and beta", &g);
+	}
 }
 END_TEST
 

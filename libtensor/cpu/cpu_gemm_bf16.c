@@ -132,8 +132,7 @@ BF16_TARGET static inline __m512i round_bf16x16(__m512 x)
 }
 
 /* Up to 32 consecutive elements (mask) at q as bf16 (f32 rounded), zero elsewhere. */
-BF16_TARGET static inline __m512i load_bf16x32(const char *q, enum tensor_dtype dt,
-					       __mmask32 mask)
+BF16_TARGET static inline __m512i load_bf16x32(const char *q, enum tensor_dtype dt, __mmask32 mask)
 {
 	if (dt == TENSOR_BF16)
 		return _mm512_maskz_loadu_epi16(mask, q);
@@ -240,14 +239,16 @@ BF16_TARGET static void pack_pairs_words(const struct bmat *x, int64_t rows, int
 			__m512i r[16];
 #pragma GCC unroll 16
 			for (int j = 0; j < 16; j++)
-				r[j] = j0 + j < width ? _mm512_maskz_loadu_epi32(
-							    ld16, bmat_at(x, 2 * p0, j0 + j))
-						      : _mm512_setzero_si512();
+				r[j] =
+				    j0 + j < width
+					? _mm512_maskz_loadu_epi32(ld16, bmat_at(x, 2 * p0, j0 + j))
+					: _mm512_setzero_si512();
 			transpose16(r);
 #pragma GCC unroll 16
 			for (int p = 0; p < 16; p++)
 				if (p0 + p < np)
-					_mm512_mask_storeu_epi32(out + (p0 + p) * ld + j0, st, r[p]);
+					_mm512_mask_storeu_epi32(out + (p0 + p) * ld + j0, st,
+								 r[p]);
 		}
 	}
 	for (int64_t j = 0; rows % 2 && j < lanes; j++)
@@ -389,8 +390,8 @@ struct bf16_prod {
 };
 
 struct bf16_ws {
-	uint32_t *a;  /* an A block: MC/MR panels of KC/2 x MR pairs */
-	uint32_t *b;  /* a B block: NC/NR panels of ceil(k/2) x NR pairs */
+	uint32_t *a; /* an A block: MC/MR panels of KC/2 x MR pairs */
+	uint32_t *b; /* a B block: NC/NR panels of ceil(k/2) x NR pairs */
 	float *acc;  /* the block's tiles (k > KC) or one tile */
 };
 
@@ -436,7 +437,8 @@ BF16_TARGET static void run_block(const struct bf16_prod *g, const struct bf16_w
 	for (int64_t jr = 0; jr < nc; jr += NR) {
 		const uint32_t *bp = w->b + (jr / NR) * kpt * NR + (pc / 2) * NR;
 		for (int64_t ir = 0; ir < mc; ir += MR) {
-			float *t = blocked ? w->acc + ((jr / NR) * mpan + ir / MR) * MR * NR : w->acc;
+			float *t =
+			    blocked ? w->acc + ((jr / NR) * mpan + ir / MR) * MR * NR : w->acc;
 			struct tile_out o = { g->c, mc - ir < MR ? mc - ir : MR,
 					      nc - jr < NR ? nc - jr : NR, g->alpha, g->beta };
 			o.c.p = bmat_at(&g->c, ic + ir, jc + jr);
@@ -459,7 +461,8 @@ BF16_TARGET static void gemm_serial(const struct bf16_prod *g, const struct bf16
 		for (int64_t jr = 0; jr < nc; jr += NR) {
 			struct bmat b = g->b;
 			b.p = bmat_at(&g->b, 0, jc + jr);
-			pack_b_panel(&b, g->k, nc - jr < NR ? nc - jr : NR, w->b + (jr / NR) * kpt * NR);
+			pack_b_panel(&b, g->k, nc - jr < NR ? nc - jr : NR,
+				     w->b + (jr / NR) * kpt * NR);
 		}
 		for (int64_t ic = 0; ic < g->m; ic += MC) {
 			int64_t mc = g->m - ic < MC ? g->m - ic : MC;
@@ -485,8 +488,12 @@ static struct bf16_prod prod_part(const struct tensor *c, const struct tensor *a
 				  const struct tensor *b, int64_t i, int64_t r0, int64_t r1,
 				  int64_t c0, int64_t c1, float alpha, float beta)
 {
-	struct bf16_prod g = { bmat_of(a), bmat_of(b), bmat_of(c), r1 - r0, c1 - c0, a->shape[2],
-			       alpha, beta };
+	struct bf16_prod g = { .a = bmat_of(a), .b = bmat_of(b), .c = bmat_of(c) };
+	g.m = r1 - r0;
+	g.n = c1 - c0;
+	g.k = a->shape[2];
+	g.alpha = alpha;
+	g.beta = beta;
 	g.a.p += i * a->strides[0] * g.a.es;
 	g.b.p += i * b->strides[0] * g.b.es;
 	g.c.p += i * c->strides[0] * g.c.es;
@@ -520,9 +527,8 @@ static struct bf16_plan plan_threads(const struct tensor *c, int64_t k)
 }
 
 /* Thread t's share of the plan. */
-static void run_thread(const struct bf16_plan *p, int t, const struct bf16_ws *w,
-		       struct tensor *c, const struct tensor *a, const struct tensor *b,
-		       float alpha, float beta)
+static void run_thread(const struct bf16_plan *p, int t, const struct bf16_ws *w, struct tensor *c,
+		       const struct tensor *a, const struct tensor *b, float alpha, float beta)
 {
 	int64_t batch = c->shape[0], m = c->shape[1], n = c->shape[2];
 	int64_t s0 = p->by_batch ? 0 : t * p->slice, len = p->split_m ? m : n;
@@ -530,9 +536,8 @@ static void run_thread(const struct bf16_plan *p, int t, const struct bf16_ws *w
 	if (s0 >= s1)
 		return;
 	for (int64_t i = p->by_batch ? t : 0; i < batch; i += p->by_batch ? p->nt : 1) {
-		struct bf16_prod g = p->split_m
-					 ? prod_part(c, a, b, i, s0, s1, 0, n, alpha, beta)
-					 : prod_part(c, a, b, i, 0, m, s0, s1, alpha, beta);
+		struct bf16_prod g = p->split_m ? prod_part(c, a, b, i, s0, s1, 0, n, alpha, beta)
+						: prod_part(c, a, b, i, 0, m, s0, s1, alpha, beta);
 		gemm_serial(&g, w);
 	}
 }

@@ -94,14 +94,15 @@ static int bf16_kernel_of(const char *name)
 	if (!strcmp(name, "portable") || !strcmp(name, bf16_kernel_names[BF16_PORTABLE]))
 		return BF16_PORTABLE;
 	if (strcmp(name, bf16_kernel_names[BF16_AVX512])) {
-		tensor_error(TENSOR_ERR_ARG, "bf16 gemm: unknown kernel '%s' (portable, avx512bf16)",
-			     name);
+		tensor_error(TENSOR_ERR_ARG,
+			     "bf16 gemm: unknown kernel '%s' (portable, avx512bf16)", name);
 		return -1;
 	}
 	if (!cpu_gemm_bf16_avx512_ok()) {
-		tensor_error(TENSOR_ERR_UNSUPPORTED,
-			     "bf16 gemm: kernel avx512bf16 needs AVX512-BF16 with AVX512F/BW/VL and "
-			     "OS support of the zmm state; this CPU runs only portable");
+		tensor_error(
+		    TENSOR_ERR_UNSUPPORTED,
+		    "bf16 gemm: kernel avx512bf16 needs AVX512-BF16 with AVX512F/BW/VL and "
+		    "OS support of the zmm state; this CPU runs only portable");
 		return -1;
 	}
 	return BF16_AVX512;
