@@ -88,31 +88,22 @@ enum bf16_kernel { BF16_PORTABLE, BF16_AVX512 };
 static const char *const bf16_kernel_names[] = { "f32-convert+blis-sgemm", "avx512bf16" };
 static atomic_int bf16_kernel = -1; /* not chosen yet */
 
-/* The kernel named (portable or the name reported), or -1 with an error. */
-static int bf16_kernel_of(const char *name)
+/* The kernel named (portable or the name reported); -1 for an unknown name, -2 for a
+ * kernel this CPU lacks. */
+static int bf16_kernel_lookup(const char *name)
 {
 	if (!strcmp(name, "portable") || !strcmp(name, bf16_kernel_names[BF16_PORTABLE]))
 		return BF16_PORTABLE;
-	if (strcmp(name, bf16_kernel_names[BF16_AVX512])) {
-		tensor_error(TENSOR_ERR_ARG,
-			     "bf16 gemm: unknown kernel '%s' (portable, avx512bf16)", name);
+	if (strcmp(name, bf16_kernel_names[BF16_AVX512]))
 		return -1;
-	}
-	if (!cpu_gemm_bf16_avx512_ok()) {
-		tensor_error(
-		    TENSOR_ERR_UNSUPPORTED,
-		    "bf16 gemm: kernel avx512bf16 needs AVX512-BF16 with AVX512F/BW/VL and "
-		    "OS support of the zmm state; this CPU runs only portable");
-		return -1;
-	}
-	return BF16_AVX512;
+	return cpu_gemm_bf16_avx512_ok() ? BF16_AVX512 : -2;
 }
 
 /* CFORMER_BF16_GEMM if it names a kernel this CPU runs, else the fastest one. */
 static int bf16_kernel_default(void)
 {
 	const char *env = getenv("CFORMER_BF16_GEMM");
-	int k = env ? bf16_kernel_of(env) : -1;
+	int k = env ? bf16_kernel_lookup(env) : -1;
 	if (k >= 0)
 		return k;
 	return cpu_gemm_bf16_avx512_ok() ? BF16_AVX512 : BF16_PORTABLE;
@@ -135,9 +126,15 @@ const char *tensor_bf16_gemm_kernel(void)
 
 int tensor_bf16_gemm_force(const char *name)
 {
-	int k = name ? bf16_kernel_of(name) : bf16_kernel_default();
-	if (k < 0)
-		return tensor_last_status();
+	int k = name ? bf16_kernel_lookup(name) : bf16_kernel_default();
+	if (k == -1)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "bf16 gemm: unknown kernel '%s' (portable, avx512bf16)", name);
+	if (k == -2)
+		return tensor_error(
+		    TENSOR_ERR_UNSUPPORTED,
+		    "bf16 gemm: kernel avx512bf16 needs AVX512-BF16 with AVX512F/BW/VL and OS "
+		    "support of the zmm state; this CPU runs only portable");
 	atomic_store(&bf16_kernel, k);
 	return TENSOR_OK;
 }
