@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend.h"
 #include "tensor.h"
 
 struct opts {
@@ -270,46 +271,103 @@ static double mm_once(const struct tensor *a, const struct tensor *b, enum tenso
 	return t1 - t0;
 }
 
-/* Square products with bf16 inputs (f32 and bf16 results) against f32, interleaved. */
+/* One product of the bf16 table: batch x [m,k]·[k,n], A stored [k,m] and transposed when
+ * at (the weight gradient's x^T·dy). */
+struct bf16_shape {
+	int64_t batch, m, k, n;
+	bool at;
+	const char *what;
+};
+
+/* A random [batch,] r x c operand in f32 and bf16 (x[0], x[1]), stored as c x r and
+ * transposed when t. */
+static void bf16_operand(int64_t batch, int64_t r, int64_t c, bool t, uint64_t seed,
+			 struct tensor *x[2])
+{
+	int64_t sh[3] = { batch, t ? c : r, t ? r : c };
+	int nd = batch > 1 ? 3 : 2;
+	x[0] = rnd(nd, sh + 3 - nd, seed);
+	x[1] = tensor_cast(x[0], TENSOR_BF16);
+	if (!x[1]) {
+		fprintf(stderr, "bench_ops: %s\n", tensor_last_error());
+		exit(1);
+	}
+	for (int i = 0; t && i < 2; i++) {
+		struct tensor *v = tensor_transpose(x[i], nd - 2, nd - 1);
+		tensor_free(x[i]);
+		x[i] = v;
+	}
+}
+
+/* Seconds of one product on the bf16 kernel named (NULL: f32 inputs and result). */
+static double bf16_once(const char *kernel, const struct tensor *a, const struct tensor *b,
+			enum tensor_dtype dt)
+{
+	if (kernel && tensor_bf16_gemm_force(kernel) != TENSOR_OK) {
+		fprintf(stderr, "bench_ops: %s\n", tensor_last_error());
+		exit(1);
+	}
+	return mm_once(a, b, dt);
+}
+
+/* Products with bf16 inputs on each CPU kernel (forced) against f32 (BLIS sgemm),
+ * interleaved: squares, and the products of a Linformer training step (d 256, ff 1024,
+ * 16 x 512 tokens). */
 static void bench_matmul_bf16(const struct opts *o)
 {
-	static const int64_t sizes[] = { 512, 1024, 2048 };
+	static const struct bf16_shape shapes[] = {
+		{ 1, 512, 512, 512, false, "512^3" },
+		{ 1, 1024, 1024, 1024, false, "1024^3" },
+		{ 1, 2048, 2048, 2048, false, "2048^3" },
+		{ 1, 8192, 256, 768, false, "[8192,256]x[256,768] (qkv)" },
+		{ 1, 8192, 256, 1024, false, "[8192,256]x[256,1024] (ff up)" },
+		{ 1, 8192, 1024, 256, false, "[8192,1024]x[1024,256] (ff down)" },
+		{ 1, 256, 8192, 1024, true, "[256,8192]x[8192,1024], A^T (weight grad)" },
+		{ 64, 512, 64, 128, false, "64 x [512,64]x[64,128] (attention)" },
+	};
+	bool avx = tensor_bf16_gemm_force("avx512bf16") == TENSOR_OK;
 	int nt = o->threads;
 	tensor_set_num_threads(nt);
-	printf("## matmul with bf16 inputs (%dT, GFLOP/s, best of %d; kernel: %s)\n\n", nt, o->reps,
-	       tensor_bf16_gemm_kernel());
-	printf("| n | f32 | bf16 -> f32 | bf16 -> bf16 | bf16 -> f32 / f32 |\n");
-	printf("|---:|---:|---:|---:|---:|\n");
-	for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-		int64_t n = sizes[i];
-		if (o->quick && n > 1024)
+	printf("## matmul with bf16 inputs (%dT, GFLOP/s, best of %d, interleaved)\n\n", nt,
+	       o->reps);
+	printf("| product | f32 (BLIS sgemm) | bf16 -> f32, portable | bf16 -> f32, avx512bf16 "
+	       "| bf16 -> bf16, avx512bf16 | avx512bf16 / f32 |\n");
+	printf("|---|---:|---:|---:|---:|---:|\n");
+	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+		const struct bf16_shape *sh = &shapes[i];
+		if (o->quick && sh->m * sh->n * sh->k > ((int64_t)1 << 31))
 			continue;
-		struct tensor *a = rnd(2, (int64_t[]){ n, n }, 1),
-			      *b = rnd(2, (int64_t[]){ n, n }, 2);
-		struct tensor *a16 = tensor_cast(a, TENSOR_BF16),
-			      *b16 = tensor_cast(b, TENSOR_BF16);
-		if (!a16 || !b16) {
-			fprintf(stderr, "bench_ops: %s\n", tensor_last_error());
-			exit(1);
-		}
-		double best[3] = { 1e30, 1e30, 1e30 };
+		struct tensor *x[2], *y[2];
+		bf16_operand(sh->batch, sh->m, sh->k, sh->at, 1, x);
+		bf16_operand(sh->batch, sh->k, sh->n, false, 2, y);
+		struct tensor *a = x[0], *a16 = x[1], *b = y[0], *b16 = y[1];
+		double best[4] = { 1e30, 1e30, 1e30, 1e30 };
 		for (int r = 0; r <= o->reps; r++) { /* r == 0 warms up */
-			double t[3] = { mm_once(a, b, TENSOR_F32), mm_once(a16, b16, TENSOR_F32),
-					mm_once(a16, b16, TENSOR_BF16) };
-			for (int j = 0; r > 0 && j < 3; j++)
+			double t[4] = { mm_once(a, b, TENSOR_F32),
+					bf16_once("portable", a16, b16, TENSOR_F32),
+					avx ? bf16_once("avx512bf16", a16, b16, TENSOR_F32) : 1e30,
+					avx ? bf16_once("avx512bf16", a16, b16, TENSOR_BF16)
+					    : 1e30 };
+			for (int j = 0; r > 0 && j < 4; j++)
 				best[j] = t[j] < best[j] ? t[j] : best[j];
 		}
-		double flops = 2.0 * (double)n * (double)n * (double)n * 1e-9;
-		printf("| %lld | %.1f | %.1f | %.1f | %.3f |\n", (long long)n, flops / best[0],
-		       flops / best[1], flops / best[2], best[0] / best[1]);
+		double gf = 2e-9 * (double)(sh->batch * sh->m * sh->n * sh->k);
+		printf("| %s | %.1f | %.1f |", sh->what, gf / best[0], gf / best[1]);
+		if (avx)
+			printf(" %.1f | %.1f | %.2f |\n", gf / best[2], gf / best[3],
+			       best[0] / best[2]);
+		else
+			printf(" - | - | - |\n");
 		fflush(stdout);
 		tensor_free(a);
 		tensor_free(b);
 		tensor_free(a16);
 		tensor_free(b16);
 	}
-	printf("\nbf16 inputs are converted to f32 (exactly) and multiplied by BLIS's sgemm; "
-	       "the AVX512-BF16 / AMX kernels come later.\n\n");
+	tensor_bf16_gemm_force(NULL);
+	printf("\nportable: bf16 converted exactly to f32, then BLIS's sgemm; avx512bf16: own "
+	       "packing and vdpbf16ps kernel (f32 accumulation)%s.\n\n",
+	       avx ? "" : "; not run: this CPU lacks AVX512-BF16");
 }
 
 /* ---- elementwise ------------------------------------------------------------------------ */

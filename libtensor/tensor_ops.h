@@ -134,8 +134,9 @@ struct tensor *tensor_cast(const struct tensor *x, enum tensor_dtype dt);
  * from the result). A and B share a dtype: f32, f64 or bf16; the result has
  * it too (tensor_matmul_to picks f32 for bf16 inputs). bf16 products
  * accumulate in f32 and a bf16 result is rounded once, to nearest even
- * (tensor_bf16_gemm_kernel() names the CPU kernel; CUDA refuses bf16).
- * Operands are passed to BLIS by their strides, so transposed or sliced views
+ * (on the CPU by AVX512-BF16 where the CPU has it, else through f32 copies
+ * and BLIS's sgemm: tensor_bf16_gemm_kernel() names it; CUDA refuses bf16).
+ * Operands reach the kernels by their strides, so transposed or sliced views
  * are not copied (a view whose matrix has no unit stride is copied first).
  * Errors: inner dims differ, batch dims not broadcastable (TENSOR_ERR_SHAPE),
  * dtypes differ or not f32/f64/bf16 (TENSOR_ERR_DTYPE). */

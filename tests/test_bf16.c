@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "autograd.h"
+#include "backend.h"
+#include "cpu/cpu_kernels.h"
 #include "testutil.h"
 
 static float f32_of_bits(uint32_t u)
@@ -450,7 +452,287 @@ START_TEST(test_gemm_vectors_add_empty)
 	struct tensor *e1 = tensor_zeros(TENSOR_BF16, TENSOR_CPU, 2, (int64_t[]){ 3, 2 });
 	struct tensor *e = tensor_matmul_to(e0, e1, TENSOR_F32);
 	ck_assert(e && tensor_numel(e) == 0);
+}
+END_TEST
+
+/* ---- the CPU kernels, each forced, through the gemm slot ---------------------- */
+
+static const char *const kernels[2] = { "portable", "avx512bf16" };
+
+/* Whether the kernel runs here; where the CPU lacks AVX512-BF16, says so once and checks
+ * that forcing it fails with the reason. */
+static bool kernel_runs(const char *kernel)
+{
+	if (tensor_bf16_gemm_force(kernel) == TENSOR_OK)
+		return true;
+	ck_assert_str_eq(kernel, "avx512bf16");
+	tu_assert_error(true, TENSOR_ERR_UNSUPPORTED, "avx512bf16", "AVX512-BF16");
+	static bool said;
+	if (!said)
+		printf("test_bf16: SKIP the avx512bf16 kernel: this CPU lacks AVX512-BF16\n");
+	said = true;
+	return false;
+}
+
+/* A [batch, r, c] operand of the slot, random values of dtype dt, in layout lay: bit 0
+ * transposed (unit row stride), bit 1 sliced (leading stride past the matrix), bit 2
+ * broadcast over the batch (stride 0). */
+static struct tensor *slot_operand(enum tensor_dtype dt, int64_t batch, int64_t r, int64_t c,
+				   int lay, uint64_t seed)
+{
+	bool tr = lay & 1, sl = lay & 2;
+	int64_t rr = tr ? c : r, cc = tr ? r : c;
+	struct tensor *x =
+	    tu_rand(TENSOR_F32, 3, (int64_t[]){ lay & 4 ? 1 : batch, rr, cc + (sl ? 5 : 0) }, seed);
+	x = tensor_cast(x, dt);
+	if (sl)
+		x = tensor_slice(x, 2, 2, 2 + cc, 1);
+	if (tr)
+		x = tensor_transpose(x, 1, 2);
+	if (lay & 4)
+		x = tensor_expand(x, 3, (int64_t[]){ batch, r, c });
+	ck_assert(x != NULL);
+	return x;
+}
+
+/* One call of the slot: C [batch, m, n] (layout lc: 0 row-major, 1 transposed, 2 sliced)
+ * of dtype cdt, NaN when beta == 0 (it must not be read), = alpha A B + beta C. */
+struct slot_call {
+	int64_t batch, m, k, n;
+	int la, lb, lc;
+	enum tensor_dtype cdt;
+	double alpha, beta;
+};
+
+static struct tensor *slot_c(const struct slot_call *g)
+{
+	struct tensor *c = slot_operand(g->cdt, g->batch, g->m, g->n, g->lc == 2 ? 2 : g->lc, 3);
+	if (g->beta == 0)
+		ck_assert_int_eq(tensor_fill_(c, NAN), TENSOR_OK);
+	return c;
+}
+
+/* The slot's result on kernel, as values. */
+static double *slot_run(const char *kernel, const struct slot_call *g, const struct tensor *a,
+			const struct tensor *b)
+{
+	ck_assert_int_eq(tensor_bf16_gemm_force(kernel), TENSOR_OK);
+	ck_assert_str_eq(tensor_bf16_gemm_kernel(),
+			 strcmp(kernel, "portable") ? kernel : "f32-convert+blis-sgemm");
+	struct tensor *c = slot_c(g);
+	ck_assert_int_eq(tensor_backend_get(TENSOR_CPU)->gemm(c, a, b, g->alpha, g->beta),
+			 TENSOR_OK);
+	return tu_values(c);
+}
+
+/* Both kernels against the f64 product of the bf16 values: |err| <= (2k + 4) 2^-24 (|alpha|
+ * sum |a||b| + |beta c|) (two f32 roundings a pair, then alpha and beta), plus half a bf16
+ * ulp (2^-8 relative) for a bf16 C; and against each other within the sum of their bounds. */
+static void check_slot(const char *what, const struct slot_call *g)
+{
+	struct tensor *a = slot_operand(TENSOR_BF16, g->batch, g->m, g->k, g->la, 1);
+	struct tensor *b = slot_operand(TENSOR_BF16, g->batch, g->k, g->n, g->lb, 2);
+	double *va = tu_values(a), *vb = tu_values(b), *c0 = tu_values(slot_c(g));
+	int64_t n = g->batch * g->m * g->n;
+	double *want = malloc(sizeof(double) * (size_t)n),
+	       *bound = malloc(sizeof(double) * (size_t)n);
+	ck_assert(want && bound);
+	for (int64_t i = 0; i < g->batch; i++)
+		for (int64_t r = 0; r < g->m; r++)
+			for (int64_t c = 0; c < g->n; c++) {
+				double s = 0, mag = 0;
+				for (int64_t p = 0; p < g->k; p++) {
+					double x = va[(i * g->m + r) * g->k + p] *
+						   vb[(i * g->k + p) * g->n + c];
+					s += x;
+					mag += fabs(x);
+				}
+				int64_t o = (i * g->m + r) * g->n + c;
+				double bc = g->beta == 0 ? 0 : g->beta * c0[o];
+				want[o] = g->alpha * s + bc;
+				bound[o] = (2.0 * (double)g->k + 4) * 0x1p-24 *
+					   (fabs(g->alpha) * mag + fabs(bc));
+				if (g->cdt == TENSOR_BF16)
+					bound[o] += 0x1p-8 * fabs(want[o]) + 0x1p-133;
+			}
+	double *got[2] = { NULL, NULL };
+	for (int kn = 0; kn < 2; kn++) {
+		if (!kernel_runs(kernels[kn]))
+			continue;
+		got[kn] = slot_run(kernels[kn], g, a, b);
+		for (int64_t i = 0; i < n; i++)
+			ck_assert_msg(
+			    fabs(got[kn][i] - want[i]) <= bound[i],
+			    "%s, %s, [%lld: %lld,%lld,%lld] layouts %d %d %d, %s C, alpha "
+			    "%g beta %g: element %lld: got %.9g, want %.9g (bound %.3g)",
+			    kernels[kn], what, (long long)g->batch, (long long)g->m,
+			    (long long)g->k, (long long)g->n, g->la, g->lb, g->lc,
+			    tensor_dtype_name(g->cdt), g->alpha, g->beta, (long long)i, got[kn][i],
+			    want[i], bound[i]);
+	}
+	for (int64_t i = 0; got[1] && i < n; i++)
+		ck_assert_msg(fabs(got[0][i] - got[1][i]) <= 2 * bound[i],
+			      "%s: the kernels differ at element %lld: %.9g and %.9g", what,
+			      (long long)i, got[0][i], got[1][i]);
+	tensor_bf16_gemm_force(NULL);
+	free(va);
+	free(vb);
+	free(c0);
+	free(want);
+	free(bound);
+	free(got[0]);
+	free(got[1]);
+}
+
+/* Sizes around the tiles (12 x 32), the k block (512) and the row and column blocks
+ * (192, 512): 1x1x1, odd k, m or n = 1, batches. */
+static const int64_t slot_sizes[][4] = {
+	{ 1, 1, 1, 1 },	    { 1, 1, 2, 1 },	 { 1, 3, 1, 5 },      { 1, 12, 512, 32 },
+	{ 1, 13, 513, 33 }, { 1, 1, 600, 70 },	 { 1, 70, 601, 1 },   { 1, 37, 53, 29 },
+	{ 4, 25, 37, 45 },  { 3, 29, 19, 45 },	 { 8, 9, 20, 17 },    { 1, 200, 1031, 65 },
+	{ 1, 30, 40, 600 }, { 2, 11, 1100, 40 }, { 1, 20, 530, 600 },
+};
+
+static const double alpha_beta[5][2] = { { 1, 0 }, { 1, 1 }, { 0.5, 0 }, { 0.5, -2 }, { 0, 1 } };
+
+/* Size i with layouts la and lb; C's dtype and layout, alpha and beta (of the first
+ * four), batch broadcast and the thread count vary with a hash of the case. */
+static void check_layouts(size_t i, int la, int lb)
+{
+	const int64_t *sz = slot_sizes[i];
+	uint32_t h = (uint32_t)(i * 131 + (size_t)la * 17 + (size_t)lb * 5 + 7) * 2654435761u;
+	int bcast = sz[0] > 1 ? (int)(h >> 17) % 3 : 0;
+	struct slot_call g = { .batch = sz[0], .m = sz[1], .k = sz[2], .n = sz[3] };
+	g.la = la | (bcast == 1 ? 4 : 0);
+	g.lb = lb | (bcast == 2 ? 4 : 0);
+	g.lc = (int)(h >> 9) % 3;
+	g.cdt = (h >> 3) & 1 ? TENSOR_BF16 : TENSOR_F32;
+	g.alpha = alpha_beta[(h >> 5) % 4][0];
+	g.beta = alpha_beta[(h >> 5) % 4][1];
+	tensor_set_num_threads(1 + (int)(h >> 13) % 3);
+	check_slot("layouts", &g);
+}
+
+START_TEST(test_kernels_layouts)
+{
+	for (size_t i = 0; i < sizeof slot_sizes / sizeof slot_sizes[0]; i++)
+		for (int la = 0; la < 4; la++)
+			for (int lb = 0; lb < 4; lb++)
+				check_layouts(i, la, lb);
+	tensor_set_num_threads(0);
+}
+END_TEST
+
+/* Every C dtype and layout with every alpha and beta (beta 0 over NaN), with k in one
+ * block and in two. */
+START_TEST(test_kernels_alpha_beta)
+{
+	for (int j = 0; j < 2 * 3 * 5 * 2; j++) {
+		struct slot_call g = { .batch = 2, .m = 27, .k = j % 2 ? 700 : 45, .n = 70 };
+		g.lb = 1;
+		g.lc = j / 2 % 3;
+		g.cdt = j / 6 % 2 ? TENSOR_BF16 : TENSOR_F32;
+		g.alpha = alpha_beta[j / 12][0];
+		g.beta = alpha_beta[j / 12][1];
+		check_slot("alpha and beta", &g);
+	}
+}
+END_TEST
+
+/* The kernel choice: the default, the environment variable, and errors. */
+START_TEST(test_kernel_choice)
+{
+	bool avx = tensor_bf16_gemm_force("avx512bf16") == TENSOR_OK;
+	const char *best = avx ? "avx512bf16" : "f32-convert+blis-sgemm";
+	tensor_clear_error();
+	ck_assert_int_eq(tensor_bf16_gemm_force(NULL), TENSOR_OK);
+	ck_assert_str_eq(tensor_bf16_gemm_kernel(), best);
+	tu_assert_error(tensor_bf16_gemm_force("amx") < 0, TENSOR_ERR_ARG, "unknown kernel 'amx'",
+			"portable, avx512bf16");
+	ck_assert_str_eq(tensor_bf16_gemm_kernel(), best);
+	setenv("CFORMER_BF16_GEMM", "portable", 1);
+	ck_assert_int_eq(tensor_bf16_gemm_force(NULL), TENSOR_OK);
 	ck_assert_str_eq(tensor_bf16_gemm_kernel(), "f32-convert+blis-sgemm");
+	setenv("CFORMER_BF16_GEMM", "avx512bf16", 1); /* ignored where the CPU lacks it */
+	ck_assert_int_eq(tensor_bf16_gemm_force(NULL), TENSOR_OK);
+	ck_assert_str_eq(tensor_bf16_gemm_kernel(), best);
+	setenv("CFORMER_BF16_GEMM", "bogus", 1);
+	ck_assert_int_eq(tensor_bf16_gemm_force(NULL), TENSOR_OK);
+	ck_assert_str_eq(tensor_bf16_gemm_kernel(), best);
+	ck_assert_int_eq(tensor_last_status(), TENSOR_OK); /* an ignored value leaves no error */
+	unsetenv("CFORMER_BF16_GEMM");
+	ck_assert_int_eq(tensor_bf16_gemm_force(NULL), TENSOR_OK);
+	if (!avx)
+		kernel_runs("avx512bf16"); /* the visible skip and the error */
+}
+END_TEST
+
+/* Each allocation of a product failing in turn gives TENSOR_ERR_NOMEM (the packing
+ * buffers and f32 copies included), never a crash; the product works after. */
+START_TEST(test_kernels_nomem)
+{
+	struct tensor *a = slot_operand(TENSOR_BF16, 2, 40, 600, 0, 61);
+	struct tensor *b = slot_operand(TENSOR_BF16, 2, 600, 50, 1, 62);
+	for (int kn = 0; kn < 2; kn++) {
+		if (!kernel_runs(kernels[kn]))
+			continue;
+		bool fired = true;
+		for (int64_t i = 0; fired; i++) {
+			tensor_scope_begin();
+			tensor_mem_inject_failure(i);
+			struct tensor *c = tensor_matmul(a, b);
+			fired = tensor_mem_inject_failure(-1) > i;
+			if (fired)
+				tu_assert_error(c == NULL, TENSOR_ERR_NOMEM, NULL, NULL);
+			else
+				ck_assert_msg(c != NULL, "%s", tensor_last_error());
+			tensor_scope_end();
+		}
+	}
+	tensor_bf16_gemm_force(NULL);
+}
+END_TEST
+
+/* A [2, r, c] f32 operand with values that are not bf16 (a tie at element 0, a NaN
+ * at the last when nan), stored transposed when tr. */
+static struct tensor *f32_operand(int64_t r, int64_t c, bool tr, bool nan, uint64_t seed)
+{
+	int64_t n = 2 * r * c;
+	float *v = malloc(sizeof(float) * (size_t)n);
+	ck_assert(v != NULL);
+	for (int64_t i = 0; i < n; i++)
+		v[i] = (float)sin((double)(i * 7 + (int64_t)seed)) * 1.2345f;
+	v[0] = f32_of_bits(seed & 1 ? 0x3f808000 : 0x3f818000);
+	if (nan)
+		v[n - 1] = NAN;
+	struct tensor *x = tensor_from_data(TENSOR_F32, TENSOR_CPU, 3,
+					    (int64_t[]){ 2, tr ? c : r, tr ? r : c }, v);
+	free(v);
+	return tr ? tensor_transpose(x, 1, 2) : x;
+}
+
+/* The AVX512-BF16 kernel's packing reads f32 too, rounding to nearest even: the same
+ * bits as the product of the bf16 casts (ties and NaN included). */
+START_TEST(test_kernel_f32_sources)
+{
+	if (!kernel_runs("avx512bf16"))
+		return;
+	for (int la = 0; la < 4; la++) {
+		struct tensor *a = f32_operand(21, 39, la & 1, true, 51);
+		struct tensor *b = f32_operand(39, 35, la & 2, false, 52);
+		int64_t sh[3] = { 2, 21, 35 };
+		struct tensor *c = tensor_empty(TENSOR_F32, TENSOR_CPU, 3, sh);
+		struct tensor *ref = tensor_empty(TENSOR_F32, TENSOR_CPU, 3, sh);
+		ck_assert_int_eq(cpu_gemm_bf16_avx512(c, a, b, 1, 0), TENSOR_OK);
+		ck_assert_int_eq(cpu_gemm_bf16_avx512(ref, tensor_cast(a, TENSOR_BF16),
+						      tensor_cast(b, TENSOR_BF16), 1, 0),
+				 TENSOR_OK);
+		float x[2 * 21 * 35], y[2 * 21 * 35];
+		ck_assert_int_eq(tensor_to_host(c, x, sizeof x), TENSOR_OK);
+		ck_assert_int_eq(tensor_to_host(ref, y, sizeof y), TENSOR_OK);
+		ck_assert_msg(memcmp(x, y, sizeof x) == 0, "layout %d: f32 sources differ", la);
+		ck_assert(isnan(x[2 * 21 * 35 - 1]) && !isnan(x[0]));
+	}
 }
 END_TEST
 
@@ -518,6 +800,13 @@ int main(void)
 	tcase_add_test(tc, test_gemm_batched_broadcast);
 	tcase_add_test(tc, test_gemm_strided);
 	tcase_add_test(tc, test_gemm_vectors_add_empty);
+	suite_add_tcase(s, tc);
+	tc = tu_tcase("kernels");
+	tcase_add_test(tc, test_kernels_layouts);
+	tcase_add_test(tc, test_kernels_alpha_beta);
+	tcase_add_test(tc, test_kernels_nomem);
+	tcase_add_test(tc, test_kernel_choice);
+	tcase_add_test(tc, test_kernel_f32_sources);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("errors");
 	tcase_add_test(tc, test_errors);

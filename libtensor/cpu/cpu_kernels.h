@@ -28,6 +28,12 @@ int cpu_reduce(enum tensor_reduce_op op, struct tensor *out, const struct tensor
 /* cpu_matmul.c */
 int cpu_gemm(struct tensor *c, const struct tensor *a, const struct tensor *b, double alpha,
 	     double beta);
+/* cpu_gemm_bf16.c: whether the CPU (and OS) run AVX512-BF16 with AVX512F/BW/VL, and the
+ * gemm slot's product on it for a, b bf16 or f32 (f32 rounded to bf16 as packed), c f32 or
+ * bf16, k > 0, m, n > 0 (f32 accumulation, a bf16 C rounded once). Call only when ok. */
+bool cpu_gemm_bf16_avx512_ok(void);
+int cpu_gemm_bf16_avx512(struct tensor *c, const struct tensor *a, const struct tensor *b,
+			 double alpha, double beta);
 /* cpu_nn.c */
 int cpu_softmax(struct tensor *out, const struct tensor *x, bool log);
 int cpu_softmax_backward(struct tensor *dx, const struct tensor *y, const struct tensor *g);

@@ -1,5 +1,6 @@
 /* CPU GEMM: batches of strided matrix products through BLIS's typed API. */
 #include <blis.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,17 +79,71 @@ static void gemm_scale(struct tensor *c, double beta)
 			}
 }
 
+/* ---- bf16 inputs: the kernel choice ---------------------------------------
+ * AVX512-BF16 (cpu_gemm_bf16.c) where the CPU has it, else the portable kernel
+ * below; CFORMER_BF16_GEMM (portable|avx512bf16), read at first use, or
+ * tensor_bf16_gemm_force() overrides. An AMX kernel may join them. */
+
+enum bf16_kernel { BF16_PORTABLE, BF16_AVX512 };
+static const char *const bf16_kernel_names[] = { "f32-convert+blis-sgemm", "avx512bf16" };
+static atomic_int bf16_kernel = -1; /* not chosen yet */
+
+/* The kernel named (portable or the name reported); -1 for an unknown name, -2 for a
+ * kernel this CPU lacks. */
+static int bf16_kernel_lookup(const char *name)
+{
+	if (!strcmp(name, "portable") || !strcmp(name, bf16_kernel_names[BF16_PORTABLE]))
+		return BF16_PORTABLE;
+	if (strcmp(name, bf16_kernel_names[BF16_AVX512]))
+		return -1;
+	return cpu_gemm_bf16_avx512_ok() ? BF16_AVX512 : -2;
+}
+
+/* CFORMER_BF16_GEMM if it names a kernel this CPU runs, else the fastest one. */
+static int bf16_kernel_default(void)
+{
+	const char *env = getenv("CFORMER_BF16_GEMM");
+	int k = env ? bf16_kernel_lookup(env) : -1;
+	if (k >= 0)
+		return k;
+	return cpu_gemm_bf16_avx512_ok() ? BF16_AVX512 : BF16_PORTABLE;
+}
+
+static int bf16_kernel_get(void)
+{
+	int k = atomic_load(&bf16_kernel);
+	if (k < 0) {
+		k = bf16_kernel_default();
+		atomic_store(&bf16_kernel, k);
+	}
+	return k;
+}
+
+const char *tensor_bf16_gemm_kernel(void)
+{
+	return bf16_kernel_names[bf16_kernel_get()];
+}
+
+int tensor_bf16_gemm_force(const char *name)
+{
+	int k = name ? bf16_kernel_lookup(name) : bf16_kernel_default();
+	if (k == -1)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "bf16 gemm: unknown kernel '%s' (portable, avx512bf16)", name);
+	if (k == -2)
+		return tensor_error(
+		    TENSOR_ERR_UNSUPPORTED,
+		    "bf16 gemm: kernel avx512bf16 needs AVX512-BF16 with AVX512F/BW/VL and OS "
+		    "support of the zmm state; this CPU runs only portable");
+	atomic_store(&bf16_kernel, k);
+	return TENSOR_OK;
+}
+
 /* ---- bf16 inputs: the portable kernel ---------------------------------------
  * A and B are converted (exactly) to f32 and BLIS's sgemm runs on the copies:
  * f32 accumulation, as fast as the f32 product less the conversion (about a
  * tenth of the product's time at n = 512, less above). A bf16 C is computed
- * in an f32 buffer and rounded once, to nearest even. The AVX512-BF16 and
- * AMX kernels chosen at run time will take this slot's place. */
-
-const char *tensor_bf16_gemm_kernel(void)
-{
-	return "f32-convert+blis-sgemm";
-}
+ * in an f32 buffer and rounded once, to nearest even. */
 
 /* An f32 copy of a [batch, r, c] operand of another dtype, on the heap. */
 struct gemm_f32 {
@@ -127,8 +182,8 @@ static int gemm_f32_of(struct gemm_f32 *g, const struct tensor *x, bool fill)
 	return TENSOR_OK;
 }
 
-static int gemm_bf16(struct tensor *c, const struct tensor *a, const struct tensor *b, double alpha,
-		     double beta)
+static int gemm_bf16_portable(struct tensor *c, const struct tensor *a, const struct tensor *b,
+			      double alpha, double beta)
 {
 	struct gemm_f32 fa, fb, fc;
 	fa.st.data = fb.st.data = fc.st.data = NULL;
@@ -148,6 +203,19 @@ static int gemm_bf16(struct tensor *c, const struct tensor *a, const struct tens
 	free(fb.st.data);
 	free(fc.st.data);
 	return rc;
+}
+
+/* bf16 A and B, f32 or bf16 C, nothing empty. */
+static int gemm_bf16(struct tensor *c, const struct tensor *a, const struct tensor *b, double alpha,
+		     double beta)
+{
+	if (a->shape[2] == 0) {
+		gemm_scale(c, beta);
+		return TENSOR_OK;
+	}
+	if (bf16_kernel_get() == BF16_AVX512)
+		return cpu_gemm_bf16_avx512(c, a, b, alpha, beta);
+	return gemm_bf16_portable(c, a, b, alpha, beta);
 }
 
 int cpu_gemm(struct tensor *c, const struct tensor *a, const struct tensor *b, double alpha,
