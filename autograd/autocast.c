@@ -6,6 +6,7 @@
 #include "autograd.h"
 #include "ag_internal.h"
 #include "backend.h"
+#include "mem.h"
 
 #define AUTOCAST_MAX_DEPTH 16
 
@@ -94,6 +95,12 @@ struct tensor *ag_autocast_operand(const struct tensor *x)
 {
 	if (!x || x->dtype != TENSOR_F32 || ag_autocast_dtype() != TENSOR_BF16)
 		return (struct tensor *)x;
+	if (tensor_scope_depth() == 0 || tensor_heap_mode()) { /* the rounding would leak */
+		tensor_error(TENSOR_ERR_STATE,
+			     "bf16 region: a product rounds its operands into the open scope, and "
+			     "none is open (tensor_scope_begin), or tensor_heap_begin() is in effect");
+		return NULL;
+	}
 	for (int i = ncopies - 1; i >= 0; i--)
 		if (copies[i].src == x->storage)
 			return tensor_new_view(copies[i].copy, x->ndim, x->shape, x->strides,

@@ -68,7 +68,9 @@ bool ag_grad_enabled(void);
  * operands are never rounded. Regions nest; the innermost dtype holds
  * (TENSOR_F32: no rounding). Backward may run after the region ends: a node
  * keeps the dtype its forward used. CPU only (CUDA has no bf16 product yet:
- * products there fail with TENSOR_ERR_UNSUPPORTED).
+ * products there fail with TENSOR_ERR_UNSUPPORTED). The roundings are made in
+ * the open scope: a product in a bf16 region with no scope open (or under
+ * tensor_heap_begin) fails with TENSOR_ERR_STATE.
  * Errors: dt not bf16 or f32 (TENSOR_ERR_DTYPE), more than 16 levels
  * (TENSOR_ERR_STATE). */
 int ag_autocast_begin(enum tensor_dtype dt);

@@ -345,6 +345,22 @@ START_TEST(test_errors)
 	for (int i = 0; i < 15; i++)
 		ag_autocast_end();
 	ck_assert_int_eq(ag_autocast_dtype(), TENSOR_F32);
+	/* a product in a bf16 region needs a scope for its roundings */
+	struct tensor *m = tensor_ones(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){ 2, 2 });
+	ok(ag_autocast_begin(TENSOR_BF16));
+	tensor_clear_error();
+	ck_assert(ag_matmul(m, m) == NULL);
+	ck_assert_int_eq(tensor_last_status(), TENSOR_ERR_STATE);
+	ck_assert_msg(strstr(tensor_last_error(), "scope"), "%s", tensor_last_error());
+	tensor_scope_begin();
+	tensor_heap_begin();
+	tensor_clear_error();
+	ck_assert(ag_matmul(m, m) == NULL);
+	tensor_heap_end();
+	ck_assert(ag_matmul(m, m) != NULL);
+	tensor_scope_end();
+	ag_autocast_end();
+	tensor_free(m);
 	ck_assert_int_eq(nn_params_autocast_begin(NULL, TENSOR_BF16), TENSOR_ERR_ARG);
 	struct nn_params ps;
 	ok(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 1));
