@@ -27,17 +27,23 @@ struct tensor *ag_dout_take(struct ag_node *n);
  * ag_accumulate_take (the product is not copied into the gradient). */
 struct tensor *ag_heap_matmul(const struct tensor *a, const struct tensor *b);
 
-/* Mixed precision (autocast.c). x as a product's operand: x itself outside a
- * bf16 region or when x is not f32; else a view of its storage's registered
- * bf16 copy, or x rounded to bf16 (in the current scope). */
+/* Mixed precision (autocast.c). x as a product's operand: in a bf16 region, a
+ * view of its storage's registered bf16 copy when it has one (NULL with an
+ * error when no scope is open for the view); otherwise x itself (an f32
+ * operand is rounded as the product packs it). */
 struct tensor *ag_autocast_operand(const struct tensor *x);
 /* Both operands of a product through ag_autocast_operand when both are f32
  * (a pair of other dtypes is left for the product to accept or refuse). */
 void ag_autocast_pair(struct tensor **a, struct tensor **b);
-/* A backward's incoming gradient g in the precision of the saved operand it
- * multiplies: rounded to bf16 when saved is bf16 and g f32, else g. */
-struct tensor *ag_autocast_like(const struct tensor *g, const struct tensor *saved);
-/* The dtype a product of a's dtype returns: f32 for bf16 operands, else a's. */
+/* The dtype a product returns with a of a's dtype first: f32 for a bf16 a, else
+ * a's (bf16 x bf16 would otherwise give bf16). */
 enum tensor_dtype ag_product_dtype(const struct tensor *a);
+/* A node whose backward runs products keeps the precision of its forward's
+ * (tensor_matmul_precision) in n->i[AG_PRECISION_SLOT]; its backward sets it
+ * with ag_node_precision_begin, which returns the precision to restore
+ * (tensor_set_matmul_precision) when it is done. */
+#define AG_PRECISION_SLOT 7
+void ag_node_keep_precision(struct ag_node *n);
+enum tensor_dtype ag_node_precision_begin(const struct ag_node *n);
 
 #endif

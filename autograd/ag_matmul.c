@@ -83,7 +83,7 @@ static int matmul_backward(struct ag_node *n, const struct tensor *g)
 	struct tensor *a = n->saved[0], *b = n->saved[1];
 	struct tensor *a2 = a->ndim == 1 ? tensor_unsqueeze(a, 0) : a; /* [1, k] */
 	struct tensor *b2 = b->ndim == 1 ? tensor_unsqueeze(b, 1) : b; /* [k, 1] */
-	struct tensor *g2 = ag_autocast_like(g, a); /* bf16 operands: a bf16 gradient */
+	struct tensor *g2 = (struct tensor *)g;
 	if (b->ndim == 1)
 		g2 = tensor_unsqueeze(g2, g2->ndim); /* n = 1 */
 	if (g2 && a->ndim == 1)
@@ -91,22 +91,26 @@ static int matmul_backward(struct ag_node *n, const struct tensor *g)
 	if (!a2 || !b2 || !g2)
 		return tensor_last_status();
 	/* heap products are handed over as gradients (arena ones are copied) */
+	enum tensor_dtype prev = ag_node_precision_begin(n);
 	int rc = TENSOR_OK;
 	if (n->inputs[0]->requires_grad)
 		rc = ag_accumulate_take(n->inputs[0], matmul_grad_a(a, a2, b2, g2));
 	if (rc == TENSOR_OK && n->inputs[1]->requires_grad)
 		rc = ag_accumulate_take(n->inputs[1], matmul_grad_b(b, a2, b2, g2));
+	tensor_set_matmul_precision(prev);
 	return rc;
 }
 
-/* Record y = A·B; ra, rb are the operands the product read (A and B, or
- * their bf16 roundings in a mixed-precision region), saved for backward. */
+/* Record y = A·B; ra, rb are the operands the product read (A and B, or the
+ * bf16 copies of parameters in a mixed-precision region), saved for backward
+ * with the products' precision. */
 static struct tensor *matmul_record(struct tensor *y, struct tensor *a, struct tensor *b,
 				    struct tensor *ra, struct tensor *rb)
 {
 	struct tensor *in[2] = { a, b };
 	struct ag_node *n = ag_record("matmul", y, matmul_backward, 2, in);
 	if (n) {
+		ag_node_keep_precision(n);
 		ag_save(n, ra);
 		ag_save(n, rb);
 	}
@@ -124,9 +128,9 @@ struct tensor *ag_matmul_laid_out(struct tensor *a, struct tensor *b, const int 
 {
 	struct tensor *ra = a, *rb = b;
 	ag_autocast_pair(&ra, &rb);
-	return matmul_record(
-	    ra ? tensor_matmul_laid_out_to(ra, rb, order, ag_product_dtype(ra)) : NULL, a, b, ra,
-	    rb);
+	return matmul_record(ra ? tensor_matmul_laid_out_to(ra, rb, order, ag_product_dtype(ra))
+				: NULL,
+			     a, b, ra, rb);
 }
 
 /* ---- conv1d --------------------------------------------------------------- */
@@ -140,7 +144,7 @@ struct tensor *ag_conv1d(struct tensor *x, struct tensor *w, struct tensor *bias
 	if (!x || !w)
 		return NULL;
 	bool grad = x->requires_grad || w->requires_grad || (bias && bias->requires_grad);
-	if ((!grad || !ag_grad_enabled()) && ag_autocast_dtype() != TENSOR_BF16)
+	if (!grad || !ag_grad_enabled())
 		return tensor_conv1d(x, w, bias, stride, padding);
 	if (tensor_check_conv1d(x, w, bias, stride, padding) < 0)
 		return NULL;

@@ -1,6 +1,6 @@
-/* Mixed precision: regions in which the matrix products round their f32
- * operands to bf16, and the bf16 copies of parameters that spare the
- * rounding per use. */
+/* Mixed precision: regions that set the precision of f32 products to bf16
+ * (tensor_set_matmul_precision), the nodes that keep it for their backward,
+ * and the bf16 copies of parameters that spare rounding them at each use. */
 #include <stdlib.h>
 
 #include "autograd.h"
@@ -17,7 +17,7 @@ struct autocast_copy {
 	int depth;
 };
 
-static _Thread_local enum tensor_dtype region_dt[AUTOCAST_MAX_DEPTH];
+static _Thread_local enum tensor_dtype region_dt[AUTOCAST_MAX_DEPTH], outer_dt[AUTOCAST_MAX_DEPTH];
 static _Thread_local int depth;
 static _Thread_local struct autocast_copy *copies;
 static _Thread_local int ncopies, capcopies;
@@ -25,15 +25,17 @@ static _Thread_local int ncopies, capcopies;
 int ag_autocast_begin(enum tensor_dtype dt)
 {
 	if (dt != TENSOR_BF16 && dt != TENSOR_F32)
-		return tensor_error(TENSOR_ERR_DTYPE,
-				    "ag_autocast_begin: expected bf16 (or f32: no rounding), got %s",
-				    tensor_dtype_name(dt));
+		return tensor_error(
+		    TENSOR_ERR_DTYPE,
+		    "ag_autocast_begin: expected bf16 (or f32: no rounding), got %s",
+		    tensor_dtype_name(dt));
 	if (depth == AUTOCAST_MAX_DEPTH)
 		return tensor_error(TENSOR_ERR_STATE,
 				    "ag_autocast_begin: regions nest at most %d deep",
 				    AUTOCAST_MAX_DEPTH);
+	outer_dt[depth] = tensor_matmul_precision();
 	region_dt[depth++] = dt;
-	return TENSOR_OK;
+	return tensor_set_matmul_precision(dt);
 }
 
 void ag_autocast_end(void)
@@ -42,7 +44,7 @@ void ag_autocast_end(void)
 		return;
 	while (ncopies > 0 && copies[ncopies - 1].depth == depth)
 		tensor_free(copies[--ncopies].copy);
-	depth--;
+	tensor_set_matmul_precision(outer_dt[--depth]);
 	if (depth == 0) {
 		free(copies);
 		copies = NULL;
@@ -54,7 +56,6 @@ enum tensor_dtype ag_autocast_dtype(void)
 {
 	return depth > 0 ? region_dt[depth - 1] : TENSOR_F32;
 }
-
 int ag_autocast_storage(const struct tensor *src, const struct tensor *copy)
 {
 	if (!src || !copy)
@@ -62,9 +63,9 @@ int ag_autocast_storage(const struct tensor *src, const struct tensor *copy)
 	if (depth == 0)
 		return tensor_error(TENSOR_ERR_STATE,
 				    "ag_autocast_storage: no region open (ag_autocast_begin)");
-	if (src->dtype != TENSOR_F32 || copy->dtype != TENSOR_BF16 ||
-	    !tensor_is_contiguous(src) || !tensor_is_contiguous(copy) || src->offset != 0 ||
-	    copy->offset != 0 || tensor_numel(src) != tensor_numel(copy) ||
+	if (src->dtype != TENSOR_F32 || copy->dtype != TENSOR_BF16 || !tensor_is_contiguous(src) ||
+	    !tensor_is_contiguous(copy) || src->offset != 0 || copy->offset != 0 ||
+	    tensor_numel(src) != tensor_numel(copy) ||
 	    copy->storage->device != src->storage->device) {
 		char bs[128], bc[128];
 		tensor_error(TENSOR_ERR_ARG,
@@ -95,17 +96,19 @@ struct tensor *ag_autocast_operand(const struct tensor *x)
 {
 	if (!x || x->dtype != TENSOR_F32 || ag_autocast_dtype() != TENSOR_BF16)
 		return (struct tensor *)x;
-	if (tensor_scope_depth() == 0 || tensor_heap_mode()) { /* the rounding would leak */
-		tensor_error(TENSOR_ERR_STATE,
-			     "bf16 region: a product rounds its operands into the open scope, and "
-			     "none is open (tensor_scope_begin), or tensor_heap_begin() is in effect");
-		return NULL;
+	for (int i = ncopies - 1; i >= 0; i--) {
+		if (copies[i].src != x->storage)
+			continue;
+		if (tensor_scope_depth() == 0 || tensor_heap_mode()) { /* the view would leak */
+			tensor_error(TENSOR_ERR_STATE,
+				     "bf16 region: a product reads a parameter's bf16 copy through "
+				     "a view made in the open scope, and none is open "
+				     "(tensor_scope_begin), or tensor_heap_begin() is in effect");
+			return NULL;
+		}
+		return tensor_new_view(copies[i].copy, x->ndim, x->shape, x->strides, x->offset);
 	}
-	for (int i = ncopies - 1; i >= 0; i--)
-		if (copies[i].src == x->storage)
-			return tensor_new_view(copies[i].copy, x->ndim, x->shape, x->strides,
-					       x->offset);
-	return tensor_cast(x, TENSOR_BF16);
+	return (struct tensor *)x; /* rounded as the product packs it */
 }
 
 void ag_autocast_pair(struct tensor **a, struct tensor **b)
@@ -116,14 +119,20 @@ void ag_autocast_pair(struct tensor **a, struct tensor **b)
 	}
 }
 
-struct tensor *ag_autocast_like(const struct tensor *g, const struct tensor *saved)
-{
-	if (!g || !saved || saved->dtype != TENSOR_BF16 || g->dtype != TENSOR_F32)
-		return (struct tensor *)g;
-	return tensor_cast(g, TENSOR_BF16);
-}
-
 enum tensor_dtype ag_product_dtype(const struct tensor *a)
 {
 	return a && a->dtype == TENSOR_BF16 ? TENSOR_F32 : a ? a->dtype : TENSOR_F32;
+}
+
+void ag_node_keep_precision(struct ag_node *n)
+{
+	if (n)
+		n->i[AG_PRECISION_SLOT] = tensor_matmul_precision();
+}
+
+enum tensor_dtype ag_node_precision_begin(const struct ag_node *n)
+{
+	enum tensor_dtype prev = tensor_matmul_precision();
+	tensor_set_matmul_precision((enum tensor_dtype)n->i[AG_PRECISION_SLOT]);
+	return prev;
 }

@@ -59,18 +59,18 @@ bool ag_grad_enabled(void);
 
 /* ---- mixed precision (autocast.c) ----------------------------------------- */
 
-/* Between ag_autocast_begin(TENSOR_BF16) and ag_autocast_end(), the matrix
- * products of the differentiable ops (ag_matmul, ag_matmul_laid_out,
- * ag_conv1d, nn's linear layers and attention) round their f32 operands to
- * bf16 and accumulate in f32: results and gradients stay f32, and backward
- * rounds the incoming gradient to bf16 for its products. Everything else
- * (elementwise ops, norms, softmax, losses, optimizers) is untouched, and f64
- * operands are never rounded. Regions nest; the innermost dtype holds
- * (TENSOR_F32: no rounding). Backward may run after the region ends: a node
- * keeps the dtype its forward used. CPU only (CUDA has no bf16 product yet:
- * products there fail with TENSOR_ERR_UNSUPPORTED). The roundings are made in
- * the open scope: a product in a bf16 region with no scope open (or under
- * tensor_heap_begin) fails with TENSOR_ERR_STATE.
+/* Between ag_autocast_begin(TENSOR_BF16) and ag_autocast_end(), this
+ * thread's f32 products are bf16 ones (tensor_set_matmul_precision): their
+ * operands are rounded to bf16 as the kernel packs them, they accumulate in
+ * f32 and return f32, so activations and gradients stay f32 and no rounded
+ * copy of them is made. The nodes of ag_matmul, ag_matmul_laid_out (and the
+ * ops built on it, ag_conv1d), nn's linear layers and attention keep the
+ * precision of their forward, so backward may run after the region ends.
+ * Everything but products (elementwise ops, norms, softmax, losses,
+ * optimizers) is untouched, and f64 products are never rounded (the gradient
+ * checks stay exact). Regions nest (16 deep); the innermost dtype holds
+ * (TENSOR_F32: f32 products), and ending one restores the precision before
+ * it. CPU only: CUDA refuses bf16 products (TENSOR_ERR_UNSUPPORTED).
  * Errors: dt not bf16 or f32 (TENSOR_ERR_DTYPE), more than 16 levels
  * (TENSOR_ERR_STATE). */
 int ag_autocast_begin(enum tensor_dtype dt);
@@ -79,7 +79,9 @@ void ag_autocast_end(void); /* no-op outside a region */
 enum tensor_dtype ag_autocast_dtype(void);
 /* For the current region: operands that view src's storage are read from copy
  * at the same offset and strides instead of being rounded at each use (the
- * parameters rounded once a step; nn_params_autocast_begin does this).
+ * parameters rounded once a step; nn_params_autocast_begin does this). The
+ * view is made in the open scope: with none open (or under tensor_heap_begin)
+ * such a product fails with TENSOR_ERR_STATE.
  * src: a contiguous f32 tensor at offset 0 spanning the views to be served
  * (the packed parameters); copy: a contiguous bf16 tensor of as many elements
  * on its device, filled by the caller and unchanged until the region ends (it

@@ -183,31 +183,74 @@ static int batch_shape(const struct tensor *a, const struct tensor *b, const str
 	return n;
 }
 
-/* The result's dtype for inputs of dtype in: in itself, or f32 for bf16. */
-static bool out_dtype_ok(enum tensor_dtype in, enum tensor_dtype out)
+/* ---- precision of f32 products -------------------------------------------- */
+
+static _Thread_local enum tensor_dtype f32_precision = TENSOR_F32;
+
+int tensor_set_matmul_precision(enum tensor_dtype dt)
 {
-	return out == in || (in == TENSOR_BF16 && out == TENSOR_F32);
+	if (dt != TENSOR_F32 && dt != TENSOR_BF16)
+		return tensor_error(TENSOR_ERR_DTYPE,
+				    "tensor_set_matmul_precision: expected f32 or bf16, got %s",
+				    tensor_dtype_name(dt));
+	f32_precision = dt;
+	return TENSOR_OK;
+}
+
+enum tensor_dtype tensor_matmul_precision(void)
+{
+	return f32_precision;
+}
+
+/* One f32 and one bf16 operand: a bf16 product with an f32 result. */
+static bool mixed_pair(const struct tensor *a, const struct tensor *b)
+{
+	return (a->dtype == TENSOR_F32 && b->dtype == TENSOR_BF16) ||
+	       (a->dtype == TENSOR_BF16 && b->dtype == TENSOR_F32);
+}
+
+/* The dtype a product of a and b returns by default: theirs, f32 for a mixed pair. */
+static enum tensor_dtype product_dtype(const struct tensor *a, const struct tensor *b)
+{
+	return a && b && mixed_pair(a, b) ? TENSOR_F32 : a ? a->dtype : TENSOR_F32;
+}
+
+static bool out_dtype_ok(const struct tensor *a, const struct tensor *b, enum tensor_dtype out)
+{
+	if (mixed_pair(a, b))
+		return out == TENSOR_F32;
+	return out == a->dtype || (a->dtype == TENSOR_BF16 && out == TENSOR_F32);
 }
 
 static int matmul_check(const struct tensor *a, const struct tensor *b, enum tensor_dtype out_dt)
 {
-	int rc = tensor_check_pair(OP, a, b);
+	int rc = a && b && mixed_pair(a, b) ? TENSOR_OK : tensor_check_pair(OP, a, b);
 	if (rc < 0)
 		return rc;
 	char ba[128], bb[128];
 	tensor_shape_str(a, ba, sizeof ba);
 	tensor_shape_str(b, bb, sizeof bb);
+	if (a->storage->device != b->storage->device)
+		return tensor_check_pair(OP, a, b); /* the device error */
 	if (a->dtype != TENSOR_F32 && a->dtype != TENSOR_F64 && a->dtype != TENSOR_BF16)
 		return tensor_error(TENSOR_ERR_DTYPE,
 				    "matmul: %s %s x %s %s, expected f32, f64 or bf16 inputs", ba,
 				    tensor_dtype_name(a->dtype), bb, tensor_dtype_name(b->dtype));
-	if (!out_dtype_ok(a->dtype, out_dt))
+	if (!out_dtype_ok(a, b, out_dt))
 		return tensor_error(TENSOR_ERR_DTYPE,
 				    "matmul: %s %s x %s %s cannot give a %s result, expected %s%s",
 				    ba, tensor_dtype_name(a->dtype), bb,
 				    tensor_dtype_name(b->dtype), tensor_dtype_name(out_dt),
-				    tensor_dtype_name(a->dtype),
-				    a->dtype == TENSOR_BF16 ? " or f32" : "");
+				    tensor_dtype_name(product_dtype(a, b)),
+				    a->dtype == TENSOR_BF16 && !mixed_pair(a, b) ? " or f32" : "");
+	bool lowp = a->dtype == TENSOR_BF16 || b->dtype == TENSOR_BF16 ||
+		    (a->dtype == TENSOR_F32 && f32_precision == TENSOR_BF16);
+	if (lowp && a->storage->device != TENSOR_CPU)
+		return tensor_error(TENSOR_ERR_UNSUPPORTED,
+				    "matmul: %s x %s: bf16 products (bf16 operands, or f32 ones "
+				    "under tensor_set_matmul_precision(bf16)) run on the CPU only, "
+				    "not on %s",
+				    ba, bb, tensor_device_name(a->storage->device));
 	if (a->ndim == 0 || b->ndim == 0)
 		return tensor_error(TENSOR_ERR_SHAPE,
 				    "matmul: 0-d operand: %s x %s, expected at least 1-d", ba, bb);
@@ -359,7 +402,7 @@ done:
 
 struct tensor *tensor_matmul(const struct tensor *a, const struct tensor *b)
 {
-	return a ? matmul_impl(a, b, NULL, NULL, a->dtype) : NULL;
+	return a ? matmul_impl(a, b, NULL, NULL, product_dtype(a, b)) : NULL;
 }
 
 struct tensor *tensor_matmul_to(const struct tensor *a, const struct tensor *b,
@@ -373,13 +416,14 @@ struct tensor *tensor_matmul_add(const struct tensor *a, const struct tensor *b,
 {
 	if (!a || !c)
 		return NULL;
-	return matmul_impl(a, b, c, NULL, a->dtype == TENSOR_BF16 ? c->dtype : a->dtype);
+	bool both_bf16 = b && a->dtype == TENSOR_BF16 && b->dtype == TENSOR_BF16;
+	return matmul_impl(a, b, c, NULL, both_bf16 ? c->dtype : product_dtype(a, b));
 }
 
 struct tensor *tensor_matmul_laid_out(const struct tensor *a, const struct tensor *b,
 				      const int *order)
 {
-	return a ? tensor_matmul_laid_out_to(a, b, order, a->dtype) : NULL;
+	return a ? tensor_matmul_laid_out_to(a, b, order, product_dtype(a, b)) : NULL;
 }
 
 struct tensor *tensor_matmul_laid_out_to(const struct tensor *a, const struct tensor *b,

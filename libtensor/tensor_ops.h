@@ -129,17 +129,30 @@ struct tensor *tensor_cast(const struct tensor *x, enum tensor_dtype dt);
 
 /* ---- matmul --------------------------------------------------------------- */
 
+/* The precision of this thread's f32 x f32 products (tensor_matmul and every
+ * op built on it): TENSOR_F32 (the default: f32 products), or TENSOR_BF16:
+ * their operands are rounded to bf16 as the kernel packs them and the
+ * products accumulate in f32 and return f32, as torch's
+ * set_float32_matmul_precision("medium") allows. f64 products are never
+ * rounded. Autograd's mixed-precision regions (ag_autocast_begin) set it.
+ * Errors: another dtype (TENSOR_ERR_DTYPE). */
+int tensor_set_matmul_precision(enum tensor_dtype dt);
+enum tensor_dtype tensor_matmul_precision(void);
 /* C = A·B. A [..., m, k], B [..., k, n] -> [..., m, n] with the batch dims
  * broadcast; a 1-d A is a row [k], a 1-d B a column [k] (that dim is dropped
- * from the result). A and B share a dtype: f32, f64 or bf16; the result has
- * it too (tensor_matmul_to picks f32 for bf16 inputs). bf16 products
- * accumulate in f32 and a bf16 result is rounded once, to nearest even
- * (on the CPU by AVX512-BF16 where the CPU has it, else through f32 copies
- * and BLIS's sgemm: tensor_bf16_gemm_kernel() names it; CUDA refuses bf16).
- * Operands reach the kernels by their strides, so transposed or sliced views
- * are not copied (a view whose matrix has no unit stride is copied first).
- * Errors: inner dims differ, batch dims not broadcastable (TENSOR_ERR_SHAPE),
- * dtypes differ or not f32/f64/bf16 (TENSOR_ERR_DTYPE). */
+ * from the result). A and B share a dtype, f32, f64 or bf16, and the result
+ * has it too (tensor_matmul_to picks f32 for bf16 inputs); or one is f32 and
+ * the other bf16, and the product is a bf16 one with an f32 result. A bf16
+ * product rounds f32 operands to bf16 (nearest even), accumulates in f32 and
+ * rounds a bf16 result once (on the CPU by AVX512-BF16 where the CPU has it,
+ * else through f32 copies and BLIS's sgemm: tensor_bf16_gemm_kernel() names
+ * it; CUDA refuses bf16 products with TENSOR_ERR_UNSUPPORTED). f32 x f32
+ * products are bf16 ones too while tensor_set_matmul_precision(TENSOR_BF16)
+ * is in effect. Operands reach the kernels by their strides, so transposed
+ * or sliced views are not copied (a view whose matrix has no unit stride is
+ * copied first). Errors: inner dims differ, batch dims not broadcastable
+ * (TENSOR_ERR_SHAPE), dtypes differ (but for f32 and bf16) or not
+ * f32/f64/bf16 (TENSOR_ERR_DTYPE). */
 struct tensor *tensor_matmul(const struct tensor *a, const struct tensor *b);
 /* tensor_matmul with the result in dtype dt: A's dtype, or f32 for bf16
  * inputs (bf16 x bf16 -> f32: f32 accumulation, no rounding of the result).

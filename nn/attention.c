@@ -119,13 +119,14 @@ static int probs_backward(struct ag_node *n, const struct tensor *g)
 	}
 	struct tensor *scale =
 	    n->f[0] != 1 ? tensor_full(p->dtype, p->storage->device, 0, NULL, n->f[0]) : NULL;
-	struct tensor *rds = ag_autocast_like(ds, q); /* bf16 when q and k were read as bf16 */
-	int rc = !rds || (n->f[0] != 1 && !scale) ? tensor_last_status() : TENSOR_OK;
+	int rc = n->f[0] != 1 && !scale ? tensor_last_status() : TENSOR_OK;
+	enum tensor_dtype prev = ag_node_precision_begin(n);
 	if (rc == TENSOR_OK && n->inputs[0]->requires_grad)
-		rc = take_scaled(n->inputs[0], ag_heap_matmul(rds, k), scale);
+		rc = take_scaled(n->inputs[0], ag_heap_matmul(ds, k), scale);
 	if (rc == TENSOR_OK && n->inputs[1]->requires_grad)
 		rc =
-		    take_scaled(n->inputs[1], ag_heap_matmul(tensor_transpose(rds, 2, 3), q), scale);
+		    take_scaled(n->inputs[1], ag_heap_matmul(tensor_transpose(ds, 2, 3), q), scale);
+	tensor_set_matmul_precision(prev);
 	tensor_free(own);
 	return rc;
 }
@@ -133,7 +134,7 @@ static int probs_backward(struct ag_node *n, const struct tensor *g)
 /* p = softmax(q k^T * scale, masked keys at MASKED_SCORE) [B,H,T,S] as one
  * node: the scores are scaled, masked and normalised in their own buffer, so
  * the node makes one scores-sized tensor and backward keeps q, k (as the
- * product read them: bf16 in a mixed-precision region) and p. */
+ * product read them) and p. */
 static struct tensor *attention_probs(struct tensor *q, struct tensor *k, double scale,
 				      struct tensor *masked)
 {
@@ -159,6 +160,7 @@ static struct tensor *attention_probs(struct tensor *q, struct tensor *k, double
 	    ag_record("attention_probs", s, probs_backward, 2, (struct tensor *[]){ q, k });
 	if (n) {
 		n->f[0] = scale;
+		ag_node_keep_precision(n);
 		ag_save(n, rq);
 		ag_save(n, rk);
 		ag_save(n, s);

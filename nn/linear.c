@@ -35,13 +35,11 @@ int nn_linear_init(struct nn_linear *m, struct nn_params *ps, const char *name, 
 
 /* y = h W^T + b as one node: the GEMM accumulates onto the broadcast bias, so
  * there is no separate product to add and free. Saved: h and W as the product
- * read them (bf16 in a mixed-precision region). */
-static int linear_bias_backward(struct ag_node *n, const struct tensor *dout)
+ * read them (W's bf16 copy in a mixed-precision region). */
+static int linear_bias_backward(struct ag_node *n, const struct tensor *g)
 {
 	struct tensor *h = n->saved[0], *w = n->saved[1];
-	const struct tensor *g = ag_autocast_like(dout, w);
-	if (!g)
-		return tensor_last_status();
+	enum tensor_dtype prev = ag_node_precision_begin(n);
 	int rc = TENSOR_OK;
 	if (n->inputs[0]->requires_grad) /* dh = g W, g [..., out], W [out, in] */
 		rc = ag_accumulate_take(n->inputs[0], ag_heap_matmul(g, w));
@@ -54,8 +52,9 @@ static int linear_bias_backward(struct ag_node *n, const struct tensor *dout)
 		rc = ag_accumulate(n->inputs[1], tensor_matmul_to(tensor_transpose(g2, 0, 1), h2,
 								  ag_product_dtype(g2)));
 	}
+	tensor_set_matmul_precision(prev);
 	if (rc == TENSOR_OK && n->inputs[2]->requires_grad)
-		rc = ag_accumulate(n->inputs[2], dout); /* summed over the broadcast rows */
+		rc = ag_accumulate(n->inputs[2], g); /* summed over the broadcast rows */
 	return rc;
 }
 
@@ -67,6 +66,7 @@ static struct tensor *linear_bias(struct tensor *h, struct tensor *w, struct ten
 	struct tensor *in[3] = { h, w, b };
 	struct ag_node *n = ag_record("linear", y, linear_bias_backward, 3, in);
 	if (n) {
+		ag_node_keep_precision(n);
 		ag_save(n, rh);
 		ag_save(n, rw);
 	}

@@ -1,14 +1,17 @@
-/* Mixed precision (autograd/autocast.c, nn_params_autocast_begin): in a bf16
- * region the products read bf16 roundings of their f32 operands and return
- * f32; backward rounds the incoming gradient the same way. Checked against
+/* Mixed precision (autograd/autocast.c, nn_params_autocast_begin,
+ * tensor_set_matmul_precision): in a bf16 region f32 products round their
+ * operands to bf16 and return f32, in forward and in backward. Checked against
  * double-precision products of the rounded values (forward and both
- * gradients), for ag_matmul, ag_matmul_laid_out, linear layers and attention;
+ * gradients) for ag_matmul and ag_matmul_laid_out; each node keeping its
+ * forward's precision; the libtensor side bit for bit against products of
+ * explicit casts on each kernel; linear layers and attention near f32;
  * parameters read from their packed bf16 copy (not rounded per use); one
- * training step of each preset in bf16 close to f32; the regions' rules and
- * errors. Gradient checks stay f64 (test_ops): f64 operands are never rounded. */
+ * training step of each preset in bf16 close to f32; inference; the regions'
+ * rules and errors; out of memory. f64 products are never rounded. */
 #include <math.h>
 #include <string.h>
 
+#include "backend.h" /* tensor_bf16_gemm_force */
 #include "bf16.h"
 #include "models_common.h"
 
@@ -58,7 +61,8 @@ static void check_not_f32(const float *got, const struct tensor *a, const struct
 {
 	double s = 0;
 	for (int64_t p = 0; p < k; p++)
-		s += ((const float *)tensor_data(a))[p] * (double)((const float *)tensor_data(b))[p * n];
+		s += ((const float *)tensor_data(a))[p] *
+		     (double)((const float *)tensor_data(b))[p * n];
 	ck_assert_msg(fabs(got[0] - s) > 1e-4, "product [0,0] %.9g is the f32 one", got[0]);
 }
 
@@ -74,8 +78,8 @@ START_TEST(test_matmul_bf16)
 	tensor_scope_begin();
 	ok(ag_autocast_begin(TENSOR_BF16));
 	ck_assert_int_eq(ag_autocast_dtype(), TENSOR_BF16);
-	struct tensor *y = _i == 0 ? ag_matmul(a, b)
-				   : ag_matmul_laid_out(a, b, (const int[]){ 1, 0 });
+	struct tensor *y =
+	    _i == 0 ? ag_matmul(a, b) : ag_matmul_laid_out(a, b, (const int[]){ 1, 0 });
 	ag_autocast_end(); /* backward after the region: the node keeps its precision */
 	ck_assert_int_eq(ag_autocast_dtype(), TENSOR_F32);
 	ck_assert_msg(y && y->dtype == TENSOR_F32, "%s", tensor_last_error());
@@ -88,6 +92,77 @@ START_TEST(test_matmul_bf16)
 	check_product(tensor_data(b->grad), N, a, 1, K, r, N, 1, K, N, M, "dB");
 	tensor_scope_end();
 	tensor_free(a), tensor_free(b), tensor_free(r);
+}
+END_TEST
+
+/* A node keeps its forward's precision: one recorded outside a region computes f32
+ * gradients even when backward runs inside a bf16 region. */
+START_TEST(test_node_precision)
+{
+	enum { M = 3, K = 29, N = 4 };
+	struct tensor *a = randn(2, (int64_t[]){ M, K }, 6), *b = randn(2, (int64_t[]){ K, N }, 7);
+	struct tensor *r = randn(2, (int64_t[]){ M, N }, 8);
+	ok(ag_requires_grad(a, true));
+	tensor_scope_begin();
+	struct tensor *y = ag_matmul(a, b);
+	ok(ag_autocast_begin(TENSOR_BF16));
+	ok(ag_backward(y, r));
+	ag_autocast_end();
+	struct tensor *want = tensor_matmul(r, tensor_transpose(b, 0, 1)); /* f32 */
+	tu_assert_same(a->grad, want, 0);
+	ck_assert_int_eq(tensor_matmul_precision(), TENSOR_F32);
+	tensor_scope_end();
+	tensor_free(a), tensor_free(b), tensor_free(r);
+}
+END_TEST
+
+/* libtensor's side: f32 x f32 under tensor_set_matmul_precision(bf16), and an
+ * f32 x bf16 pair, give exactly the product of the bf16 casts, in f32, on
+ * each kernel this CPU has; precision f32 restores the f32 product. */
+START_TEST(test_matmul_precision)
+{
+	static const char *const kernels[] = { "portable", "avx512bf16" };
+	if (tensor_bf16_gemm_force(kernels[_i]) != TENSOR_OK) {
+		printf("test_matmul_precision: skipped for %s: %s\n", kernels[_i],
+		       tensor_last_error());
+		tensor_clear_error();
+		return;
+	}
+	tensor_scope_begin();
+	struct tensor *a = randn(3, (int64_t[]){ 2, 7, 33 }, 9),
+		      *b = randn(2, (int64_t[]){ 33, 5 }, 10);
+	struct tensor *a16 = tensor_cast(a, TENSOR_BF16), *b16 = tensor_cast(b, TENSOR_BF16);
+	struct tensor *want = tensor_matmul_to(a16, b16, TENSOR_F32), *f32 = tensor_matmul(a, b);
+	ok(tensor_set_matmul_precision(TENSOR_BF16));
+	struct tensor *low = tensor_matmul(a, b),
+		      *lowt = tensor_matmul(b16, tensor_transpose(a, 1, 2));
+	ok(tensor_set_matmul_precision(TENSOR_F32));
+	struct tensor *mixed = tensor_matmul(a, b16), *mixed2 = tensor_matmul(a16, b);
+	struct tensor *again = tensor_matmul(a, b);
+	ck_assert(low && mixed && mixed2 && again && lowt == NULL); /* [33,5] x [2,33,7] */
+	tensor_clear_error();
+	ck_assert(low->dtype == TENSOR_F32 && mixed->dtype == TENSOR_F32 &&
+		  mixed2->dtype == TENSOR_F32);
+	tu_assert_same(low, want, 0);
+	tu_assert_same(mixed, want, 0);
+	tu_assert_same(mixed2, want, 0);
+	tu_assert_same(again, f32, 0);
+	double d = 0;
+	for (int64_t i = 0; i < tensor_numel(f32); i++)
+		d = fmax(d, fabs(((float *)tensor_data(f32))[i] - ((float *)tensor_data(want))[i]));
+	ck_assert_msg(d > 0, "the f32 product equals the bf16 one");
+	/* a bf16 result only for bf16 x bf16; f64 with bf16 refused */
+	ck_assert(tensor_matmul_to(a, b16, TENSOR_BF16) == NULL);
+	ck_assert_int_eq(tensor_last_status(), TENSOR_ERR_DTYPE);
+	tensor_clear_error();
+	struct tensor *d64 = tensor_cast(b, TENSOR_F64);
+	ck_assert(tensor_matmul(a16, d64) == NULL);
+	ck_assert_int_eq(tensor_last_status(), TENSOR_ERR_DTYPE);
+	tensor_clear_error();
+	ck_assert_int_eq(tensor_set_matmul_precision(TENSOR_F64), TENSOR_ERR_DTYPE);
+	ck_assert_int_eq(tensor_matmul_precision(), TENSOR_F32);
+	tensor_scope_end();
+	ok(tensor_bf16_gemm_force(NULL));
 }
 END_TEST
 
@@ -188,8 +263,8 @@ START_TEST(test_params_copy_used)
 	memcpy(tensor_data(l.weight), w, sizeof w);
 	tensor_scope_begin();
 	ag_no_grad_begin(); /* a forward that saves the copy for backward pins it: below */
-	struct tensor *x = tensor_from_data(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){ 1, 2 },
-					    (float[]){ 1, 0 });
+	struct tensor *x =
+	    tensor_from_data(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){ 1, 2 }, (float[]){ 1, 0 });
 	ok(nn_params_autocast_begin(&ps, TENSOR_BF16));
 	ck_assert(ps.flat_lowp && ps.flat_lowp->dtype == TENSOR_BF16);
 	ck_assert_double_eq(tensor_get(nn_linear_forward(&l, x), (int64_t[]){ 0, 0 }), 1.0);
@@ -197,7 +272,7 @@ START_TEST(test_params_copy_used)
 	ck_assert_double_eq(tensor_get(nn_linear_forward(&l, x), (int64_t[]){ 0, 0 }), 5.0);
 	ag_autocast_end();
 	ck_assert_double_eq(tensor_get(nn_linear_forward(&l, x), (int64_t[]){ 0, 0 }),
-			    (double)w[0]); /* outside: f32 */
+			    (double)w[0]);		/* outside: f32 */
 	ok(nn_params_autocast_begin(&ps, TENSOR_BF16)); /* rounded afresh */
 	ck_assert_double_eq(tensor_get(nn_linear_forward(&l, x), (int64_t[]){ 0, 0 }), 1.0);
 	ag_autocast_end();
@@ -232,12 +307,12 @@ static double preset_step(const char *preset, enum tensor_dtype dt, bool pack, f
 		ok(nn_params_pack(&ps));
 	struct tensor *ids = rand_ids(3, 8, 11, 2);
 	struct tensor *mask = prefix_mask(3, 8, (int64_t[]){ 8, 5, 7 });
-	struct tensor *labels = tensor_from_data(TENSOR_I64, TENSOR_CPU, 1, (int64_t[]){ 3 },
-						 (int64_t[]){ 0, 2, 1 });
+	struct tensor *labels =
+	    tensor_from_data(TENSOR_I64, TENSOR_CPU, 1, (int64_t[]){ 3 }, (int64_t[]){ 0, 2, 1 });
 	tensor_scope_begin();
 	ok(nn_params_autocast_begin(&ps, dt));
-	struct tensor *loss = nn_cross_entropy(model_classifier_forward(&m, ids, mask), labels, -1,
-					       0.0);
+	struct tensor *loss =
+	    nn_cross_entropy(model_classifier_forward(&m, ids, mask), labels, -1, 0.0);
 	ag_autocast_end();
 	ck_assert_msg(loss != NULL, "%s: %s", preset, tensor_last_error());
 	double l = tensor_get(loss, NULL);
@@ -345,9 +420,11 @@ START_TEST(test_errors)
 	for (int i = 0; i < 15; i++)
 		ag_autocast_end();
 	ck_assert_int_eq(ag_autocast_dtype(), TENSOR_F32);
-	/* a product in a bf16 region needs a scope for its roundings */
+	/* reading a registered copy makes a view in the open scope: none open is an error */
 	struct tensor *m = tensor_ones(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){ 2, 2 });
+	struct tensor *m16 = tensor_ones(TENSOR_BF16, TENSOR_CPU, 2, (int64_t[]){ 2, 2 });
 	ok(ag_autocast_begin(TENSOR_BF16));
+	ok(ag_autocast_storage(m, m16));
 	tensor_clear_error();
 	ck_assert(ag_matmul(m, m) == NULL);
 	ck_assert_int_eq(tensor_last_status(), TENSOR_ERR_STATE);
@@ -360,7 +437,8 @@ START_TEST(test_errors)
 	ck_assert(ag_matmul(m, m) != NULL);
 	tensor_scope_end();
 	ag_autocast_end();
-	tensor_free(m);
+	ck_assert_int_eq(tensor_matmul_precision(), TENSOR_F32); /* restored */
+	tensor_free(m), tensor_free(m16);
 	ck_assert_int_eq(nn_params_autocast_begin(NULL, TENSOR_BF16), TENSOR_ERR_ARG);
 	struct nn_params ps;
 	ok(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 1));
@@ -411,6 +489,8 @@ int main(void)
 	Suite *s = suite_create("autocast");
 	TCase *tc = tcase_create("autocast");
 	tcase_add_loop_test(tc, test_matmul_bf16, 0, 2);
+	tcase_add_test(tc, test_node_precision);
+	tcase_add_loop_test(tc, test_matmul_precision, 0, 2);
 	tcase_add_test(tc, test_f64_untouched);
 	tcase_add_test(tc, test_linear_attention_bf16);
 	tcase_add_test(tc, test_params_copy_used);

@@ -33,11 +33,11 @@
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 enum {
-	MR = 12,  /* tile rows: 12 x 2 accumulators + 2 B vectors + 1 broadcast of 32 zmm */
-	NR = 32,  /* tile columns: two zmm of f32 */
-	KC = 512, /* k of an A block (even): a KC x NR B panel is 32 KiB */
-	MC = 192, /* rows of an A block: MC x KC bf16 is 192 KiB, in L2 */
-	NC = 512, /* columns of a packed B block */
+	MR = 12,   /* tile rows: 12 x 2 accumulators + 2 B vectors + 1 broadcast of 32 zmm */
+	NR = 32,   /* tile columns: two zmm of f32 */
+	KC = 512,  /* k of an A block (even): a KC x NR B panel is 32 KiB */
+	MC = 192,  /* rows of an A block: MC x KC bf16 is 192 KiB, in L2 */
+	NC = 1024, /* columns of a packed B block */
 };
 
 /* Calls of at most this many multiply-adds (batch m n k) run on one thread. */
@@ -226,8 +226,9 @@ BF16_TARGET static inline __attribute__((always_inline)) void transpose16(__m512
 	}
 }
 
-/* The same when each pair is one 32-bit word (bf16, x->rs == 1): 16 x 16 blocks of
- * words transposed; a last odd row is read alone. */
+/* The same when a pair's two elements are adjacent (x->rs == 1): 16 pairs of a column
+ * loaded as 16 words (f32 ones rounded as loaded), 16 x 16 blocks of words transposed; a
+ * last odd row is read alone. */
 BF16_TARGET static void pack_pairs_words(const struct bmat *x, int64_t rows, int64_t width,
 					 int lanes, uint32_t *out, int64_t ld)
 {
@@ -235,14 +236,13 @@ BF16_TARGET static void pack_pairs_words(const struct bmat *x, int64_t rows, int
 	for (int64_t j0 = 0; j0 < lanes; j0 += 16) {
 		__mmask16 st = (__mmask16)((1u << (lanes - j0 < 16 ? lanes - j0 : 16)) - 1);
 		for (int64_t p0 = 0; p0 < np; p0 += 16) {
-			__mmask16 ld16 = (__mmask16)((1u << (np - p0 < 16 ? np - p0 : 16)) - 1);
+			__mmask32 m = mask_first(2 * (np - p0)); /* 2 lanes a pair */
 			__m512i r[16];
 #pragma GCC unroll 16
 			for (int j = 0; j < 16; j++)
-				r[j] =
-				    j0 + j < width
-					? _mm512_maskz_loadu_epi32(ld16, bmat_at(x, 2 * p0, j0 + j))
-					: _mm512_setzero_si512();
+				r[j] = j0 + j < width
+					   ? load_bf16x32(bmat_at(x, 2 * p0, j0 + j), x->dt, m)
+					   : _mm512_setzero_si512();
 			transpose16(r);
 #pragma GCC unroll 16
 			for (int p = 0; p < 16; p++)
@@ -263,7 +263,7 @@ BF16_TARGET static void pack_pairs(const struct bmat *x, int64_t rows, int64_t w
 	if (x->cs == 1 || width == 1)
 		pack_pairs_rows(&(struct bmat){ x->p, x->dt, x->es, x->rs, 1 }, rows, width, lanes,
 				out, ld);
-	else if (x->rs == 1 && x->dt == TENSOR_BF16)
+	else if (x->rs == 1)
 		pack_pairs_words(x, rows, width, lanes, out, ld);
 	else
 		pack_pairs_any(x, rows, width, lanes, out, ld);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../bf16.h"
 #include "../mem.h"
 #include "cpu_iter.h"
 #include "cpu_kernels.h"
@@ -79,6 +80,9 @@ static void gemm_scale(struct tensor *c, double beta)
 			}
 }
 
+static int gemm_blas(struct tensor *c, const struct tensor *a, const struct tensor *b, double alpha,
+		     double beta);
+
 /* ---- bf16 inputs: the kernel choice ---------------------------------------
  * AVX512-BF16 (cpu_gemm_bf16.c) where the CPU has it, else the portable kernel
  * below; CFORMER_BF16_GEMM (portable|avx512bf16), read at first use, or
@@ -140,7 +144,8 @@ int tensor_bf16_gemm_force(const char *name)
 }
 
 /* ---- bf16 inputs: the portable kernel ---------------------------------------
- * A and B are converted (exactly) to f32 and BLIS's sgemm runs on the copies:
+ * A and B are converted to f32 (bf16 ones exactly, f32 ones rounded to bf16
+ * values) and BLIS's sgemm runs on the copies:
  * f32 accumulation, as fast as the f32 product less the conversion (about a
  * tenth of the product's time at n = 512, less above). A bf16 C is computed
  * in an f32 buffer and rounded once, to nearest even. */
@@ -151,10 +156,19 @@ struct gemm_f32 {
 	struct tensor t;
 };
 
+/* Round n floats to bf16 values in place. */
+static void round_to_bf16(float *p, int64_t n)
+{
+#pragma omp parallel for simd num_threads(cpu_num_threads()) if (n > CPU_PAR_MIN)
+	for (int64_t i = 0; i < n; i++)
+		p[i] = bf16_to_f32(bf16_from_f32(p[i]));
+}
+
 /* Make g a [batch, r, c] f32 matrix stack shaped as x (a batch stride of 0
  * kept: one matrix), laid out with x's unit-stride dim (so the conversion
- * streams); filled from x when fill. */
-static int gemm_f32_of(struct gemm_f32 *g, const struct tensor *x, bool fill)
+ * streams); filled from x when fill, and an f32 x then rounded to bf16
+ * values when round (an operand of a bf16 product). */
+static int gemm_f32_of(struct gemm_f32 *g, const struct tensor *x, bool fill, bool round)
 {
 	int64_t nb = x->strides[0] == 0 ? 1 : x->shape[0], r = x->shape[1], c = x->shape[2];
 	bool colmajor = r > 1 && c > 1 && x->strides[1] == 1;
@@ -177,7 +191,10 @@ static int gemm_f32_of(struct gemm_f32 *g, const struct tensor *x, bool fill)
 	if (fill) {
 		struct tensor dst = g->t, src = *x;
 		dst.shape[0] = src.shape[0] = nb;
-		return cpu_copy(&dst, &src);
+		int rc = cpu_copy(&dst, &src);
+		if (rc == TENSOR_OK && round && x->dtype == TENSOR_F32)
+			round_to_bf16(g->st.data, nb * r * c);
+		return rc;
 	}
 	return TENSOR_OK;
 }
@@ -187,17 +204,17 @@ static int gemm_bf16_portable(struct tensor *c, const struct tensor *a, const st
 {
 	struct gemm_f32 fa, fb, fc;
 	fa.st.data = fb.st.data = fc.st.data = NULL;
-	int rc = gemm_f32_of(&fa, a, true);
+	int rc = gemm_f32_of(&fa, a, true, true);
 	if (rc == TENSOR_OK)
-		rc = gemm_f32_of(&fb, b, true);
+		rc = gemm_f32_of(&fb, b, true, true);
 	if (rc == TENSOR_OK && c->dtype == TENSOR_BF16) {
-		rc = gemm_f32_of(&fc, c, beta != 0);
+		rc = gemm_f32_of(&fc, c, beta != 0, false);
 		if (rc == TENSOR_OK)
-			rc = cpu_gemm(&fc.t, &fa.t, &fb.t, alpha, beta);
+			rc = gemm_blas(&fc.t, &fa.t, &fb.t, alpha, beta);
 		if (rc == TENSOR_OK)
 			rc = cpu_copy(c, &fc.t);
 	} else if (rc == TENSOR_OK) {
-		rc = cpu_gemm(c, &fa.t, &fb.t, alpha, beta);
+		rc = gemm_blas(c, &fa.t, &fb.t, alpha, beta);
 	}
 	free(fa.st.data);
 	free(fb.st.data);
@@ -218,18 +235,36 @@ static int gemm_bf16(struct tensor *c, const struct tensor *a, const struct tens
 	return gemm_bf16_portable(c, a, b, alpha, beta);
 }
 
+/* A product in bf16: bf16 operands, an f32 one beside a bf16 one, or f32 ones under
+ * tensor_set_matmul_precision(bf16); f32 operands are rounded to bf16. */
+static bool bf16_product(const struct tensor *c, const struct tensor *a, const struct tensor *b)
+{
+	bool ab = (a->dtype == TENSOR_BF16 || a->dtype == TENSOR_F32) &&
+		  (b->dtype == TENSOR_BF16 || b->dtype == TENSOR_F32);
+	bool lowp = a->dtype == TENSOR_BF16 || b->dtype == TENSOR_BF16 ||
+		    tensor_matmul_precision() == TENSOR_BF16;
+	return ab && lowp && (c->dtype == TENSOR_F32 || c->dtype == TENSOR_BF16);
+}
+
 int cpu_gemm(struct tensor *c, const struct tensor *a, const struct tensor *b, double alpha,
 	     double beta)
 {
-	int64_t batch = c->shape[0], m = c->shape[1], n = c->shape[2], k = a->shape[2];
-	if (a->dtype == TENSOR_BF16 && b->dtype == TENSOR_BF16 &&
-	    (c->dtype == TENSOR_F32 || c->dtype == TENSOR_BF16))
+	int64_t batch = c->shape[0], m = c->shape[1], n = c->shape[2];
+	if (bf16_product(c, a, b))
 		return batch == 0 || m == 0 || n == 0 ? TENSOR_OK : gemm_bf16(c, a, b, alpha, beta);
+	return gemm_blas(c, a, b, alpha, beta);
+}
+
+/* f32 or f64 operands, through BLIS. */
+static int gemm_blas(struct tensor *c, const struct tensor *a, const struct tensor *b, double alpha,
+		     double beta)
+{
+	int64_t batch = c->shape[0], m = c->shape[1], n = c->shape[2], k = a->shape[2];
 	if ((c->dtype != TENSOR_F32 && c->dtype != TENSOR_F64) || a->dtype != c->dtype ||
 	    b->dtype != c->dtype)
 		return tensor_error(TENSOR_ERR_DTYPE,
-				    "gemm: expected f32 or f64 (or bf16 inputs with an f32 or bf16 "
-				    "result), got %s x %s -> %s",
+				    "gemm: expected f32 or f64 (or bf16 and f32 inputs with an f32 "
+				    "or bf16 result), got %s x %s -> %s",
 				    tensor_dtype_name(a->dtype), tensor_dtype_name(b->dtype),
 				    tensor_dtype_name(c->dtype));
 	if (batch == 0 || m == 0 || n == 0)
