@@ -56,6 +56,7 @@ enum tensor_dtype ag_autocast_dtype(void)
 {
 	return depth > 0 ? region_dt[depth - 1] : TENSOR_F32;
 }
+
 int ag_autocast_storage(const struct tensor *src, const struct tensor *copy)
 {
 	if (!src || !copy)
