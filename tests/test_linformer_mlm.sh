@@ -2,8 +2,8 @@
 # linformer_mlm end to end on a tiny generated corpus: a few steps lower the loss, perplexity is
 # printed and finite, the CSV has its columns, the model learns from context (not only word
 # frequencies), the checkpoint rebuilds the model from its config
-# alone and reproduces the validation perplexity, --init-from continues it at a longer n, masked
-# and full decoding agree, and bad flags
+# alone and reproduces the validation perplexity, --init-from continues it at a longer n,
+# --precision bf16 ends near the f32 run's perplexity, masked and full decoding agree, and bad flags
 # exit 1 with a clear message. Run from the build directory (as `make check` does);
 # LINFORMER_MLM overrides the program.
 set -u
@@ -107,6 +107,14 @@ grep -q "init: 41 tensors from $tmp/tr32/last.safetensors, 0 projections" "$tmp/
 	grep -q "(step 1): validation loss [0-9.]* perplexity $ppl32 " "$tmp/tr64.out" &&
 	echo "ok: --init-from grows n 32 to 64 and keeps validation perplexity $ppl32" ||
 	fail "--init-from did not carry the n = 32 model (perplexity $ppl32 there): $(cat "$tmp/tr64.out")"
+# --precision bf16: the same 24 steps with bf16 products end near the f32 run's perplexity
+# shellcheck disable=SC2086
+"$prog" $tr $data --n 32 --steps 24 --lr 3e-3 --precision bf16 --log-dir "$tmp/tr32b" \
+	>"$tmp/tr32b.out" 2>&1 || fail "--precision bf16 exited $?"
+ppl16=$(sed -n 's/.*validation loss [0-9.]* perplexity \([0-9.]*\).*/\1/p' "$tmp/tr32b.out" | tail -n 1)
+awk -v a="$ppl32" -v b="$ppl16" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d > 0 && d <= 0.05 * a) }' &&
+	echo "ok: bf16 validation perplexity $ppl16 near f32's $ppl32" ||
+	fail "bf16 validation perplexity $ppl16 against f32's $ppl32"
 # Linformer layers: E and F of the linear layer ([k, n]) start fresh; the conv layer's kernel n/k
 # stays 4 at n 64, k 16, so its projections are copied.
 # shellcheck disable=SC2086
