@@ -71,7 +71,7 @@ def _attend(impl, q, k, v, key_mask, p_drop, training):
     return out
 
 
-class FastAttention(nn.Module):
+class FastAttention(nn.Module, M.Projections):
     def __init__(self, cfg: M.Config, kind: str, shared: Optional[M.SeqProj], impl: str):
         super().__init__()
         d, h = cfg.dim, cfg.heads
@@ -79,24 +79,12 @@ class FastAttention(nn.Module):
         # nn.Linear's default init depends on fan_in only: as the twin's three Linear(d, d)
         self.qkv = nn.Linear(d, 3 * d)
         self.out_proj = nn.Linear(d, d)
-        self.shared = [shared]  # a list: not registered as this layer's parameter
         if impl not in ("math", "sdpa", "auto"):
             raise ValueError(f"attention '{impl}': expected math, sdpa or auto")
         self.impl = impl  # math, sdpa or auto (auto_impl)
-        if kind != "standard" and cfg.sharing != "layerwise":
-            if cfg.sharing == "none" and kind == "linear":
-                raise ValueError("fast_models: sharing 'none' (E per head) is not implemented")
-            make = lambda: M.SeqProj(kind, cfg.max_len, cfg.k, h, d // h, False, cfg.xavier_projections)
-            self.E = make()
-            if cfg.sharing in ("none", "headwise"):
-                self.F = make()
-
-    def _projections(self):
-        if self.cfg.sharing == "layerwise":
-            return self.shared[0], self.shared[0]
-        if self.cfg.sharing == "kv":
-            return self.E, self.E
-        return self.E, self.F
+        if cfg.sharing == "none" and kind == "linear":
+            raise ValueError("fast_models: sharing 'none' (E per head) is not implemented")
+        self._init_projections(cfg, kind, shared, False)
 
     def _heads(self, y):
         """[B, S, d] -> [B, H, S, dh] (a view)."""

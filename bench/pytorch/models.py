@@ -182,19 +182,15 @@ def _attention(cfg: Config, q, k, v, mask, drop: nn.Module, training: bool):
     return out
 
 
-class Attention(nn.Module):
-    """Multi-head self-attention, standard or with sequence projections."""
+class Projections:
+    """The sequence projections of an attention layer (of this twin and of
+    fast_models.py): E and F of its own (F = E when sharing is kv), or the
+    encoder's shared one when sharing is layerwise."""
 
-    def __init__(self, cfg: Config, kind: str, shared: Optional[SeqProj]):
-        super().__init__()
-        d, h = cfg.dim, cfg.heads
-        self.cfg, self.kind, self.heads = cfg, kind, h
-        self.q_proj, self.k_proj = nn.Linear(d, d), nn.Linear(d, d)
-        self.v_proj, self.out_proj = nn.Linear(d, d), nn.Linear(d, d)
-        self.drop = _dropout(cfg.attn_dropout)
+    def _init_projections(self, cfg: Config, kind: str, shared: Optional[SeqProj], per_head: bool):
         self.shared = [shared]  # a list: not registered as this layer's parameter
         if kind != "standard" and cfg.sharing != "layerwise":
-            per_head = cfg.sharing == "none" and kind == "linear"
+            h, d = cfg.heads, cfg.dim
             make = lambda: SeqProj(kind, cfg.max_len, cfg.k, h, d // h, per_head, cfg.xavier_projections)
             self.E = make()
             if cfg.sharing in ("none", "headwise"):
@@ -206,6 +202,19 @@ class Attention(nn.Module):
         if self.cfg.sharing == "kv":
             return self.E, self.E
         return self.E, self.F
+
+
+class Attention(nn.Module, Projections):
+    """Multi-head self-attention, standard or with sequence projections."""
+
+    def __init__(self, cfg: Config, kind: str, shared: Optional[SeqProj]):
+        super().__init__()
+        d, h = cfg.dim, cfg.heads
+        self.cfg, self.kind, self.heads = cfg, kind, h
+        self.q_proj, self.k_proj = nn.Linear(d, d), nn.Linear(d, d)
+        self.v_proj, self.out_proj = nn.Linear(d, d), nn.Linear(d, d)
+        self.drop = _dropout(cfg.attn_dropout)
+        self._init_projections(cfg, kind, shared, cfg.sharing == "none" and kind == "linear")
 
     def _split(self, x):
         b, t, d = x.shape
