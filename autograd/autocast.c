@@ -1,14 +1,13 @@
 /* Mixed precision: regions that set the precision of f32 products to bf16
  * (tensor_set_matmul_precision), the nodes that keep it for their backward,
  * and the bf16 copies of parameters that spare rounding them at each use. */
-#include <stdlib.h>
-
 #include "autograd.h"
 #include "ag_internal.h"
 #include "backend.h"
 #include "mem.h"
 
 #define AUTOCAST_MAX_DEPTH 16
+#define AUTOCAST_MAX_COPIES 64
 
 /* A storage whose operands are read from a bf16 copy, for the region at depth. */
 struct autocast_copy {
@@ -19,8 +18,8 @@ struct autocast_copy {
 
 static _Thread_local enum tensor_dtype region_dt[AUTOCAST_MAX_DEPTH], outer_dt[AUTOCAST_MAX_DEPTH];
 static _Thread_local int depth;
-static _Thread_local struct autocast_copy *copies;
-static _Thread_local int ncopies, capcopies;
+static _Thread_local struct autocast_copy copies[AUTOCAST_MAX_COPIES];
+static _Thread_local int ncopies;
 
 int ag_autocast_begin(enum tensor_dtype dt)
 {
@@ -45,11 +44,6 @@ void ag_autocast_end(void)
 	while (ncopies > 0 && copies[ncopies - 1].depth == depth)
 		tensor_free(copies[--ncopies].copy);
 	tensor_set_matmul_precision(outer_dt[--depth]);
-	if (depth == 0) {
-		free(copies);
-		copies = NULL;
-		capcopies = 0;
-	}
 }
 
 enum tensor_dtype ag_autocast_dtype(void)
@@ -77,13 +71,10 @@ int ag_autocast_storage(const struct tensor *src, const struct tensor *copy)
 			     tensor_dtype_name(copy->dtype), tensor_shape_str(copy, bc, sizeof bc));
 		return TENSOR_ERR_ARG;
 	}
-	if (ncopies == capcopies) {
-		int cap = capcopies ? 2 * capcopies : 16;
-		struct autocast_copy *c = realloc(copies, (size_t)cap * sizeof *c);
-		if (!c)
-			return tensor_error(TENSOR_ERR_NOMEM, "ag_autocast_storage: out of memory");
-		copies = c, capcopies = cap;
-	}
+	if (ncopies == AUTOCAST_MAX_COPIES)
+		return tensor_error(TENSOR_ERR_STATE,
+				    "ag_autocast_storage: at most %d copies in the open regions",
+				    AUTOCAST_MAX_COPIES);
 	tensor_heap_begin();
 	struct tensor *alias = tensor_alias(copy);
 	tensor_heap_end();

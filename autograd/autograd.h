@@ -85,8 +85,9 @@ enum tensor_dtype ag_autocast_dtype(void);
  * src: a contiguous f32 tensor at offset 0 spanning the views to be served
  * (the packed parameters); copy: a contiguous bf16 tensor of as many elements
  * on its device, filled by the caller and unchanged until the region ends (it
- * is kept alive that long). Errors: no region (TENSOR_ERR_STATE), src or copy
- * not such a tensor (TENSOR_ERR_ARG). */
+ * is kept alive that long). Errors: no region, or 64 copies already
+ * registered in the open regions (TENSOR_ERR_STATE), src or copy not such a
+ * tensor (TENSOR_ERR_ARG). */
 int ag_autocast_storage(const struct tensor *src, const struct tensor *copy);
 
 /* A view of t that shares its data but is cut from the graph. */

@@ -137,6 +137,10 @@ void tensor_cpu_set_fused(bool fused);
  * TENSOR_ERR_UNSUPPORTED if the CPU lacks the kernel, TENSOR_ERR_ARG for an unknown
  * name; tensor_bf16_gemm_kernel() reports the choice. Not thread-safe. */
 int tensor_bf16_gemm_force(const char *name);
+/* Whether the product of a and b is a bf16 one (f32 operands rounded to bf16, f32
+ * accumulation): a bf16 operand beside a bf16 or f32 one, or two f32 ones under
+ * tensor_set_matmul_precision(TENSOR_BF16). The front-end and the backends' one rule. */
+bool tensor_matmul_in_bf16(const struct tensor *a, const struct tensor *b);
 /* One-time CPU backend setup (BLIS kernel set, default threads); idempotent. */
 void cpu_init(void);
 #ifdef CFORMER_HAVE_CUDA

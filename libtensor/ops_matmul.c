@@ -202,6 +202,14 @@ enum tensor_dtype tensor_matmul_precision(void)
 	return f32_precision;
 }
 
+bool tensor_matmul_in_bf16(const struct tensor *a, const struct tensor *b)
+{
+	bool f32_or_bf16 = (a->dtype == TENSOR_F32 || a->dtype == TENSOR_BF16) &&
+			   (b->dtype == TENSOR_F32 || b->dtype == TENSOR_BF16);
+	return f32_or_bf16 &&
+	       (a->dtype == TENSOR_BF16 || b->dtype == TENSOR_BF16 || f32_precision == TENSOR_BF16);
+}
+
 /* One f32 and one bf16 operand: a bf16 product with an f32 result. */
 static bool mixed_pair(const struct tensor *a, const struct tensor *b)
 {
@@ -224,14 +232,13 @@ static bool out_dtype_ok(const struct tensor *a, const struct tensor *b, enum te
 
 static int matmul_check(const struct tensor *a, const struct tensor *b, enum tensor_dtype out_dt)
 {
-	int rc = a && b && mixed_pair(a, b) ? TENSOR_OK : tensor_check_pair(OP, a, b);
+	bool mixed_ok = a && b && mixed_pair(a, b) && a->storage->device == b->storage->device;
+	int rc = mixed_ok ? TENSOR_OK : tensor_check_pair(OP, a, b);
 	if (rc < 0)
 		return rc;
 	char ba[128], bb[128];
 	tensor_shape_str(a, ba, sizeof ba);
 	tensor_shape_str(b, bb, sizeof bb);
-	if (a->storage->device != b->storage->device)
-		return tensor_check_pair(OP, a, b); /* the device error */
 	if (a->dtype != TENSOR_F32 && a->dtype != TENSOR_F64 && a->dtype != TENSOR_BF16)
 		return tensor_error(TENSOR_ERR_DTYPE,
 				    "matmul: %s %s x %s %s, expected f32, f64 or bf16 inputs", ba,
@@ -243,9 +250,7 @@ static int matmul_check(const struct tensor *a, const struct tensor *b, enum ten
 				    tensor_dtype_name(b->dtype), tensor_dtype_name(out_dt),
 				    tensor_dtype_name(product_dtype(a, b)),
 				    a->dtype == TENSOR_BF16 && !mixed_pair(a, b) ? " or f32" : "");
-	bool lowp = a->dtype == TENSOR_BF16 || b->dtype == TENSOR_BF16 ||
-		    (a->dtype == TENSOR_F32 && f32_precision == TENSOR_BF16);
-	if (lowp && a->storage->device != TENSOR_CPU)
+	if (tensor_matmul_in_bf16(a, b) && a->storage->device != TENSOR_CPU)
 		return tensor_error(TENSOR_ERR_UNSUPPORTED,
 				    "matmul: %s x %s: bf16 products (bf16 operands, or f32 ones "
 				    "under tensor_set_matmul_precision(bf16)) run on the CPU only, "

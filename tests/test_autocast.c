@@ -418,7 +418,15 @@ START_TEST(test_errors)
 	ck_assert_msg(strstr(tensor_last_error(), "[3]"), "%s", tensor_last_error());
 	ck_assert_int_eq(ag_autocast_storage(c, c), TENSOR_ERR_ARG);
 	ck_assert_int_eq(ag_autocast_storage(NULL, c), TENSOR_ERR_ARG);
+	tensor_clear_error();
 	ok(ag_autocast_storage(f, c));
+	int nreg = 1;
+	while (ag_autocast_storage(f, c) == TENSOR_OK)
+		nreg++;
+	ck_assert_int_eq(nreg, 64); /* at most 64 copies in the open regions */
+	ck_assert_int_eq(tensor_last_status(), TENSOR_ERR_STATE);
+	ck_assert_msg(strstr(tensor_last_error(), "at most 64"), "%s", tensor_last_error());
+	tensor_clear_error();
 	for (int i = 0; i < 15; i++)
 		ag_autocast_end();
 	ck_assert_int_eq(ag_autocast_dtype(), TENSOR_F32);

@@ -235,22 +235,11 @@ static int gemm_bf16(struct tensor *c, const struct tensor *a, const struct tens
 	return gemm_bf16_portable(c, a, b, alpha, beta);
 }
 
-/* A product in bf16: bf16 operands, an f32 one beside a bf16 one, or f32 ones under
- * tensor_set_matmul_precision(bf16); f32 operands are rounded to bf16. */
-static bool bf16_product(const struct tensor *c, const struct tensor *a, const struct tensor *b)
-{
-	bool ab = (a->dtype == TENSOR_BF16 || a->dtype == TENSOR_F32) &&
-		  (b->dtype == TENSOR_BF16 || b->dtype == TENSOR_F32);
-	bool lowp = a->dtype == TENSOR_BF16 || b->dtype == TENSOR_BF16 ||
-		    tensor_matmul_precision() == TENSOR_BF16;
-	return ab && lowp && (c->dtype == TENSOR_F32 || c->dtype == TENSOR_BF16);
-}
-
 int cpu_gemm(struct tensor *c, const struct tensor *a, const struct tensor *b, double alpha,
 	     double beta)
 {
 	int64_t batch = c->shape[0], m = c->shape[1], n = c->shape[2];
-	if (bf16_product(c, a, b))
+	if (tensor_matmul_in_bf16(a, b) && (c->dtype == TENSOR_F32 || c->dtype == TENSOR_BF16))
 		return batch == 0 || m == 0 || n == 0 ? TENSOR_OK : gemm_bf16(c, a, b, alpha, beta);
 	return gemm_blas(c, a, b, alpha, beta);
 }
