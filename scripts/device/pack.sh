@@ -11,8 +11,10 @@ arch=${CUDA_ARCH:-"-gencode=arch=compute_90,code=[sm_90,compute_90]"}
 jobs=$(nproc 2>/dev/null || echo 2)
 # A copy of the working tree (tracked and untracked files, not the ignored ones), built in place:
 # the checkout here may be configured in place itself, which rules out a VPATH build.
+# A changed configure.ac starts afresh (a recheck under make would see LDFLAGS=-no-install).
+cmp -s configure.ac build-cuda/src/configure.ac || rm -rf build-cuda/src
 mkdir -p build-cuda/src
-git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t build-cuda/src
+git ls-files -co --exclude-standard -z | xargs -0 cp -p --parents -t build-cuda/src
 if [ ! -f build-cuda/src/Makefile ]; then
 	(cd build-cuda/src && autoreconf -fi >/dev/null 2>&1 &&
 		./configure -q --with-cuda --disable-static NVCCFLAGS="-O3 -std=c++17 $arch")
@@ -21,8 +23,9 @@ make -C build-cuda/src -j"$jobs" LDFLAGS=-no-install all >/dev/null
 make -C build-cuda/src -j"$jobs" LDFLAGS=-no-install check TESTS= >/dev/null # not run
 rm -rf .device
 mkdir -p .device/lib
-progs=$(cd build-cuda/src && find examples bench tests -maxdepth 1 -type f -perm -u+x \
-	! -name '*.sh' ! -name '*.py' | sort)
+# the programs make builds (a stale binary of a removed test stays out)
+printf 'print-programs:\n\t@echo $(PROGRAMS) $(check_PROGRAMS)\n' >build-cuda/programs.mk
+progs=$(make -s -C build-cuda/src -f Makefile -f ../programs.mk print-programs)
 (cd build-cuda/src && tar czf ../../.device/build.tar.gz $progs .libs/libcformer.so*)
 # shared libraries a bare CUDA machine lacks
 for p in $progs; do ldd "build-cuda/src/$p"; done | awk '/=> \//{ print $3 }' | sort -u |

@@ -1,27 +1,29 @@
 #!/bin/sh
-# On the GPU machine, from the repository root, after scripts/device/pack.sh here: every test
-# program and shell test of the CUDA build with the GPU, then the GPU benchmarks. Logs and
-# tables go to $OUT (default ./device-out); the last lines printed are the summary.
+# On the GPU machine, from the repository root, after scripts/device/pack.sh here: the CUDA
+# test programs, the GPU benchmarks, then every other test program and shell test of the
+# CUDA build. Logs and tables go to a work folder that is archived into $OUT/results.tgz after
+# every step (the device tool returns 8 files at most, and what a killed run left); the
+# summary is $OUT/summary.txt and the last lines printed.
 # Usage: scripts/device/run.sh [--tests-only | --cuda-tests | --bench-only]
 set -u
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 mode=${1:-all}
 
-# One test (run from the unpacked build): its log in $OUT, a PASS/SKIP/FAIL line on stdout.
+# One test (run from the unpacked build): its log in $W, a PASS/SKIP/FAIL line on stdout.
 run_one() {
 	t=$1
 	name=$(basename "$t" .sh)
 	start=$(date +%s)
 	case $t in
-	*.sh) timeout 900 sh "$t" >"$OUT/$name.log" 2>&1 ;;
-	*) timeout 900 "./$t" >"$OUT/$name.log" 2>&1 ;;
+	*.sh) timeout "${TEST_LIMIT:-300}" sh "$t" >"$W/$name.log" 2>&1 ;;
+	*) timeout "${TEST_LIMIT:-300}" "./$t" >"$W/$name.log" 2>&1 ;;
 	esac
 	rc=$?
 	res=PASS
 	[ $rc -eq 77 ] && res=SKIP
 	[ $rc -ne 0 ] && [ $rc -ne 77 ] && res="FAIL ($rc)"
 	echo "$res: $name ($(($(date +%s) - start)) s)" \
-		"$(grep -o 'Checks: [0-9]*, Failures: [0-9]*, Errors: [0-9]*' "$OUT/$name.log" | tail -1)"
+		"$(grep -o 'Checks: [0-9]*, Failures: [0-9]*, Errors: [0-9]*' "$W/$name.log" | tail -1)"
 }
 if [ "$mode" = --one ]; then
 	run_one "$2"
@@ -30,7 +32,11 @@ fi
 
 root=$(pwd)
 export OUT=${OUT:-$root/device-out}
-mkdir -p "$OUT"
+export W=/tmp/cformer-device
+rm -rf "$W" && mkdir -p "$W" "$OUT"
+summary="$OUT/summary.txt"
+: >"$summary"
+save() { tar czf "$OUT/results.tgz" -C "$W" . ; }
 # the programs carry absolute paths of the copy they were built in (test data, vocabulary)
 built=/work/main/build-cuda/src
 [ -e "$built" ] || { mkdir -p "$(dirname "$built")" && ln -s "$root" "$built"; }
@@ -41,39 +47,53 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
 done
 [ -n "$cuda_lib" ] || cuda_lib=$(dirname "$(find / -xdev -name 'libcublas.so.13*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH="$root/build-cuda/.libs:$root/.device/lib:$cuda_lib:${LD_LIBRARY_PATH:-}"
-export srcdir="$root" OMP_WAIT_POLICY=passive
-{ nvidia-smi; nvcc --version; } >"$OUT/device.txt" 2>&1
-grep -E "Driver Version|H100|H200|release" "$OUT/device.txt"
+export srcdir="$root" OMP_WAIT_POLICY=passive CK_VERBOSITY=verbose
+{ nvidia-smi; nvcc --version; uname -a; } >"$W/device.txt" 2>&1
+grep -E "Driver Version|H100|H200|release" "$W/device.txt" | tee -a "$summary"
 cd build-cuda
-summary="$OUT/summary.txt"
-: >"$summary"
 
-# The CUDA programs one at a time (they share the GPU), then the others 6 at a time.
-run_tests() {
-	for t in tests/test_cuda*; do
-		run_one "$t"
-	done | tee -a "$summary"
-	[ "$mode" = --cuda-tests ] && return
+# The CUDA programs one at a time (they share the GPU).
+cuda_tests() {
+	for t in tests/test_cuda* "$root"/tests/test_cuda*.sh; do
+		run_one "$t" | tee -a "$summary"
+		save
+	done
+}
+# The others 8 at a time.
+other_tests() {
 	{
-		ls tests/test_* | grep -v test_cuda
+		ls tests/test_*
 		ls "$root"/tests/test_*.sh
-	} | CFORMER_NUM_THREADS=2 xargs -P 6 -n 1 "$self" --one | tee -a "$summary"
+	} | grep -v test_cuda | CFORMER_NUM_THREADS=2 xargs -P 8 -n 1 "$self" --one | tee -a "$summary"
+	save
+}
+# One benchmark step: its output in $W/NAME.md, its tail in the summary.
+bench() {
+	name=$1 lines=$2 limit=$3
+	shift 3
+	start=$(date +%s)
+	timeout "$limit" "$@" >"$W/$name.md" 2>&1
+	echo "== $name: exit $? ($(($(date +%s) - start)) s)" | tee -a "$summary"
+	tail -"$lines" "$W/$name.md" | tee -a "$summary"
+	save
+}
+benchmarks() {
+	bench train_cuda 14 ${BENCH_LIMIT:-150} ./bench/train_throughput --device cuda \
+		--n 512,2048,4096 --sgemm-size 8192 --warmup 3 --reps 10 --max-seconds 20 \
+		--csv "$W/train_cuda.csv"
+	bench train_torch 14 ${BENCH_LIMIT:-150} env PYTHONUNBUFFERED=1 python3 \
+		"$root/bench/pytorch/train_cuda.py" --n 512,2048,4096 --csv "$W/train_torch.csv"
+	bench table_cuda 16 ${BENCH_LIMIT:-150} ./bench/linformer_table --device cuda \
+		--n 4096,8192,16384,32768,65536 --k 128,256 --batches 1 --reps 3 --sgemm-size 8192 \
+		--max-seconds 30 --csv "$W/table_cuda.csv"
 }
 
-run_bench() {
-	./bench/train_throughput --device cuda --n 512,2048,4096 --sgemm-size 8192 --warmup 3 \
-		--reps 10 --csv "$OUT/train_cuda.csv" >"$OUT/train_cuda.md" 2>&1
-	tail -6 "$OUT/train_cuda.md"
-	./bench/linformer_table --device cuda --n 4096,8192,16384,32768,65536 --k 128,256 \
-		--batches 1 --reps 3 --sgemm-size 8192 --max-seconds 60 \
-		--csv "$OUT/table_cuda.csv" >"$OUT/table_cuda.md" 2>&1
-	tail -12 "$OUT/table_cuda.md"
-	(cd "$root" && PYTHONUNBUFFERED=1 python3 bench/pytorch/train_cuda.py --n 512,2048,4096 \
-		--csv "$OUT/train_torch.csv") >"$OUT/train_torch.md" 2>&1
-	tail -12 "$OUT/train_torch.md"
-}
-
-case $mode in --bench-only) ;; *) run_tests ;; esac
-case $mode in all | --bench-only) run_bench ;; esac
+case $mode in
+--cuda-tests) cuda_tests ;;
+--tests-only) cuda_tests && other_tests ;;
+--bench-only) benchmarks ;;
+*) cuda_tests && benchmarks && other_tests ;;
+esac
+save
 echo "== summary"
 cat "$summary"
