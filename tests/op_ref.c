@@ -210,7 +210,8 @@ struct tensor *ref_reduce(struct tensor *const *in, const struct op_row *r)
 	struct tensor *t = out_new(nd, shape, &o);
 	int64_t m = tensor_numel(t);
 	const double *v = vals(x);
-	double *acc = calloc((size_t)m, sizeof *acc), *acc2 = calloc((size_t)m, sizeof *acc2);
+	/* sums in extended precision: a reference for any summation order */
+	long double *acc = calloc((size_t)m, sizeof *acc), *acc2 = calloc((size_t)m, sizeof *acc2);
 	int64_t *arg = calloc((size_t)m, sizeof *arg), *seen = calloc((size_t)m, sizeof *seen);
 	for (int64_t i = 0; i < tensor_numel(x); i++) { /* in row-major order: first wins */
 		unravel(i, nd, x->shape, idx);
@@ -221,18 +222,18 @@ struct tensor *ref_reduce(struct tensor *const *in, const struct op_row *r)
 		int64_t at = dim < 0 ? i : idx[dim];
 		if (r->op == 0 || r->op >= 4) {
 			acc[j] += e;
-			acc2[j] += e * e;
+			acc2[j] += (long double)e * e;
 		} else if (!seen[j]++ || (r->op == 2 ? e < acc[j] : e > acc[j])) {
 			acc[j] = e;
 			arg[j] = at;
 		}
 	}
 	for (int64_t j = 0; j < m; j++) {
-		double mean = acc[j] / (double)n;
+		long double mean = acc[j] / n;
 		o[j] = r->op == 3   ? (double)arg[j]
-		       : r->op == 4 ? mean
-		       : r->op == 5 ? (acc2[j] - n * mean * mean) / (double)(n - 1)
-				    : acc[j];
+		       : r->op == 4 ? (double)mean
+		       : r->op == 5 ? (double)((acc2[j] - n * mean * mean) / (n - 1))
+				    : (double)acc[j];
 	}
 	free(acc), free(acc2), free(arg), free(seen);
 	if (r->alpha != 0)

@@ -1,6 +1,6 @@
 /* The models on CUDA against the CPU: a training step of each preset (f64
- * within 1e-9, f32 within 2e-4 relative), the masked cross-entropy, a steady
- * training step that calls no cudaMalloc and waits for nothing, checkpoints
+ * within 1e-9; f32 within 2e-4 relative, the weights after three steps within
+ * lr / 10), the masked cross-entropy, a steady training step that calls no cudaMalloc and waits for nothing, checkpoints
  * that move between devices, and every allocation of a device step failing
  * cleanly. Skipped (exit 77) without a GPU. */
 #include <math.h>
@@ -14,6 +14,7 @@
 #define B 4
 #define T 16
 #define VOCAB 23
+#define LR 3e-3 /* AdamW's learning rate */
 
 /* The device under test: CUDA, or the CPU itself with CFORMER_PARITY_DEVICE=cpu
  * (a self-check of these tests on a machine without a GPU). */
@@ -49,7 +50,7 @@ static void setup(struct run *r, const char *preset, enum tensor_dtype dt, enum 
 	ck_assert_msg(model_classifier_init(&r->m, &r->ps, &r->c) == TENSOR_OK, "%s",
 		      tensor_last_error());
 	ck_assert_int_eq(nn_params_pack(&r->ps), TENSOR_OK);
-	ck_assert_int_eq(nn_adamw_init(&r->opt, &r->ps, 3e-3, 0.9, 0.999, 1e-8, 0.01), TENSOR_OK);
+	ck_assert_int_eq(nn_adamw_init(&r->opt, &r->ps, LR, 0.9, 0.999, 1e-8, 0.01), TENSOR_OK);
 	const int64_t len[B] = { T, T - 3, 9, 5 };
 	tensor_heap_begin();
 	struct tensor *ids = rand_ids(B, T, VOCAB, 7), *mask = prefix_mask(B, T, len);
@@ -133,8 +134,12 @@ START_TEST(test_train_parity)
 		ag_tape_reset();
 		tensor_scope_end();
 	}
-	/* AdamW moves each weight by about lr: 10 lr-steps of slack for f32 */
-	assert_close("parameters", gpu.ps.flat, cpu.ps.flat, dt == TENSOR_F64 ? 1e-9 : 3e-5, tol);
+	/* AdamW moves each weight by lr m / (sqrt(v) + eps), whatever the gradient's scale: a
+	 * gradient near zero, known to f32 only up to its summation order, moves its weight by a
+	 * different fraction of lr on each device (up to 2.4% of lr seen on an H200). f32: a
+	 * tenth of lr; f64 leaves no such noise. */
+	assert_close("parameters", gpu.ps.flat, cpu.ps.flat, dt == TENSOR_F64 ? 1e-9 : LR / 10,
+		     tol);
 	ck_assert_int_eq(cpu.ps.rng_counter, gpu.ps.rng_counter);
 	teardown(&cpu);
 	teardown(&gpu);

@@ -25,6 +25,10 @@ int cpu_where(struct tensor *out, const struct tensor *cond, const struct tensor
 	      const struct tensor *b);
 /* cpu_reduce.c */
 int cpu_reduce(enum tensor_reduce_op op, struct tensor *out, const struct tensor *x, int dim);
+/* Pairwise sum of the n values at x (byte step apart) of dtype dt, each taken as v - shift,
+ * squared when `square`: rounding error O(log n) ulps instead of O(n) (the f64 sums). */
+double cpu_sum_pairwise(const char *x, int64_t n, int64_t step, enum tensor_dtype dt, double shift,
+			bool square);
 /* cpu_matmul.c */
 int cpu_gemm(struct tensor *c, const struct tensor *a, const struct tensor *b, double alpha,
 	     double beta);

@@ -292,17 +292,8 @@ static void norm_row_any(const struct norm_job *jb, char *y, const char *x, int6
 	int64_t es = (int64_t)tensor_dtype_size(dt), step = sx * es;
 	const char *w = jb->w ? cpu_ptr(jb->w) : NULL, *b = jb->b ? cpu_ptr(jb->b) : NULL;
 	int64_t ws = jb->w ? jb->w->strides[0] * es : 0, bs = jb->b ? jb->b->strides[0] * es : 0;
-	double m = 0, q = 0;
-	if (!jb->rms) {
-		for (int64_t i = 0; i < n; i++)
-			m += cpu_load(x + i * step, dt);
-		m /= (double)n;
-	}
-	for (int64_t i = 0; i < n; i++) {
-		double d = cpu_load(x + i * step, dt) - m;
-		q += d * d;
-	}
-	double r = 1.0 / sqrt(q / (double)n + jb->eps);
+	double m = jb->rms ? 0 : cpu_sum_pairwise(x, n, step, dt, 0, false) / (double)n;
+	double r = 1.0 / sqrt(cpu_sum_pairwise(x, n, step, dt, m, true) / (double)n + jb->eps);
 	for (int64_t i = 0; i < n; i++) {
 		double v = (cpu_load(x + i * step, dt) - m) * r;
 		if (w)

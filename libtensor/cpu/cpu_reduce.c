@@ -14,12 +14,15 @@
 #define COL_TILE 4096
 /* Most pieces one reduction run is split into when outputs are too few. */
 #define MAX_SPLIT 64
+/* f64 sums added row by row fold this many rows apart before adding them in, so that the
+ * rounding error grows with SUM_CHUNK + n / SUM_CHUNK rather than n. */
+#define SUM_CHUNK 64
 
 /* Running states of a tile's outputs: f for float dtypes (sums in double),
  * i for integer ones (sums wrap as uint64), idx the index of the current
- * max/min (-1 before the first element). */
+ * max/min (-1 before the first element); chunk, a chunk's f64 sums. */
 struct accs {
-	double *f;
+	double *f, *chunk;
 	int64_t *i, *idx;
 };
 
@@ -35,13 +38,14 @@ struct red_job {
 /* States for k tiles of w outputs in one allocation (freed with free(a[0].f)). */
 static bool accs_alloc(struct accs *a, int64_t k, int64_t w)
 {
-	char *mem = tensor_host_malloc((size_t)(k * w) * 24 + 1);
+	char *mem = tensor_host_malloc((size_t)(k * w) * 32 + 1);
 	a[0].f = NULL;
 	if (!mem)
 		return false;
 	for (int64_t u = 0; u < k; u++) {
-		a[u].f = (double *)(mem + (size_t)(u * w) * 24);
-		a[u].i = (int64_t *)(a[u].f + w);
+		a[u].f = (double *)(mem + (size_t)(u * w) * 32);
+		a[u].chunk = a[u].f + w;
+		a[u].i = (int64_t *)(a[u].chunk + w);
 		a[u].idx = a[u].i + w;
 	}
 	return true;
@@ -159,6 +163,22 @@ static bool extreme_f32(const float *x, int64_t n, bool is_min, bool want_index,
 	return true;
 }
 
+double cpu_sum_pairwise(const char *x, int64_t n, int64_t step, enum tensor_dtype dt, double shift,
+			bool square)
+{
+	if (n > 32) {
+		int64_t h = n / 2;
+		return cpu_sum_pairwise(x, h, step, dt, shift, square) +
+		       cpu_sum_pairwise(x + h * step, n - h, step, dt, shift, square);
+	}
+	double s = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double v = cpu_load(x + i * step, dt) - shift;
+		s += square ? v * v : v;
+	}
+	return s;
+}
+
 /* Fold n elements at p (stride s), indices k0.., into output j. */
 static void fold_run(const struct red_job *jb, const char *p, int64_t n, int64_t s, int64_t k0,
 		     struct accs *a, int64_t j)
@@ -181,7 +201,9 @@ static void fold_run(const struct red_job *jb, const char *p, int64_t n, int64_t
 		}
 	}
 	int64_t step = s * (int64_t)tensor_dtype_size(dt);
-	if (is_int(dt))
+	if (dt == TENSOR_F64 && op == TENSOR_RED_SUM)
+		a->f[j] += cpu_sum_pairwise(p, n, step, dt, 0, false);
+	else if (is_int(dt))
 		for (int64_t i = 0; i < n; i++)
 			acc_int(op, a, j, cpu_load_index(p + i * step, dt), k0 + i);
 	else
@@ -265,7 +287,19 @@ static void tile_fold(const struct red_job *jb, int64_t r, int64_t j0, int64_t w
 	cpu_loop_row(jb->l, r, p);
 	int64_t es = (int64_t)tensor_dtype_size(jb->dt), s1 = cpu_loop_stride(jb->l, 1);
 	const char *base = p[1] + j0 * s1 * es;
-	if (jb->by_column) {
+	if (jb->by_column && jb->dt == TENSOR_F64 && jb->op == TENSOR_RED_SUM) {
+		for (int64_t c = lo; c < hi; c += SUM_CHUNK) {
+			int64_t e = hi - c < SUM_CHUNK ? hi : c + SUM_CHUNK;
+			memset(a->chunk, 0, (size_t)w * sizeof(double));
+			for (int64_t i = c; i < e; i++) {
+				const double *x = (const double *)(base + i * jb->sx * es);
+				for (int64_t j = 0; j < w; j++)
+					a->chunk[j] += x[j];
+			}
+			for (int64_t j = 0; j < w; j++)
+				a->f[j] += a->chunk[j];
+		}
+	} else if (jb->by_column) {
 		for (int64_t i = lo; i < hi; i++)
 			fold_row(jb, base + i * jb->sx * es, w, i, a);
 	} else {

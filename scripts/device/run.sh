@@ -4,7 +4,7 @@
 # CUDA build. Logs and tables go to a work folder that is archived into $OUT/results.tgz after
 # every step (the device tool returns 8 files at most, and what a killed run left); the
 # summary is $OUT/summary.txt and the last lines printed.
-# Usage: scripts/device/run.sh [--tests-only | --cuda-tests | --bench-only]
+# Usage: scripts/device/run.sh [--tests-only | --cuda-tests | --bench-only | --profile]
 set -u
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 mode=${1:-all}
@@ -40,31 +40,29 @@ save() { tar czf "$OUT/results.tgz" -C "$W" . ; }
 # the programs carry absolute paths of the copy they were built in (test data, vocabulary)
 built=/work/main/build-cuda/src
 [ -e "$built" ] || { mkdir -p "$(dirname "$built")" && ln -s "$root" "$built"; }
-rm -rf build-cuda && mkdir -p build-cuda && tar xzf .device/build.tar.gz -C build-cuda || exit 1
+# the build was made in place: its programs go where they were built, beside the sources
+# (the examples find their bundled data from their own place)
+tar xzf .device/build.tar.gz || exit 1
 cuda_lib=""
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
 	[ -e "$d/libcublas.so.13" ] && cuda_lib=$d && break
 done
 [ -n "$cuda_lib" ] || cuda_lib=$(dirname "$(find / -xdev -name 'libcublas.so.13*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH="$root/build-cuda/.libs:$root/.device/lib:$cuda_lib:${LD_LIBRARY_PATH:-}"
-export srcdir="$root" OMP_WAIT_POLICY=passive CK_VERBOSITY=verbose
+export LD_LIBRARY_PATH="$root/.libs:$root/.device/lib:$cuda_lib:${LD_LIBRARY_PATH:-}"
+export srcdir="$root" OMP_WAIT_POLICY=passive CK_VERBOSITY=verbose PATH="$PATH:/usr/local/cuda/bin"
 { nvidia-smi; nvcc --version; uname -a; } >"$W/device.txt" 2>&1
 grep -E "Driver Version|H100|H200|release" "$W/device.txt" | tee -a "$summary"
-cd build-cuda
 
 # The CUDA programs one at a time (they share the GPU).
 cuda_tests() {
-	for t in tests/test_cuda* "$root"/tests/test_cuda*.sh; do
+	for t in $(ls tests/test_cuda* | grep -v '\.[ch]$'); do
 		run_one "$t" | tee -a "$summary"
 		save
 	done
 }
 # The others 8 at a time.
 other_tests() {
-	{
-		ls tests/test_*
-		ls "$root"/tests/test_*.sh
-	} | grep -v test_cuda | CFORMER_NUM_THREADS=2 xargs -P 8 -n 1 "$self" --one | tee -a "$summary"
+	ls tests/test_* | grep -v -e test_cuda -e '\.[ch]$' | CFORMER_NUM_THREADS=2 xargs -P 8 -n 1 "$self" --one | tee -a "$summary"
 	save
 }
 # One benchmark step: its output in $W/NAME.md, its tail in the summary.
@@ -84,15 +82,22 @@ benchmarks() {
 	bench train_torch 14 ${BENCH_LIMIT:-150} env PYTHONUNBUFFERED=1 python3 \
 		"$root/bench/pytorch/train_cuda.py" --n 512,2048,4096 --csv "$W/train_torch.csv"
 	bench table_cuda 16 ${BENCH_LIMIT:-150} ./bench/linformer_table --device cuda \
-		--n 4096,8192,16384,32768,65536 --k 128,256 --batches 1 --reps 3 --sgemm-size 8192 \
+		--n 4096,8192,16384,32768,65536 --k 128,256 --batches 1,max --reps 3 --sgemm-size 8192 \
 		--max-seconds 30 --csv "$W/table_cuda.csv"
+}
+# Each kernel's time in one Linformer training step at n 4096 (Nsight Compute, clocks as found).
+profile() {
+	bench profile 3 ${BENCH_LIMIT:-150} ncu --clock-control none --metrics gpu__time_duration.sum \
+		--csv --log-file "$W/profile.csv" ./bench/train_throughput --device cuda \
+		--models linformer --n 4096 --warmup 1 --reps 1 --sgemm-size 256
 }
 
 case $mode in
 --cuda-tests) cuda_tests ;;
 --tests-only) cuda_tests && other_tests ;;
 --bench-only) benchmarks ;;
-*) cuda_tests && benchmarks && other_tests ;;
+--profile) profile ;;
+*) cuda_tests && benchmarks && other_tests && profile ;;
 esac
 save
 echo "== summary"
