@@ -99,36 +99,64 @@ static int call_gemm(const struct tensor_backend *be, const struct tensor *const
 	return rc;
 }
 
+/* The run of batch dims [*s, *e) that goes into one gemm call: a run that steps with one
+ * stride in each of A, B and C, holding the most products (a run over which C is shared,
+ * stride 0, counts as one: its products are added one by one); the innermost on ties. So
+ * a projection shared over the batch, [1,H,k,S] x [B,H,S,d], runs B products per call. */
+static void batch_run(const struct tensor *const ops[3], int nbat, int *s, int *e)
+{
+	int64_t best = 0;
+	*s = *e = nbat;
+	for (int hi = nbat; hi > 0; hi--) {
+		for (int lo = hi - 1; lo >= 0; lo--) {
+			int64_t sb[3], count = 1;
+			if (!(batch_collapse(ops[0], lo, hi, &sb[0]) &&
+			      batch_collapse(ops[1], lo, hi, &sb[1]) &&
+			      batch_collapse(ops[2], lo, hi, &sb[2])))
+				break; /* a longer run does not step as one either */
+			for (int d = lo; d < hi && sb[2] != 0; d++)
+				count *= ops[2]->shape[d];
+			if (count > best) {
+				best = count;
+				*s = lo;
+				*e = hi;
+			}
+		}
+	}
+}
+
 /* C = A·B for Ae [batch..., m, k], Be [batch..., k, n] (broadcast views), C [batch..., m, n]
- * of any strides (C = A·B + beta C): the innermost batch dims that step with one stride in
- * A, B and C go to one gemm call, the outer ones are looped over. */
+ * of any strides (C = A·B + beta C): the batch dims of batch_run go to one gemm call, the
+ * others are looped over. */
 static int matmul_batched(const struct tensor_backend *be, const struct tensor *ae,
 			  const struct tensor *bmat, const struct tensor *c, double beta)
 {
-	int nbat = c->ndim - 2;
+	int nbat = c->ndim - 2, s, e;
 	const struct tensor *ops[3] = { ae, bmat, c };
-	int s = 0;
+	batch_run(ops, nbat, &s, &e);
 	struct mm_call g = { .m = c->shape[nbat],
 			     .k = ae->shape[nbat + 1],
 			     .n = c->shape[nbat + 1] };
-	while (!(batch_collapse(ae, s, nbat, &g.sb[0]) && batch_collapse(bmat, s, nbat, &g.sb[1]) &&
-		 batch_collapse(c, s, nbat, &g.sb[2])))
-		s++;
-	int64_t outer = 1, idx[TENSOR_MAX_DIMS];
+	for (int i = 0; i < 3; i++)
+		batch_collapse(ops[i], s, e, &g.sb[i]);
+	int64_t outer = 1, idx[TENSOR_MAX_DIMS] = { 0 };
 	g.nb = 1;
 	for (int d = 0; d < nbat; d++)
-		*(d < s ? &outer : &g.nb) *= c->shape[d];
+		*(d < s || d >= e ? &outer : &g.nb) *= c->shape[d];
 	for (int64_t o = 0; o < outer; o++) {
 		struct mm_call call = g;
 		int64_t r = o;
-		for (int d = s - 1; d >= 0; d--) {
+		for (int d = nbat - 1; d >= 0; d--) {
+			if (d >= s && d < e)
+				continue;
 			idx[d] = r % c->shape[d];
 			r /= c->shape[d];
 		}
 		for (int i = 0; i < 3; i++) {
 			int64_t off = (int64_t)ops[i]->offset;
-			for (int d = 0; d < s; d++)
-				off += idx[d] * ops[i]->strides[d];
+			for (int d = 0; d < nbat; d++)
+				if (d < s || d >= e)
+					off += idx[d] * ops[i]->strides[d];
 			call.off[i] = (size_t)off;
 			call.rs[i] = ops[i]->strides[nbat];
 			call.cs[i] = ops[i]->strides[nbat + 1];

@@ -453,6 +453,16 @@ static int cuda_copy(struct tensor *dst, const struct tensor *src)
 		return cuda_refuse_bf16("copy", dst->dtype, src->dtype);
 	struct cuda_geom g[2] = { cuda_geom_of(dst), cuda_geom_of(src) };
 	geom_merge(g, 2);
+	int nd = g[0].ndim;
+	/* one dtype, rows contiguous on both sides (a broadcast bias, a slice): by rows */
+	if (dst->dtype == src->dtype && nd > 0 && g[0].strides[nd - 1] == 1 &&
+	    g[1].strides[nd - 1] == 1 && g[0].shape[nd - 1] >= 32) {
+		int64_t cols = g[0].shape[nd - 1];
+		g[0].ndim = g[1].ndim = nd - 1;
+		return cuda_status(cuda_launch_copy_rows(g[0], g[1], n / cols, cols,
+							 tensor_dtype_size(dst->dtype)),
+				   "copy");
+	}
 	return cuda_status(cuda_launch_copy(g[0], g[1], n), "copy");
 }
 

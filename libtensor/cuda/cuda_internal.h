@@ -79,6 +79,10 @@ static inline void *cuda_ptr(const struct tensor *t)
 
 /* cuda_kernels.cu: copy, fill, random, dropout */
 int cuda_launch_copy(struct cuda_geom dst, struct cuda_geom src, int64_t n);
+/* rows x cols elements of esize bytes, each row contiguous on both sides; dst and src
+ * hold the outer dims (a row's offset), the row dim left out. */
+int cuda_launch_copy_rows(struct cuda_geom dst, struct cuda_geom src, int64_t rows, int64_t cols,
+			  size_t esize);
 int cuda_launch_fill(struct cuda_geom dst, int64_t n, double value, double step);
 int cuda_launch_random(struct cuda_geom dst, int64_t n, int normal, uint64_t seed, double a,
 		       double b);

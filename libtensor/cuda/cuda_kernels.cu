@@ -1,4 +1,5 @@
-// CUDA kernels of the CUDA backend: strided copy with dtype conversion, fill,
+// CUDA kernels of the CUDA backend: strided copy with dtype conversion (and a row copy
+// for one dtype), fill,
 // arange, the counter-based random fills and dropout (same numbers as the CPU).
 #include <cuda_runtime.h>
 
@@ -12,6 +13,20 @@ __global__ static void copy_kernel(cuda_geom dst, cuda_geom src, int64_t n)
 	CUDA_GRID_LOOP(i, n)
 		cuda_store(dst.base, dst.dtype, cuda_offset(dst, i),
 			   cuda_load(src.base, src.dtype, cuda_offset(src, i)));
+}
+
+/* A copy of one dtype whose rows are contiguous on both sides: rows of `cols` elements
+ * (T: the element's bits), dst and src holding the outer dims only, so that a row's two
+ * offsets are found once and the row moves in coalesced accesses. */
+template <typename T>
+__global__ static void copy_rows_kernel(cuda_geom dst, cuda_geom src, int64_t rows, int64_t cols)
+{
+	for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+		T *d = (T *)dst.base + cuda_offset(dst, r);
+		const T *s = (const T *)src.base + cuda_offset(src, r);
+		for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+			d[j] = s[j];
+	}
 }
 
 __global__ static void fill_kernel(cuda_geom dst, int64_t n, double value, double step)
@@ -57,6 +72,21 @@ __global__ static void dropout_kernel(void *out, const void *x, int64_t n, int f
 extern "C" int cuda_launch_copy(cuda_geom dst, cuda_geom src, int64_t n)
 {
 	copy_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(dst, src, n);
+	return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_launch_copy_rows(cuda_geom dst, cuda_geom src, int64_t rows, int64_t cols,
+				     size_t esize)
+{
+	int threads = cols >= 256 ? 256 : (int)((cols + 31) / 32 * 32);
+	unsigned blocks = cuda_blocks(rows * threads, threads);
+	cudaStream_t st = cuda_stream();
+	if (esize == 8)
+		copy_rows_kernel<uint64_t><<<blocks, threads, 0, st>>>(dst, src, rows, cols);
+	else if (esize == 4)
+		copy_rows_kernel<uint32_t><<<blocks, threads, 0, st>>>(dst, src, rows, cols);
+	else
+		copy_rows_kernel<uint16_t><<<blocks, threads, 0, st>>>(dst, src, rows, cols);
 	return (int)cudaGetLastError();
 }
 
