@@ -101,8 +101,9 @@ static int call_gemm(const struct tensor_backend *be, const struct tensor *const
 
 /* The run of batch dims [*s, *e) that goes into one gemm call: a run that steps with one
  * stride in each of A, B and C, holding the most products (a run over which C is shared,
- * stride 0, counts as one: its products are added one by one); the innermost on ties. So
- * a projection shared over the batch, [1,H,k,S] x [B,H,S,d], runs B products per call. */
+ * stride 0, counts as one: its products are added one by one); the innermost on ties. So a
+ * product of split-heads views [B,H,n,d], whose B and H do not step as one, runs B products
+ * a call rather than H. */
 static void batch_run(const struct tensor *const ops[3], int nbat, int *s, int *e)
 {
 	int64_t best = 0;

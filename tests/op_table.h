@@ -66,7 +66,8 @@ struct op_row {
 	unsigned nograd;       /* inputs with no gradient (masks, conditions) */
 	double ulps32, ulps64; /* another device against the CPU: ulps of (|cpu| + 1) */
 	double tol32, tol64;   /* against the reference: |got - ref| <= tol (|ref| + 1);
-				  0: 2e-5 and 1e-11 */
+				  0: 2e-5 and 1e-11; set, another device may differ
+				  from the CPU by 2 tol where that passes the ulps */
 	int op;		       /* the generic rows' op code */
 	double alpha;
 	int dim;

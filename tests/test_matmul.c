@@ -257,8 +257,8 @@ START_TEST(test_broadcast)
 		check_matmul_nocopy(rand3(dt, 4, 3, 5, 21), e);
 		struct tensor *f = tensor_expand(rand2(dt, 6, 2, 22), 3, (int64_t[]){ 4, 6, 2 });
 		check_matmul_nocopy(e, f);
-		/* a projection shared over the batch, [1,H,k,S] x [B,H,S,d] with x a split-heads
-		 * view of [B,S,H,d]: the B products go to one call, the H loop after them */
+		/* [1,H,k,S] x [B,H,S,d] with x a split-heads view of [B,S,H,d] (B and H do not
+		 * step as one): the B products go to one call, the H loop after them */
 		struct tensor *xs =
 		    tensor_transpose(tu_rand(dt, 4, (int64_t[]){ 5, 6, 3, 2 }, 23), 1, 2);
 		check_matmul_nocopy(tu_rand(dt, 4, (int64_t[]){ 1, 3, 4, 6 }, 24), xs);

@@ -5,9 +5,11 @@ steps) and peak GPU memory of the IMDB classifier (vocab 30522, dim 256,
 4 heads, 4 layers, ff 1024, batch 16; Transformer, Linformer and
 Conv-Linformer, headwise sharing, k = 128, dropout 0) in f32, with MFU
 against the measured f32 matmul rate of the same GPU. PyTorch runs at its
-strongest eager setup: the query, key and value projections as one fused GEMM,
-and each configuration timed with both the explicit softmax attention and
-scaled_dot_product_attention (SDPA), the faster one reported. TF32 is off on
+strongest eager setup: fast_models.py (the query, key and value projections as
+one GEMM, the Linformer's projection in cformer's sequence-first order, so the
+same matmul FLOPs), fused AdamW, and each configuration timed with both the
+explicit softmax attention and scaled_dot_product_attention (SDPA), the faster
+one reported. TF32 is off on
 both sides (torch's default for matmuls; cformer's too). Peak memory is
 torch.cuda.max_memory_allocated: tensor bytes, parameters, gradients and
 AdamW state included, as cformer's allocator peak. Prints a markdown table;
@@ -48,37 +50,6 @@ def parse_flags(argv):
     return p.parse_args(argv)
 
 
-def fuse_qkv(torch, model):
-    """Replace each layer's q, k, v projections by one [3 dim, dim] GEMM (the same function)."""
-    import models as M
-
-    for layer in model.layers:
-        att = layer.attn
-        d = att.q_proj.in_features
-        qkv = torch.nn.Linear(d, 3 * d).to(att.q_proj.weight.device)
-        with torch.no_grad():
-            qkv.weight.copy_(torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]))
-            qkv.bias.copy_(torch.cat([att.q_proj.bias, att.k_proj.bias, att.v_proj.bias]))
-        att.qkv = qkv
-        del att.q_proj, att.k_proj, att.v_proj
-
-        def forward(x, mask, att=att):
-            b, t, d = x.shape
-            q, k, v = (att._split(y) for y in att.qkv(x).split(d, dim=-1))
-            key_mask = mask
-            if att.kind != "standard":
-                if mask is not None:
-                    keep = mask[:, None, :, None]
-                    k, v = k * keep, v * keep
-                e, f = att._projections()
-                k, v = e(k), f(v)
-                key_mask = att._slot_mask(mask, b, t) if att.kind == "conv" else None
-            o = M._attention(att.cfg, q, k, v, key_mask, att.drop, att.training)
-            return att.out_proj(o.transpose(1, 2).reshape(b, t, d))
-
-        att.forward = forward
-
-
 def sgemm_rate(torch, dev, s):
     x, y = torch.randn(s, s, device=dev), torch.randn(s, s, device=dev)
     best = float("inf")
@@ -98,6 +69,7 @@ def sync(torch, dev):
 
 def train(torch, a, dev, model_name, n, impl):
     """(step seconds, peak bytes, flops per token) of one configuration."""
+    import fast_models as FM
     import models as M
 
     cfg = M.preset(model_name, a.vocab, n, layers=a.layers, k=min(a.k, n), dim=a.dim, heads=a.heads,
@@ -105,8 +77,7 @@ def train(torch, a, dev, model_name, n, impl):
     if dev.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    model = M.Classifier(cfg).to(dev).train()
-    fuse_qkv(torch, model)
+    model = FM.FastClassifier(cfg, impl).to(dev).train()
     named = list(model.named_parameters())
     groups = [{"params": [p for nm, p in named if not M.no_decay(nm, p)], "weight_decay": 0.01},
               {"params": [p for nm, p in named if M.no_decay(nm, p)], "weight_decay": 0.0}]
@@ -130,7 +101,7 @@ def train(torch, a, dev, model_name, n, impl):
     step_s = (time.perf_counter() - t0) / a.reps
     peak = torch.cuda.max_memory_allocated() if dev.type == "cuda" else -1
     del model, opt
-    return step_s, peak, 3 * M.forward_flops(cfg, True) / n
+    return step_s, peak, 3 * FM.forward_flops(cfg, True) / n
 
 
 def main(argv):
@@ -166,7 +137,7 @@ def main(argv):
             md.append([model_name, n, k or "-", a.batch, f"{tps:.0f}", f"{step_s * 1e3:.2f}",
                        f"{peak / (1 << 20):.1f}" if peak >= 0 else "-", f"{fpt / 1e6:.2f}", f"{gflops:.1f}",
                        f"{100 * gflops / sgemm:.1f}%", impl])
-    print(f"torch {torch.__version__} on {name}; f32, TF32 off; fused QKV, fused AdamW; "
+    print(f"torch {torch.__version__} on {name}; f32, TF32 off; fast_models (fused QKV, cformer's projection order), fused AdamW; "
           f"sgemm {a.sgemm}^3: {sgemm:.1f} GFLOP/s; dim {a.dim}, heads {a.heads}, layers {a.layers}, "
           f"ff {a.ff}, vocab {a.vocab}, batch {a.batch}; {a.warmup} warm-up then the mean of {a.reps} steps")
     print()
