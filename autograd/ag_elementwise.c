@@ -354,27 +354,33 @@ struct tensor *ag_cast(struct tensor *x, enum tensor_dtype dt)
 	return y;
 }
 
-/* Node: f[0] = p, i[0] = seed; nothing saved: the mask is a pure function of
- * (shape, p, seed), so backward applies the same one to dout (in place when
- * it can take it). */
+/* Node: f[0] = p, i[0] = seed, i[1] = first; nothing saved: the mask is a pure
+ * function of (shape, p, seed, first), so backward applies the same one to dout
+ * (in place when it can take it). */
 static int dropout_backward(struct ag_node *n, const struct tensor *g)
 {
 	double p = n->f[0];
-	uint64_t seed = (uint64_t)n->i[0];
+	uint64_t seed = (uint64_t)n->i[0], first = (uint64_t)n->i[1];
 	struct tensor *own = ag_dout_take(n);
 	if (own) {
-		if (tensor_dropout_(own, p, seed) < 0) {
+		if (tensor_dropout_at_(own, p, seed, first) < 0) {
 			tensor_free(own);
 			return tensor_last_status();
 		}
 		return ag_accumulate_take(n->inputs[0], own);
 	}
-	return ag_accumulate(n->inputs[0], tensor_dropout(g, p, seed));
+	return ag_accumulate(n->inputs[0], tensor_dropout_at(g, p, seed, first));
 }
 
 /* tensor_dropout on the tape. A training step keeps one tensor per dropout
  * (its output): the mask is drawn again in backward. */
 struct tensor *ag_dropout(struct tensor *x, double p, uint64_t seed, bool training)
+{
+	return ag_dropout_at(x, p, seed, 0, training);
+}
+
+struct tensor *ag_dropout_at(struct tensor *x, double p, uint64_t seed, uint64_t first,
+			     bool training)
 {
 	if (!x)
 		return NULL;
@@ -384,11 +390,12 @@ struct tensor *ag_dropout(struct tensor *x, double p, uint64_t seed, bool traini
 	}
 	if (!training || p == 0)
 		return x;
-	struct tensor *y = tensor_dropout(x, p, seed);
+	struct tensor *y = tensor_dropout_at(x, p, seed, first);
 	struct ag_node *n = ag_record("dropout", y, dropout_backward, 1, &x);
 	if (n) {
 		n->f[0] = p;
 		n->i[0] = (int64_t)seed;
+		n->i[1] = (int64_t)first;
 	}
 	return y;
 }

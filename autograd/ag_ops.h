@@ -50,6 +50,9 @@ struct tensor *ag_cast(struct tensor *x, enum tensor_dtype dt);
 /* x * mask / (1 - p) with mask[i] = uniform(seed, i) >= p; identity when p == 0
  * or not training. p in [0, 1). */
 struct tensor *ag_dropout(struct tensor *x, double p, uint64_t seed, bool training);
+/* The same with the draws at first + i (tensor_dropout_at). */
+struct tensor *ag_dropout_at(struct tensor *x, double p, uint64_t seed, uint64_t first,
+			     bool training);
 
 /* ---- matmul and conv1d (ag_matmul.c) -------------------------------------- */
 struct tensor *ag_matmul(struct tensor *a, struct tensor *b);

@@ -104,6 +104,7 @@ struct run {
 	struct nn_schedule sched;
 	enum tensor_dtype precision;	 /* of the training step's products: f32 or bf16 */
 	int64_t spe, total, step, saved; /* steps per epoch, in all, done, at the last save */
+	bool stop;			 /* a rank was asked to stop (SIGINT, SIGTERM) */
 	struct run_state state;		 /* what --resume reads back beside the weights */
 	char log_dir[1024];
 	struct classify_log log; /* metrics.csv and TensorBoard events */
@@ -160,6 +161,8 @@ static void save(struct run *r, const char *name)
 	snprintf(path, sizeof path, "%s/%s", r->log_dir, name);
 	r->state.step = r->step;
 	bool last = !strcmp(name, "last.safetensors");
+	if (!train_sync_writer(PROG)) /* rank 0 writes, once every rank got here */
+		return;
 	if (last)
 		run_state_save(PROG, path, &r->state, &r->ps, &r->adamw, NULL, r->cfg_json);
 	else if (nn_checkpoint_save(path, &r->ps, &r->adamw, r->cfg_json, r->step) < 0)
@@ -278,18 +281,28 @@ static void train_step(struct run *r, int64_t j, struct window *w)
 {
 	tensor_scope_begin();
 	struct text_batch b;
-	if (text_batcher_get(&r->btrain, j, &b) < 0 || train_batch_to_device(&b) < 0 ||
-	    nn_params_zero_grad(&r->ps) < 0)
+	int64_t rows = -1; /* of the batch; under mpirun b.size counts this rank's share */
+	if (text_batcher_get(&r->btrain, j, &b) < 0 || (rows = train_batch_share(&b, &r->ps)) < 0 ||
+	    train_batch_to_device(&b) < 0 || nn_params_zero_grad(&r->ps) < 0)
 		train_die(PROG, "training batch");
-	if (nn_params_autocast_begin(&r->ps, r->precision) < 0)
-		train_die(PROG, "--precision");
-	struct tensor *logits = model_classifier_forward(&r->model, b.ids, b.mask);
-	struct tensor *loss = nn_cross_entropy(logits, b.labels, -1, 0.0);
-	ag_autocast_end();
-	double acc = loss ? nn_accuracy(logits, b.labels, -1) : -1;
-	double l = loss ? tensor_get(loss, NULL) : NAN; /* before backward frees the forward */
-	if (acc < 0 || ag_backward_release(loss, NULL) < 0)
-		train_die(PROG, "training step");
+	double l = 0, acc = 0;
+	if (b.size > 0) {
+		if (nn_params_autocast_begin(&r->ps, r->precision) < 0)
+			train_die(PROG, "--precision");
+		struct tensor *logits = model_classifier_forward(&r->model, b.ids, b.mask);
+		struct tensor *loss = nn_cross_entropy(logits, b.labels, -1, 0.0);
+		ag_autocast_end();
+		acc = loss ? nn_accuracy(logits, b.labels, -1) : -1;
+		l = loss ? tensor_get(loss, NULL) : NAN; /* before backward frees the forward */
+		if (acc < 0 || ag_backward_release(loss, NULL) < 0)
+			train_die(PROG, "training step");
+	}
+	/* the ranks' sums: the batch's loss, accuracy and tokens, and whether one must stop */
+	double sum[5] = { l * (double)b.size, acc * (double)b.size, (double)b.size,
+			  (double)(b.size * b.ids->shape[1]), train_stop_signal() != 0 };
+	if (nn_dist_average_grads(&r->ps, b.size, rows) < 0 || nn_dist_sum(sum, 5) < 0)
+		train_die(PROG, "sharing the step between the ranks");
+	l = sum[0] / sum[2], r->stop = sum[4] > 0;
 	/* the embedding penalty grows from 0 over the first steps, so the embedding learns first */
 	double ramp = r->rc.embed_l2_ramp * (double)r->total, s = (double)(r->step + 1);
 	double embed_l2 = s < ramp ? r->rc.embed_l2 * s / ramp : r->rc.embed_l2;
@@ -302,8 +315,7 @@ static void train_step(struct run *r, int64_t j, struct window *w)
 		train_die(PROG, "optimizer step");
 	if (isnan(norm))
 		train_nonfinite(PROG, r->step + 1, isfinite(l), false, r->log_dir, r->saved, NULL);
-	w->loss += l * (double)b.size, w->correct += acc * (double)b.size;
-	w->reviews += (double)b.size, w->tokens += (double)(b.size * b.ids->shape[1]);
+	w->loss += sum[0], w->correct += sum[1], w->reviews += sum[2], w->tokens += sum[3];
 	tensor_scope_end();
 }
 
@@ -359,8 +371,7 @@ static int run_train(int argc, char **argv)
 				save(&r, "best.safetensors");
 			save(&r, "last.safetensors");
 		}
-		if (r.step < r.total &&
-		    (train_stop_signal() || (opt.stop_after && r.step >= opt.stop_after))) {
+		if (r.step < r.total && (r.stop || (opt.stop_after && r.step >= opt.stop_after))) {
 			if (!end)
 				save(&r, "last.safetensors");
 			progress_end(&bar);
@@ -372,6 +383,7 @@ static int run_train(int argc, char **argv)
 		}
 	}
 	progress_end(&bar);
+	train_dist_report(PROG, &r.ps);
 	struct eval_result t = classify_evaluate(PROG, &r.model, &r.ps, &r.btest, NULL);
 	classify_print_test(&t);
 	log_row(&r, "test", t.loss, t.acc, -1, -1);
@@ -420,6 +432,7 @@ static int run_checkpoint(void)
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach a log file as they happen */
+	train_dist_init(PROG, &argc, &argv); /* a rank of mpirun -np N, or alone */
 	flags_parse(flags, NFLAGS, argc, argv, PROG,
 		    "usage: linformer_imdb [--flag VALUE]...\n"
 		    "Trains a sentiment classifier on the IMDB reviews, tests it, and saves "
@@ -449,5 +462,7 @@ int main(int argc, char **argv)
 	char subset[4096];
 	if (!opt.data)
 		opt.data = example_data_path("aclImdb_subset", subset, sizeof subset);
-	return opt.checkpoint ? run_checkpoint() : run_train(argc, argv);
+	int rc = opt.checkpoint ? run_checkpoint() : run_train(argc, argv);
+	nn_dist_finalize();
+	return rc;
 }

@@ -52,10 +52,11 @@ struct tensor_backend {
 	int (*arange)(struct tensor *dst, double start, double step);
 	int (*random)(struct tensor *dst, enum tensor_random_kind kind, uint64_t seed, double a,
 		      double b);
-	/* out = x * keep / (1 - p), keep[i] = uniform(seed, i) >= p with the
-	 * uniform of `random` (compared in double); f32/f64, out and x
+	/* out = x * keep / (1 - p), keep[i] = uniform(seed, first + i) >= p with
+	 * the uniform of `random` (compared in double); f32/f64, out and x
 	 * contiguous, out may be x, 0 <= p < 1. */
-	int (*dropout)(struct tensor *out, const struct tensor *x, double p, uint64_t seed);
+	int (*dropout)(struct tensor *out, const struct tensor *x, double p, uint64_t seed,
+		       uint64_t first);
 
 	int (*unary)(enum tensor_unary_op op, struct tensor *out, const struct tensor *x,
 		     double alpha);

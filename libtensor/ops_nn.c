@@ -187,6 +187,16 @@ static const struct tensor_backend *dropout_check(const char *op, const struct t
 
 struct tensor *tensor_dropout(const struct tensor *x, double p, uint64_t seed)
 {
+	return tensor_dropout_at(x, p, seed, 0);
+}
+
+int tensor_dropout_(struct tensor *x, double p, uint64_t seed)
+{
+	return tensor_dropout_at_(x, p, seed, 0);
+}
+
+struct tensor *tensor_dropout_at(const struct tensor *x, double p, uint64_t seed, uint64_t first)
+{
 	if (!x) {
 		tensor_error(TENSOR_ERR_ARG, "tensor_dropout: x is NULL");
 		return NULL;
@@ -196,13 +206,13 @@ struct tensor *tensor_dropout(const struct tensor *x, double p, uint64_t seed)
 	struct tensor *out =
 	    xc ? tensor_new(x->dtype, x->storage->device, x->ndim, x->shape) : NULL;
 	if (out)
-		out = tensor_op_result(out, tensor_numel(out) ? be->dropout(out, xc, p, seed)
+		out = tensor_op_result(out, tensor_numel(out) ? be->dropout(out, xc, p, seed, first)
 							  : TENSOR_OK);
 	tensor_free(xc);
 	return out;
 }
 
-int tensor_dropout_(struct tensor *x, double p, uint64_t seed)
+int tensor_dropout_at_(struct tensor *x, double p, uint64_t seed, uint64_t first)
 {
 	char bx[128];
 	if (!x)
@@ -213,7 +223,7 @@ int tensor_dropout_(struct tensor *x, double p, uint64_t seed)
 	if (!tensor_is_contiguous(x))
 		return tensor_error(TENSOR_ERR_SHAPE, "tensor_dropout_: x %s is not contiguous",
 				    tensor_shape_str(x, bx, sizeof bx));
-	return tensor_numel(x) > 0 ? be->dropout(x, x, p, seed) : TENSOR_OK;
+	return tensor_numel(x) > 0 ? be->dropout(x, x, p, seed, first) : TENSOR_OK;
 }
 
 /* ---- layer norm and RMS norm ---------------------------------------------- */

@@ -48,6 +48,7 @@ const char *tensor_status_string(int status)
 	case TENSOR_ERR_ARG: return "bad argument";
 	case TENSOR_ERR_CUDA: return "CUDA error";
 	case TENSOR_ERR_STATE: return "invalid state";
+	case TENSOR_ERR_COMM: return "communication error";
 	default: return "unknown error";
 	}
 }

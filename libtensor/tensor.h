@@ -38,6 +38,7 @@ enum tensor_status {
 	TENSOR_ERR_ARG = -7,	     /* bad argument (NULL, range) */
 	TENSOR_ERR_CUDA = -8,	     /* CUDA runtime or cuBLAS failure */
 	TENSOR_ERR_STATE = -9,	     /* misuse: scope mismatch, in-place on saved */
+	TENSOR_ERR_COMM = -10,	     /* communication between processes (MPI) failed */
 };
 
 /* The message of the first error since the last tensor_clear_error() in this

@@ -221,6 +221,10 @@ struct tensor *tensor_dropout(const struct tensor *x, double p, uint64_t seed);
 /* The same in place. x: contiguous (TENSOR_ERR_SHAPE), not saved by the
  * autograd tape (TENSOR_ERR_STATE). */
 int tensor_dropout_(struct tensor *x, double p, uint64_t seed);
+/* The same with element i's draw at first + i: rows [lo, hi) of a contiguous batch,
+ * with first = lo * (elements a row), get the whole batch's mask (data parallelism). */
+struct tensor *tensor_dropout_at(const struct tensor *x, double p, uint64_t seed, uint64_t first);
+int tensor_dropout_at_(struct tensor *x, double p, uint64_t seed, uint64_t first);
 
 /* Layer norm over the last dim C: y = (x - mean) * rstd * w + b, with
  * rstd = 1/sqrt(var + eps) (population variance). w, b: [C] or NULL. If mean /

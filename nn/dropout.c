@@ -26,5 +26,8 @@ struct tensor *nn_dropout_forward(const struct nn_dropout *m, struct tensor *x)
 	}
 	if (!m->ps->training || m->p == 0)
 		return x;
-	return ag_dropout(x, m->p, nn_params_next_seed(m->ps), true);
+	/* x's rows are rows batch_first.. of the batch (dim 0), so the draws start there */
+	int64_t row = x->ndim && x->shape[0] ? tensor_numel(x) / x->shape[0] : 0;
+	return ag_dropout_at(x, m->p, nn_params_next_seed(m->ps),
+			     (uint64_t)(m->ps->batch_first * row), true);
 }

@@ -46,6 +46,8 @@ struct nn_params {
 	uint64_t seed;             /* initialisation seed; each parameter derives its own */
 	bool training;             /* train (dropout on) or eval mode */
 	uint64_t rng_counter;      /* advances with each dropout draw; saved in checkpoints */
+	int64_t batch_first;       /* first row of this rank's share of the batch (nn_dist_share):
+				      dropout draws the whole batch's masks for it */
 	struct tensor *flat, *flat_grad; /* after nn_params_pack: one buffer each */
 	struct tensor *flat_lowp;        /* flat rounded to bf16 (nn_params_autocast_begin) */
 };
@@ -541,6 +543,48 @@ void nn_fgm_free(struct nn_fgm *f);
 /* Scale all gradients so their global L2 norm is at most max_norm; returns
  * the norm before clipping, or a negative status. */
 double nn_clip_grad_norm(struct nn_params *ps, double max_norm);
+
+/* ---- data parallelism over processes (dist.c): MPI ------------------------ */
+/* Under a launcher (mpirun -np N prog ...) the N processes are ranks of one
+ * group; each takes its share of every global batch (nn_dist_share), computes
+ * the mean loss of its rows and backward, then nn_dist_average_grads makes
+ * every rank's packed gradients the global batch's; the optimizer step that
+ * follows keeps the ranks' parameters equal. Run without a launcher, or built
+ * without MPI (./configure --without-mpi), a process is a group of one and the
+ * calls cost nothing. Collectives run on the host (a device buffer is copied).
+ * Errors: TENSOR_ERR_COMM naming the MPI call and the rank. */
+
+/* Join the group a launcher started (MPI_Init, once; argc/argv as main's, may be
+ * NULL), or stay a group of one. Returns a status. */
+int nn_dist_init(int *argc, char ***argv);
+/* Leave the group (MPI_Finalize); then a group of one again. */
+void nn_dist_finalize(void);
+/* This process's rank in [0, size), and the group's size (0 and 1 alone). */
+int nn_dist_rank(void);
+int nn_dist_size(void);
+/* This rank's rows [*lo, *hi) of a global batch of rows: contiguous shares in
+ * rank order, the first rows % size ranks one row more (a share may be empty). */
+void nn_dist_share(int64_t rows, int64_t *lo, int64_t *hi);
+/* Make ps's packed gradients (ps->flat_grad, nn_params_pack) the global batch's:
+ * each rank holds the mean gradient of its rows of total_rows, and every rank
+ * ends with sum_r rows_r g_r / total_rows, bit for bit the same on every rank
+ * (each element summed once: reduce-scatter, then all-gather). Alone: scaled by
+ * rows / total_rows. TENSOR_ERR_STATE unpacked, TENSOR_ERR_ARG for rows outside
+ * [0, total_rows]. */
+int nn_dist_average_grads(struct nn_params *ps, int64_t rows, int64_t total_rows);
+/* Sum v[0..n) over the ranks in place (metrics, counts). */
+int nn_dist_sum(double *v, int n);
+/* Give every rank rank 0's packed parameters (ps->flat). */
+int nn_dist_broadcast_params(struct nn_params *ps);
+/* Whether contiguous t holds the same bytes on every rank: TENSOR_ERR_STATE naming
+ * what and the checksums when not; *checksum (may be NULL) receives this rank's
+ * (FNV-1a of the bytes). */
+int nn_dist_check_same(struct tensor *t, const char *what, uint64_t *checksum);
+/* Wait for every rank. */
+int nn_dist_barrier(void);
+/* End every rank's process with status (MPI_Abort), for a program's fatal-error
+ * path after it has said why; returns at once when alone. */
+void nn_dist_abort(int status);
 
 /* ---- learning-rate schedules (schedule.c) --------------------------------- */
 

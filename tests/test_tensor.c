@@ -109,7 +109,7 @@ START_TEST(test_create_errors)
 	const int codes[] = { TENSOR_OK,	 TENSOR_ERR_SHAPE, TENSOR_ERR_DTYPE,
 			      TENSOR_ERR_DEVICE, TENSOR_ERR_NOMEM, TENSOR_ERR_UNSUPPORTED,
 			      TENSOR_ERR_IO,	 TENSOR_ERR_ARG,   TENSOR_ERR_CUDA,
-			      TENSOR_ERR_STATE };
+			      TENSOR_ERR_STATE,  TENSOR_ERR_COMM };
 	const int ncodes = (int)(sizeof codes / sizeof codes[0]);
 	for (int i = 0; i < ncodes; i++) {
 		ck_assert_str_ne(tensor_status_string(codes[i]), "unknown error");

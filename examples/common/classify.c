@@ -113,9 +113,12 @@ struct eval_result classify_evaluate(const char *prog, const struct model_classi
 {
 	struct eval_result r = { 0 };
 	double loss = 0;
+	/* data-parallel: each rank takes every size-th batch (all of them with --output) */
+	bool shard = !(out && out->f);
+	int64_t first = shard ? nn_dist_rank() : 0, every = shard ? nn_dist_size() : 1;
 	nn_params_train(ps, false);
 	ag_no_grad_begin();
-	for (int64_t i = 0; i < text_batcher_num_batches(b); i++) {
+	for (int64_t i = first; i < text_batcher_num_batches(b); i += every) {
 		struct text_batch batch;
 		tensor_scope_begin();
 		if (text_batcher_get(b, i, &batch) < 0 || train_batch_to_device(&batch) < 0)
@@ -140,6 +143,10 @@ struct eval_result classify_evaluate(const char *prog, const struct model_classi
 	}
 	ag_no_grad_end();
 	nn_params_train(ps, true);
+	double sums[3] = { loss, (double)r.correct, (double)r.n };
+	if (shard && nn_dist_sum(sums, 3) < 0)
+		train_die(prog, "evaluation");
+	loss = sums[0], r.correct = (int64_t)sums[1], r.n = (int64_t)sums[2];
 	r.loss = r.n ? loss / (double)r.n : NAN;
 	r.acc = r.n ? (double)r.correct / (double)r.n : NAN;
 	return r;
@@ -229,6 +236,8 @@ void classify_log_open(struct classify_log *l, const char *prog, const char *dir
 	char path[4200], err[1200];
 	snprintf(path, sizeof path, "%s/metrics.csv", dir);
 	l->prog = prog;
+	if (nn_dist_rank() != 0) /* rank 0 alone logs */
+		return;
 	if ((resume &&
 	     csvlog_drop_after(path, (long long)step, CSV_ELAPSED, elapsed, err, sizeof err) < 0) ||
 	    csvlog_open(&l->csv, path, CSV_COLS, NCSV, resume, err, sizeof err) < 0 ||
@@ -238,6 +247,8 @@ void classify_log_open(struct classify_log *l, const char *prog, const char *dir
 
 void classify_log_scalar(struct classify_log *l, const char *tag, double v, int64_t step)
 {
+	if (nn_dist_rank() != 0)
+		return;
 	if (tb_scalar(&l->tb, tag, v, step) < 0)
 		flags_fail(l->prog, "log-dir", "cannot write %s: %s", l->tb.path, strerror(errno));
 }
@@ -246,6 +257,8 @@ void classify_log_row(struct classify_log *l, int64_t step, int64_t epoch, const
 		      double loss, double acc, double lr, double tps, double elapsed)
 {
 	char lrs[32] = "", tpss[32] = "", tag[64];
+	if (nn_dist_rank() != 0)
+		return;
 	if (lr >= 0)
 		snprintf(lrs, sizeof lrs, "%.6g", lr);
 	if (tps >= 0)

@@ -48,7 +48,9 @@ struct eval_result {
 };
 
 /* Mean cross-entropy and accuracy of m over every batch of b, in eval mode without a tape;
- * out (or NULL) receives each review's logits with its index in the dataset and its label. */
+ * out (or NULL) receives each review's logits with its index in the dataset and its label.
+ * In a data-parallel run without out, each rank evaluates every size-th batch and the
+ * sums are shared. */
 struct eval_result classify_evaluate(const char *prog, const struct model_classifier *m,
 				     struct nn_params *ps, const struct text_batcher *b,
 				     struct logits_file *out);
@@ -62,7 +64,8 @@ void classify_predict(const char *prog, const struct model_classifier *m, struct
 		      int64_t batch, struct logits_file *out);
 
 /* A training run's logs in a directory: metrics.csv (step, epoch, split, loss, accuracy, lr,
- * tokens_per_s, elapsed_s, peak_mb) and TensorBoard events. */
+ * tokens_per_s, elapsed_s, peak_mb) and TensorBoard events, written by rank 0 alone of a
+ * data-parallel run (the calls do nothing on the others). */
 struct classify_log {
 	struct csvlog csv;
 	struct tb_writer tb;

@@ -8,6 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "nn.h"
+
 #define BAR 24 /* characters of the bar itself */
 
 static double now(void)
@@ -19,7 +21,9 @@ static double now(void)
 
 void progress_init(struct progress *p, FILE *f, int64_t log_every)
 {
-	*p = (struct progress){ .f = f, .tty = isatty(fileno(f)) == 1, .log_every = log_every };
+	if (nn_dist_rank() != 0) /* rank 0 alone reports */
+		f = NULL;
+	*p = (struct progress){ .f = f, .tty = f && isatty(fileno(f)) == 1, .log_every = log_every };
 }
 
 const char *progress_duration(double s, char *buf, size_t len)
@@ -59,6 +63,8 @@ static void clear_bar(struct progress *p)
 void progress_update(struct progress *p, const struct progress_stats *s)
 {
 	char fields[256];
+	if (!p->f)
+		return;
 	if (!p->tty) {
 		if (p->log_every > 0 && (s->step % p->log_every == 0 || s->step == s->total)) {
 			format_fields(s, fields, sizeof fields);

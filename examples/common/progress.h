@@ -25,7 +25,8 @@ struct progress {
 	double last_draw;  /* seconds, to limit redraws to 10 a second */
 };
 
-/* tty: isatty(fileno(f)) unless forced by the caller. */
+/* tty: isatty(fileno(f)) unless forced by the caller. Silent on the ranks other
+ * than 0 of a data-parallel run (nn_dist_rank). */
 void progress_init(struct progress *p, FILE *f, int64_t log_every);
 /* Draw the bar (terminal), or print a log line when step % log_every == 0
  * or step == total (not a terminal). */

@@ -16,8 +16,68 @@
 
 void train_die(const char *prog, const char *what)
 {
+	if (nn_dist_size() > 1) {
+		fprintf(stderr, "%s (rank %d of %d): %s: %s\n", prog, nn_dist_rank(),
+			nn_dist_size(), what, tensor_last_error());
+		nn_dist_abort(1);
+	}
 	fprintf(stderr, "%s: %s: %s\n", prog, what, tensor_last_error());
 	exit(1);
+}
+
+void train_dist_init(const char *prog, int *argc, char ***argv)
+{
+	if (nn_dist_init(argc, argv) < 0)
+		train_die(prog, "joining the data-parallel group");
+	if (nn_dist_rank() != 0 && !freopen("/dev/null", "w", stdout))
+		train_die(prog, "silencing stdout");
+}
+
+/* The rows [lo, hi) of *t (if any) as a heap tensor in its place. */
+static int narrow_rows(struct tensor **t, int64_t lo, int64_t hi)
+{
+	if (!*t)
+		return TENSOR_OK;
+	tensor_heap_begin();
+	struct tensor *v = tensor_narrow(*t, 0, lo, hi - lo);
+	tensor_heap_end();
+	if (!v)
+		return tensor_last_status();
+	tensor_free(*t);
+	*t = v;
+	return TENSOR_OK;
+}
+
+int64_t train_batch_share(struct text_batch *b, struct nn_params *ps)
+{
+	int64_t rows = b->size, lo, hi;
+	nn_dist_share(rows, &lo, &hi);
+	ps->batch_first = lo;
+	if (hi - lo == rows)
+		return rows;
+	if (narrow_rows(&b->ids, lo, hi) < 0 || narrow_rows(&b->mask, lo, hi) < 0 ||
+	    narrow_rows(&b->labels, lo, hi) < 0)
+		return tensor_last_status();
+	b->size = hi - lo;
+	return rows;
+}
+
+bool train_sync_writer(const char *prog)
+{
+	if (nn_dist_barrier() < 0)
+		train_die(prog, "waiting for the other ranks");
+	return nn_dist_rank() == 0;
+}
+
+void train_dist_report(const char *prog, struct nn_params *ps)
+{
+	uint64_t sum;
+	if (nn_dist_size() == 1)
+		return;
+	if (nn_dist_check_same(ps->flat, "parameters", &sum) < 0)
+		train_die(prog, "after training");
+	printf("%d ranks: parameters identical (checksum %016llx)\n", nn_dist_size(),
+	       (unsigned long long)sum);
 }
 
 double train_clock(void)
@@ -139,6 +199,8 @@ void train_default_log_dir(char *buf, size_t len, const char *prefix, const char
 int train_mkdirs(const char *path, char *err, size_t errlen)
 {
 	char buf[4096];
+	if (nn_dist_rank() != 0)
+		return 0;
 	if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
 		snprintf(err, errlen, "path too long: %s", path);
 		return -1;

@@ -12,8 +12,26 @@
 #include "models.h"
 #include "text.h"
 
-/* Print "<prog>: <what>: <tensor_last_error()>" to stderr and exit 1. */
+/* Print "<prog>: <what>: <tensor_last_error()>" to stderr and exit 1; in a
+ * data-parallel run "<prog> (rank R of N): ...", then every rank ends
+ * (nn_dist_abort). */
 void train_die(const char *prog, const char *what) __attribute__((noreturn));
+
+/* Data parallelism (nn.h, nn_dist_*): under mpirun -np N each process is a rank.
+ * Join the group (exit 1 naming the failure); on ranks other than 0 stdout goes
+ * to /dev/null, so rank 0 alone prints (errors still reach stderr). */
+void train_dist_init(const char *prog, int *argc, char ***argv);
+/* Narrow batch b to this rank's share of its rows (nn_dist_share; b->size then
+ * counts them, maybe 0) and set ps->batch_first, so that dropout draws the masks
+ * of the whole batch; returns the whole batch's rows, or a negative status. */
+int64_t train_batch_share(struct text_batch *b, struct nn_params *ps);
+/* Before a rank-0 write (checkpoints): wait for every rank, so that a rank that
+ * failed ends the job first; then whether this rank writes (rank 0). */
+bool train_sync_writer(const char *prog);
+/* After training with N > 1 ranks: check that every rank holds the same parameters
+ * (else exit 1 naming the checksums) and print "N ranks: parameters identical
+ * (checksum X)". Nothing alone. */
+void train_dist_report(const char *prog, struct nn_params *ps);
 /* Seconds on a monotonic clock. */
 double train_clock(void);
 /* The device the example runs on (TENSOR_CPU unless train_set_device chose
@@ -35,8 +53,8 @@ double train_peak_mb(void);
 /* The default log directory of a run: "runs/<prefix><model>-n<N>-<YYYYmmdd-HHMMSS>". */
 void train_default_log_dir(char *buf, size_t len, const char *prefix, const char *model,
 			   int64_t n);
-/* mkdir -p, then check that a file can be created there. Returns 0, or -1
- * with a message in err. */
+/* mkdir -p, then check that a file can be created there (rank 0 alone: the other ranks of
+ * a data-parallel run write nothing). Returns 0, or -1 with a message in err. */
 int train_mkdirs(const char *path, char *err, size_t errlen);
 
 /* For tests of crash safety: with CFORMER_CRASH_AT=N in the environment, the

@@ -113,7 +113,8 @@ DEFINE_DROPOUT(float, dropout_float_avx2, __attribute__((target("avx2"))), unifo
 DEFINE_DROPOUT(double, dropout_double_avx2, __attribute__((target("avx2"))), uniform_bits_avx2)
 #endif
 
-int cpu_dropout(struct tensor *out, const struct tensor *x, double p, uint64_t seed)
+int cpu_dropout(struct tensor *out, const struct tensor *x, double p, uint64_t seed,
+		uint64_t first)
 {
 	int64_t n = tensor_numel(out), chunks = (n + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;
 	int64_t thresh = (int64_t)ceil(p * 9007199254740992.0);
@@ -139,17 +140,17 @@ int cpu_dropout(struct tensor *out, const struct tensor *x, double p, uint64_t s
 #ifdef CPU_DROPOUT_AVX2
 		if (avx2) {
 			if (f32)
-				dropout_float_avx2(y, xs, m, (uint64_t)s, seed, thresh,
+				dropout_float_avx2(y, xs, m, first + (uint64_t)s, seed, thresh,
 						   (float)scale);
 			else
-				dropout_double_avx2(y, xs, m, (uint64_t)s, seed, thresh, scale);
+				dropout_double_avx2(y, xs, m, first + (uint64_t)s, seed, thresh, scale);
 			continue;
 		}
 #endif
 		if (f32)
-			dropout_float(y, xs, m, (uint64_t)s, seed, thresh, (float)scale);
+			dropout_float(y, xs, m, first + (uint64_t)s, seed, thresh, (float)scale);
 		else
-			dropout_double(y, xs, m, (uint64_t)s, seed, thresh, scale);
+			dropout_double(y, xs, m, first + (uint64_t)s, seed, thresh, scale);
 	}
 	return TENSOR_OK;
 }

@@ -16,7 +16,8 @@ int cpu_copy(struct tensor *dst, const struct tensor *src);
 int cpu_fill(struct tensor *dst, double value);
 int cpu_arange(struct tensor *dst, double start, double step);
 int cpu_random(struct tensor *dst, enum tensor_random_kind kind, uint64_t seed, double a, double b);
-int cpu_dropout(struct tensor *out, const struct tensor *x, double p, uint64_t seed);
+int cpu_dropout(struct tensor *out, const struct tensor *x, double p, uint64_t seed,
+		uint64_t first);
 /* cpu_elementwise.c */
 int cpu_unary(enum tensor_unary_op op, struct tensor *out, const struct tensor *x, double alpha);
 int cpu_binary(enum tensor_binary_op op, struct tensor *out, const struct tensor *a,

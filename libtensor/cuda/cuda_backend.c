@@ -498,14 +498,15 @@ static int cuda_random(struct tensor *dst, enum tensor_random_kind kind, uint64_
 	    "random");
 }
 
-static int cuda_dropout(struct tensor *out, const struct tensor *x, double p, uint64_t seed)
+static int cuda_dropout(struct tensor *out, const struct tensor *x, double p, uint64_t seed,
+			uint64_t first)
 {
 	int64_t n = tensor_numel(out);
 	if (!n)
 		return TENSOR_OK;
-	return cuda_status(
-	    cuda_launch_dropout(cuda_ptr(out), cuda_ptr(x), n, out->dtype == TENSOR_F32, p, seed),
-	    "dropout");
+	return cuda_status(cuda_launch_dropout(cuda_ptr(out), cuda_ptr(x), n,
+					       out->dtype == TENSOR_F32, p, seed, first),
+			   "dropout");
 }
 
 const struct tensor_backend tensor_cuda_backend = {

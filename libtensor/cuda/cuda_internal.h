@@ -86,7 +86,8 @@ int cuda_launch_copy_rows(struct cuda_geom dst, struct cuda_geom src, int64_t ro
 int cuda_launch_fill(struct cuda_geom dst, int64_t n, double value, double step);
 int cuda_launch_random(struct cuda_geom dst, int64_t n, int normal, uint64_t seed, double a,
 		       double b);
-int cuda_launch_dropout(void *out, const void *x, int64_t n, int f32, double p, uint64_t seed);
+int cuda_launch_dropout(void *out, const void *x, int64_t n, int f32, double p, uint64_t seed,
+			uint64_t first);
 /* cuda_elementwise.cu */
 int cuda_unary(enum tensor_unary_op op, struct tensor *out, const struct tensor *x, double alpha);
 int cuda_binary(enum tensor_binary_op op, struct tensor *out, const struct tensor *a,
