@@ -257,6 +257,16 @@ START_TEST(test_dropout)
 				struct tensor *y = tensor_clone(x);
 				ck_assert_int_eq(tensor_dropout_(y, ps[pi], seed), TENSOR_OK);
 				assert_values("dropout in place", y, dt, 2, shapes[si], want, 0);
+				/* rows [lo, rows) drawn from lo * cols: the same rows of the mask */
+				int64_t rows = shapes[si][0], cols = shapes[si][1], lo = rows / 3;
+				const int64_t part[2] = { rows - lo, cols };
+				struct tensor *sx = tensor_contiguous(tensor_narrow(x, 0, lo, rows - lo));
+				uint64_t first = (uint64_t)(lo * cols);
+				assert_values("dropout of a shard", tensor_dropout_at(sx, ps[pi], seed, first),
+					      dt, 2, part, want + lo * cols, 0);
+				ck_assert_int_eq(tensor_dropout_at_(sx, ps[pi], seed, first), TENSOR_OK);
+				assert_values("dropout of a shard in place", sx, dt, 2, part,
+					      want + lo * cols, 0);
 				int64_t n = tensor_numel(x), dropped = 0;
 				for (int64_t i = 0; i < n; i++)
 					dropped += want[i] == 0;
@@ -297,6 +307,25 @@ START_TEST(test_dropout_errors)
 }
 END_TEST
 
+/* ag_dropout_at's backward applies its forward's mask: on a shard of rows, the
+ * whole tensor's mask rows. */
+START_TEST(test_dropout_at_grad)
+{
+	const int64_t shape[2] = { 6, 5 }, part[2] = { 4, 5 };
+	struct tensor *x = tu_rand(TENSOR_F64, 2, shape, 3);
+	double *want = dropout_ref(tensor_full(TENSOR_F64, TENSOR_CPU, 2, shape, 1), 0.4, 99);
+	struct tensor *leaf = tensor_contiguous(tensor_narrow(x, 0, 2, 4));
+	ck_assert_int_eq(ag_requires_grad(leaf, true), TENSOR_OK);
+	struct tensor *y = ag_dropout_at(leaf, 0.4, 99, 2 * 5, true);
+	ck_assert_int_eq(ag_backward(ag_sum(y, 0, NULL, false), NULL), TENSOR_OK);
+	assert_values("d dropout_at", leaf->grad, TENSOR_F64, 2, part, want + 2 * 5, 0);
+	ag_tape_reset();
+	tensor_free(leaf->grad);
+	leaf->grad = NULL;
+	free(want);
+}
+END_TEST
+
 void ops_where_tcases(Suite *s)
 {
 	TCase *tc = tu_tcase("where");
@@ -306,5 +335,6 @@ void ops_where_tcases(Suite *s)
 	tcase_add_test(tc, test_where_large);
 	tcase_add_loop_test(tc, test_dropout, 0, 3);
 	tcase_add_test(tc, test_dropout_errors);
+	tcase_add_test(tc, test_dropout_at_grad);
 	suite_add_tcase(s, tc);
 }

@@ -48,9 +48,30 @@ static int narrow_rows(struct tensor **t, int64_t lo, int64_t hi)
 	return TENSOR_OK;
 }
 
+/* For tests of a failing rank: CFORMER_FAIL_AT="RANK:N" makes rank RANK fail at its N-th
+ * batch (train_die), "RANK:N:kill" kills it (SIGKILL, as the kernel's OOM killer would). */
+static void fail_hook(void)
+{
+	static int64_t batches;
+	const char *at = getenv("CFORMER_FAIL_AT");
+	int rank = -1;
+	long long n = 0;
+	char how[8] = "";
+	if (!at || sscanf(at, "%d:%lld:%7s", &rank, &n, how) < 2 || rank != nn_dist_rank() ||
+	    ++batches != n)
+		return;
+	if (!strcmp(how, "kill"))
+		raise(SIGKILL);
+	fprintf(stderr, "rank %d of %d: CFORMER_FAIL_AT=%s: a planted failure\n", rank,
+		nn_dist_size(), at);
+	nn_dist_abort(1);
+	exit(1);
+}
+
 int64_t train_batch_share(struct text_batch *b, struct nn_params *ps)
 {
 	int64_t rows = b->size, lo, hi;
+	fail_hook();
 	nn_dist_share(rows, &lo, &hi);
 	ps->batch_first = lo;
 	if (hi - lo == rows)

@@ -23,7 +23,9 @@ void train_die(const char *prog, const char *what) __attribute__((noreturn));
 void train_dist_init(const char *prog, int *argc, char ***argv);
 /* Narrow batch b to this rank's share of its rows (nn_dist_share; b->size then
  * counts them, maybe 0) and set ps->batch_first, so that dropout draws the masks
- * of the whole batch; returns the whole batch's rows, or a negative status. */
+ * of the whole batch; returns the whole batch's rows, or a negative status. Test
+ * hook: CFORMER_FAIL_AT="RANK:N" makes rank RANK fail at its N-th batch,
+ * "RANK:N:kill" kills it. */
 int64_t train_batch_share(struct text_batch *b, struct nn_params *ps);
 /* Before a rank-0 write (checkpoints): wait for every rank, so that a rank that
  * failed ends the job first; then whether this rank writes (rank 0). */

@@ -1,0 +1,110 @@
+#!/bin/sh
+# Data-parallel training under mpirun on this machine (loopback): tests/test_nn_dist with 2
+# and 3 ranks; examples/linformer_imdb with 2 and 3 ranks follows the single process's
+# losses and accuracies, every rank ending with the same parameters; a run stopped with 2
+# ranks resumes with 3 and ends as the uninterrupted run; a rank that fails or is killed
+# ends the job at once, naming the rank. Skipped (77) when MPI is not built in (MPIRUN
+# empty, as configure leaves it). Run from the build directory, as `make check` does.
+set -u
+prog=${LINFORMER_IMDB:-examples/linformer_imdb}
+if [ -z "${MPIRUN:-}" ]; then
+	echo "test_dist: SKIP: built without MPI (./configure found no Open MPI)"
+	exit 77
+fi
+for p in "$prog" tests/test_nn_dist; do
+	[ -x "$p" ] || { echo "test_dist: $p not built" >&2; exit 99; }
+done
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dist.XXXXXX") || exit 99
+trap 'rm -rf "$tmp"' EXIT
+# Open MPI as root (CI), more ranks than cores, no process binding (one thread a rank),
+# and no cross-memory attach (refused in containers): shared memory copies twice.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_hwloc_base_binding_policy=none
+# under LeakSanitizer (CI's sanitizer build): Open MPI's own allocations are not ours
+export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=${srcdir:-.}/tests/lsan-mpi.supp"
+failures=0
+fail() {
+	echo "FAIL: $*"
+	failures=$((failures + 1))
+}
+run() { # run NP ARGS...: mpirun -np NP ARGS under a time limit (a hang fails)
+	np=$1
+	shift
+	timeout 300 "$MPIRUN" -np "$np" "$@"
+}
+
+for np in 2 3; do
+	if run $np tests/test_nn_dist >"$tmp/unit$np.out" 2>&1 &&
+		[ "$(grep -c '100%: Checks' "$tmp/unit$np.out")" -eq $np ]; then
+		echo "ok: test_nn_dist on $np ranks"
+	else
+		fail "test_nn_dist on $np ranks:"
+		cat "$tmp/unit$np.out"
+	fi
+done
+
+# step,split,loss,accuracy of a run's metrics.csv (the timing columns left out)
+metrics() { cut -d, -f1,3,4,5 "$1/metrics.csv"; }
+SMALL="--max-train 64 --max-test 32 --epochs 2 --batch 16 --threads 1"
+# shellcheck disable=SC2086
+"$prog" $SMALL --log-dir "$tmp/one" >"$tmp/one.out" 2>&1 || fail "one process exited $?"
+metrics "$tmp/one" >"$tmp/one.csv"
+for np in 2 3; do
+	# shellcheck disable=SC2086
+	run $np "$prog" $SMALL --log-dir "$tmp/n$np" >"$tmp/n$np.out" 2>&1 ||
+		fail "$np ranks exited $?: $(tail -5 "$tmp/n$np.out")"
+	metrics "$tmp/n$np" >"$tmp/n$np.csv"
+	# the same rows; losses within 1e-4 relative (another order of summation)
+	if awk -F, 'NR == FNR { l[FNR] = $3; a[FNR] = $4; k[FNR] = $1 $2; next }
+		{ n++; d = $3 - l[FNR]; d = d < 0 ? -d : d
+		  if (k[FNR] != $1 $2 || a[FNR] != $4 || d > 1e-4 * (l[FNR] + 1)) bad++ }
+		END { exit !(n > 1 && n == FNR && !bad) }' "$tmp/one.csv" "$tmp/n$np.csv"; then
+		echo "ok: $np ranks follow one process ($(grep -c , "$tmp/n$np.csv") rows)"
+	else
+		fail "$np ranks differ from one process:"
+		paste -d' ' "$tmp/one.csv" "$tmp/n$np.csv" | sed 's/^/  | /'
+	fi
+	grep -q "^$np ranks: parameters identical" "$tmp/n$np.out" ||
+		fail "$np ranks: no 'parameters identical' line: $(tail -3 "$tmp/n$np.out")"
+	[ "$(grep -c '^test: ' "$tmp/n$np.out")" -eq 1 ] ||
+		fail "$np ranks: rank 0 alone should print (test lines: $(grep -c '^test: ' "$tmp/n$np.out"))"
+done
+
+# stopped after step 3 on 2 ranks, resumed on 3: the uninterrupted run's evaluations
+# shellcheck disable=SC2086
+run 2 "$prog" $SMALL --log-dir "$tmp/r" --stop-after 3 >"$tmp/r.out" 2>&1 ||
+	fail "--stop-after on 2 ranks exited $?: $(tail -3 "$tmp/r.out")"
+# shellcheck disable=SC2086
+run 3 "$prog" $SMALL --log-dir "$tmp/r" --resume >"$tmp/r2.out" 2>&1 ||
+	fail "resuming on 3 ranks exited $?: $(tail -3 "$tmp/r2.out")"
+grep -v ',train,' "$tmp/one.csv" >"$tmp/one.eval"
+metrics "$tmp/r" | grep -v ',train,' >"$tmp/r.eval"
+if awk -F, 'NR == FNR { l[FNR] = $3; a[FNR] = $4; next }
+	{ n++; d = $3 - l[FNR]; d = d < 0 ? -d : d; if (a[FNR] != $4 || d > 1e-4 * (l[FNR] + 1)) bad++ }
+	END { exit !(n > 1 && n == FNR && !bad) }' "$tmp/one.eval" "$tmp/r.eval"; then
+	echo "ok: stopped on 2 ranks, resumed on 3: the uninterrupted run's evaluations"
+else
+	fail "the resumed run differs:"
+	paste -d' ' "$tmp/one.eval" "$tmp/r.eval" | sed 's/^/  | /'
+fi
+
+# a rank that fails, or is killed, ends the job at once, naming the rank
+for fault in "1:3" "0:2:kill"; do
+	start=$(date +%s)
+	# shellcheck disable=SC2086
+	CFORMER_FAIL_AT=$fault run 2 "$prog" $SMALL --log-dir "$tmp/f" >"$tmp/f.out" 2>&1
+	rc=$?
+	took=$(($(date +%s) - start))
+	rank=${fault%%:*}
+	if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 60 ] &&
+		grep -Eq "rank $rank (of 2|with PID)" "$tmp/f.out"; then
+		echo "ok: CFORMER_FAIL_AT=$fault ended the job in $took s (exit $rc), naming rank $rank"
+	else
+		fail "CFORMER_FAIL_AT=$fault: exit $rc after $took s:"
+		sed 's/^/  | /' "$tmp/f.out"
+	fi
+done
+
+[ $failures -eq 0 ] || exit 1
+echo "test_dist: all passed"
