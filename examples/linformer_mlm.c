@@ -289,6 +289,16 @@ static void load_data(const struct text_tokenizer *tok, int64_t n, struct text_d
 
 /* ---- the masked-LM loss -------------------------------------------------------------------- */
 
+/* The predicted positions of labels (contiguous). */
+static int64_t predicted(const struct tensor *labels)
+{
+	const int64_t *lab = tensor_data(labels);
+	int64_t m = 0;
+	for (int64_t i = 0; i < tensor_numel(labels); i++)
+		m += lab[i] != IGNORE;
+	return m;
+}
+
 /* The masked copy of batch b: inputs and labels (IGNORE where nothing is predicted) [B, n]
  * in the current scope; returns the number of predicted tokens. */
 static int64_t mask_batch(const struct text_tokenizer *tok, const struct text_batch *b,
@@ -296,11 +306,20 @@ static int64_t mask_batch(const struct text_tokenizer *tok, const struct text_ba
 {
 	if (text_mlm_mask(tok, b, opt.mask_prob, seed, inputs, labels) < 0)
 		train_die(PROG, "masking a batch");
-	const int64_t *lab = tensor_data(*labels);
-	int64_t m = 0;
-	for (int64_t i = 0; i < b->size * (*labels)->shape[1]; i++)
-		m += lab[i] != IGNORE;
-	return m;
+	return predicted(*labels);
+}
+
+/* This rank's rows of masked batch b (the masks drawn for the whole batch): b, its inputs
+ * and labels narrowed alike (train_batch_share); returns their predicted positions. */
+static int64_t share_masked(struct nn_params *ps, struct text_batch *b, struct tensor **inputs,
+			    struct tensor **labels)
+{
+	int64_t lo, hi;
+	nn_dist_share(b->size, &lo, &hi);
+	if (train_batch_share(b, ps) < 0 || !(*inputs = tensor_narrow(*inputs, 0, lo, hi - lo)) ||
+	    !(*labels = tensor_narrow(*labels, 0, lo, hi - lo)))
+		train_die(PROG, "sharing a batch between the ranks");
+	return predicted(*labels);
 }
 
 /* Mean cross-entropy over the M > 0 predicted positions of inputs [B, T]. "masked" runs the
@@ -371,7 +390,8 @@ struct eval_result {
 };
 
 /* Mean loss over every predicted token of the held-out sequences, in eval mode without a
- * tape; the masks depend on (--seed, batch) only, so every epoch sees the same ones. */
+ * tape; the masks depend on (--seed, batch) only, so every epoch sees the same ones. Under
+ * mpirun each rank takes every size-th batch and the sums are shared. */
 static struct eval_result evaluate(const struct model_mlm *m, struct nn_params *ps,
 				   const struct text_batcher *b, const struct text_tokenizer *tok)
 {
@@ -379,7 +399,7 @@ static struct eval_result evaluate(const struct model_mlm *m, struct nn_params *
 	double sum = 0;
 	nn_params_train(ps, false);
 	ag_no_grad_begin();
-	for (int64_t i = 0; i < text_batcher_num_batches(b); i++) {
+	for (int64_t i = nn_dist_rank(); i < text_batcher_num_batches(b); i += nn_dist_size()) {
 		struct text_batch batch;
 		struct tensor *in, *lab;
 		tensor_scope_begin();
@@ -395,6 +415,10 @@ static struct eval_result evaluate(const struct model_mlm *m, struct nn_params *
 	}
 	ag_no_grad_end();
 	nn_params_train(ps, true);
+	double sums[2] = { sum, (double)r.tokens };
+	if (nn_dist_sum(sums, 2) < 0)
+		train_die(PROG, "validation");
+	sum = sums[0], r.tokens = (int64_t)sums[1];
 	r.loss = r.tokens ? sum / (double)r.tokens : NAN;
 	return r;
 }
@@ -456,6 +480,7 @@ struct run {
 	char log_dir[1024], ckpt_dir[1024];
 	int64_t nb, spe, total, epochs, best_epoch; /* batches and steps an epoch */
 	int64_t saved, skipped; /* the step last saved (-1: none); non-finite steps skipped */
+	bool stop;		/* a rank was asked to stop (SIGINT, SIGTERM) */
 	double start, best_val;
 };
 
@@ -468,14 +493,16 @@ static void save(struct run *r, const char *name, int64_t step)
 {
 	char path[1100];
 	snprintf(path, sizeof path, "%s/%s", r->ckpt_dir, name);
-	if (nn_checkpoint_save(path, &r->ps, NULL, r->cfg_json, step) < 0)
-		train_die(PROG, "saving a checkpoint");
 	if (!strcmp(name, "last.safetensors"))
 		r->saved = step;
+	if (train_sync_writer(PROG) && nn_checkpoint_save(path, &r->ps, NULL, r->cfg_json, step) < 0)
+		train_die(PROG, "saving a checkpoint");
 }
 
 static void log_scalar(struct run *r, const char *tag, double v, int64_t step)
 {
+	if (nn_dist_rank() != 0) /* rank 0 alone logs */
+		return;
 	if (tb_scalar(&r->tb, tag, v, step) < 0)
 		flags_fail(PROG, "log-dir", "cannot write %s: %s", r->tb.path, strerror(errno));
 }
@@ -484,6 +511,8 @@ static void csv_row(struct run *r, int64_t step, int64_t epoch, const char *spli
 		    double lr, double tps)
 {
 	char lrs[32] = "", tpss[32] = "";
+	if (nn_dist_rank() != 0)
+		return;
 	if (lr >= 0)
 		snprintf(lrs, sizeof lrs, "%.6g", lr);
 	if (tps >= 0)
@@ -555,8 +584,9 @@ static void setup(struct run *r)
 	if (train_mkdirs(r->ckpt_dir, err, sizeof err) < 0)
 		flags_fail(PROG, "checkpoint-dir", "%s", err);
 	snprintf(path, sizeof path, "%s/metrics.csv", r->log_dir);
-	if (csvlog_open(&r->csv, path, CSV_COLS, NCSV, false, err, sizeof err) < 0 ||
-	    tb_open(&r->tb, r->log_dir, err, sizeof err) < 0)
+	if (nn_dist_rank() == 0 &&
+	    (csvlog_open(&r->csv, path, CSV_COLS, NCSV, false, err, sizeof err) < 0 ||
+	     tb_open(&r->tb, r->log_dir, err, sizeof err) < 0))
 		flags_fail(PROG, "log-dir", "%s", err);
 
 	model_summary(&r->cfg, nn_params_count(&r->ps), stdout);
@@ -580,13 +610,14 @@ struct window {
 };
 
 /* One optimizer step over batches [first, last) of the epoch: every batch's masks first, so
- * that each batch's loss is weighted by its share of the step's predicted tokens. */
+ * that each batch's loss is weighted by its share of the step's predicted tokens (over every
+ * rank's share of the batches under mpirun). */
 static void train_step(struct run *r, int64_t step, int64_t first, int64_t last, struct window *w)
 {
 	struct tensor *in[last - first], *lab[last - first];
 	struct text_batch batch[last - first];
-	int64_t M[last - first], total = 0, base = step / r->spe * r->nb;
-	bool finite = true;
+	int64_t M[last - first], base = step / r->spe * r->nb;
+	double sum[5] = { 0 }; /* the ranks' predicted tokens, loss sum, tokens, non-finite, stop */
 	tensor_scope_begin();
 	if (nn_params_zero_grad(&r->ps) < 0 ||
 	    nn_params_autocast_begin(&r->ps, strcmp(opt.precision, "bf16") ? TENSOR_F32
@@ -595,29 +626,39 @@ static void train_step(struct run *r, int64_t step, int64_t first, int64_t last,
 	for (int64_t mb = first; mb < last; mb++) {
 		if (text_batcher_get(&r->btrain, mb, &batch[mb - first]) < 0)
 			train_die(PROG, "training batch");
-		M[mb - first] = mask_batch(&r->tok, &batch[mb - first], train_mask_seed(base + mb),
-					   &in[mb - first], &lab[mb - first]);
-		total += M[mb - first];
-		w->padded += batch[mb - first].size * batch[mb - first].ids->shape[1];
+		mask_batch(&r->tok, &batch[mb - first], train_mask_seed(base + mb), &in[mb - first],
+			   &lab[mb - first]);
+		M[mb - first] = share_masked(&r->ps, &batch[mb - first], &in[mb - first],
+					     &lab[mb - first]);
+		sum[0] += (double)M[mb - first];
+		sum[2] += (double)(batch[mb - first].size * batch[mb - first].ids->shape[1]);
 	}
+	double total = sum[0];
+	if (nn_dist_sum(&total, 1) < 0)
+		train_die(PROG, "sharing the step between the ranks");
 	for (int64_t i = 0; i < last - first && total; i++) {
 		if (!M[i])
 			continue;
 		tensor_scope_begin();
 		struct tensor *loss = mlm_loss(&r->model, in[i], batch[i].mask, lab[i], M[i]);
-		struct tensor *scaled = ag_mul_scalar(loss, (double)M[i] / (double)total);
+		struct tensor *scaled = ag_mul_scalar(loss, (double)M[i] / total);
 		if (!scaled)
 			train_die(PROG, "training step");
 		/* read before backward releases the forward's memory */
 		double l = tensor_get(loss, NULL);
-		finite = finite && isfinite(l);
-		w->loss += l * (double)M[i];
+		sum[1] += l * (double)M[i], sum[3] += !isfinite(l);
 		if (ag_backward_release(scaled, NULL) < 0)
 			train_die(PROG, "training step");
 		tensor_scope_end();
 	}
 	ag_autocast_end();
-	w->predicted += total;
+	/* each rank's loss is its share of the step's mean: the ranks' gradients add up */
+	sum[4] = train_stop_signal() != 0;
+	if (nn_dist_average_grads(&r->ps, 1, 1) < 0 || nn_dist_sum(sum, 5) < 0)
+		train_die(PROG, "sharing the step between the ranks");
+	bool finite = sum[3] == 0;
+	w->predicted += (int64_t)sum[0], w->loss += sum[1], w->padded += (int64_t)sum[2];
+	r->stop = sum[4] > 0;
 	if (train_poison_gradients(&r->ps, step + 1) < 0)
 		train_die(PROG, "CFORMER_NAN_GRAD_AT");
 	double norm =
@@ -710,8 +751,7 @@ static int run_train(void)
 				save(&r, "best.safetensors", step);
 			save(&r, "last.safetensors", step);
 		}
-		int sig = train_stop_signal();
-		if (sig && step < r.total) {
+		if (r.stop && step < r.total) {
 			save(&r, "last.safetensors", step);
 			progress_end(&r.bar);
 			printf("interrupted at step %lld of %lld: saved %s/last.safetensors\n",
@@ -721,6 +761,7 @@ static int run_train(void)
 		}
 	}
 	progress_end(&r.bar);
+	train_dist_report(PROG, &r.ps);
 	char el[32];
 	printf("train loss %.4f -> %.4f (perplexity %.1f -> %.1f); validation perplexity %.3f, "
 	       "best %.3f (epoch %lld)\nwall time %s; %.0f tokens/s (batch x width per "
@@ -742,6 +783,7 @@ static int run_train(void)
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach a log file or pipe as they happen */
+	train_dist_init(PROG, &argc, &argv); /* a rank of mpirun -np N, or alone */
 	static const char *const sections[][2] = {
 		{ "model", "Model" },	  { "tokenizer", "Tokenizer" },
 		{ "data", "Data" },	  { "mask-prob", "Masked language model" },
@@ -765,5 +807,7 @@ int main(int argc, char **argv)
 	if (opt.threads)
 		tensor_set_num_threads((int)opt.threads);
 	train_set_device(PROG, opt.device);
-	return opt.eval_only ? run_eval_only() : run_train();
+	int rc = opt.eval_only ? run_eval_only() : run_train();
+	nn_dist_finalize();
+	return rc;
 }
