@@ -19,7 +19,7 @@ static enum tensor_device dev;
 static enum tensor_dtype precision; /* of the products: f32 or bf16 */
 static const char CSV_HEADER[] = "impl,model,n,k,batch,tokens_per_s,step_seconds,peak_bytes,"
 				 "flops_per_token,gflops,sgemm_gflops,mfu,rss_peak_bytes,forward_s,"
-				 "backward_s,optimizer_s";
+				 "backward_s,optimizer_s,ranks,allreduce_s";
 
 struct options {
 	const char *n_list, *models, *sharing, *csv, *backward, *device, *precision;
@@ -101,7 +101,9 @@ static const char SYNOPSIS[] =
 static const char EPILOG[] =
     "FLOPs count the matmuls (2 m n k each) of the forward pass, attention scores and\n"
     "values included, embedding lookups 0; a training step is 3x the forward. Tokens are\n"
-    "batch x n per step (no padding: random ids). Quick check:\n"
+    "batch x n per step (no padding: random ids). Under mpirun -np N each rank trains on its\n"
+    "share of the batch and the gradients are averaged (the all-reduce phase); rank 0\n"
+    "prints, tokens/s count the whole batch. Quick check:\n"
     "  train_throughput --n 128 --reps 2 --warmup 1\n";
 
 /* Rough bytes of one training step at batch b: parameters with gradients and AdamW moments
@@ -121,7 +123,7 @@ static double estimate_bytes(const struct model_config *c, double params, int64_
 
 /* ---- one configuration ------------------------------------------------------------------------ */
 
-enum { FWD, BWD, OPT, NPHASES }; /* forward with the loss, backward, AdamW */
+enum { FWD, BWD, COMM, OPT, NPHASES }; /* forward with the loss, backward, all-reduce, AdamW */
 
 struct result {
 	double step_s, peak, longest, flops_per_token;
@@ -155,8 +157,9 @@ static void build_config(struct model_config *c, const char *model, int64_t n)
 			   "%s at n %lld: %s", model, (long long)n, tensor_last_error());
 }
 
-/* One training step on (ids, labels): forward, loss, backward, AdamW, in a scope; adds the
- * seconds of each phase to phase_s. */
+/* One training step on (ids, labels), this rank's rows of the batch: forward, loss, backward,
+ * the gradients' all-reduce (data-parallel), AdamW, in a scope; adds the seconds of each phase
+ * to phase_s. */
 static void train_step(struct model_classifier *m, struct nn_params *ps, struct nn_adamw *adamw,
 		       const struct tensor *ids, const struct tensor *labels, double *phase_s)
 {
@@ -176,15 +179,33 @@ static void train_step(struct model_classifier *m, struct nn_params *ps, struct 
 	    tensor_synchronize(dev) < 0)
 		bench_die(PROG, "training step");
 	double t2 = bench_clock();
+	if (nn_dist_average_grads(ps, ids->shape[0], opt.batch) < 0)
+		bench_die(PROG, "all-reduce");
+	double t3 = bench_clock();
 	if (nn_adamw_step(adamw) < 0)
 		bench_die(PROG, "AdamW step");
 	tensor_scope_end();
 	if (tensor_synchronize(dev) < 0)
 		bench_die(PROG, "AdamW step");
-	double t3 = bench_clock();
+	double t4 = bench_clock();
 	phase_s[FWD] += t1 - t0;
 	phase_s[BWD] += t2 - t1;
-	phase_s[OPT] += t3 - t2;
+	phase_s[COMM] += t3 - t2;
+	phase_s[OPT] += t4 - t3;
+}
+
+/* This rank's rows of the batch t (a heap tensor, freed), as a heap tensor. */
+static struct tensor *share(struct tensor *t)
+{
+	int64_t lo, hi;
+	nn_dist_share(opt.batch, &lo, &hi);
+	if (!t || hi - lo == opt.batch)
+		return t;
+	tensor_heap_begin();
+	struct tensor *rows = tensor_narrow(t, 0, lo, hi - lo);
+	tensor_heap_end();
+	tensor_free(t);
+	return rows;
 }
 
 /* Build the classifier, optimizer and inputs of (model, n) and time its training steps:
@@ -222,9 +243,9 @@ static struct result run_config(const char *model, int64_t n)
 	    nn_adamw_init(&adamw, &ps, opt.lr, 0.9, 0.999, 1e-8, 0.01) < 0)
 		bench_die(PROG, "optimizer");
 	struct tensor *ids = bench_to_device(
-	    bench_random_ids(opt.batch, n, opt.vocab, (uint64_t)opt.seed), dev);
+	    share(bench_random_ids(opt.batch, n, opt.vocab, (uint64_t)opt.seed)), dev);
 	struct tensor *labels =
-	    bench_to_device(bench_random_labels(opt.batch, 2, (uint64_t)opt.seed + 1), dev);
+	    bench_to_device(share(bench_random_labels(opt.batch, 2, (uint64_t)opt.seed + 1)), dev);
 	if (!ids || !labels)
 		bench_die(PROG, "inputs");
 	for (int64_t i = 0; i < opt.warmup; i++) {
@@ -290,30 +311,42 @@ static void print_result(const char *model, int64_t n, const struct result *r, d
 		return;
 	}
 	double tokens = (double)(opt.batch * n) / r->step_s;
+	sgemm *= nn_dist_size(); /* the ranks' compute together */
 	double train_fpt = 3 * r->flops_per_token, gflops = train_fpt * tokens * 1e-9;
 	char rss[32] = "-";
 	if (r->rss >= 0)
 		snprintf(rss, sizeof rss, "%.1f", r->rss / BENCH_MIB);
-	printf("| %s | %lld | %s | %lld | %.0f | %.4f | %.2f / %.2f / %.2f | %.1f | %s | %.2f | "
-	       "%.1f | %.1f%% |\n",
-	       model, (long long)n, k, (long long)opt.batch, tokens, r->step_s, r->phase_s[FWD],
-	       r->phase_s[BWD], r->phase_s[OPT], r->peak / BENCH_MIB, rss, train_fpt * 1e-6, gflops,
-	       100 * gflops / sgemm);
+	char phases[96], comm[32] = "";
+	if (nn_dist_size() > 1)
+		snprintf(comm, sizeof comm, " / %.3f", r->phase_s[COMM]);
+	snprintf(phases, sizeof phases, "%.2f / %.2f%s / %.2f", r->phase_s[FWD], r->phase_s[BWD],
+		 comm, r->phase_s[OPT]);
+	printf("| %s | %lld | %s | %lld | %.0f | %.4f | %s | %.1f | %s | %.2f | %.1f | %.1f%% |\n",
+	       model, (long long)n, k, (long long)opt.batch, tokens, r->step_s, phases,
+	       r->peak / BENCH_MIB, rss, train_fpt * 1e-6, gflops, 100 * gflops / sgemm);
 	fprintf(stderr, "note: %s n %lld k %s: %.0f parameters; %.1f MiB of blocks reserved at the peak\n",
 		model, (long long)n, k, r->params, r->reserved / BENCH_MIB);
 	if (csv)
 		fprintf(csv,
 			"cformer%s,%s,%lld,%s,%lld,%.6g,%.6g,%.0f,%.6g,%.6g,%.6g,%.6g,%.0f,%.6g,%.6g,"
-			"%.6g\n",
-			precision == TENSOR_BF16 ? " bf16" : "", model, (long long)n, r->k ? k : "", (long long)opt.batch, tokens, r->step_s,
-			r->peak, train_fpt, gflops, sgemm, gflops / sgemm, r->rss, r->phase_s[FWD],
-			r->phase_s[BWD], r->phase_s[OPT]);
+			"%.6g,%d,%.6g\n",
+			precision == TENSOR_BF16 ? " bf16" : "", model, (long long)n, r->k ? k : "",
+			(long long)opt.batch, tokens, r->step_s, r->peak, train_fpt, gflops, sgemm,
+			gflops / sgemm, r->rss, r->phase_s[FWD], r->phase_s[BWD], r->phase_s[OPT],
+			nn_dist_size(), r->phase_s[COMM]);
 }
 
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (nn_dist_init(&argc, &argv) < 0)
+		bench_die(PROG, "joining the ranks");
+	if (nn_dist_rank() != 0 && !freopen("/dev/null", "w", stdout)) /* rank 0 prints */
+		bench_die(PROG, "silencing stdout");
 	flags_parse(flags, NFLAGS, argc, argv, PROG, SYNOPSIS, EPILOG);
+	if (opt.batch < nn_dist_size())
+		flags_fail(PROG, "batch", "%lld rows cannot be shared by %d ranks",
+			   (long long)opt.batch, nn_dist_size());
 	int64_t ns[BENCH_MAX_LIST];
 	char models[3][BENCH_WORD_MAX];
 	int nn = bench_parse_ints(PROG, "n", opt.n_list, ns, BENCH_MAX_LIST, 2, 1 << 24);
@@ -322,7 +355,7 @@ int main(int argc, char **argv)
 	if (opt.dim % opt.heads != 0)
 		flags_fail(PROG, "heads", "%lld heads do not divide --dim %lld",
 			   (long long)opt.heads, (long long)opt.dim);
-	FILE *csv = bench_csv_open(PROG, opt.csv, CSV_HEADER);
+	FILE *csv = nn_dist_rank() == 0 ? bench_csv_open(PROG, opt.csv, CSV_HEADER) : NULL;
 	dev = (enum tensor_device)bench_device_parse(PROG, opt.device);
 	precision = strcmp(opt.precision, "bf16") ? TENSOR_F32 : TENSOR_BF16;
 	tensor_set_num_threads((int)opt.threads);
@@ -341,18 +374,21 @@ int main(int argc, char **argv)
 	printf("- precision %s%s%s\n", opt.precision,
 	       precision == TENSOR_BF16 ? ": products in bf16 (f32 accumulation), kernel " : "",
 	       precision == TENSOR_BF16 ? tensor_bf16_gemm_kernel() : "");
-	printf("- threads %lld (OpenMP wait policy %s), BLIS kernels %s, load average at start "
-	       "%.2f; sgemm %lld^3 (tensor_matmul): %.1f GFLOP/s\n",
-	       (long long)(opt.threads ? opt.threads : tensor_get_num_threads()), bench_wait_policy(), tensor_blas_arch(),
-	       bench_load_average(), (long long)opt.sgemm_size, sgemm);
+	printf("- %d rank%s (mpirun), threads %lld each (OpenMP wait policy %s), BLIS kernels %s, "
+	       "load average at start %.2f; sgemm %lld^3 (tensor_matmul, one rank): %.1f GFLOP/s\n",
+	       nn_dist_size(), nn_dist_size() > 1 ? "s" : "",
+	       (long long)(opt.threads ? opt.threads : tensor_get_num_threads()),
+	       bench_wait_policy(), tensor_blas_arch(), bench_load_average(),
+	       (long long)opt.sgemm_size, sgemm);
 	printf(
 	    "- %lld warm-up steps, then the mean of %lld timed steps; peak = allocator peak of "
 	    "the timed steps, parameters, gradients and AdamW moments included; RSS = growth of "
 	    "the "
 	    "resident-set high-water mark from before the model was built (as bench/pytorch)\n\n",
 	    (long long)opt.warmup, (long long)opt.reps);
-	printf("| model | n | k | batch | tokens/s | step s | fwd / bwd / AdamW s | peak MiB "
-	       "| RSS MiB | MFLOP/token (train) | GFLOP/s | MFU |\n");
+	printf("| model | n | k | batch | tokens/s | step s | fwd / bwd%s / AdamW s | peak MiB "
+	       "| RSS MiB | MFLOP/token (train) | GFLOP/s | MFU |\n",
+	       nn_dist_size() > 1 ? " / all-reduce" : "");
 	printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
 
 	for (int mi = 0; mi < nm; mi++) {
@@ -366,7 +402,8 @@ int main(int argc, char **argv)
 	}
 	bench_csv_close(PROG, csv);
 	printf("\nMFU = achieved GFLOP/s (3 x forward matmul FLOPs per token x tokens/s) / the "
-	       "sgemm rate above.\n");
+	       "sgemm rate above (times the ranks).\n");
 	tensor_mem_trim();
+	nn_dist_finalize();
 	return 0;
 }

@@ -101,6 +101,66 @@ int tensor_synchronize(enum tensor_device dev)
 	return be ? be->synchronize() : tensor_last_status();
 }
 
+/* ---- sums across processes (NCCL) ---- */
+
+bool tensor_cuda_collectives(void)
+{
+#ifdef CFORMER_HAVE_NCCL
+	return tensor_cuda_present();
+#else
+	return false;
+#endif
+}
+
+static int no_collectives(const char *op)
+{
+	return tensor_error(TENSOR_ERR_UNSUPPORTED,
+			    "%s: no sums across processes on CUDA (built without NCCL, or no GPU)",
+			    op);
+}
+
+int tensor_cuda_comm_id(void *id, size_t len)
+{
+	if (!id)
+		return tensor_error(TENSOR_ERR_ARG, "tensor_cuda_comm_id: id is NULL");
+#ifdef CFORMER_HAVE_NCCL
+	if (tensor_cuda_present())
+		return cuda_comm_id(id, len);
+#endif
+	(void)len;
+	return no_collectives("tensor_cuda_comm_id");
+}
+
+int tensor_cuda_comm_init(const void *id, size_t len, int rank, int size)
+{
+	if (!id)
+		return tensor_error(TENSOR_ERR_ARG, "tensor_cuda_comm_init: id is NULL");
+#ifdef CFORMER_HAVE_NCCL
+	if (tensor_cuda_present())
+		return cuda_comm_init(id, len, rank, size);
+#endif
+	(void)len, (void)rank, (void)size;
+	return no_collectives("tensor_cuda_comm_init");
+}
+
+int tensor_cuda_sum_across(struct tensor *t)
+{
+	if (!t)
+		return tensor_error(TENSOR_ERR_ARG, "tensor_cuda_sum_across: t is NULL");
+#ifdef CFORMER_HAVE_NCCL
+	if (t->storage->device == TENSOR_CUDA)
+		return cuda_sum_across(t);
+#endif
+	return no_collectives("tensor_cuda_sum_across");
+}
+
+void tensor_cuda_comm_free(void)
+{
+#ifdef CFORMER_HAVE_NCCL
+	cuda_comm_free();
+#endif
+}
+
 int tensor_cuda_set_tf32(bool on)
 {
 #ifdef CFORMER_HAVE_CUDA

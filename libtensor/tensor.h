@@ -86,6 +86,22 @@ int tensor_synchronize(enum tensor_device dev);
  * rounding. TENSOR_ERR_UNSUPPORTED without a CUDA device. */
 int tensor_cuda_set_tf32(bool on);
 
+struct tensor;
+/* Sums of CUDA tensors across processes, on the device (NCCL; data parallelism,
+ * nn_dist_*). Without NCCL compiled in or a GPU: false, and TENSOR_ERR_UNSUPPORTED. */
+bool tensor_cuda_collectives(void);
+/* A new communicator's id (NCCL's, 128 bytes) into id[0..len); one process draws it and
+ * hands it to the others (nn/dist.c broadcasts it over MPI). */
+int tensor_cuda_comm_id(void *id, size_t len);
+/* Join the communicator of id as rank of size, in place of this process's earlier one
+ * (TENSOR_ERR_COMM naming NCCL's error). */
+int tensor_cuda_comm_init(const void *id, size_t len, int rank, int size);
+/* t (CUDA, contiguous, f32 or f64) becomes its sum over the communicator's processes, in
+ * place, queued on the device's stream. */
+int tensor_cuda_sum_across(struct tensor *t);
+/* Leave the communicator (nothing without one). */
+void tensor_cuda_comm_free(void);
+
 /* ---- the tensor ----------------------------------------------------------- */
 
 struct tensor_storage {

@@ -1,8 +1,9 @@
 /* Data parallelism over processes (nn.h, "data parallelism"): the ranks of an MPI
  * job, each training on its share of every global batch, average their packed
  * gradients. Built without MPI, or run without a launcher, a process is a group of
- * one and every call here is a no-op (or a local step). Collectives run on the host:
- * a device buffer is copied there and back. */
+ * one and every call here is a no-op (or a local step). Collectives run on the host
+ * (a device buffer is copied there and back), except CUDA gradients in a build with
+ * NCCL, which are summed on the device. */
 #define _POSIX_C_SOURCE 200809L
 #include <limits.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 
 static int dist_rank = 0, dist_size = 1;
 static bool dist_joined; /* this process called MPI_Init */
+static bool device_comm; /* the NCCL communicator of CUDA gradients exists */
 
 int nn_dist_rank(void)
 {
@@ -107,6 +109,8 @@ int nn_dist_init(int *argc, char ***argv)
 
 void nn_dist_finalize(void)
 {
+	tensor_cuda_comm_free();
+	device_comm = false;
 #ifdef CFORMER_HAVE_MPI
 	if (dist_joined)
 		MPI_Finalize();
@@ -200,10 +204,52 @@ static int sum_same_bits(void *x, int64_t n, enum tensor_dtype dt)
 }
 #endif
 
+/* x[0..n) *= w on the host, in one pass. */
+static void scale_host(void *x, int64_t n, enum tensor_dtype dt, double w)
+{
+	if (w == 1.0)
+		return;
+	if (dt == TENSOR_F64) {
+		double *d = x;
+		for (int64_t i = 0; i < n; i++)
+			d[i] *= w;
+	} else {
+		float *f = x, wf = (float)w;
+		for (int64_t i = 0; i < n; i++)
+			f[i] *= wf;
+	}
+}
+
 static int scale_chunk(struct tensor *const *t, struct update *u)
 {
 	return optim_store(t[0], tensor_mul_scalar(t[0], u->a[0]));
 }
+
+#ifdef CFORMER_HAVE_MPI
+/* t summed over the ranks on the device (NCCL), the communicator made at the first call:
+ * rank 0 draws its id and broadcasts it with its status, so a failure ends every rank's
+ * call with an error rather than a wait. */
+static int device_sum(struct tensor *t)
+{
+	static const char op[] = "nn_dist_average_grads";
+	if (!device_comm) {
+		unsigned char msg[1 + 128] = { 0 };
+		if (dist_rank == 0)
+			msg[0] = tensor_cuda_comm_id(msg + 1, sizeof msg - 1) == TENSOR_OK;
+		int rc = MPI_Bcast(msg, (int)sizeof msg, MPI_BYTE, 0, MPI_COMM_WORLD);
+		if (rc != MPI_SUCCESS)
+			return mpi_fail(op, "MPI_Bcast", rc);
+		if (!msg[0])
+			return dist_rank == 0 ? tensor_last_status()
+					      : tensor_error(TENSOR_ERR_COMM,
+							     "%s: rank 0 could not make an NCCL id", op);
+		if ((rc = tensor_cuda_comm_init(msg + 1, sizeof msg - 1, dist_rank, dist_size)) < 0)
+			return rc;
+		device_comm = true;
+	}
+	return tensor_cuda_sum_across(t);
+}
+#endif
 
 int nn_dist_average_grads(struct nn_params *ps, int64_t rows, int64_t total_rows)
 {
@@ -215,22 +261,28 @@ int nn_dist_average_grads(struct nn_params *ps, int64_t rows, int64_t total_rows
 		return tensor_error(TENSOR_ERR_ARG, "%s: %lld of %lld rows", op, (long long)rows,
 				    (long long)total_rows);
 	/* each rank's mean gradient, weighted by its share of the global batch */
-	struct update u = { .chunk = scale_chunk, .a = { (double)rows / (double)total_rows } };
-	if (u.a[0] != 1.0 && tensor_numel(ps->flat_grad) > 0) {
-		ag_no_grad_begin();
-		rc = optim_for_chunks(&ps->flat_grad, 1, &u);
-		ag_no_grad_end();
-		if (rc < 0)
+	double w = (double)rows / (double)total_rows;
+	int64_t n = tensor_numel(ps->flat_grad);
+	bool on_device = ps->flat_grad->storage->device != TENSOR_CPU && tensor_cuda_collectives();
+	if (dist_size == 1 || on_device) {
+		struct update u = { .chunk = scale_chunk, .a = { w } };
+		if (w != 1.0 && n > 0) {
+			ag_no_grad_begin();
+			rc = optim_for_chunks(&ps->flat_grad, 1, &u);
+			ag_no_grad_end();
+		}
+		if (rc < 0 || dist_size == 1)
 			return rc;
 	}
-	if (dist_size == 1)
-		return TENSOR_OK;
 #ifdef CFORMER_HAVE_MPI
+	if (on_device)
+		return device_sum(ps->flat_grad);
 	struct tensor *copy;
 	void *x = host_elements(ps->flat_grad, &copy);
 	if (!x)
 		return tensor_last_status();
-	rc = sum_same_bits(x, tensor_numel(ps->flat_grad), ps->flat_grad->dtype);
+	scale_host(x, n, ps->flat_grad->dtype, w);
+	rc = sum_same_bits(x, n, ps->flat_grad->dtype);
 	int back = host_return(ps->flat_grad, copy);
 	return rc < 0 ? rc : back;
 #else

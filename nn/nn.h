@@ -551,8 +551,9 @@ double nn_clip_grad_norm(struct nn_params *ps, double max_norm);
  * every rank's packed gradients the global batch's; the optimizer step that
  * follows keeps the ranks' parameters equal. Run without a launcher, or built
  * without MPI (./configure --without-mpi), a process is a group of one and the
- * calls cost nothing. Collectives run on the host (a device buffer is copied).
- * Errors: TENSOR_ERR_COMM naming the MPI call and the rank. */
+ * calls cost nothing. Collectives run on the host (a device buffer is copied),
+ * except CUDA gradients in a build with NCCL (tensor_cuda_sum_across). Errors:
+ * TENSOR_ERR_COMM naming the MPI (or NCCL) call and the rank. */
 
 /* Join the group a launcher started (MPI_Init, once; argc/argv as main's, may be
  * NULL), or stay a group of one. Returns a status. */

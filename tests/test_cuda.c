@@ -226,6 +226,35 @@ START_TEST(test_pool_steady_state)
 }
 END_TEST
 
+/* NCCL with one process: a sum over a communicator of one is the tensor itself, in f32
+ * and f64; the errors name the op. Nothing to do in a build without NCCL. */
+START_TEST(test_sum_across_one)
+{
+	if (!tensor_cuda_collectives()) {
+		printf("test_cuda: built without NCCL: no sums across processes to test\n");
+		return;
+	}
+	unsigned char id[128];
+	struct tensor *x = to_cuda(tu_rand(TENSOR_F32, 1, (int64_t[]){ 1000 }, 5));
+	tu_assert_error(tensor_cuda_sum_across(x) < 0, TENSOR_ERR_STATE, "no communicator", NULL);
+	ck_assert_int_eq(tensor_cuda_comm_id(id, sizeof id), TENSOR_OK);
+	tu_assert_error(tensor_cuda_comm_init(id, 4, 0, 1) < 0, TENSOR_ERR_ARG, "an id of 4 bytes",
+			NULL);
+	ck_assert_int_eq(tensor_cuda_comm_init(id, sizeof id, 0, 1), TENSOR_OK);
+	for (int k = 0; k < 2; k++) {
+		enum tensor_dtype dt = k ? TENSOR_F64 : TENSOR_F32;
+		struct tensor *want = tu_rand(dt, 1, (int64_t[]){ 1000 }, 6);
+		struct tensor *t = to_cuda(want);
+		ck_assert_int_eq(tensor_cuda_sum_across(t), TENSOR_OK);
+		assert_near("sum across one process", t, want, 0);
+	}
+	tu_assert_error(tensor_cuda_sum_across(tensor_transpose(to_cuda(tu_rand(
+			    TENSOR_F32, 2, (int64_t[]){ 3, 4 }, 7)), 0, 1)) < 0,
+			TENSOR_ERR_ARG, "contiguous", NULL);
+	tensor_cuda_comm_free();
+}
+END_TEST
+
 START_TEST(test_tf32_opt_in)
 {
 	struct tensor *a = tu_rand(TENSOR_F32, 2, (int64_t[]){ 64, 256 }, 3);
@@ -273,6 +302,7 @@ int main(void)
 		tcase_add_test(own, test_out_of_memory);
 		tcase_add_test(own, test_pool_steady_state);
 		tcase_add_test(own, test_tf32_opt_in);
+		tcase_add_test(own, test_sum_across_one);
 		suite_add_tcase(s, own);
 	}
 	return tu_run(s);

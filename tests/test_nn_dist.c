@@ -148,6 +148,17 @@ START_TEST(test_errors)
 							 (int64_t[]){ 2, 3 }),
 					    0, 1);
 	tu_assert_error(nn_dist_check_same(t, "x", NULL) < 0, TENSOR_ERR_ARG, "contiguous", NULL);
+	/* sums across processes on CUDA: a CPU tensor never, the rest without NCCL and a GPU */
+	unsigned char id[128];
+	tu_assert_error(tensor_cuda_sum_across(ps.flat_grad) < 0, TENSOR_ERR_UNSUPPORTED,
+			"tensor_cuda_sum_across", "NCCL");
+	tu_assert_error(tensor_cuda_comm_id(NULL, 1) < 0, TENSOR_ERR_ARG, "id is NULL", NULL);
+	if (!tensor_cuda_collectives()) {
+		tu_assert_error(tensor_cuda_comm_id(id, sizeof id) < 0, TENSOR_ERR_UNSUPPORTED,
+				"tensor_cuda_comm_id", "without NCCL");
+		tu_assert_error(tensor_cuda_comm_init(id, sizeof id, 0, 1) < 0,
+				TENSOR_ERR_UNSUPPORTED, "tensor_cuda_comm_init", "without NCCL");
+	}
 	/* a failed call changed nothing: every rank still agrees */
 	ck_assert_int_eq(nn_dist_check_same(ps.flat_grad, "gradients", NULL), TENSOR_OK);
 	nn_params_free(&ps);
