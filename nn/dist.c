@@ -17,8 +17,10 @@
 #endif
 
 static int dist_rank = 0, dist_size = 1;
-static bool dist_joined; /* this process called MPI_Init */
 static bool device_comm; /* the NCCL communicator of CUDA gradients exists */
+#ifdef CFORMER_HAVE_MPI
+static bool dist_joined; /* this process called MPI_Init */
+#endif
 
 int nn_dist_rank(void)
 {
@@ -50,6 +52,7 @@ static void *host_elements(struct tensor *t, struct tensor **copy)
 	return *copy ? (*copy)->storage->data : NULL;
 }
 
+#ifdef CFORMER_HAVE_MPI
 /* The host copy back into t (a device buffer), then freed. */
 static int host_return(struct tensor *t, struct tensor *copy)
 {
@@ -60,7 +63,6 @@ static int host_return(struct tensor *t, struct tensor *copy)
 	return rc;
 }
 
-#ifdef CFORMER_HAVE_MPI
 /* TENSOR_ERR_COMM naming op and MPI's message for code. */
 static int mpi_fail(const char *op, const char *call, int code)
 {
@@ -172,6 +174,22 @@ static int check_packed(const char *op, const struct nn_params *ps, const struct
 }
 
 #ifdef CFORMER_HAVE_MPI
+/* x[0..n) *= w on the host, in one pass. */
+static void scale_host(void *x, int64_t n, enum tensor_dtype dt, double w)
+{
+	if (w == 1.0)
+		return;
+	if (dt == TENSOR_F64) {
+		double *d = x;
+		for (int64_t i = 0; i < n; i++)
+			d[i] *= w;
+	} else {
+		float *f = x, wf = (float)w;
+		for (int64_t i = 0; i < n; i++)
+			f[i] *= wf;
+	}
+}
+
 /* Sum the n elements at x over the ranks, in place, every rank ending with the same
  * bits: each rank reduces one contiguous segment (reduce-scatter), then the segments
  * are gathered (all-gather), so each element is summed once, by one rank. */
@@ -203,22 +221,6 @@ static int sum_same_bits(void *x, int64_t n, enum tensor_dtype dt)
 	return rc;
 }
 #endif
-
-/* x[0..n) *= w on the host, in one pass. */
-static void scale_host(void *x, int64_t n, enum tensor_dtype dt, double w)
-{
-	if (w == 1.0)
-		return;
-	if (dt == TENSOR_F64) {
-		double *d = x;
-		for (int64_t i = 0; i < n; i++)
-			d[i] *= w;
-	} else {
-		float *f = x, wf = (float)w;
-		for (int64_t i = 0; i < n; i++)
-			f[i] *= wf;
-	}
-}
 
 static int scale_chunk(struct tensor *const *t, struct update *u)
 {
