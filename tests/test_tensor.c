@@ -643,12 +643,18 @@ START_TEST(test_busy_cpus)
 			    "cpu1 125 0 25 550 0 0 0 0 0 0\n"
 			    "cpu2 140 0 0 560 0 0 0 1 0 0\n"
 			    "cpu3 100 0 0 520 80 0 0 0 0 0\n";
-	ck_assert_int_eq(cpu_busy_cpus(before, after), 2);
-	ck_assert_int_eq(cpu_busy_cpus(before, before), 0); /* no time passed */
-	ck_assert_int_eq(cpu_busy_cpus("", after), 0);
-	ck_assert_int_eq(cpu_busy_cpus("cpuX 1 2 3 4\ngarbage\n", "cpu0 1\n"), 0);
+	ck_assert_int_eq(cpu_busy_cpus(before, after, NULL, 0), 2);
+	ck_assert_int_eq(cpu_busy_cpus(before, before, NULL, 0), 0); /* no time passed */
+	/* only this process's CPUs count (bound to cpu1 and cpu2: cpu1 busy; a CPU past the
+	 * list is not one of them) */
+	const bool mine[3] = { false, true, true };
+	ck_assert_int_eq(cpu_busy_cpus(before, after, mine, 3), 1);
+	ck_assert_int_eq(cpu_busy_cpus(before, after, mine, 1), 0);
+	ck_assert_int_eq(cpu_busy_cpus("", after, NULL, 0), 0);
+	ck_assert_int_eq(cpu_busy_cpus("cpuX 1 2 3 4\ngarbage\n", "cpu0 1\n", NULL, 0), 0);
 	/* steal counts as busy: the hypervisor gave the time to someone else */
-	ck_assert_int_eq(cpu_busy_cpus("cpu0 0 0 0 100 0 0 0 0\n", "cpu0 0 0 0 150 0 0 0 60\n"), 1);
+	ck_assert_int_eq(cpu_busy_cpus("cpu0 0 0 0 100 0 0 0 0\n", "cpu0 0 0 0 150 0 0 0 60\n", NULL, 0),
+			 1);
 }
 END_TEST
 

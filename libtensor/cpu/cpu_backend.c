@@ -38,7 +38,7 @@ static int parse_stat(const char *stat, unsigned long long *busy, unsigned long 
 	return seen;
 }
 
-int cpu_busy_cpus(const char *before, const char *after)
+int cpu_busy_cpus(const char *before, const char *after, const bool *mine, int nmine)
 {
 	enum { MAX = 4096 };
 	unsigned long long *v = calloc(4 * MAX, sizeof *v); /* busy, total: before, after */
@@ -48,7 +48,7 @@ int cpu_busy_cpus(const char *before, const char *after)
 	int busy = 0;
 	for (int i = 0; i < (n < m ? n : m); i++) {
 		unsigned long long db = v[2 * MAX + i] - v[i], dt = v[3 * MAX + i] - v[MAX + i];
-		busy += v[3 * MAX + i] > v[MAX + i] && 2 * db >= dt;
+		busy += v[3 * MAX + i] > v[MAX + i] && 2 * db >= dt && (!mine || (i < nmine && mine[i]));
 	}
 	free(v);
 	return busy;
@@ -67,7 +67,8 @@ static bool read_stat(char *buf, size_t len)
 }
 
 /* CFORMER_NUM_THREADS if set to a positive number; else the CPUs this process may run on
- * less those that other processes keep busy (at least half of a 50 ms look at /proc/stat),
+ * less those of them that other processes keep busy (at least half of a 50 ms look at
+ * /proc/stat),
  * at least 1: threads that must wait for each other lose many times over on a core that
  * something else holds (docs/benchmarks.md, "A busy machine"). */
 static int default_threads(void)
@@ -77,14 +78,16 @@ static int default_threads(void)
 	if (n > 0)
 		return (int)n;
 	cpu_set_t set;
-	n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-							: sysconf(_SC_NPROCESSORS_ONLN);
+	bool masked = sched_getaffinity(0, sizeof set, &set) == 0, mine[CPU_SETSIZE];
+	n = masked ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
+	for (int i = 0; i < CPU_SETSIZE; i++)
+		mine[i] = masked && CPU_ISSET(i, &set);
 	enum { LEN = 1 << 16 }; /* the per-CPU lines come first; the rest may be cut */
 	char *before = malloc(LEN), *after = malloc(LEN);
 	if (before && after && read_stat(before, LEN)) {
 		nanosleep(&(struct timespec){ .tv_nsec = 50 * 1000 * 1000 }, NULL);
 		if (read_stat(after, LEN))
-			n -= cpu_busy_cpus(before, after);
+			n -= cpu_busy_cpus(before, after, masked ? mine : NULL, CPU_SETSIZE);
 	}
 	free(before);
 	free(after);

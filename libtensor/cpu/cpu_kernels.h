@@ -7,9 +7,11 @@
 /* cpu_backend.c: the thread count set by tensor_set_num_threads(), for
  * `#pragma omp parallel for num_threads(cpu_num_threads())`. */
 int cpu_num_threads(void);
-/* How many CPUs were busy (at least half of their time not idle) between two snapshots of
- * /proc/stat's text; the default thread count leaves them out. */
-int cpu_busy_cpus(const char *before, const char *after);
+/* How many CPUs i with mine[i] (i < nmine; mine NULL: every CPU) were busy (at least half
+ * of their time not idle) between two snapshots of /proc/stat's text; the default thread
+ * count leaves them out of the CPUs this process may run on (a rank of mpirun bound to one
+ * core counts only that one). */
+int cpu_busy_cpus(const char *before, const char *after, const bool *mine, int nmine);
 
 /* cpu_fill.c */
 int cpu_copy(struct tensor *dst, const struct tensor *src);
