@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "common/csvlog.h"
@@ -61,8 +62,8 @@ static struct flag flags[] = {
 	DBL("embed-std", embed_std, 0, 10, 0, "S", "token embedding (tied to the MLM decoder) "
 						   "drawn N(0, S) as in BERT; 0: the library's N(0, 1)"),
 	MODEL_FLAGS_TOKENIZER(opt.enc),
-	STR("data", data, "DIR", "aclImdb directory: pretrain on its train reviews (labels unused; "
-				 "default: the bundled subset)"),
+	STR("data", data, "DIR", "aclImdb directory: pretrain on its train reviews and train/unsup "
+				 "where present (labels unused; default: the bundled subset)"),
 	STR("corpus", corpus, "PATH", "plain text instead of --data: a file (a document a line) or "
 				      "a directory of *.txt files (a document each)"),
 	INT("max-docs", max_docs, 0, 1 << 30, "N", "use N documents, a seeded sample (0: all)"),
@@ -122,7 +123,8 @@ static const char SYNOPSIS[] =
     "Linformer on the 1000 training reviews of the bundled IMDB subset in about a minute.";
 static const char EPILOG[] =
     "The full dataset (from ai.stanford.edu/~amaas/data/sentiment): --data DIR/aclImdb for its\n"
-    "25000 training reviews, or --corpus DIR/aclImdb/train/unsup for the 50000 unlabelled ones:\n"
+    "25000 training reviews and, where the directory has train/unsup (the original archive\n"
+    "does), the 50000 unlabelled ones; --corpus DIR/aclImdb/train/unsup for those alone:\n"
     "  linformer_mlm --corpus DIR/aclImdb/train/unsup --n 512 --k 128 --dim 256 --layers 4 \\\n"
     "      --ff 1024 --epochs 3 --lr 5e-4\n"
     "At n 512 this small model stays near word-frequency perplexity where BERT's recipe does\n"
@@ -221,7 +223,7 @@ static struct text_dataset chunk_docs(const struct text_dataset *in,
 }
 
 /* The documents of --corpus (IMDB-style "<br />" line breaks become spaces) or of the train
- * split of --data, cut to a seeded sample of --max-docs. */
+ * split of --data (and its train/unsup where present), cut to a seeded sample of --max-docs. */
 static void load_docs(struct text_dataset *docs, char *desc, size_t desc_len)
 {
 	char subset[4096];
@@ -243,7 +245,23 @@ static void load_docs(struct text_dataset *docs, char *desc, size_t desc_len)
 				   "%s: expected an aclImdb directory (train/neg, train/pos); see "
 				   "--help for the full dataset",
 				   tensor_last_error());
-		snprintf(desc, desc_len, "%s/train (reviews; labels unused)", data);
+		/* and the unlabelled reviews where the directory has them (the original does) */
+		char unsup[4200];
+		struct stat st;
+		snprintf(unsup, sizeof unsup, "%s/train/unsup", data);
+		bool more = stat(unsup, &st) == 0;
+		if (more) {
+			struct text_dataset u, all;
+			if (text_imdb_load(data, "unsup", &u) < 0)
+				flags_fail(PROG, "data", "%s", tensor_last_error());
+			if (text_dataset_concat(docs, &u, &all) < 0)
+				train_die(PROG, "--data");
+			text_dataset_free(docs);
+			text_dataset_free(&u);
+			*docs = all;
+		}
+		snprintf(desc, desc_len, "%s/train%s (reviews; labels unused)", data,
+			 more ? " and train/unsup" : "");
 	}
 	if (docs->n < 2)
 		flags_fail(PROG, opt.corpus ? "corpus" : "data",

@@ -197,6 +197,9 @@ expect 1 "--k-list: expected 2 positive integers separated by commas, got '8,x'"
 expect 1 "--k-list: needs --k-schedule list" --k-list 8,8
 expect 1 "--corpus: .*$tmp/missing.txt" --corpus "$tmp/missing.txt" --tokenizer byte
 expect 1 "--data: .*expected an aclImdb directory" --data "$tmp" --tokenizer byte
+# an aclImdb directory with train/unsup: the 7 training and 3 unlabelled reviews
+expect 0 "imdb_tiny/train and train/unsup (reviews; labels unused)" --data "${srcdir:-.}/tests/data/imdb_tiny" \
+	--tokenizer byte $model --batch 4 --steps 1 --threads 1 --log-dir "$tmp/unsup"
 : >"$tmp/empty.txt"
 expect 1 "--corpus: .*empty.txt" --corpus "$tmp/empty.txt" --tokenizer byte
 expect 1 "--vocab: .*missing-vocab.txt" --vocab "$tmp/missing-vocab.txt"

@@ -176,9 +176,10 @@ START_TEST(test_imdb_errors_fixtures)
 			  "No such file");
 	/* split names other than train and test are refused */
 	assert_load_error(data_path("imdb_tiny/train"), "neg", TENSOR_ERR_ARG, "split 'neg'",
-			  "\"train\" or \"test\"");
-	assert_load_error(data_path("imdb_tiny"), "unsup", TENSOR_ERR_ARG, "text_imdb_load",
-			  "split 'unsup'");
+			  "\"train\", \"test\" or \"unsup\"");
+	/* no train/unsup folder */
+	assert_load_error(data_path("imdb_bad_nopos"), "unsup", TENSOR_ERR_IO,
+			  "cannot open directory", "imdb_bad_nopos/train/unsup");
 	assert_load_error(NULL, "train", TENSOR_ERR_ARG, "text_imdb_load", "NULL");
 	assert_load_error(data_path("imdb_tiny"), NULL, TENSOR_ERR_ARG, "text_imdb_load", "NULL");
 	ck_assert_int_eq(text_imdb_load(data_path("imdb_tiny"), "train", NULL), TENSOR_ERR_ARG);
@@ -205,6 +206,31 @@ START_TEST(test_imdb_urls_errors)
 	ck_assert_int_eq(ds.items[0].group, 1); /* neg id 1: http://b, the only URL */
 	ck_assert_int_eq(ds.items[1].group, 0); /* no urls_pos.txt */
 	text_dataset_free(&ds);
+	tree_remove(root);
+}
+END_TEST
+
+/* train/unsup: the unlabelled reviews by numeric id (0, 5, 12), label -1, rating 0, each
+ * review's movie from train/urls_unsup.txt (0 and 12 the same one). */
+START_TEST(test_imdb_unsup)
+{
+	static const struct expect e[] = {
+		{ "Another one.", -1, 0 },
+		{ "An unlabelled note. Second line.", -1, 0 },
+		{ "Third, about the same movie as 0.", -1, 0 },
+	};
+	struct text_dataset ds;
+	ck_assert_int_eq(text_imdb_load(data_path("imdb_tiny"), "unsup", &ds), TENSOR_OK);
+	assert_dataset(&ds, e, 3);
+	ck_assert(ds.items[0].group == ds.items[2].group && ds.items[0].group > 0);
+	ck_assert(ds.items[1].group != ds.items[0].group && ds.items[1].group > 0);
+	text_dataset_free(&ds);
+	/* a rated review in unsup */
+	char *root = tree_new();
+	put_text(root, "train/unsup/3_0.txt", "ok");
+	put_text(root, "train/unsup/4_7.txt", "rated");
+	assert_load_error(root, "unsup", TENSOR_ERR_IO, "rating 7 in the unsup folder",
+			  "expected 0-0");
 	tree_remove(root);
 }
 END_TEST
@@ -635,6 +661,7 @@ int main(void)
 	Suite *s = suite_create("text_data");
 	TCase *tc = tu_tcase("imdb");
 	tcase_add_test(tc, test_imdb_train);
+	tcase_add_test(tc, test_imdb_unsup);
 	tcase_add_test(tc, test_imdb_test_split);
 	tcase_add_test(tc, test_imdb_groups);
 	tcase_add_test(tc, test_imdb_urls_errors);

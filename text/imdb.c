@@ -1,5 +1,5 @@
-/* The aclImdb reader (train|test/neg|pos/<id>_<rating>.txt, each review's
- * movie from urls_neg|pos.txt) and text_dataset_free. */
+/* The aclImdb reader (train|test/neg|pos/<id>_<rating>.txt and train/unsup/<id>_0.txt,
+ * each review's movie from urls_neg|pos|unsup.txt) and text_dataset_free. */
 #define _POSIX_C_SOURCE 200809L
 #include "mem.h"
 #include "text_internal.h"
@@ -28,7 +28,7 @@ static char *path_join(const char *a, const char *b, const char *c)
 }
 
 /* Parse "<id>_<rating>.txt": decimal numbers without sign or leading zeros,
- * id < 10^18, rating 1-10. */
+ * id < 10^18, rating below 100 (the caller checks its folder's range). */
 static bool parse_name(const char *name, int64_t *id, int32_t *rating)
 {
 	const char *s = name;
@@ -68,7 +68,8 @@ static void files_free(struct imdb_file *f, size_t n)
 	free(f);
 }
 
-/* The review files of one label folder, validated and sorted by id. */
+/* The review files of one label folder (label 0 neg, 1 pos, -1 unsup), validated and
+ * sorted by id. */
 static int list_label_dir(const char *path, int label, struct imdb_file **out, size_t *nout)
 {
 	DIR *d = opendir(path);
@@ -87,17 +88,17 @@ static int list_label_dir(const char *path, int label, struct imdb_file **out, s
 		if (!parse_name(e->d_name, &x.id, &x.rating)) {
 			st = tensor_error(TENSOR_ERR_IO,
 					  "text_imdb_load: malformed file name '%s/%s', expected "
-					  "<id>_<rating>.txt with a rating of 1-10",
+					  "<id>_<rating>.txt with a rating of 1-10 (0 in unsup)",
 					  path, e->d_name);
 			break;
 		}
-		int lo = label ? 7 : 1, hi = label ? 10 : 4;
+		int lo = label < 0 ? 0 : label ? 7 : 1, hi = label < 0 ? 0 : label ? 10 : 4;
 		if (x.rating < lo || x.rating > hi) {
 			st = tensor_error(TENSOR_ERR_IO,
 					  "text_imdb_load: '%s/%s': rating %d in the %s folder, "
 					  "expected %d-%d",
-					  path, e->d_name, (int)x.rating, label ? "pos" : "neg", lo,
-					  hi);
+					  path, e->d_name, (int)x.rating,
+					  label < 0 ? "unsup" : label ? "pos" : "neg", lo, hi);
 			break;
 		}
 		if (n == cap) {
@@ -253,23 +254,24 @@ static int read_urls(const char *path, const struct imdb_file *files, size_t n, 
 }
 
 /* Each review's movie: ds->items[i].group = 1 + the rank of its URL among
- * the split's distinct URLs (urls_neg.txt, urls_pos.txt); 0 where a label
- * folder has no urls file. */
-static int read_groups(const char *split_dir, const char *const labels[2],
-		       struct imdb_file *const files[2], const size_t nfiles[2],
+ * the split's distinct URLs (urls_<label>.txt of each of the nl label folders); 0 where
+ * a label folder has no urls file. */
+static int read_groups(const char *split_dir, const char *const *labels, int nl,
+		       struct imdb_file *const *files, const size_t *nfiles,
 		       struct text_dataset *ds)
 {
-	struct url_key *keys = tensor_host_calloc(nfiles[0] + nfiles[1] + 1, sizeof(*keys));
+	struct url_key *keys = tensor_host_calloc((size_t)ds->n + 1, sizeof(*keys));
 	if (!keys)
 		return tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
-	size_t nkeys = 0;
+	size_t nkeys = 0, item0 = 0;
 	int st = TENSOR_OK;
-	for (int l = 0; l < 2 && st == TENSOR_OK; l++) {
+	for (int l = 0; l < nl && st == TENSOR_OK; l++) {
 		char name[16];
 		snprintf(name, sizeof name, "urls_%s.txt", labels[l]);
 		char *p = path_join(split_dir, name, NULL);
-		st = p ? read_urls(p, files[l], nfiles[l], l ? (int64_t)nfiles[0] : 0, keys, &nkeys)
+		st = p ? read_urls(p, files[l], nfiles[l], (int64_t)item0, keys, &nkeys)
 		       : tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+		item0 += nfiles[l];
 		free(p);
 	}
 	if (st == TENSOR_OK) {
@@ -292,11 +294,13 @@ int text_imdb_load(const char *dir, const char *split, struct text_dataset *out)
 		return tensor_error(TENSOR_ERR_ARG,
 				    "text_imdb_load: NULL argument (dir %p, split %p, out %p)",
 				    (const void *)dir, (const void *)split, (void *)out);
-	if (strcmp(split, "train") != 0 && strcmp(split, "test") != 0)
+	bool unsup = !strcmp(split, "unsup");
+	if (!unsup && strcmp(split, "train") != 0 && strcmp(split, "test") != 0)
 		return tensor_error(TENSOR_ERR_ARG,
-				    "text_imdb_load: split '%s', expected \"train\" or \"test\"",
+				    "text_imdb_load: split '%s', expected \"train\", \"test\" or "
+				    "\"unsup\"",
 				    split);
-	char *split_dir = path_join(dir, split, NULL);
+	char *split_dir = path_join(dir, unsup ? "train" : split, NULL);
 	if (!split_dir)
 		return tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
 	DIR *d = opendir(split_dir);
@@ -309,13 +313,16 @@ int text_imdb_load(const char *dir, const char *split, struct text_dataset *out)
 	}
 	closedir(d);
 
-	static const char *labels[2] = { "neg", "pos" };
+	/* the label folders: neg (label 0) and pos (1), or unsup (-1) */
+	static const char *const pair[2] = { "neg", "pos" }, *const one[1] = { "unsup" };
+	const char *const *labels = unsup ? one : pair;
+	int nl = unsup ? 1 : 2;
 	struct imdb_file *files[2] = { NULL, NULL };
 	size_t nfiles[2] = { 0, 0 };
 	int st = TENSOR_OK;
-	for (int l = 0; l < 2 && st == TENSOR_OK; l++) {
+	for (int l = 0; l < nl && st == TENSOR_OK; l++) {
 		char *p = path_join(split_dir, labels[l], NULL);
-		st = p ? list_label_dir(p, l, &files[l], &nfiles[l])
+		st = p ? list_label_dir(p, unsup ? -1 : l, &files[l], &nfiles[l])
 		       : tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
 		free(p);
 	}
@@ -327,20 +334,20 @@ int text_imdb_load(const char *dir, const char *split, struct text_dataset *out)
 		if (!ds.items)
 			st = tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
 	}
-	for (int l = 0; l < 2 && st == TENSOR_OK; l++)
+	for (int l = 0; l < nl && st == TENSOR_OK; l++)
 		for (size_t i = 0; i < nfiles[l] && st == TENSOR_OK; i++) {
 			struct text_example *ex = &ds.items[ds.n];
 			st = read_review(files[l][i].name, &ex->text);
 			if (st == TENSOR_OK) {
-				ex->label = l;
+				ex->label = unsup ? -1 : l;
 				ex->rating = files[l][i].rating;
 				ds.n++;
 			}
 		}
 	if (st == TENSOR_OK && ds.n)
-		st = read_groups(split_dir, labels, files, nfiles, &ds);
+		st = read_groups(split_dir, labels, nl, files, nfiles, &ds);
 	free(split_dir);
-	for (int l = 0; l < 2; l++)
+	for (int l = 0; l < nl; l++)
 		files_free(files[l], nfiles[l]);
 	if (st != TENSOR_OK) {
 		text_dataset_free(&ds);

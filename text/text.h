@@ -84,8 +84,9 @@ struct text_dataset {
 };
 
 /* The aclImdb layout: dir/<split>/{neg,pos}/<id>_<rating>.txt, split "train"
- * or "test". Labels neg 0 / pos 1; <id> and <rating> decimal without leading
- * zeros, rating 1-4 in neg and 7-10 in pos; "<br />", "<br/>", "<br>" (any
+ * or "test", or the unlabelled reviews dir/train/unsup/<id>_0.txt, split "unsup"
+ * (label -1, rating 0, groups from train/urls_unsup.txt). Labels neg 0 / pos 1;
+ * <id> and <rating> decimal without leading zeros, rating 1-4 in neg and 7-10 in pos; "<br />", "<br/>", "<br>" (any
  * case) become one space; other bytes are kept (no UTF-8 check); dot-files
  * are skipped; order: neg then pos, each by numeric id. Each review's group
  * is its movie: line id + 1 of <split>/urls_neg.txt or urls_pos.txt (the
@@ -93,7 +94,7 @@ struct text_dataset {
  * that file is absent. Errors (IO) name the missing directory or the file:
  * malformed name, rating outside its folder's range, duplicate id, NUL byte,
  * unreadable, a urls file too short or with a blank line for a review; a
- * split other than train/test is TENSOR_ERR_ARG. *out is written only on
+ * split other than train/test/unsup is TENSOR_ERR_ARG. *out is written only on
  * success. */
 int text_imdb_load(const char *dir, const char *split, struct text_dataset *out);
 /* Plain text. A file: one document per non-blank line (a trailing \r is
