@@ -245,15 +245,21 @@ static void load_docs(struct text_dataset *docs, char *desc, size_t desc_len)
 				   "%s: expected an aclImdb directory (train/neg, train/pos); see "
 				   "--help for the full dataset",
 				   tensor_last_error());
-		/* and the unlabelled reviews where the directory has them (the original does) */
+		/* and the unlabelled reviews where the directory (or archive) has them, as the
+		 * original does */
 		char unsup[4200];
 		struct stat st;
 		snprintf(unsup, sizeof unsup, "%s/train/unsup", data);
-		bool more = stat(unsup, &st) == 0;
-		if (more) {
-			struct text_dataset u, all;
-			if (text_imdb_load(data, "unsup", &u) < 0)
+		bool archive = stat(data, &st) == 0 && S_ISREG(st.st_mode);
+		bool more = archive || stat(unsup, &st) == 0;
+		struct text_dataset u, all;
+		if (more && text_imdb_load(data, "unsup", &u) < 0) {
+			if (!archive) /* an archive may lack them */
 				flags_fail(PROG, "data", "%s", tensor_last_error());
+			tensor_clear_error();
+			more = false;
+		}
+		if (more) {
 			if (text_dataset_concat(docs, &u, &all) < 0)
 				train_die(PROG, "--data");
 			text_dataset_free(docs);

@@ -235,6 +235,39 @@ START_TEST(test_imdb_unsup)
 }
 END_TEST
 
+/* The archive of the same tree (tests/data/imdb_tiny.tar.gz) loads every split as the
+ * directory does: texts, labels, ratings and movies. */
+START_TEST(test_imdb_archive)
+{
+	static const char *const splits[3] = { "train", "test", "unsup" };
+	for (int s = 0; s < 3; s++) {
+		struct text_dataset a, d;
+		ck_assert_int_eq(text_imdb_load(data_path("imdb_tiny.tar.gz"), splits[s], &a),
+				 TENSOR_OK);
+		ck_assert_int_eq(text_imdb_load(data_path("imdb_tiny"), splits[s], &d), TENSOR_OK);
+		ck_assert_int_eq(a.n, d.n);
+		ck_assert_int_gt(a.n, 0);
+		for (int64_t i = 0; i < a.n; i++) {
+			ck_assert_str_eq(a.items[i].text, d.items[i].text);
+			ck_assert_int_eq(a.items[i].label, d.items[i].label);
+			ck_assert_int_eq(a.items[i].rating, d.items[i].rating);
+			ck_assert_int_eq(a.items[i].group, d.items[i].group);
+		}
+		text_dataset_free(&a);
+		text_dataset_free(&d);
+	}
+	/* bad archives: cut short, not an archive, a malformed name, a missing split */
+	assert_load_error(data_path("imdb_truncated.tar.gz"), "train", TENSOR_ERR_IO,
+			  "imdb_truncated.tar.gz", "archive");
+	assert_load_error(data_path("imdb_tiny/train/urls_pos.txt"), "train", TENSOR_ERR_IO,
+			  "urls_pos.txt' is damaged or not an archive", NULL);
+	assert_load_error(data_path("imdb_bad_archive.tar.gz"), "train", TENSOR_ERR_IO,
+			  "malformed file name", "imdb_bad_archive.tar.gz:imdb_x/train/pos/bad.txt");
+	assert_load_error(data_path("imdb_bad_archive.tar.gz"), "test", TENSOR_ERR_IO,
+			  "holds no review under TOP/test/neg/", NULL);
+}
+END_TEST
+
 START_TEST(test_imdb_malformed_names)
 {
 	/* clang-format off */
@@ -662,6 +695,7 @@ int main(void)
 	TCase *tc = tu_tcase("imdb");
 	tcase_add_test(tc, test_imdb_train);
 	tcase_add_test(tc, test_imdb_unsup);
+	tcase_add_test(tc, test_imdb_archive);
 	tcase_add_test(tc, test_imdb_test_split);
 	tcase_add_test(tc, test_imdb_groups);
 	tcase_add_test(tc, test_imdb_urls_errors);

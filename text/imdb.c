@@ -1,19 +1,33 @@
 /* The aclImdb reader (train|test/neg|pos/<id>_<rating>.txt and train/unsup/<id>_0.txt,
- * each review's movie from urls_neg|pos|unsup.txt) and text_dataset_free. */
+ * each review's movie from urls_neg|pos|unsup.txt), from a directory or straight from the
+ * original archive (libarchive), and text_dataset_free. */
 #define _POSIX_C_SOURCE 200809L
 #include "mem.h"
 #include "text_internal.h"
 
+#include <archive.h>
+#include <archive_entry.h>
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+/* A review file: its id and rating, its name (a path, or "ARCHIVE:entry"), and its
+ * bytes when it came from an archive (NULL: read the path). */
 struct imdb_file {
 	int64_t id;
 	int32_t rating;
-	char *name;
+	char *name, *bytes;
+	size_t len;
+};
+
+/* A urls_<label>.txt read from an archive (present: the archive has it). */
+struct imdb_blob {
+	char *bytes;
+	size_t len;
+	bool present;
 };
 
 /* "a/b/c" from up to three parts (NULL parts skipped); NULL on no memory. */
@@ -63,13 +77,64 @@ static int file_cmp(const void *a, const void *b)
 
 static void files_free(struct imdb_file *f, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		free(f[i].name);
+		free(f[i].bytes);
+	}
 	free(f);
 }
 
-/* The review files of one label folder (label 0 neg, 1 pos, -1 unsup), validated and
- * sorted by id. */
+/* Append review fname of folder dir (label 0 neg, 1 pos, -1 unsup) to (*f, *n, *cap),
+ * its name and rating checked; bytes (its content from an archive, or NULL) is taken. */
+static int add_file(struct imdb_file **f, size_t *n, size_t *cap, const char *dir,
+		    const char *fname, int label, char *bytes, size_t len)
+{
+	struct imdb_file x = { .bytes = bytes, .len = len };
+	int st = TENSOR_OK;
+	int lo = label < 0 ? 0 : label ? 7 : 1, hi = label < 0 ? 0 : label ? 10 : 4;
+	if (!parse_name(fname, &x.id, &x.rating))
+		st = tensor_error(TENSOR_ERR_IO,
+				  "text_imdb_load: malformed file name '%s/%s', expected "
+				  "<id>_<rating>.txt with a rating of 1-10 (0 in unsup)",
+				  dir, fname);
+	else if (x.rating < lo || x.rating > hi)
+		st = tensor_error(TENSOR_ERR_IO,
+				  "text_imdb_load: '%s/%s': rating %d in the %s folder, expected %d-%d",
+				  dir, fname, (int)x.rating, label < 0 ? "unsup" : label ? "pos" : "neg",
+				  lo, hi);
+	if (st == TENSOR_OK && *n == *cap) {
+		size_t nc = *cap ? 2 * *cap : 256;
+		struct imdb_file *g = tensor_host_realloc(*f, nc * sizeof(**f));
+		if (!g)
+			st = tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+		else
+			*f = g, *cap = nc;
+	}
+	if (st == TENSOR_OK && !(x.name = path_join(dir, fname, NULL)))
+		st = tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+	if (st != TENSOR_OK) {
+		free(bytes);
+		return st;
+	}
+	(*f)[(*n)++] = x;
+	return TENSOR_OK;
+}
+
+/* Sort a folder's files by id; two of one id are an error naming both. */
+static int sort_files(struct imdb_file *f, size_t n)
+{
+	if (n < 2)
+		return TENSOR_OK;
+	qsort(f, n, sizeof(*f), file_cmp);
+	for (size_t i = 1; i < n; i++)
+		if (f[i].id == f[i - 1].id)
+			return tensor_error(TENSOR_ERR_IO,
+					    "text_imdb_load: duplicate review id %lld: '%s' and '%s'",
+					    (long long)f[i].id, f[i - 1].name, f[i].name);
+	return TENSOR_OK;
+}
+
+/* The review files of one label folder, validated and sorted by id. */
 static int list_label_dir(const char *path, int label, struct imdb_file **out, size_t *nout)
 {
 	DIR *d = opendir(path);
@@ -81,60 +146,17 @@ static int list_label_dir(const char *path, int label, struct imdb_file **out, s
 	int st = TENSOR_OK;
 	struct dirent *e;
 	errno = 0;
-	while ((e = readdir(d)) != NULL) {
-		if (e->d_name[0] == '.')
-			continue; /* ".", ".." and hidden files */
-		struct imdb_file x;
-		if (!parse_name(e->d_name, &x.id, &x.rating)) {
-			st = tensor_error(TENSOR_ERR_IO,
-					  "text_imdb_load: malformed file name '%s/%s', expected "
-					  "<id>_<rating>.txt with a rating of 1-10 (0 in unsup)",
-					  path, e->d_name);
-			break;
-		}
-		int lo = label < 0 ? 0 : label ? 7 : 1, hi = label < 0 ? 0 : label ? 10 : 4;
-		if (x.rating < lo || x.rating > hi) {
-			st = tensor_error(TENSOR_ERR_IO,
-					  "text_imdb_load: '%s/%s': rating %d in the %s folder, "
-					  "expected %d-%d",
-					  path, e->d_name, (int)x.rating,
-					  label < 0 ? "unsup" : label ? "pos" : "neg", lo, hi);
-			break;
-		}
-		if (n == cap) {
-			size_t nc = cap ? 2 * cap : 256;
-			struct imdb_file *g = tensor_host_realloc(f, nc * sizeof(*f));
-			if (!g) {
-				st =
-				    tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
-				break;
-			}
-			f = g;
-			cap = nc;
-		}
-		x.name = path_join(path, e->d_name, NULL);
-		if (!x.name) {
-			st = tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
-			break;
-		}
-		f[n++] = x;
+	while (st == TENSOR_OK && (e = readdir(d)) != NULL) {
+		if (e->d_name[0] != '.') /* ".", ".." and hidden files */
+			st = add_file(&f, &n, &cap, path, e->d_name, label, NULL, 0);
 		errno = 0;
 	}
 	if (st == TENSOR_OK && errno != 0)
 		st = tensor_error(TENSOR_ERR_IO, "text_imdb_load: cannot read directory '%s': %s",
 				  path, strerror(errno));
 	closedir(d);
-	if (st == TENSOR_OK && n > 1) {
-		qsort(f, n, sizeof(*f), file_cmp);
-		for (size_t i = 1; i < n; i++)
-			if (f[i].id == f[i - 1].id) {
-				st = tensor_error(
-				    TENSOR_ERR_IO,
-				    "text_imdb_load: duplicate review id %lld: '%s' and '%s'",
-				    (long long)f[i].id, f[i - 1].name, f[i].name);
-				break;
-			}
-	}
+	if (st == TENSOR_OK)
+		st = sort_files(f, n);
 	if (st != TENSOR_OK) {
 		files_free(f, n);
 		return st;
@@ -160,12 +182,14 @@ static size_t br_len(const char *s, const char *end)
 	return 0;
 }
 
-/* The bytes of a review with line breaks replaced by spaces, NUL-terminated. */
-static int read_review(const char *path, char **out)
+/* The bytes of a review with line breaks replaced by spaces, NUL-terminated: an archive's
+ * (taken from f) or the file's. */
+static int read_review(struct imdb_file *f, char **out)
 {
-	char *buf;
-	size_t n;
-	int st = text_read_file("text_imdb_load", path, &buf, &n);
+	char *buf = f->bytes, *path = f->name;
+	size_t n = f->len;
+	f->bytes = NULL;
+	int st = buf ? TENSOR_OK : text_read_file("text_imdb_load", path, &buf, &n);
 	if (st != TENSOR_OK)
 		return st;
 	const char *z = memchr(buf, 0, n);
@@ -204,13 +228,16 @@ static int url_cmp(const void *a, const void *b)
 }
 
 /* Appends to keys the URL of each review of files[0..n) (sorted ids), the
- * first at dataset index item0: line id + 1 of path. No such file: nothing. */
-static int read_urls(const char *path, const struct imdb_file *files, size_t n, int64_t item0,
-		     struct url_key *keys, size_t *nkeys)
+ * first at dataset index item0: line id + 1 of path, or of blob when the file came
+ * from an archive (blob not NULL). No such file: nothing. */
+static int read_urls(const char *path, const struct imdb_blob *blob, const struct imdb_file *files,
+		     size_t n, int64_t item0, struct url_key *keys, size_t *nkeys)
 {
-	FILE *fp = fopen(path, "rb");
+	if (blob && !blob->present)
+		return TENSOR_OK;
+	FILE *fp = blob ? fmemopen(blob->bytes, blob->len, "rb") : fopen(path, "rb");
 	if (!fp)
-		return errno == ENOENT
+		return errno == ENOENT && !blob
 			   ? TENSOR_OK
 			   : tensor_error(TENSOR_ERR_IO, "text_imdb_load: cannot open '%s': %s",
 					  path, strerror(errno));
@@ -254,11 +281,11 @@ static int read_urls(const char *path, const struct imdb_file *files, size_t n, 
 }
 
 /* Each review's movie: ds->items[i].group = 1 + the rank of its URL among
- * the split's distinct URLs (urls_<label>.txt of each of the nl label folders); 0 where
- * a label folder has no urls file. */
-static int read_groups(const char *split_dir, const char *const *labels, int nl,
-		       struct imdb_file *const *files, const size_t *nfiles,
-		       struct text_dataset *ds)
+ * the split's distinct URLs (urls_<label>.txt of each of the nl label folders, from the
+ * directory split_dir or, with urls, the archive's); 0 where a label folder has none. */
+static int read_groups(const char *split_dir, const struct imdb_blob *urls,
+		       const char *const *labels, int nl, struct imdb_file *const *files,
+		       const size_t *nfiles, struct text_dataset *ds)
 {
 	struct url_key *keys = tensor_host_calloc((size_t)ds->n + 1, sizeof(*keys));
 	if (!keys)
@@ -269,7 +296,8 @@ static int read_groups(const char *split_dir, const char *const *labels, int nl,
 		char name[16];
 		snprintf(name, sizeof name, "urls_%s.txt", labels[l]);
 		char *p = path_join(split_dir, name, NULL);
-		st = p ? read_urls(p, files[l], nfiles[l], (int64_t)item0, keys, &nkeys)
+		st = p ? read_urls(p, urls ? &urls[l] : NULL, files[l], nfiles[l], (int64_t)item0,
+				   keys, &nkeys)
 		       : tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
 		item0 += nfiles[l];
 		free(p);
@@ -288,6 +316,133 @@ static int read_groups(const char *split_dir, const char *const *labels, int nl,
 	return st;
 }
 
+/* The review files of each label folder of directory split_dir, sorted by id. */
+static int dir_gather(const char *split_dir, const char *const *labels, int nl, bool unsup,
+		      struct imdb_file **files, size_t *nfiles)
+{
+	DIR *d = opendir(split_dir);
+	if (!d)
+		return tensor_error(TENSOR_ERR_IO, "text_imdb_load: cannot open directory '%s': %s",
+				    split_dir, strerror(errno));
+	closedir(d);
+	int st = TENSOR_OK;
+	for (int l = 0; l < nl && st == TENSOR_OK; l++) {
+		char *p = path_join(split_dir, labels[l], NULL);
+		st = p ? list_label_dir(p, unsup ? -1 : l, &files[l], &nfiles[l])
+		       : tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+		free(p);
+	}
+	return st;
+}
+
+/* The bytes of the archive's current entry, NUL-terminated (at most 1 GiB). */
+static int entry_bytes(struct archive *a, const char *where, char **out, size_t *len)
+{
+	size_t n = 0, cap = 4096;
+	char *buf = tensor_host_malloc(cap);
+	for (la_ssize_t r = 1; buf && r > 0;) {
+		if (cap - n < 4096 + 1) {
+			char *g = cap < ((size_t)1 << 30) ? tensor_host_realloc(buf, 2 * cap) : NULL;
+			if (!g) {
+				free(buf);
+				return cap < ((size_t)1 << 30)
+					   ? tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory")
+					   : tensor_error(TENSOR_ERR_IO, "text_imdb_load: '%s' passes 1 GiB",
+							  where);
+			}
+			buf = g, cap *= 2;
+		}
+		r = archive_read_data(a, buf + n, cap - n - 1);
+		if (r < 0) {
+			free(buf);
+			return tensor_error(TENSOR_ERR_IO, "text_imdb_load: '%s': %s", where,
+					    archive_error_string(a));
+		}
+		n += (size_t)r;
+	}
+	if (!buf)
+		return tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+	buf[n] = '\0';
+	*out = buf;
+	*len = n;
+	return TENSOR_OK;
+}
+
+/* The same from the archive at path (aclImdb_v1.tar.gz, or any tar libarchive reads), whose
+ * entries TOP/<sub>/<label>/<file> and TOP/<sub>/urls_<label>.txt are read into memory
+ * (TOP any one folder); *where receives "path:TOP/<sub>" for messages. */
+static int archive_gather(const char *path, const char *sub, const char *const *labels, int nl,
+			  bool unsup, struct imdb_file **files, size_t *nfiles,
+			  struct imdb_blob *urls, char **where)
+{
+	struct archive *a = archive_read_new();
+	if (!a)
+		return tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+	archive_read_support_filter_all(a);
+	archive_read_support_format_all(a);
+	if (archive_read_open_filename(a, path, 1 << 16) != ARCHIVE_OK) {
+		int st = tensor_error(TENSOR_ERR_IO, "text_imdb_load: cannot read archive '%s': %s",
+				      path, archive_error_string(a));
+		archive_read_free(a);
+		return st;
+	}
+	size_t cap[2] = { 0, 0 }, ls = strlen(sub);
+	struct archive_entry *e;
+	int st = TENSOR_OK, r;
+	while (st == TENSOR_OK && (r = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
+		const char *p = archive_entry_pathname(e), *q;
+		if (!p || archive_entry_filetype(e) != AE_IFREG)
+			continue;
+		p += !strncmp(p, "./", 2) ? 2 : 0;
+		const char *slash = strchr(p, '/');
+		if (!slash || strncmp(slash + 1, sub, ls) || slash[1 + ls] != '/')
+			continue; /* not TOP/<sub>/... */
+		q = slash + 2 + ls;
+		if (!*where) {
+			size_t n = strlen(path) + (size_t)(q - p) + 2;
+			if (!(*where = tensor_host_malloc(n)))
+				st = tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+			else
+				snprintf(*where, n, "%s:%.*s", path, (int)(q - p - 1), p);
+		}
+		for (int l = 0; l < nl && st == TENSOR_OK; l++) {
+			size_t ll = strlen(labels[l]);
+			char urls_name[32], dir[4200];
+			snprintf(urls_name, sizeof urls_name, "urls_%s.txt", labels[l]);
+			snprintf(dir, sizeof dir, "%s/%s", *where, labels[l]);
+			char *bytes;
+			size_t len;
+			if (!strncmp(q, labels[l], ll) && q[ll] == '/' && !strchr(q + ll + 1, '/') &&
+			    q[ll + 1] != '.') {
+				st = entry_bytes(a, p, &bytes, &len);
+				if (st == TENSOR_OK)
+					st = add_file(&files[l], &nfiles[l], &cap[l], dir, q + ll + 1,
+						      unsup ? -1 : l, bytes, len);
+			} else if (!strcmp(q, urls_name)) {
+				free(urls[l].bytes);
+				st = entry_bytes(a, p, &urls[l].bytes, &urls[l].len);
+				urls[l].present = st == TENSOR_OK;
+			}
+		}
+	}
+	if (st == TENSOR_OK && r != ARCHIVE_EOF)
+		st = tensor_error(TENSOR_ERR_IO,
+				  "text_imdb_load: '%s' is damaged or not an archive (expected a "
+				  "directory or aclImdb_v1.tar.gz): %s",
+				  path, archive_error_string(a));
+	archive_read_free(a);
+	for (int l = 0; l < nl && st == TENSOR_OK; l++) {
+		if (!nfiles[l])
+			st = tensor_error(TENSOR_ERR_IO,
+					  "text_imdb_load: '%s' holds no review under TOP/%s/%s/ "
+					  "(expected aclImdb's layout)",
+					  path, sub, labels[l]);
+		else
+			st = sort_files(files[l], nfiles[l]);
+	}
+	return st;
+}
+
 int text_imdb_load(const char *dir, const char *split, struct text_dataset *out)
 {
 	if (!dir || !split || !out)
@@ -300,32 +455,23 @@ int text_imdb_load(const char *dir, const char *split, struct text_dataset *out)
 				    "text_imdb_load: split '%s', expected \"train\", \"test\" or "
 				    "\"unsup\"",
 				    split);
-	char *split_dir = path_join(dir, unsup ? "train" : split, NULL);
-	if (!split_dir)
-		return tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
-	DIR *d = opendir(split_dir);
-	if (!d) {
-		int st =
-		    tensor_error(TENSOR_ERR_IO, "text_imdb_load: cannot open directory '%s': %s",
-				 split_dir, strerror(errno));
-		free(split_dir);
-		return st;
-	}
-	closedir(d);
-
 	/* the label folders: neg (label 0) and pos (1), or unsup (-1) */
 	static const char *const pair[2] = { "neg", "pos" }, *const one[1] = { "unsup" };
 	const char *const *labels = unsup ? one : pair;
+	const char *sub = unsup ? "train" : split;
 	int nl = unsup ? 1 : 2;
 	struct imdb_file *files[2] = { NULL, NULL };
 	size_t nfiles[2] = { 0, 0 };
-	int st = TENSOR_OK;
-	for (int l = 0; l < nl && st == TENSOR_OK; l++) {
-		char *p = path_join(split_dir, labels[l], NULL);
-		st = p ? list_label_dir(p, unsup ? -1 : l, &files[l], &nfiles[l])
-		       : tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
-		free(p);
-	}
+	struct imdb_blob urls[2] = { { 0 }, { 0 } };
+	struct stat sb;
+	bool archive = stat(dir, &sb) == 0 && S_ISREG(sb.st_mode);
+	char *split_dir = archive ? NULL : path_join(dir, sub, NULL);
+	int st = archive || split_dir ? TENSOR_OK
+				      : tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+	if (st == TENSOR_OK)
+		st = archive ? archive_gather(dir, sub, labels, nl, unsup, files, nfiles, urls,
+					      &split_dir)
+			     : dir_gather(split_dir, labels, nl, unsup, files, nfiles);
 
 	struct text_dataset ds = { NULL, 0 };
 	size_t total = nfiles[0] + nfiles[1];
@@ -337,7 +483,7 @@ int text_imdb_load(const char *dir, const char *split, struct text_dataset *out)
 	for (int l = 0; l < nl && st == TENSOR_OK; l++)
 		for (size_t i = 0; i < nfiles[l] && st == TENSOR_OK; i++) {
 			struct text_example *ex = &ds.items[ds.n];
-			st = read_review(files[l][i].name, &ex->text);
+			st = read_review(&files[l][i], &ex->text);
 			if (st == TENSOR_OK) {
 				ex->label = unsup ? -1 : l;
 				ex->rating = files[l][i].rating;
@@ -345,10 +491,12 @@ int text_imdb_load(const char *dir, const char *split, struct text_dataset *out)
 			}
 		}
 	if (st == TENSOR_OK && ds.n)
-		st = read_groups(split_dir, labels, nl, files, nfiles, &ds);
+		st = read_groups(split_dir, archive ? urls : NULL, labels, nl, files, nfiles, &ds);
 	free(split_dir);
-	for (int l = 0; l < nl; l++)
+	for (int l = 0; l < nl; l++) {
 		files_free(files[l], nfiles[l]);
+		free(urls[l].bytes);
+	}
 	if (st != TENSOR_OK) {
 		text_dataset_free(&ds);
 		return st;

@@ -85,7 +85,11 @@ struct text_dataset {
 
 /* The aclImdb layout: dir/<split>/{neg,pos}/<id>_<rating>.txt, split "train"
  * or "test", or the unlabelled reviews dir/train/unsup/<id>_0.txt, split "unsup"
- * (label -1, rating 0, groups from train/urls_unsup.txt). Labels neg 0 / pos 1;
+ * (label -1, rating 0, groups from train/urls_unsup.txt). dir may also be the
+ * original archive, aclImdb_v1.tar.gz (any tar, compressed or not, with one top
+ * folder holding that layout), read as it is, without unpacking; its errors name
+ * "ARCHIVE:TOP/<path>" and an archive that cannot be read or lacks a label folder
+ * is TENSOR_ERR_IO. Labels neg 0 / pos 1;
  * <id> and <rating> decimal without leading zeros, rating 1-4 in neg and 7-10 in pos; "<br />", "<br/>", "<br>" (any
  * case) become one space; other bytes are kept (no UTF-8 check); dot-files
  * are skipped; order: neg then pos, each by numeric id. Each review's group
