@@ -621,6 +621,12 @@ static int imdb_op(void *p)
 	return text_imdb_load(data_path("imdb_tiny"), "train", &t->ds);
 }
 
+static int imdb_archive_op(void *p)
+{
+	struct texts *t = p;
+	return text_imdb_load(data_path("imdb_tiny.tar.gz"), "train", &t->ds);
+}
+
 static int lines_op(void *p)
 {
 	struct texts *t = p;
@@ -733,6 +739,8 @@ START_TEST(test_text)
 	fail_each("byte tokenize", &t, text_reset, tokenize_op, tokenize_check);
 	t.ref = &t.imdb;
 	ck_assert(fail_each("aclImdb load", &t, text_reset, imdb_op, dataset_check) >= 5);
+	ck_assert(fail_each("aclImdb archive load", &t, text_reset, imdb_archive_op,
+			    dataset_check) >= 5);
 	struct text_dataset twice, lines;
 	ck_assert_int_eq(text_dataset_concat(&t.imdb, &t.imdb, &twice), TENSOR_OK);
 	t.ref = &twice;
