@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/classify.h"
 #include "common/csvlog.h"
 #include "common/data.h"
 #include "common/flags.h"
@@ -27,7 +28,7 @@
 static const char PROG[] = "linformer_mlm";
 static const char *const CSV_COLS[] = { "step", "epoch",	"split",     "loss",   "perplexity",
 					"lr",	"tokens_per_s", "elapsed_s", "peak_mb" };
-enum { NCSV = sizeof CSV_COLS / sizeof CSV_COLS[0] };
+enum { NCSV = sizeof CSV_COLS / sizeof CSV_COLS[0], CSV_ELAPSED = 7 /* elapsed_s */ };
 
 /* ---- flags (the names and meanings of imdb_study's where they overlap) ----------------- */
 
@@ -35,9 +36,10 @@ struct options {
 	struct model_flags enc;
 	const char *schedule, *data, *corpus, *decode, *log_dir, *checkpoint_dir, *checkpoint,
 	    *init_from, *device, *precision;
-	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_docs, log_every;
+	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_docs, log_every,
+	    stop_after;
 	double embed_std, mask_prob, lr, min_lr, warmup, weight_decay, clip, val_fraction;
-	bool no_chunk, eval_only, no_bucket, no_mem_check, skip_nonfinite;
+	bool no_chunk, eval_only, no_bucket, no_mem_check, skip_nonfinite, resume;
 };
 
 /* The tables read better aligned by hand. */
@@ -108,6 +110,10 @@ static struct flag flags[] = {
 	STR("checkpoint-dir", checkpoint_dir, "DIR", "last.safetensors (each epoch), "
 						     "best.safetensors (default: the log dir)"),
 	INT("log-every", log_every, 1, 1 << 30, "S", "steps between log lines and CSV rows"),
+	BOOL("resume", resume, "continue the run of --log-dir (its last.safetensors: weights, "
+			       "AdamW, random stream, step) with the run's flags"),
+	INT("stop-after", stop_after, 0, 9007199254740992.0, "S",
+	    "stop after step S, saving last.safetensors and printing the command that resumes"),
 	BOOL("eval-only", eval_only, "validation perplexity of --checkpoint, rebuilt from the file "
 				     "alone (the training run's data flags, --seed and --batch give "
 				     "its held-out text and masks)"),
@@ -115,6 +121,11 @@ static struct flag flags[] = {
 };
 /* clang-format on */
 enum { NFLAGS = sizeof flags / sizeof flags[0] };
+/* The flags a resumed run may change (the rest must be the run's). */
+static const char *const RESUME_FREE[] = { "threads",	  "device",	"no-mem-check",
+					   "log-every",	  "log-dir",	"checkpoint-dir",
+					   "resume",	  "stop-after", "eval-only",
+					   "checkpoint", NULL };
 
 static const char SYNOPSIS[] =
     "usage: linformer_mlm [--flag VALUE]...\n"
@@ -408,7 +419,7 @@ static uint64_t val_mask_seed(int64_t i)
 	return mix((uint64_t)opt.seed ^ 0x76616C6964ull) + (uint64_t)i;
 }
 
-struct eval_result {
+struct mlm_eval {
 	double loss;
 	int64_t tokens;
 };
@@ -416,10 +427,10 @@ struct eval_result {
 /* Mean loss over every predicted token of the held-out sequences, in eval mode without a
  * tape; the masks depend on (--seed, batch) only, so every epoch sees the same ones. Under
  * mpirun each rank takes every size-th batch and the sums are shared. */
-static struct eval_result evaluate(const struct model_mlm *m, struct nn_params *ps,
+static struct mlm_eval evaluate(const struct model_mlm *m, struct nn_params *ps,
 				   const struct text_batcher *b, const struct text_tokenizer *tok)
 {
-	struct eval_result r = { 0 };
+	struct mlm_eval r = { 0 };
 	double sum = 0;
 	nn_params_train(ps, false);
 	ag_no_grad_begin();
@@ -473,7 +484,7 @@ static int run_eval_only(void)
 	load_data(&tok, c.max_len, &train, &val);
 	if (train_batcher_init(&b, &val, &tok, c.max_len, opt.batch, 0, false, !opt.no_bucket) < 0)
 		train_die(PROG, "tokenizing the held-out text");
-	struct eval_result r = evaluate(&m, &ps, &b, &tok);
+	struct mlm_eval r = evaluate(&m, &ps, &b, &tok);
 	printf("%s (step %lld): validation loss %.4f perplexity %.3f (%lld predicted tokens)\n",
 	       opt.checkpoint, (long long)step, r.loss, exp(r.loss), (long long)r.tokens);
 	text_batcher_free(&b);
@@ -504,6 +515,7 @@ struct run {
 	char log_dir[1024], ckpt_dir[1024];
 	int64_t nb, spe, total, epochs, best_epoch; /* batches and steps an epoch */
 	int64_t saved, skipped; /* the step last saved (-1: none); non-finite steps skipped */
+	int64_t step;		/* done (a resumed run starts at its saved step) */
 	bool stop;		/* a rank was asked to stop (SIGINT, SIGTERM) */
 	double start, best_val;
 };
@@ -513,13 +525,20 @@ static double elapsed(const struct run *r)
 	return train_clock() - r->start;
 }
 
+/* best.safetensors (the weights) or last.safetensors (all that --resume needs). */
 static void save(struct run *r, const char *name, int64_t step)
 {
 	char path[1100];
 	snprintf(path, sizeof path, "%s/%s", r->ckpt_dir, name);
-	if (!strcmp(name, "last.safetensors"))
+	bool last = !strcmp(name, "last.safetensors");
+	if (last)
 		r->saved = step;
-	if (train_sync_writer(PROG) && nn_checkpoint_save(path, &r->ps, NULL, r->cfg_json, step) < 0)
+	if (!train_sync_writer(PROG)) /* rank 0 writes, once every rank got here */
+		return;
+	struct run_state st = { step, r->best_epoch, r->best_val, flags, NFLAGS, RESUME_FREE };
+	if (last)
+		run_state_save(PROG, path, &st, &r->ps, &r->adamw, NULL, r->cfg_json);
+	else if (nn_checkpoint_save(path, &r->ps, NULL, r->cfg_json, step) < 0)
 		train_die(PROG, "saving a checkpoint");
 }
 
@@ -597,6 +616,8 @@ static void setup(struct run *r)
 	char err[1200], path[1100];
 	if (opt.log_dir) {
 		snprintf(r->log_dir, sizeof r->log_dir, "%s", opt.log_dir);
+	} else if (opt.resume) {
+		flags_fail(PROG, "resume", "needs --log-dir DIR of the run");
 	} else {
 		train_default_log_dir(r->log_dir, sizeof r->log_dir, "mlm-", opt.enc.model,
 				      opt.enc.n);
@@ -607,11 +628,26 @@ static void setup(struct run *r)
 		flags_fail(PROG, "log-dir", "%s", err);
 	if (train_mkdirs(r->ckpt_dir, err, sizeof err) < 0)
 		flags_fail(PROG, "checkpoint-dir", "%s", err);
+	r->best_val = INFINITY;
+	r->saved = -1;
+	double elapsed0 = 0;
+	if (opt.resume) { /* the weights, AdamW, random stream and step of last.safetensors */
+		struct run_state st = { .flags = flags, .nflags = NFLAGS, .free_flags = RESUME_FREE };
+		snprintf(path, sizeof path, "%s/last.safetensors", r->ckpt_dir);
+		run_state_load(PROG, path, &st, &r->ps, &r->adamw, NULL);
+		r->step = r->saved = st.step;
+		r->best_val = st.best_val, r->best_epoch = st.best_epoch;
+		for (int64_t e = 0; e < r->step / r->spe; e++)
+			text_batcher_next_epoch(&r->btrain); /* its order: from (seed, epoch) */
+	}
 	snprintf(path, sizeof path, "%s/metrics.csv", r->log_dir);
 	if (nn_dist_rank() == 0 &&
-	    (csvlog_open(&r->csv, path, CSV_COLS, NCSV, false, err, sizeof err) < 0 ||
+	    ((opt.resume && csvlog_drop_after(path, (long long)r->step, CSV_ELAPSED, &elapsed0, err,
+					      sizeof err) < 0) ||
+	     csvlog_open(&r->csv, path, CSV_COLS, NCSV, opt.resume, err, sizeof err) < 0 ||
 	     tb_open(&r->tb, r->log_dir, err, sizeof err) < 0))
 		flags_fail(PROG, "log-dir", "%s", err);
+	r->start -= elapsed0; /* the time before the resume counts */
 
 	model_summary(&r->cfg, nn_params_count(&r->ps), stdout);
 	printf("tokenizer %s (%d ids), masking %g, decode %s; batch %lld x accum %lld, %lld "
@@ -623,8 +659,8 @@ static void setup(struct run *r)
 	if (!opt.data && !opt.corpus)
 		printf("(the bundled subset; for the full dataset see --help)\n");
 	printf("logs in %s, checkpoints in %s\n", r->log_dir, r->ckpt_dir);
-	r->best_val = INFINITY;
-	r->saved = -1;
+	if (r->step)
+		printf("resumed at step %lld\n", (long long)r->step);
 }
 
 /* Running sums between log points. */
@@ -713,14 +749,14 @@ static void free_run(struct run *r)
 	tensor_mem_trim();
 }
 
-static int run_train(void)
+static int run_train(int argc, char **argv)
 {
 	struct run r = { 0 };
 	r.start = train_clock();
 	setup(&r);
-	int64_t step = 0, padded_all = 0;
+	int64_t step = r.step, first_step = r.step, padded_all = 0;
 	double train_time = 0, first_loss = NAN, last_loss = NAN;
-	struct eval_result v = { NAN, 0 };
+	struct mlm_eval v = { NAN, 0 };
 	train_signals_install();
 	progress_init(&r.bar, stderr, opt.log_every);
 	struct window w = { 0 };
@@ -746,7 +782,7 @@ static int run_train(void)
 			.metric = exp(loss),
 			.tokens_per_s = (double)w.padded / w.time,
 			.elapsed_s = elapsed(&r),
-			.eta_s = train_time / (double)step * (double)(r.total - step),
+			.eta_s = train_time / (double)(step - first_step) * (double)(r.total - step),
 			.peak_mb = train_peak_mb(),
 		};
 		progress_update(&r.bar, &ps);
@@ -757,7 +793,8 @@ static int run_train(void)
 			padded_all += w.padded;
 			w = (struct window){ 0 };
 		}
-		if (step % r.spe == 0 || step == r.total) { /* the end of an epoch */
+		bool end = step % r.spe == 0 || step == r.total;
+		if (end) { /* the end of an epoch */
 			v = evaluate(&r.model, &r.ps, &r.bval, &r.tok);
 			bool best = v.loss < r.best_val;
 			if (best)
@@ -775,13 +812,16 @@ static int run_train(void)
 				save(&r, "best.safetensors", step);
 			save(&r, "last.safetensors", step);
 		}
-		if (r.stop && step < r.total) {
-			save(&r, "last.safetensors", step);
+		if (step < r.total && (r.stop || (opt.stop_after && step >= opt.stop_after))) {
+			if (!end)
+				save(&r, "last.safetensors", step);
 			progress_end(&r.bar);
-			printf("interrupted at step %lld of %lld: saved %s/last.safetensors\n",
-			       (long long)step, (long long)r.total, r.ckpt_dir);
+			printf("%s at step %lld of %lld: saved %s/last.safetensors\n",
+			       r.stop ? "interrupted" : "stopped", (long long)step,
+			       (long long)r.total, r.ckpt_dir);
+			print_resume_command(argc, argv, r.log_dir, r.ckpt_dir);
 			free_run(&r);
-			return 1;
+			return r.stop ? 1 : 0;
 		}
 	}
 	progress_end(&r.bar);
@@ -831,7 +871,7 @@ int main(int argc, char **argv)
 	if (opt.threads)
 		tensor_set_num_threads((int)opt.threads);
 	train_set_device(PROG, opt.device);
-	int rc = opt.eval_only ? run_eval_only() : run_train();
+	int rc = opt.eval_only ? run_eval_only() : run_train(argc, argv);
 	nn_dist_finalize();
 	return rc;
 }

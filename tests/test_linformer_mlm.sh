@@ -1,6 +1,7 @@
 #!/bin/sh
 # linformer_mlm end to end on a tiny generated corpus: a few steps lower the loss, perplexity is
-# printed and finite, the CSV has its columns, the model learns from context (not only word
+# printed and finite, the CSV has its columns, a run stopped and resumed ends with the
+# uninterrupted run's checkpoint, the model learns from context (not only word
 # frequencies), the checkpoint rebuilds the model from its config
 # alone and reproduces the validation perplexity, --init-from continues it at a longer n,
 # --precision bf16 ends near the f32 run's perplexity, masked and full decoding agree, and bad flags
@@ -69,6 +70,21 @@ case $val in
 *) fail "no finite validation perplexity printed (got '$val')" ;;
 esac
 ls "$tmp/run"/events.out.tfevents.* >/dev/null 2>&1 || fail "no TensorBoard event file"
+
+# ---- stopped at step 10 and resumed: the uninterrupted run's checkpoint, byte for byte ---------
+train --steps 24 --lr 3e-3 --log-every 4 --log-dir "$tmp/rs" --stop-after 10 >"$tmp/rs.out" 2>&1 ||
+	fail "--stop-after exited $?: $(cat "$tmp/rs.out")"
+resume=$(sed -n 's/^to resume: //p' "$tmp/rs.out")
+[ -n "$resume" ] || fail "no resume command printed: $(cat "$tmp/rs.out")"
+eval "$resume" >"$tmp/rs2.out" 2>&1 || fail "resuming exited $?: $(cat "$tmp/rs2.out")"
+if cmp -s "$tmp/run/last.safetensors" "$tmp/rs/last.safetensors" &&
+	grep -q "^resumed at step 10" "$tmp/rs2.out"; then
+	echo "ok: stopped at step 10 and resumed: the uninterrupted run's last.safetensors"
+else
+	fail "the resumed run differs: $(tail -3 "$tmp/rs2.out")"
+fi
+expect 1 "--resume: needs --log-dir" --resume --corpus "$tmp/corpus.txt"
+expect 1 "no saved state\|last.safetensors" --resume --log-dir "$tmp/nothing" --corpus "$tmp/corpus.txt"
 
 # ---- the checkpoint: written atomically, its config rebuilds the model -------------------------
 ckpt=$tmp/run/last.safetensors
