@@ -57,7 +57,8 @@ int main(int argc, char **argv)
 			max_log2 = atoi(argv[i + 1]);
 	}
 	if (reps < 1 || max_log2 < 18 || max_log2 > 30) {
-		fprintf(stderr, "usage: mpirun -np N %s [--reps R >= 1] [--max-log2 18..30]\n", PROG);
+		fprintf(stderr, "usage: mpirun -np N %s [--reps R >= 1] [--max-log2 18..30]\n",
+			PROG);
 		return 2;
 	}
 	int n = nn_dist_size();
@@ -66,7 +67,8 @@ int main(int argc, char **argv)
 		printf("f32 gradients on the host; the mean of the ranks' medians of %d runs after "
 		       "two warm-ups; bus = 2 (N - 1) / N x bytes / time\n\n",
 		       reps);
-		printf("| elements | MiB | ms | algorithm GB/s | bus GB/s |\n|---:|---:|---:|---:|---:|\n");
+		printf("| elements | MiB | ms | algorithm GB/s | bus GB/s "
+		       "|\n|---:|---:|---:|---:|---:|\n");
 	}
 	for (int l = 18; l <= max_log2; l += 2) {
 		int64_t e = (int64_t)1 << l;

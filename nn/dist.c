@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem.h"
 #include "nn.h"
 #include "optim_internal.h"
 
@@ -45,11 +46,11 @@ static void *host_elements(struct tensor *t, struct tensor **copy)
 {
 	*copy = NULL;
 	if (t->storage->device == TENSOR_CPU)
-		return (char *)t->storage->data + t->offset * tensor_dtype_size(t->dtype);
+		return tensor_data(t);
 	tensor_heap_begin();
 	*copy = tensor_to_device(t, TENSOR_CPU);
 	tensor_heap_end();
-	return *copy ? (*copy)->storage->data : NULL;
+	return *copy ? tensor_data(*copy) : NULL;
 }
 
 #ifdef CFORMER_HAVE_MPI
@@ -161,11 +162,14 @@ int nn_dist_sum(double *v, int n)
 static int check_packed(const char *op, const struct nn_params *ps, const struct tensor *t)
 {
 	if (!ps || !t)
-		return tensor_error(TENSOR_ERR_STATE, "%s: the parameters are not packed "
-						      "(call nn_params_pack first)", op);
+		return tensor_error(TENSOR_ERR_STATE,
+				    "%s: the parameters are not packed "
+				    "(call nn_params_pack first)",
+				    op);
 	if (t->dtype != TENSOR_F32 && t->dtype != TENSOR_F64)
-		return tensor_error(TENSOR_ERR_DTYPE, "%s: packed %s parameters, expected f32 or f64",
-				    op, tensor_dtype_name(t->dtype));
+		return tensor_error(TENSOR_ERR_DTYPE,
+				    "%s: packed %s parameters, expected f32 or f64", op,
+				    tensor_dtype_name(t->dtype));
 	if (tensor_numel(t) / dist_size >= INT_MAX)
 		return tensor_error(TENSOR_ERR_UNSUPPORTED,
 				    "%s: %lld elements over %d ranks pass MPI's int counts", op,
@@ -195,9 +199,10 @@ static void scale_host(void *x, int64_t n, enum tensor_dtype dt, double w)
  * are gathered (all-gather), so each element is summed once, by one rank. */
 static int sum_same_bits(void *x, int64_t n, enum tensor_dtype dt)
 {
-	int *counts = malloc(2 * sizeof(int) * (size_t)dist_size);
+	int *counts = tensor_host_malloc(2 * sizeof(int) * (size_t)dist_size);
 	if (!counts)
-		return tensor_error(TENSOR_ERR_NOMEM, "nn_dist_average_grads: %d counts", dist_size);
+		return tensor_error(TENSOR_ERR_NOMEM, "nn_dist_average_grads: %d counts",
+				    dist_size);
 	int *displs = counts + dist_size;
 	for (int r = 0, at = 0; r < dist_size; r++) {
 		counts[r] = (int)(n / dist_size + (r < n % dist_size));
@@ -242,9 +247,10 @@ static int device_sum(struct tensor *t)
 		if (rc != MPI_SUCCESS)
 			return mpi_fail(op, "MPI_Bcast", rc);
 		if (!msg[0])
-			return dist_rank == 0 ? tensor_last_status()
-					      : tensor_error(TENSOR_ERR_COMM,
-							     "%s: rank 0 could not make an NCCL id", op);
+			return dist_rank == 0
+				   ? tensor_last_status()
+				   : tensor_error(TENSOR_ERR_COMM,
+						  "%s: rank 0 could not make an NCCL id", op);
 		if ((rc = tensor_cuda_comm_init(msg + 1, sizeof msg - 1, dist_rank, dist_size)) < 0)
 			return rc;
 		device_comm = true;
@@ -303,8 +309,8 @@ int nn_dist_broadcast_params(struct nn_params *ps)
 	void *x = host_elements(ps->flat, &copy);
 	if (!x)
 		return tensor_last_status();
-	rc = MPI_Bcast(x, (int)tensor_numel(ps->flat), mpi_type(ps->flat->dtype), 0,
-		       MPI_COMM_WORLD);
+	rc =
+	    MPI_Bcast(x, (int)tensor_numel(ps->flat), mpi_type(ps->flat->dtype), 0, MPI_COMM_WORLD);
 	rc = rc == MPI_SUCCESS ? TENSOR_OK : mpi_fail(op, "MPI_Bcast", rc);
 	int back = host_return(ps->flat, copy);
 	return rc < 0 ? rc : back;
@@ -350,7 +356,8 @@ int nn_dist_check_same(struct tensor *t, const char *what, uint64_t *checksum)
 					    "%s: %s differ between the %d ranks (checksums %016llx "
 					    "to %016llx; rank %d has %016llx)",
 					    op, what, dist_size, (unsigned long long)lo,
-					    (unsigned long long)hi, dist_rank, (unsigned long long)h);
+					    (unsigned long long)hi, dist_rank,
+					    (unsigned long long)h);
 	}
 #endif
 	return TENSOR_OK;

@@ -144,9 +144,8 @@ START_TEST(test_errors)
 	tu_assert_error(nn_dist_sum(NULL, 2) < 0, TENSOR_ERR_ARG, "nn_dist_sum", NULL);
 	tu_assert_error(nn_dist_check_same(NULL, "x", NULL) < 0, TENSOR_ERR_ARG,
 			"nn_dist_check_same", NULL);
-	struct tensor *t = tensor_transpose(tensor_zeros(TENSOR_F32, TENSOR_CPU, 2,
-							 (int64_t[]){ 2, 3 }),
-					    0, 1);
+	struct tensor *t =
+	    tensor_transpose(tensor_zeros(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){ 2, 3 }), 0, 1);
 	tu_assert_error(nn_dist_check_same(t, "x", NULL) < 0, TENSOR_ERR_ARG, "contiguous", NULL);
 	/* sums across processes on CUDA: a CPU tensor never, the rest without NCCL and a GPU */
 	unsigned char id[128];
