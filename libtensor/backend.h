@@ -149,6 +149,13 @@ extern const struct tensor_backend tensor_cuda_backend;
 bool tensor_cuda_present(void);
 int cuda_set_tf32(bool on);
 #endif
+#ifdef CFORMER_HAVE_NCCL
+/* cuda/cuda_nccl.c: tensor.h's tensor_cuda_comm_id, _comm_init, _sum_across, _comm_free */
+int cuda_comm_id(void *id, size_t len);
+int cuda_comm_init(const void *id, size_t len, int rank, int size);
+int cuda_sum_across(struct tensor *t);
+void cuda_comm_free(void);
+#endif
 
 /* ---- helpers for front-ends (tensor.c, arena.c) ---------------------------- */
 

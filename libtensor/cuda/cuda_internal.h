@@ -75,12 +75,6 @@ static inline void *cuda_ptr(const struct tensor *t)
 	return (char *)t->storage->data + t->offset * tensor_dtype_size(t->dtype);
 }
 
-/* cuda_nccl.c: sums across processes (tensor.h's tensor_cuda_comm_* and _sum_across) */
-int cuda_comm_id(void *id, size_t len);
-int cuda_comm_init(const void *id, size_t len, int rank, int size);
-int cuda_sum_across(struct tensor *t);
-void cuda_comm_free(void);
-
 /* ---- the slots, one family a file ------------------------------------------ */
 
 /* cuda_kernels.cu: copy, fill, random, dropout */

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Build cformer with the CUDA backend in build-cuda/src (programs linked with libtool's
-# -no-install: no wrapper scripts, libcformer.so found in the tree) and pack what a GPU machine without BLIS, Check, cJSON or
-# utf8proc needs into .device/ (git-ignored): the programs of the build tree and the shared
-# libraries they load that are neither glibc's nor CUDA's. scripts/device/run.sh runs them there.
+# -no-install: no wrapper scripts, libcformer.so found in the tree) and pack what a GPU
+# machine without BLIS, Check, cJSON, utf8proc, libarchive or Open MPI needs into .device/
+# (git-ignored): the programs of the build tree (build.tar.gz) and the shared libraries they
+# load that are neither glibc's nor CUDA's (lib.tar.gz). scripts/device/run.sh runs them there.
 # Usage: scripts/device/pack.sh   (CUDA_ARCH overrides -gencode=arch=compute_90,code=[sm_90,
 # compute_90]: Hopper machine code, and PTX the driver compiles for a newer GPU)
 set -eu
@@ -27,8 +28,10 @@ mkdir -p .device/lib
 printf 'print-programs:\n\t@echo $(PROGRAMS) $(check_PROGRAMS)\n' >build-cuda/programs.mk
 progs=$(make -s -C build-cuda/src -f Makefile -f ../programs.mk print-programs)
 (cd build-cuda/src && tar czf ../../.device/build.tar.gz $progs .libs/libcformer.so*)
-# shared libraries a bare CUDA machine lacks
+# shared libraries a bare CUDA machine lacks (compressed: libarchive brings ICU's 31 MB of
+# data, and the device takes 64 MiB of files in all)
 for p in $progs; do ldd "build-cuda/src/$p"; done | awk '/=> \//{ print $3 }' | sort -u |
-	grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt|libnccl)\.so' |
+	grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt|libnccl|libcformer)\.so' |
 	while read -r lib; do cp -L "$lib" .device/lib/; done
+tar czf .device/lib.tar.gz -C .device lib && rm -rf .device/lib
 du -sh .device

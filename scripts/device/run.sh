@@ -42,7 +42,7 @@ built=/work/main/build-cuda/src
 [ -e "$built" ] || { mkdir -p "$(dirname "$built")" && ln -s "$root" "$built"; }
 # the build was made in place: its programs go where they were built, beside the sources
 # (the examples find their bundled data from their own place)
-tar xzf .device/build.tar.gz || exit 1
+tar xzf .device/build.tar.gz && tar xzf .device/lib.tar.gz -C .device || exit 1
 cuda_lib=""
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
 	[ -e "$d/libcublas.so.13" ] && cuda_lib=$d && break
