@@ -28,7 +28,7 @@ static const char PROG[] = "linformer_imdb";
 
 static struct {
 	const char *data, *model, *device, *precision, *log_dir, *checkpoint, *predict, *predict_file,
-	    *output;
+	    *output, *init_from;
 	int64_t n, k, epochs, batch, seed, threads, stop_after, max_train, max_test;
 	double lr;
 	bool resume, eval_only;
@@ -59,6 +59,8 @@ static struct flag flags[] = {
 	FLAG_DEF_INT("max-test", &opt.max_test, 0, 1 << 30, "N", "use N test reviews (0: all)"),
 	FLAG_DEF_STRING("log-dir", &opt.log_dir, "DIR",
 			"logs and checkpoints (default: runs/<model>-n<N>-<time>)"),
+	FLAG_DEF_STRING("init-from", &opt.init_from, "CKPT",
+			"fine-tune the encoder of a linformer_mlm checkpoint (its shape too)"),
 	FLAG_DEF_BOOL("resume", &opt.resume,
 		      "continue the run of --log-dir from its last checkpoint"),
 	FLAG_DEF_INT("stop-after", &opt.stop_after, 0, 1e15, "S", "save and exit after step S"),
@@ -126,18 +128,32 @@ static void load_tokenizer(struct text_tokenizer *tok, int64_t keep_tail)
 	tok->keep_tail = keep_tail;
 }
 
-/* The model: a two-layer preset, then the recipe's sizes; mean pooling, two classes. */
+/* The model: a two-layer preset, then the recipe's sizes (or, with --init-from, the
+ * pretrained encoder's config); mean pooling, two classes. */
 static void build_config(struct model_config *c, const struct run *r)
 {
 	char preset[64];
 	snprintf(preset, sizeof preset, "%s:2", opt.model);
-	if (model_config_preset(c, preset, r->tok.vocab_size, opt.n) < 0)
-		train_die(PROG, "--model");
-	c->k_first = c->k_last = opt.k ? opt.k : opt.n / 2 < 128 ? opt.n / 2 : 128;
-	c->dim = c->head_hidden = r->rc.dim;
-	c->ff_hidden = r->rc.ff;
-	c->positions = r->rc.conv_positions ? MODEL_POS_NONE : MODEL_POS_LEARNED;
-	c->position_kernel = r->rc.conv_positions ? 3 : 0;
+	if (opt.init_from) {
+		for (const char *const *f = (const char *const[]){ "model", "n", "k", NULL }; *f; f++)
+			if (flags_given(flags, NFLAGS, *f))
+				flags_fail(PROG, *f, "comes from --init-from: leave it out");
+		if (model_config_from_checkpoint(opt.init_from, c) < 0)
+			train_die(PROG, "--init-from");
+		if (c->vocab_size != r->tok.vocab_size)
+			flags_fail(PROG, "init-from", "%s has %lld token ids, BERT's vocabulary %d",
+				   opt.init_from, (long long)c->vocab_size, r->tok.vocab_size);
+		opt.n = c->max_len;
+		c->head_hidden = c->dim;
+	} else {
+		if (model_config_preset(c, preset, r->tok.vocab_size, opt.n) < 0)
+			train_die(PROG, "--model");
+		c->k_first = c->k_last = opt.k ? opt.k : opt.n / 2 < 128 ? opt.n / 2 : 128;
+		c->dim = c->head_hidden = r->rc.dim;
+		c->ff_hidden = r->rc.ff;
+		c->positions = r->rc.conv_positions ? MODEL_POS_NONE : MODEL_POS_LEARNED;
+		c->position_kernel = r->rc.conv_positions ? 3 : 0;
+	}
 	c->pad_id = r->tok.pad_id;
 	c->num_classes = 2;
 	c->seed = (uint64_t)opt.seed;
@@ -178,11 +194,13 @@ static void setup(struct run *r)
 		opt.n = r->rc.n;
 	if (!opt.epochs)
 		opt.epochs = r->rc.epochs;
-	if (!strcmp(opt.model, "transformer"))
-		r->rc.proj_l2 = 0; /* no projections to hold */
 	r->precision = strcmp(opt.precision, "bf16") ? TENSOR_F32 : TENSOR_BF16;
 	load_tokenizer(&r->tok, r->rc.keep_tail);
 	build_config(&r->cfg, r);
+	bool learned = false; /* projections to hold near their start (not the Transformer's) */
+	for (int64_t i = 0; i < r->cfg.layers; i++)
+		learned |= r->cfg.attention[i] == NN_ATTN_LINEAR;
+	r->rc.proj_l2 = learned ? r->rc.proj_l2 : 0;
 
 	/* 10% of the training reviews validate: whole movies with the full dataset */
 	struct text_dataset all;
@@ -210,9 +228,15 @@ static void setup(struct run *r)
 
 	/* the model, its embedding drawn N(0, 0.02) as BERT's, AdamW, warmup + cosine */
 	if (nn_params_init(&r->ps, TENSOR_F32, train_device, (uint64_t)opt.seed) < 0 ||
-	    model_classifier_init(&r->model, &r->ps, &r->cfg) < 0 ||
-	    train_init_embedding(&r->ps, &r->model.enc, 0.02) < 0 ||
-	    (r->rc.proj_l2 > 0 && nn_anchor_init(&r->anchor, &r->ps, PROJ_WEIGHTS) < 0) ||
+	    model_classifier_init(&r->model, &r->ps, &r->cfg) < 0)
+		train_die(PROG, "building the model");
+	int copied = opt.init_from ? train_copy_encoder(opt.init_from, &r->ps)
+				   : train_init_embedding(&r->ps, &r->model.enc, 0.02);
+	if (copied < 0)
+		train_die(PROG, opt.init_from ? "--init-from" : "building the model");
+	if (opt.init_from)
+		printf("encoder: %d tensors from %s\n", copied, opt.init_from);
+	if ((r->rc.proj_l2 > 0 && nn_anchor_init(&r->anchor, &r->ps, PROJ_WEIGHTS) < 0) ||
 	    nn_params_pack(&r->ps) < 0 ||
 	    nn_adamw_init(&r->adamw, &r->ps, opt.lr, 0.9, 0.999, 1e-8, 0.01) < 0 ||
 	    nn_schedule_init(&r->sched, NN_SCHEDULE_COSINE, opt.lr, 0, -1, 0.1, r->total) < 0 ||

@@ -2,7 +2,8 @@
  * or any per-layer pattern on plain text (default: the IMDB training reviews, i.e. domain
  * pretraining), with train and validation perplexity, CSV and TensorBoard logs, and checkpoints
  * whose encoder ("embed.*", "pos.*", "layers.*", "norm.*", "proj.*") starts the IMDB classifier:
- * study/imdb_study --init-from DIR/best.safetensors. `linformer_mlm --help` lists every flag. */
+ * examples/linformer_imdb --init-from DIR/best.safetensors (or study/imdb_study).
+ * `linformer_mlm --help` lists every flag. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <math.h>
@@ -142,8 +143,8 @@ static const char EPILOG[] =
     "not: most steps at --n 128, then the rest at 512 with --init-from LOG_DIR/last.safetensors\n"
     "(the same model flags besides --n and --k; docs/research-log.md).\n"
     "Then fine-tune the classifier from the pretrained encoder (the model flags come from the\n"
-    "checkpoint; pass the same --tokenizer/--vocab):\n"
-    "  study/imdb_study --init-from LOG_DIR/best.safetensors   (in the build tree)\n"
+    "checkpoint): examples/linformer_imdb --init-from LOG_DIR/best.safetensors (BERT's\n"
+    "vocabulary), or study/imdb_study --init-from ... with the same --tokenizer/--vocab\n"
     "Perplexity is exp(mean cross-entropy) over the predicted tokens; validation uses the same\n"
     "masks every epoch. tokens/s counts batch x width per second, padding included (with\n"
     "--no-bucket the width is n).\n";
@@ -838,7 +839,9 @@ static int run_train(int argc, char **argv)
 		       "(--skip-nonfinite)\n",
 		       (long long)r.skipped);
 	if (r.best_epoch > 0) /* a best checkpoint was written */
-		printf("fine-tune the classifier: study/imdb_study --init-from %s/best.safetensors%s\n",
+		printf("fine-tune the classifier: %s --init-from %s/best.safetensors%s\n",
+		       strcmp(opt.enc.tokenizer, "byte") && !opt.enc.vocab ? "examples/linformer_imdb"
+									   : "study/imdb_study",
 		       r.ckpt_dir, !strcmp(opt.enc.tokenizer, "byte") ? " --tokenizer byte" : "");
 	free_run(&r);
 	return isfinite(v.loss) ? 0 : 1;

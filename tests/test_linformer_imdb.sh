@@ -1,6 +1,6 @@
 #!/bin/sh
-# The showcase, examples/linformer_imdb, end to end: at most 21 flags (issue 39 asked for
-# about 20; issue 40 added --precision); a short run on the bundled subset writes its logs
+# The showcase, examples/linformer_imdb, end to end: at most 22 flags (issue 39 asked for
+# about 20; issue 40 added --precision, issue 42 --init-from); a short run on the bundled subset writes its logs
 # and checkpoints and trains exactly as study/imdb_study with the bundled recipe's flags;
 # --precision bf16 trains to nearby losses; --data takes the full recipe (validation by
 # movie) on a tiny aclImdb, again as imdb_study with its flags; a run stopped with
@@ -52,7 +52,7 @@ ok() {
 metrics() { cut -d, -f1-5 "$1/metrics.csv"; }
 
 nflags=$("$prog" --help | grep -c '^  --')
-[ "$nflags" -le 21 ] && echo "ok: $nflags flags" || fail "--help lists $nflags flags (at most 21)"
+[ "$nflags" -le 22 ] && echo "ok: $nflags flags" || fail "--help lists $nflags flags (at most 22)"
 
 SMALL="--max-train 64 --max-test 32 --epochs 2 --batch 16 --threads 1"
 # shellcheck disable=SC2086
@@ -118,6 +118,21 @@ metrics "$tmp/r" | grep -v ',train,' >"$tmp/r.eval"
 cmp -s "$tmp/a.eval" "$tmp/r.eval" && cmp -s "$tmp/a/last.safetensors" "$tmp/r/last.safetensors" &&
 	echo "ok: a resumed run ends as an uninterrupted one (the same checkpoint, byte for byte)" ||
 	fail "the resumed run differs: $(diff "$tmp/a.eval" "$tmp/r.eval" | head -4)"
+# --init-from: a linformer_mlm checkpoint's encoder (its shape and its tensors) fine-tuned;
+# its shape flags and another vocabulary are refused
+mlm=${LINFORMER_MLM:-examples/linformer_mlm}
+"$mlm" --n 64 --k 16 --dim 32 --heads 2 --layers 2 --ff 64 --steps 2 --batch 8 --threads 1 \
+	--max-docs 40 --log-dir "$tmp/mlm" >"$tmp/mlm.out" 2>&1 || fail "pretraining exited $?"
+# shellcheck disable=SC2086
+expect 0 "encoder: [1-9][0-9]* tensors from $tmp/mlm/last.safetensors" $SMALL \
+	--init-from "$tmp/mlm/last.safetensors" --log-dir "$tmp/ft"
+grep -q "n 64, dim 32, heads 2, layers 2" "$tmp/expect.out" ||
+	fail "--init-from did not take the checkpoint's encoder: $(head -3 "$tmp/expect.out")"
+expect 1 "--n: comes from --init-from" --init-from "$tmp/mlm/last.safetensors" --n 128
+"$mlm" --tokenizer byte --n 64 --k 16 --dim 32 --heads 2 --layers 2 --ff 64 --steps 1 \
+	--batch 8 --threads 1 --max-docs 40 --log-dir "$tmp/mlmb" >"$tmp/mlmb.out" 2>&1 ||
+	fail "byte pretraining exited $?"
+expect 1 "has 261 token ids, BERT's vocabulary 30522" --init-from "$tmp/mlmb/last.safetensors"
 expect 1 "needs --log-dir" --resume
 expect 1 "no saved state" --resume --log-dir "$tmp/empty"
 
