@@ -103,24 +103,26 @@ static int call_gemm(const struct tensor_backend *be, const struct tensor *const
  * stride in each of A, B and C, holding the most products (a run over which C is shared,
  * stride 0, counts as one: its products are added one by one); the innermost on ties. So a
  * product of split-heads views [B,H,n,d], whose B and H do not step as one, runs B products
- * a call rather than H. */
-static void batch_run(const struct tensor *const ops[3], int nbat, int *s, int *e)
+ * a call rather than H. sb receives each operand's stride over the run (0 for none). */
+static void batch_run(const struct tensor *const ops[3], int nbat, int *s, int *e, int64_t sb[3])
 {
 	int64_t best = 0;
 	*s = *e = nbat;
+	sb[0] = sb[1] = sb[2] = 0;
 	for (int hi = nbat; hi > 0; hi--) {
 		for (int lo = hi - 1; lo >= 0; lo--) {
-			int64_t sb[3], count = 1;
-			if (!(batch_collapse(ops[0], lo, hi, &sb[0]) &&
-			      batch_collapse(ops[1], lo, hi, &sb[1]) &&
-			      batch_collapse(ops[2], lo, hi, &sb[2])))
+			int64_t st[3], count = 1;
+			if (!(batch_collapse(ops[0], lo, hi, &st[0]) &&
+			      batch_collapse(ops[1], lo, hi, &st[1]) &&
+			      batch_collapse(ops[2], lo, hi, &st[2])))
 				break; /* a longer run does not step as one either */
-			for (int d = lo; d < hi && sb[2] != 0; d++)
+			for (int d = lo; d < hi && st[2] != 0; d++)
 				count *= ops[2]->shape[d];
 			if (count > best) {
 				best = count;
 				*s = lo;
 				*e = hi;
+				memcpy(sb, st, sizeof st);
 			}
 		}
 	}
@@ -134,12 +136,10 @@ static int matmul_batched(const struct tensor_backend *be, const struct tensor *
 {
 	int nbat = c->ndim - 2, s, e;
 	const struct tensor *ops[3] = { ae, bmat, c };
-	batch_run(ops, nbat, &s, &e);
 	struct mm_call g = { .m = c->shape[nbat],
 			     .k = ae->shape[nbat + 1],
 			     .n = c->shape[nbat + 1] };
-	for (int i = 0; i < 3; i++)
-		batch_collapse(ops[i], s, e, &g.sb[i]);
+	batch_run(ops, nbat, &s, &e, g.sb);
 	int64_t outer = 1, idx[TENSOR_MAX_DIMS] = { 0 };
 	g.nb = 1;
 	for (int d = 0; d < nbat; d++)

@@ -3,8 +3,9 @@
 # and 3 ranks; examples/linformer_imdb with 2 and 3 ranks follows the single process's
 # losses and accuracies, every rank ending with the same parameters; a run stopped with 2
 # ranks resumes with 3 and ends as the uninterrupted run; examples/linformer_mlm (with
-# gradient accumulation) on 2 ranks follows one process; a rank that fails or is killed
-# ends the job at once, naming the rank. Skipped (77) when MPI is not built in (MPIRUN
+# gradient accumulation) on 2 ranks follows one process; bench/train_throughput times the
+# all-reduce on 2 ranks and refuses a batch the ranks cannot share; a rank that fails or is
+# killed ends the job at once, naming the rank. Skipped (77) when MPI is not built in (MPIRUN
 # empty, as configure leaves it). Run from the build directory, as `make check` does.
 set -u
 prog=${LINFORMER_IMDB:-examples/linformer_imdb}
@@ -13,7 +14,7 @@ if [ -z "${MPIRUN:-}" ]; then
 	echo "test_dist: SKIP: built without MPI (./configure found no Open MPI)"
 	exit 77
 fi
-for p in "$prog" "$mlm" tests/test_nn_dist; do
+for p in "$prog" "$mlm" tests/test_nn_dist bench/train_throughput; do
 	[ -x "$p" ] || { echo "test_dist: $p not built" >&2; exit 99; }
 done
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dist.XXXXXX") || exit 99
@@ -114,6 +115,23 @@ else
 	fail "linformer_mlm on 2 ranks differs:"
 	paste -d' ' "$tmp/m1.csv" "$tmp/m2.csv" | sed 's/^/  | /'
 fi
+
+# bench/train_throughput on 2 ranks: the all-reduce timed as a phase; a batch the ranks
+# cannot share is refused
+tp=bench/train_throughput
+TP="--models linformer --n 32 --k 8 --dim 16 --heads 2 --layers 1 --ff 32 --vocab 50 --reps 1
+	--warmup 1 --threads 1 --sgemm-size 64"
+# shellcheck disable=SC2086
+if run 2 "$tp" $TP --batch 4 >"$tmp/tp.out" 2>&1 && grep -q "fwd / bwd / all-reduce / AdamW" "$tmp/tp.out" &&
+	grep -q "^| linformer | 32 | 8 | 4 |" "$tmp/tp.out"; then
+	echo "ok: train_throughput on 2 ranks"
+else
+	fail "train_throughput on 2 ranks: $(tail -5 "$tmp/tp.out")"
+fi
+# shellcheck disable=SC2086
+run 3 "$tp" $TP --batch 2 >"$tmp/tp.out" 2>&1 && fail "a batch of 2 on 3 ranks ran"
+grep -q "2 rows cannot be shared by 3 ranks" "$tmp/tp.out" ||
+	fail "a batch of 2 on 3 ranks: $(tail -3 "$tmp/tp.out")"
 
 # a rank that fails, or is killed, ends the job at once, naming the rank
 for fault in "1:3" "0:2:kill"; do
