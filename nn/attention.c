@@ -168,6 +168,15 @@ static struct tensor *attention_probs(struct tensor *q, struct tensor *k, double
 	return s;
 }
 
+static nn_attention_observer observer;
+static void *observer_ctx;
+
+void nn_set_attention_observer(nn_attention_observer fn, void *ctx)
+{
+	observer = fn;
+	observer_ctx = ctx;
+}
+
 /*
  * softmax(q k^T * scale, masked keys at MASKED_SCORE) v, then rows with no
  * visible key set to zero (their gradient is zero too). k^T is a transposed
@@ -198,6 +207,15 @@ struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v
 	if (scale != 1 && on == ON_K)
 		k = ag_mul_scalar(k, scale);
 	struct tensor *p = attention_probs(q, k, on == ON_SCORES ? scale : 1, masked);
+	if (p && observer) {
+		int rc = observer(observer_ctx, p);
+		if (rc != TENSOR_OK) {
+			if (tensor_last_status() == TENSOR_OK)
+				tensor_error(TENSOR_ERR_ARG,
+					     "nn_attention: the attention observer returned %d", rc);
+			return NULL;
+		}
+	}
 	if (dropout)
 		p = nn_dropout_forward(dropout, p);
 	/* [B,H,T,dv] stored as [B,T,H,dv]: merging the heads is then a view */

@@ -260,6 +260,19 @@ void nn_feed_forward_free(struct nn_feed_forward *m);
 struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v,
 			    const struct tensor *mask, bool causal, double scale,
 			    const struct nn_dropout *dropout);
+/* An observer of attention probabilities, for analysis tools (the spectrum of
+ * P, attention maps): while set, every nn_attention call hands fn its
+ * probabilities p [B, H, T, S] (after masking and softmax, before
+ * dropout; padded keys hold 0) before using them; p is only valid during the
+ * call. Calls come in the order the model computes them: a model_encoder
+ * forward of one sequence, heads batched (model_encoder_set_sequential_heads
+ * off, the default), makes one call per layer, in layer order; computing
+ * heads one at a time or blocks of rows splits a layer's p over several
+ * calls. A nonzero return from fn is the forward's error (fn sets it with
+ * tensor_error). One observer per process; NULL removes it. Not for use
+ * while several threads run forwards. */
+typedef int (*nn_attention_observer)(void *ctx, const struct tensor *p);
+void nn_set_attention_observer(nn_attention_observer fn, void *ctx);
 /* x [B, T, H*d] -> [B, H, T, d] (ag ops; a view when x is contiguous).
  * Outside a scope: an error. */
 struct tensor *nn_split_heads(struct tensor *x, int64_t heads);

@@ -686,6 +686,70 @@ START_TEST(test_attention_dropout_eval)
 }
 END_TEST
 
+/* ---- the observer ---------------------------------------------------------------- */
+
+struct seen {
+	int calls, fail;
+	struct tensor *p; /* a copy of the last probabilities */
+};
+
+static int observe(void *ctx, const struct tensor *p)
+{
+	struct seen *s = ctx;
+	s->calls++;
+	if (s->fail == 1)
+		return tensor_error(TENSOR_ERR_ARG, "observer: refused p of %lld rows",
+				    (long long)p->shape[2]);
+	if (s->fail == 2) /* fails without saying why */
+		return -1;
+	tensor_free(s->p);
+	s->p = tensor_clone(p);
+	return s->p ? TENSOR_OK : tensor_last_status();
+}
+
+/* The observer sees the probabilities: with v the identity the output is p
+ * itself; padded keys hold 0; the call's error is the observer's; none after
+ * removal. */
+START_TEST(test_attention_observer)
+{
+	const int64_t B = 2, H = 2, T = 3, S = 4, d = 3;
+	struct tensor *q = tu_rand(TENSOR_F64, 4, (int64_t[]){ B, H, T, d }, 61);
+	struct tensor *k = tu_rand(TENSOR_F64, 4, (int64_t[]){ B, H, S, d }, 62);
+	struct tensor *eye = tensor_zeros(TENSOR_F64, TENSOR_CPU, 4, (int64_t[]){ B, H, S, S });
+	for (int64_t i = 0; i < B * H * S; i++)
+		((double *)eye->storage->data)[i * S + i % S] = 1;
+	struct tensor *m = mask_i32(B, S, (const int[]){ 1, 1, 0, 1, 1, 1, 1, 1 });
+	struct seen seen = { 0 };
+	nn_set_attention_observer(observe, &seen);
+	struct tensor *out = nn_attention(q, k, eye, m, false, 0.7, NULL);
+	ck_assert_msg(out != NULL, "%s", tensor_last_error());
+	ck_assert_int_eq(seen.calls, 1);
+	tu_assert_shape(seen.p, 4, (int64_t[]){ B, H, T, S });
+	tu_assert_same(seen.p, out, 0);
+	double *p = tu_values(seen.p);
+	for (int64_t r = 0; r < B * H * T; r++) {
+		double sum = 0;
+		for (int64_t c = 0; c < S; c++)
+			sum += p[r * S + c];
+		ck_assert_double_eq_tol(sum, 1, 1e-12);
+		if (r < H * T) /* sequence 0: key 2 is padding */
+			ck_assert_double_eq(p[r * S + 2], 0);
+	}
+	free(p);
+	seen.fail = 1;
+	tu_assert_error(!nn_attention(q, k, eye, m, false, 0.7, NULL), TENSOR_ERR_ARG,
+			"observer", "3 rows");
+	seen.fail = 2;
+	tu_assert_error(!nn_attention(q, k, eye, m, false, 0.7, NULL), TENSOR_ERR_ARG,
+			"nn_attention", "observer returned -1");
+	ck_assert_int_eq(seen.calls, 3);
+	nn_set_attention_observer(NULL, NULL);
+	ck_assert(nn_attention(q, k, eye, m, false, 0.7, NULL) != NULL);
+	ck_assert_int_eq(seen.calls, 3);
+	tensor_free(seen.p);
+}
+END_TEST
+
 /* ---- errors --------------------------------------------------------------------- */
 
 /* The heads one at a time, joined: equal to the batched call merged, with
@@ -869,6 +933,7 @@ int main(void)
 	tcase_add_test(tc, test_attention_dropout_eval);
 	tcase_add_test(tc, test_attention_errors);
 	tcase_add_test(tc, test_attention_by_head);
+	tcase_add_test(tc, test_attention_observer);
 	tcase_add_test(tc, test_split_heads);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("mha");

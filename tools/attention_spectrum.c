@@ -1,0 +1,343 @@
+/* attention_spectrum: the Linformer paper's Figure 1 on a cformer checkpoint. Runs the
+ * checkpoint's encoder over reviews that fill its n tokens, takes each layer's and head's
+ * attention matrix P (n x n for standard attention, n x k where keys are projected), and
+ * averages the normalised cumulative singular values of P over the reviews (LAPACK).
+ *
+ *   attention_spectrum --checkpoint runs/mlm/best.safetensors --data DIR/aclImdb
+ *
+ * Writes OUT/spectrum.csv (index, then the mean curve of every layer and head),
+ * OUT/at_rank.csv (each layer's and head's value at --rank, the paper's heatmap) and
+ * OUT/spectrum.gp (gnuplot draws both as spectrum.png and at_rank.png), and prints the
+ * heatmap as a table. A curve that reaches 0.9 at index 128 of 512 says that 128 directions
+ * carry 90% of P's singular value mass: the low rank the Linformer's projection relies on. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/data.h"
+#include "common/flags.h"
+#include "models.h"
+#include "spectrum.h"
+#include "text.h"
+
+static const char PROG[] = "attention_spectrum";
+
+static struct {
+	const char *checkpoint, *data, *split, *vocab, *out;
+	int64_t sequences, rank, threads, seed;
+} opt = { .split = "test", .out = "attention_spectrum", .sequences = 100, .rank = 128, .seed = 1 };
+
+static struct flag flags[] = {
+	FLAG_DEF_STRING("checkpoint", &opt.checkpoint, "CKPT",
+			"a linformer_mlm or classifier checkpoint (required)"),
+	FLAG_DEF_STRING("data", &opt.data, "DIR",
+			"aclImdb directory or archive (default: the bundled subset)"),
+	FLAG_DEF_CHOICE("split", &opt.split, "train|test|unsup", "the reviews to read"),
+	FLAG_DEF_STRING("vocab", &opt.vocab, "FILE",
+			"WordPiece vocabulary (default: the bundled BERT uncased vocab.txt)"),
+	FLAG_DEF_INT("sequences", &opt.sequences, 1, 1 << 30, "N",
+		     "reviews averaged over, each at least n tokens long"),
+	FLAG_DEF_INT("rank", &opt.rank, 1, 1 << 20, "K",
+		     "the index of the heatmap (as the paper's 128)"),
+	FLAG_DEF_INT("seed", &opt.seed, 0, 9007199254740992.0, "S", "seed of the reviews' order"),
+	FLAG_DEF_INT("threads", &opt.threads, 0, 4096, "T", "CPU threads (0: the cores not busy)"),
+	FLAG_DEF_STRING("out", &opt.out, "DIR", "output directory"),
+};
+enum { NFLAGS = sizeof flags / sizeof flags[0] };
+
+static const char SYNOPSIS[] =
+    "usage: attention_spectrum --checkpoint CKPT [--flag VALUE]...\n"
+    "The normalised cumulative singular values of every layer's and head's attention matrix P\n"
+    "(the Linformer paper's Figure 1), averaged over reviews that fill the model's n tokens.";
+
+static void die(const char *what, const char *why)
+{
+	fprintf(stderr, "%s: %s: %s\n", PROG, what, why ? why : tensor_last_error());
+	exit(1);
+}
+
+/* What the observer gathers: per layer and head the sum of the curves, and each layer's
+ * number of keys (n, or k where they are projected). */
+struct gather {
+	int64_t layers, heads, n, call;
+	int64_t *keys; /* [layers] */
+	double *sum;   /* [layers][heads][n], the first keys[l] entries used */
+	double *a, *c; /* one head's P as doubles, and its curve */
+	float *p;      /* one call's P as the model computed it */
+};
+
+static int observe(void *ctx, const struct tensor *p)
+{
+	struct gather *g = ctx;
+	int64_t l = g->call++;
+	if (l >= g->layers || p->ndim != 4 || p->shape[0] != 1 || p->shape[1] != g->heads ||
+	    p->shape[2] != g->n || p->shape[3] > g->n)
+		return tensor_error(TENSOR_ERR_SHAPE,
+				    "%s: attention call %lld of a forward: expected %lld layers of "
+				    "[1,%lld,%lld,S] probabilities",
+				    PROG, (long long)l + 1, (long long)g->layers,
+				    (long long)g->heads, (long long)g->n);
+	int64_t s = p->shape[3], rows = g->n, per = rows * s;
+	g->keys[l] = s;
+	if (tensor_to_host(p, g->p, sizeof *g->p * (size_t)(g->heads * per)) < 0)
+		return tensor_last_status();
+	for (int64_t h = 0; h < g->heads; h++) {
+		for (int64_t i = 0; i < per; i++)
+			g->a[i] = g->p[h * per + i];
+		char err[256];
+		if (spectrum_cumulative(g->a, rows, s, g->c, err, sizeof err) < 0)
+			return tensor_error(TENSOR_ERR_ARG, "%s: layer %lld head %lld: %s", PROG,
+					    (long long)l + 1, (long long)h + 1, err);
+		double *sum = g->sum + (l * g->heads + h) * g->n;
+		for (int64_t i = 0; i < s; i++)
+			sum[i] += g->c[i];
+	}
+	return TENSOR_OK;
+}
+
+/* The checkpoint's encoder in *enc's model (an MLM or a classifier, by its tensors). */
+struct loaded {
+	struct nn_params ps;
+	struct model_config cfg;
+	struct model_mlm mlm;
+	struct model_classifier cls;
+	bool is_mlm;
+};
+
+static const struct model_encoder *load(struct loaded *m, const char *path)
+{
+	struct nn_checkpoint_info info;
+	if (model_config_from_checkpoint(path, &m->cfg) < 0 || model_config_resolve(&m->cfg) < 0 ||
+	    nn_checkpoint_info(path, &info) < 0)
+		die("loading the checkpoint", NULL);
+	m->is_mlm = nn_checkpoint_info_find(&info, "mlm.dense.weight") != NULL;
+	nn_checkpoint_info_free(&info);
+	if (nn_params_init(&m->ps, TENSOR_F32, TENSOR_CPU, m->cfg.seed) < 0 ||
+	    (m->is_mlm ? model_mlm_init(&m->mlm, &m->ps, &m->cfg)
+		       : model_classifier_init(&m->cls, &m->ps, &m->cfg)) < 0 ||
+	    nn_checkpoint_load(path, &m->ps, NULL, NULL) < 0)
+		die("loading the checkpoint", NULL);
+	nn_params_train(&m->ps, false);
+	return m->is_mlm ? &m->mlm.enc : &m->cls.enc;
+}
+
+static void unload(struct loaded *m)
+{
+	if (m->is_mlm)
+		model_mlm_free(&m->mlm);
+	else
+		model_classifier_free(&m->cls);
+	nn_params_free(&m->ps);
+}
+
+/* A seeded permutation of 0..n-1 (splitmix64 draws, Fisher-Yates). */
+static int64_t *permutation(int64_t n, uint64_t seed)
+{
+	int64_t *ix = malloc(sizeof *ix * (size_t)(n > 0 ? n : 1));
+	if (!ix)
+		die("the reviews' order", "out of memory");
+	for (int64_t i = 0; i < n; i++)
+		ix[i] = i;
+	for (int64_t i = n - 1; i > 0; i--) {
+		uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+		int64_t j = (int64_t)((z ^ (z >> 31)) % (uint64_t)(i + 1)), t = ix[i];
+		ix[i] = ix[j];
+		ix[j] = t;
+	}
+	return ix;
+}
+
+/* Forward the first opt.sequences reviews (in a seeded order) that fill n tokens; returns
+ * how many were used. */
+static int64_t run(const struct model_encoder *enc, const struct text_tokenizer *tok,
+		   const struct text_dataset *ds, struct gather *g)
+{
+	int64_t n = g->n, used = 0, len;
+	int32_t *ids = malloc(sizeof *ids * (size_t)n), *mask = malloc(sizeof *mask * (size_t)n);
+	int64_t *order = permutation(ds->n, (uint64_t)opt.seed);
+	if (!ids || !mask)
+		die("the reviews", "out of memory");
+	nn_set_attention_observer(observe, g);
+	ag_no_grad_begin();
+	for (int64_t i = 0; i < ds->n && used < opt.sequences; i++) {
+		const char *text = ds->items[order[i]].text;
+		if (text_encode(tok, text, strlen(text), n, ids, mask, &len) < 0)
+			die("tokenizing", NULL);
+		if (len < n) /* only reviews that fill the model's n */
+			continue;
+		tensor_scope_begin();
+		g->call = 0;
+		struct tensor *ti =
+		    tensor_from_data(TENSOR_I32, TENSOR_CPU, 2, (int64_t[]){ 1, n }, ids);
+		if (!ti || !model_encoder_forward(enc, ti, NULL))
+			die("the forward", NULL);
+		if (g->call != g->layers)
+			die("the forward", "the encoder made another number of attention calls "
+					   "than it has layers");
+		tensor_scope_end();
+		if (++used % 10 == 0 || used == opt.sequences)
+			fprintf(stderr, "\r%lld of %lld reviews", (long long)used,
+				(long long)opt.sequences);
+	}
+	ag_no_grad_end();
+	nn_set_attention_observer(NULL, NULL);
+	fprintf(stderr, "\n");
+	free(order);
+	free(ids);
+	free(mask);
+	return used;
+}
+
+static FILE *open_out(const char *name, char *path, size_t len)
+{
+	snprintf(path, len, "%s/%s", opt.out, name);
+	FILE *f = fopen(path, "w");
+	if (!f)
+		die(path, strerror(errno));
+	return f;
+}
+
+static void close_out(FILE *f, const char *path)
+{
+	if (ferror(f) | fclose(f))
+		die(path, "write error");
+}
+
+/* spectrum.csv, at_rank.csv, spectrum.gp; the heatmap printed. */
+static void write_results(const struct gather *g, int64_t used)
+{
+	char path[4096];
+	int64_t L = g->layers, H = g->heads, kmax = 0;
+	for (int64_t l = 0; l < L; l++)
+		kmax = g->keys[l] > kmax ? g->keys[l] : kmax;
+	FILE *f = open_out("spectrum.csv", path, sizeof path);
+	fprintf(f, "index");
+	for (int64_t l = 0; l < L; l++)
+		for (int64_t h = 0; h < H; h++)
+			fprintf(f, ",layer%lld_head%lld", (long long)l + 1, (long long)h + 1);
+	fprintf(f, "\n");
+	for (int64_t i = 0; i < kmax; i++) {
+		fprintf(f, "%lld", (long long)i + 1);
+		for (int64_t l = 0; l < L; l++)
+			for (int64_t h = 0; h < H; h++) {
+				if (i < g->keys[l])
+					fprintf(f, ",%.6f",
+						g->sum[(l * H + h) * g->n + i] / (double)used);
+				else
+					fprintf(f, ",");
+			}
+		fprintf(f, "\n");
+	}
+	close_out(f, path);
+
+	f = open_out("at_rank.csv", path, sizeof path);
+	fprintf(f, "layer,head,keys,value\n");
+	printf("normalised cumulative singular value at index %lld, mean of %lld reviews:\n\n"
+	       "| layer (keys) |",
+	       (long long)opt.rank, (long long)used);
+	for (int64_t h = 0; h < H; h++)
+		printf(" head %lld |", (long long)h + 1);
+	printf("\n|---|");
+	for (int64_t h = 0; h < H; h++)
+		printf("---:|");
+	for (int64_t l = 0; l < L; l++) {
+		int64_t at = (opt.rank < g->keys[l] ? opt.rank : g->keys[l]) - 1;
+		printf("\n| %lld (%lld) |", (long long)l + 1, (long long)g->keys[l]);
+		for (int64_t h = 0; h < H; h++) {
+			double v = g->sum[(l * H + h) * g->n + at] / (double)used;
+			printf(" %.4f |", v);
+			fprintf(f, "%lld,%lld,%lld,%.6f\n", (long long)l + 1, (long long)h + 1,
+				(long long)g->keys[l], v);
+		}
+	}
+	printf("\n");
+	close_out(f, path);
+
+	f = open_out("spectrum.gp", path, sizeof path);
+	fprintf(f,
+		"# gnuplot %s: spectrum.png (each head's curve) and at_rank.png (the heatmap)\n"
+		"set terminal pngcairo size 900,600\nset datafile separator ','\n"
+		"cd '%s'\nset output 'spectrum.png'\nset key outside right\n"
+		"set title 'Normalised cumulative singular values of P (mean of %lld reviews)'\n"
+		"set xlabel 'singular value index'\nset ylabel 'normalised cumulative value'\n"
+		"set yrange [0:1]\nset xrange [1:%lld]\n"
+		"plot for [c=2:%lld] 'spectrum.csv' using 1:c with lines title columnhead(c)\n"
+		"set output 'at_rank.png'\nunset key\nset yrange [*:*]\n"
+		"set title 'Value at index %lld by layer and head'\n"
+		"set xlabel 'head'\nset ylabel 'layer'\nset cbrange [0:1]\n"
+		"set xrange [0.5:%lld.5]\nset yrange [0.5:%lld.5]\nset xtics 1\nset ytics 1\n"
+		"plot 'at_rank.csv' skip 1 using 2:1:4 with image\n",
+		path, opt.out, (long long)used, (long long)kmax, (long long)(L * H + 1),
+		(long long)opt.rank, (long long)H, (long long)L);
+	close_out(f, path);
+	printf("\nplots: gnuplot %s\n", path);
+}
+
+int main(int argc, char **argv)
+{
+	flags_parse(flags, NFLAGS, argc, argv, PROG, SYNOPSIS, NULL);
+	if (!opt.checkpoint)
+		flags_fail(PROG, "checkpoint", "a checkpoint is required");
+	tensor_set_num_threads((int)opt.threads);
+	char subset[4096], vocab[4096];
+	if (!opt.data)
+		opt.data = example_data_path("aclImdb_subset", subset, sizeof subset);
+	if (!opt.vocab)
+		opt.vocab = example_data_path("bert-base-uncased-vocab.txt", vocab, sizeof vocab);
+
+	struct loaded m = { 0 };
+	const struct model_encoder *enc = load(&m, opt.checkpoint);
+	struct text_tokenizer tok;
+	if (text_wordpiece_load(&tok, opt.vocab) < 0)
+		die("the vocabulary", NULL);
+	if (tok.vocab_size != m.cfg.vocab_size) {
+		char why[256];
+		snprintf(why, sizeof why, "%d tokens, the checkpoint's model has %lld",
+			 (int)tok.vocab_size, (long long)m.cfg.vocab_size);
+		die(opt.vocab, why);
+	}
+	struct text_dataset ds;
+	if (text_imdb_load(opt.data, opt.split, &ds) < 0)
+		die("the reviews", NULL);
+	if (mkdir(opt.out, 0777) < 0 && errno != EEXIST)
+		die(opt.out, strerror(errno));
+
+	int64_t n = m.cfg.max_len, L = m.cfg.layers, H = m.cfg.heads;
+	struct gather g = { .layers = L, .heads = H, .n = n };
+	g.keys = calloc((size_t)L, sizeof *g.keys);
+	g.sum = calloc((size_t)(L * H * n), sizeof *g.sum);
+	g.a = malloc(sizeof *g.a * (size_t)(n * n));
+	g.c = malloc(sizeof *g.c * (size_t)n);
+	g.p = malloc(sizeof *g.p * (size_t)(H * n * n));
+	if (!g.keys || !g.sum || !g.a || !g.c || !g.p)
+		die("the spectra", "out of memory");
+	char ckpt_model[MODEL_MAX_LAYERS + 1];
+	fprintf(stderr, "%s: layers %s, n %lld, %lld heads; %lld reviews of %s %s\n", PROG,
+		model_config_pattern(&m.cfg, ckpt_model), (long long)n, (long long)H,
+		(long long)ds.n, opt.data, opt.split);
+	int64_t used = run(enc, &tok, &ds, &g);
+	if (used == 0) {
+		char why[256];
+		snprintf(why, sizeof why, "no review of %lld tokens or more (the model's n)",
+			 (long long)n);
+		die(opt.split, why);
+	}
+	if (used < opt.sequences)
+		fprintf(stderr, "%s: only %lld reviews fill %lld tokens\n", PROG, (long long)used,
+			(long long)n);
+	write_results(&g, used);
+	free(g.keys);
+	free(g.sum);
+	free(g.a);
+	free(g.c);
+	free(g.p);
+	text_dataset_free(&ds);
+	text_tokenizer_free(&tok);
+	unload(&m);
+	return 0;
+}
