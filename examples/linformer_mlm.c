@@ -104,8 +104,9 @@ static struct flag flags[] = {
 	     "run even when the estimated peak memory exceeds what the machine has available"),
 	STR("init-from", init_from, "CKPT", "start from a linformer_mlm checkpoint of the same "
 					    "width, layers and vocabulary trained at a shorter (or "
-					    "the same) n, as BERT's 128 then 512: positions past its "
-					    "n and projections of another shape start fresh"),
+					    "the same) n, as BERT's 128 then 512, its layers of the "
+					    "same kinds or standard: positions past its n and "
+					    "projections of another shape or new start fresh"),
 	STR("log-dir", log_dir, "DIR", "metrics.csv and TensorBoard events (default: "
 				       "runs/mlm-<model>-n<N>-<time>)"),
 	STR("checkpoint-dir", checkpoint_dir, "DIR", "last.safetensors (each epoch), "
@@ -600,7 +601,7 @@ static void setup(struct run *r)
 		int kept = 0, copied = train_grow_pretrained(opt.init_from, &r->cfg, &r->ps, &kept);
 		if (copied < 0)
 			train_die(PROG, "--init-from");
-		printf("init: %d tensors from %s, %d projections of another n start fresh\n",
+		printf("init: %d tensors from %s, %d projections start fresh\n",
 		       copied, opt.init_from, kept);
 	}
 	enum nn_schedule_kind sk = !strcmp(opt.schedule, "cosine")   ? NN_SCHEDULE_COSINE

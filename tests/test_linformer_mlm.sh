@@ -119,7 +119,7 @@ tr="--model transformer --dim 32 --heads 2 --ff 64 --dropout 0 --attn-dropout 0"
 	"$prog" $tr $data --n 64 --steps 1 --lr 1e-9 --min-lr 0 --init-from "$tmp/tr32/last.safetensors" \
 		--log-dir "$tmp/tr64" >"$tmp/tr64.out" 2>&1 || fail "--init-from runs exited $?"
 ppl32=$(sed -n 's/.*validation loss [0-9.]* perplexity \([0-9.]*\).*/\1/p' "$tmp/tr32.out" | tail -n 1)
-grep -q "init: 41 tensors from $tmp/tr32/last.safetensors, 0 projections" "$tmp/tr64.out" &&
+grep -q "init: 41 tensors from $tmp/tr32/last.safetensors, 0 projections start fresh" "$tmp/tr64.out" &&
 	grep -q "(step 1): validation loss [0-9.]* perplexity $ppl32 " "$tmp/tr64.out" &&
 	echo "ok: --init-from grows n 32 to 64 and keeps validation perplexity $ppl32" ||
 	fail "--init-from did not carry the n = 32 model (perplexity $ppl32 there): $(cat "$tmp/tr64.out")"
@@ -136,15 +136,26 @@ awk -v a="$ppl32" -v b="$ppl16" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d 
 # shellcheck disable=SC2086
 "$prog" --model LC --n 64 --k 16 --dim 32 --heads 2 --ff 64 $data --steps 1 \
 	--init-from "$ckpt" --log-dir "$tmp/lc64" >"$tmp/lc64.out" 2>&1 &&
-	grep -q "init: 45 tensors from $ckpt, 2 projections of another n start fresh" "$tmp/lc64.out" &&
+	grep -q "init: 45 tensors from $ckpt, 2 projections start fresh" "$tmp/lc64.out" &&
 	echo "ok: --init-from starts the linear projections of n 64 fresh, copies the rest" ||
 	fail "--init-from LC n 32 -> 64: $(cat "$tmp/lc64.out")"
+# A Transformer's layers seed projected ones (the shared n = 128 phase of the recipe): all 41
+# tensors copied, the LC model's 6 projection tensors fresh; a projected layer cannot become
+# standard.
+# shellcheck disable=SC2086
+"$prog" --model LC --n 64 --k 16 --dim 32 --heads 2 --ff 64 $data --steps 1 \
+	--init-from "$tmp/tr32/last.safetensors" --log-dir "$tmp/tr-lc" >"$tmp/tr-lc.out" 2>&1 &&
+	grep -q "init: 41 tensors from $tmp/tr32/last.safetensors, 6 projections start fresh" \
+		"$tmp/tr-lc.out" &&
+	echo "ok: --init-from grows a Transformer into a Linformer" ||
+	fail "--init-from SS n 32 -> LC n 64: $(cat "$tmp/tr-lc.out")"
 # shellcheck disable=SC2086
 grow() { expect 1 "$1" --model "$2" --n "$3" --k 8 --dim "$4" --heads 2 --ff 64 $data --steps 1 \
 	--init-from "$ckpt" --log-dir "$tmp/grow"; }
 grow "tensor embed.weight \[30522,32\] does not fit the model (\[30522,16\] there)" LC 32 16
 grow "tensor pos.weight \[32,32\] does not fit the model (\[16,32\] there)" LC 16 32
-grow "its layers are LC, the model's CC (the same kinds are needed)" CC 32 32
+grow "its layers are LC, the model's CC (the same kinds are needed, or standard" CC 32 32
+grow "its layers are LC, the model's SS" SS 32 32
 # shellcheck disable=SC2086
 "$prog" $tr $data --n 32 --steps 1 --positions sinusoidal --log-dir "$tmp/sin" >/dev/null 2>&1 ||
 	fail "the sinusoidal run exited $?"

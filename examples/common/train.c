@@ -441,6 +441,18 @@ static int copy_one(const char *path, struct nn_param *d, const struct nn_param 
 			    path, s->name, tensor_shape_str(sv, b, sizeof b), a);
 }
 
+/* Whether a checkpoint's layer kinds (pattern a) can seed a model's (b): the same kinds, or,
+ * with grow, standard layers under projected ones (whose projections then start fresh). */
+static bool kinds_fit(const char *a, const char *b, bool grow)
+{
+	if (strlen(a) != strlen(b))
+		return false;
+	for (size_t i = 0; a[i]; i++)
+		if (a[i] != b[i] && !(grow && a[i] == 'S'))
+			return false;
+	return true;
+}
+
 /* train_copy_encoder (encoder tensors, exact shapes) and train_grow_pretrained (every tensor,
  * grow; like gives the layer kinds dst was built with). */
 static int copy_pretrained(const char *path, const struct model_config *like, struct nn_params *dst,
@@ -453,18 +465,23 @@ static int copy_pretrained(const char *path, const struct model_config *like, st
 		rc = model_config_resolve(&cfg);
 	char a[MODEL_MAX_LAYERS + 1], b[MODEL_MAX_LAYERS + 1];
 	if (rc == TENSOR_OK && like &&
-	    strcmp(model_config_pattern(&cfg, a), model_config_pattern(like, b)))
+	    !kinds_fit(model_config_pattern(&cfg, a), model_config_pattern(like, b), grow))
 		rc = tensor_error(TENSOR_ERR_SHAPE,
 				  "%s: its layers are %s, the model's %s (the same kinds are "
-				  "needed)",
+				  "needed, or standard layers where the model projects)",
 				  path, a, b);
 	if (rc == TENSOR_OK)
 		rc = load_pretrained(path, &cfg, dst, &src);
 	if (rc < 0)
 		return rc;
-	int copied = 0, wanted = 0, skipped = 0;
-	for (int i = 0; i < dst->n; i++)
-		wanted += grow || is_encoder_name(dst->items[i].name);
+	int copied = 0, wanted = 0, skipped = 0, fresh = 0;
+	for (int i = 0; i < dst->n; i++) {
+		const char *name = dst->items[i].name;
+		/* a projection where the checkpoint's layer had none */
+		bool absent = grow && is_seq_proj(name) && !nn_params_find(&src, name);
+		fresh += absent;
+		wanted += !absent && (grow || is_encoder_name(name));
+	}
 	for (int i = 0; rc == TENSOR_OK && i < src.n; i++) {
 		const struct nn_param *s = &src.items[i];
 		if (!grow && !is_encoder_name(s->name))
@@ -478,7 +495,7 @@ static int copy_pretrained(const char *path, const struct model_config *like, st
 				  path, copied, grow ? "" : "encoder ", wanted);
 	nn_params_free(&src);
 	if (kept)
-		*kept = skipped;
+		*kept = skipped + fresh;
 	return rc < 0 ? rc : copied - skipped;
 }
 

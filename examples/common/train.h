@@ -106,11 +106,12 @@ int train_init_embedding(struct nn_params *ps, const struct model_encoder *enc, 
  * a message naming the file and the problem. */
 int train_copy_encoder(const char *path, struct nn_params *dst);
 /* Every tensor of the MLM checkpoint path into the parameters of the same names in dst, an
- * MLM model built from config like: the same layer kinds (else an error naming both), width
- * and vocabulary, to be trained on at a longer (or the same) n, as in BERT's recipe of most
- * steps at n = 128, the rest at 512. The first rows of pos.weight take the checkpoint's rows,
- * the rest keep their initialisation; sequence projections (attn.E, attn.F, proj.*), whose
- * shapes follow n, keep theirs where the shapes differ, and *kept (optional) counts them. Any
+ * MLM model built from config like: the same layer kinds, or standard layers where like
+ * projects (else an error naming both), width and vocabulary, to be trained on at a longer
+ * (or the same) n, as in BERT's recipe of most steps at n = 128, the rest at 512. The first
+ * rows of pos.weight take the checkpoint's rows, the rest keep their initialisation;
+ * sequence projections (attn.E, attn.F, proj.*), whose shapes follow n, keep theirs where
+ * the shapes differ or the checkpoint's layer had none, and *kept (optional) counts them. Any
  * other tensor missing or of another shape is an error naming it. Returns the number of
  * tensors copied, whole or in part, or a negative status. */
 int train_grow_pretrained(const char *path, const struct model_config *like, struct nn_params *dst,
