@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # MLM pretraining perplexity: Transformer vs Linformer vs Conv-Linformer masked language models
-# on the IMDB training reviews at n = 128, 256, 512 (k = min(128, n/2)), each over several
+# on the IMDB reviews (the training ones and, where the data has them, the unlabelled) at
+# n = 128, 256, 512 and 1024 (k = min(128, n/2); the Conv-Linformer's first half of layers
+# learned projections, the second convolutions of kernel = stride = n/k), each over several
 # seeds: validation perplexity per epoch, training time, tokens/s, peak memory, and the speed-up
 # and memory ratios against the Transformer at the same n.
 # One command: scripts/experiments/mlm_perplexity.sh
@@ -13,7 +15,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 parse_args "$@"
 
 MODELS=${SEL_MODELS:-"transformer linformer conv-linformer"}
-NS=${SEL_NS:-"128 256 512"}
+NS=${SEL_NS:-"128 256 512 1024"}
 note "data $(describe_data); epochs $EPOCHS; seeds $SEEDS; threads $THREADS; $MLM"
 
 csv=$OUT/results.csv
