@@ -634,7 +634,8 @@ static void setup(struct run *r)
 	r->saved = -1;
 	double elapsed0 = 0;
 	if (opt.resume) { /* the weights, AdamW, random stream and step of last.safetensors */
-		struct run_state st = { .flags = flags, .nflags = NFLAGS, .free_flags = RESUME_FREE };
+		struct run_state st = { .best_val = INFINITY, .flags = flags, .nflags = NFLAGS,
+					.free_flags = RESUME_FREE };
 		snprintf(path, sizeof path, "%s/last.safetensors", r->ckpt_dir);
 		run_state_load(PROG, path, &st, &r->ps, &r->adamw, NULL);
 		r->step = r->saved = st.step;

@@ -71,18 +71,22 @@ case $val in
 esac
 ls "$tmp/run"/events.out.tfevents.* >/dev/null 2>&1 || fail "no TensorBoard event file"
 
-# ---- stopped at step 10 and resumed: the uninterrupted run's checkpoint, byte for byte ---------
-train --steps 24 --lr 3e-3 --log-every 4 --log-dir "$tmp/rs" --stop-after 10 >"$tmp/rs.out" 2>&1 ||
-	fail "--stop-after exited $?: $(cat "$tmp/rs.out")"
-resume=$(sed -n 's/^to resume: //p' "$tmp/rs.out")
-[ -n "$resume" ] || fail "no resume command printed: $(cat "$tmp/rs.out")"
-eval "$resume" >"$tmp/rs2.out" 2>&1 || fail "resuming exited $?: $(cat "$tmp/rs2.out")"
-if cmp -s "$tmp/run/last.safetensors" "$tmp/rs/last.safetensors" &&
-	grep -q "^resumed at step 10" "$tmp/rs2.out"; then
-	echo "ok: stopped at step 10 and resumed: the uninterrupted run's last.safetensors"
-else
-	fail "the resumed run differs: $(tail -3 "$tmp/rs2.out")"
-fi
+# ---- stopped and resumed: the uninterrupted run's checkpoint, byte for byte --------------------
+# at step 10, after the first validation (8 steps an epoch), and at step 5, before it (no best
+# perplexity saved yet)
+for at in 10 5; do
+	train --steps 24 --lr 3e-3 --log-every 4 --log-dir "$tmp/rs$at" --stop-after $at \
+		>"$tmp/rs.out" 2>&1 || fail "--stop-after exited $?: $(cat "$tmp/rs.out")"
+	resume=$(sed -n 's/^to resume: //p' "$tmp/rs.out")
+	[ -n "$resume" ] || fail "no resume command printed: $(cat "$tmp/rs.out")"
+	eval "$resume" >"$tmp/rs2.out" 2>&1 || fail "resuming exited $?: $(cat "$tmp/rs2.out")"
+	if cmp -s "$tmp/run/last.safetensors" "$tmp/rs$at/last.safetensors" &&
+		grep -q "^resumed at step $at" "$tmp/rs2.out"; then
+		echo "ok: stopped at step $at and resumed: the uninterrupted run's last.safetensors"
+	else
+		fail "the run resumed at step $at differs: $(tail -3 "$tmp/rs2.out")"
+	fi
+done
 expect 1 "--resume: needs --log-dir" --resume --corpus "$tmp/corpus.txt"
 expect 1 "no saved state\|last.safetensors" --resume --log-dir "$tmp/nothing" --corpus "$tmp/corpus.txt"
 

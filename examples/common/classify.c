@@ -321,8 +321,12 @@ void run_state_load(const char *prog, const char *path, struct run_state *s, str
 	const cJSON *bv = cJSON_GetObjectItemCaseSensitive(obj, "best_val_acc");
 	const cJSON *be = cJSON_GetObjectItemCaseSensitive(obj, "best_epoch");
 	char *fl = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(obj, "flags"));
-	if (!cJSON_IsNumber(st) || !cJSON_IsNumber(bv) || !cJSON_IsNumber(be) || !fl ||
-	    st->valuedouble != (double)step || !(be->valuedouble >= 0 && be->valuedouble <= 1e12))
+	/* a run stopped before its first validation has no best value yet (an infinite
+	 * perplexity, saved as null): s->best_val keeps the caller's */
+	bool none_yet = cJSON_IsNull(bv) && cJSON_IsNumber(be) && be->valuedouble == 0;
+	if (!cJSON_IsNumber(st) || !(cJSON_IsNumber(bv) || none_yet) || !cJSON_IsNumber(be) ||
+	    !fl || st->valuedouble != (double)step ||
+	    !(be->valuedouble >= 0 && be->valuedouble <= 1e12))
 		flags_fail(prog, "resume",
 			   "%s holds no training state of %s (saved by a run at an epoch's end or "
 			   "when stopped)",
@@ -330,7 +334,8 @@ void run_state_load(const char *prog, const char *path, struct run_state *s, str
 	if (flags_compare_json(s->flags, s->nflags, fl, s->free_flags, err, sizeof err) < 0)
 		flags_fail(prog, "resume", "%s: %s (resume with the same settings)", path, err);
 	s->step = step;
-	s->best_val = bv->valuedouble;
+	if (!none_yet)
+		s->best_val = bv->valuedouble;
 	s->best_epoch = (int64_t)be->valuedouble;
 	cJSON_free(fl);
 	cJSON_Delete(obj);

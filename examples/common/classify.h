@@ -100,7 +100,8 @@ void run_state_save(const char *prog, const char *path, const struct run_state *
 		    const struct nn_params *ps, const struct nn_adamw *o, const struct nn_ema *ema,
 		    const char *cfg_json);
 /* --resume from path: weights, optimizer, ema (if not NULL), random stream and s->step,
- * s->best_val, s->best_epoch. Exits naming --resume when path is missing or holds no run
+ * s->best_val (kept as the caller set it where the run saved none: stopped before its first
+ * validation), s->best_epoch. Exits naming --resume when path is missing or holds no run
  * state, or when a flag outside s->free_flags differs from this run's. */
 void run_state_load(const char *prog, const char *path, struct run_state *s, struct nn_params *ps,
 		    struct nn_adamw *o, struct nn_ema *ema);
