@@ -60,7 +60,8 @@ static struct flag flags[] = {
 	FLAG_DEF_STRING("log-dir", &opt.log_dir, "DIR",
 			"logs and checkpoints (default: runs/<model>-n<N>-<time>)"),
 	FLAG_DEF_STRING("init-from", &opt.init_from, "CKPT",
-			"fine-tune the encoder of a linformer_mlm checkpoint (its shape too)"),
+			"fine-tune the encoder of a linformer_mlm checkpoint (its shape too; "
+			"the recipe's dropout)"),
 	FLAG_DEF_BOOL("resume", &opt.resume,
 		      "continue the run of --log-dir from its last checkpoint"),
 	FLAG_DEF_INT("stop-after", &opt.stop_after, 0, 1e15, "S", "save and exit after step S"),
@@ -145,6 +146,12 @@ static void build_config(struct model_config *c, const struct run *r)
 				   opt.init_from, (long long)c->vocab_size, r->tok.vocab_size);
 		opt.n = c->max_len;
 		c->head_hidden = c->dim;
+		/* dropout is the recipe's (the preset's), whatever the pretraining used */
+		struct model_config d;
+		if (model_config_preset(&d, "transformer", c->vocab_size, c->max_len) < 0)
+			train_die(PROG, "--init-from");
+		c->dropout = d.dropout;
+		c->attn_dropout = d.attn_dropout;
 	} else {
 		if (model_config_preset(c, preset, r->tok.vocab_size, opt.n) < 0)
 			train_die(PROG, "--model");

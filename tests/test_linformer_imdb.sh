@@ -122,12 +122,17 @@ cmp -s "$tmp/a.eval" "$tmp/r.eval" && cmp -s "$tmp/a/last.safetensors" "$tmp/r/l
 # its shape flags and another vocabulary are refused
 mlm=${LINFORMER_MLM:-examples/linformer_mlm}
 "$mlm" --n 64 --k 16 --dim 32 --heads 2 --layers 2 --ff 64 --steps 2 --batch 8 --threads 1 \
-	--max-docs 40 --log-dir "$tmp/mlm" >"$tmp/mlm.out" 2>&1 || fail "pretraining exited $?"
+	--max-docs 40 --dropout 0 --attn-dropout 0 --log-dir "$tmp/mlm" >"$tmp/mlm.out" 2>&1 ||
+	fail "pretraining exited $?"
 # shellcheck disable=SC2086
 expect 0 "encoder: [1-9][0-9]* tensors from $tmp/mlm/last.safetensors" $SMALL \
 	--init-from "$tmp/mlm/last.safetensors" --log-dir "$tmp/ft"
 grep -q "n 64, dim 32, heads 2, layers 2" "$tmp/expect.out" ||
 	fail "--init-from did not take the checkpoint's encoder: $(head -3 "$tmp/expect.out")"
+# the pretraining's dropout 0 is not the fine-tuning's: the recipe's 0.1 (in the saved config)
+head -c 4096 "$tmp/ft/last.safetensors" | grep -a -q 'dropout\\":0.1,' ||
+	fail "--init-from kept the pretraining's dropout: $(head -c 4096 "$tmp/ft/last.safetensors" |
+		grep -a -o 'dropout[^,]*,' | head -2)"
 expect 1 "--n: comes from --init-from" --init-from "$tmp/mlm/last.safetensors" --n 128
 "$mlm" --tokenizer byte --n 64 --k 16 --dim 32 --heads 2 --layers 2 --ff 64 --steps 1 \
 	--batch 8 --threads 1 --max-docs 40 --log-dir "$tmp/mlmb" >"$tmp/mlmb.out" 2>&1 ||
