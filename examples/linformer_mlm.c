@@ -763,6 +763,12 @@ static int run_train(int argc, char **argv)
 	train_signals_install();
 	progress_init(&r.bar, stderr, opt.log_every);
 	struct window w = { 0 };
+	if (step >= r.total) { /* resumed after its last step */
+		printf("the run in %s ended at step %lld: nothing to resume\n", r.log_dir,
+		       (long long)step);
+		free_run(&r);
+		return 0;
+	}
 	while (step < r.total) {
 		int64_t epoch = step / r.spe, j = step % r.spe;
 		if (r.btrain.epoch < epoch)

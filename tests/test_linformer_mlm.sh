@@ -87,6 +87,12 @@ for at in 10 5; do
 		fail "the run resumed at step $at differs: $(tail -3 "$tmp/rs2.out")"
 	fi
 done
+# resuming a run that ended does nothing, and says so
+cp "$tmp/run/last.safetensors" "$tmp/ended.safetensors"
+# shellcheck disable=SC2086
+expect 0 "ended at step 24: nothing to resume" $model $data --steps 24 --lr 3e-3 --log-every 4 \
+	--log-dir "$tmp/run" --resume
+cmp -s "$tmp/run/last.safetensors" "$tmp/ended.safetensors" || fail "resuming an ended run changed it"
 expect 1 "--resume: needs --log-dir" --resume --corpus "$tmp/corpus.txt"
 expect 1 "no saved state\|last.safetensors" --resume --log-dir "$tmp/nothing" --corpus "$tmp/corpus.txt"
 
