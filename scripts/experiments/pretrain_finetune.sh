@@ -71,10 +71,11 @@ if [ "$QUICK" = 1 ]; then
 	N1="--n 32 --batch 8 --lr 1e-3" N2="--n 64 --batch 8 --lr 5e-4"
 	FT="--epochs 1 --batch 4"
 fi
-COMMON="--precision $PRECISION --threads $THREADS"
+COMMON="--precision $PRECISION"
 
 # stage NAME PROGRAM ARGS...: one run in OUT/runs/NAME. Reused when it completed with the same
 # command; resumed (--resume) when it stopped part way with the same command; else run afresh.
+# --threads is not part of the command: a run may resume with another.
 stage() {
 	local name=$1 prog=$2 dir=$OUT/runs/$1 cmd
 	shift 2
@@ -91,7 +92,7 @@ stage() {
 		rm -rf "$dir" && mkdir -p "$dir" && echo "$cmd" >"$dir/cmd"
 		note "$name: $cmd"
 	fi
-	"$prog" "$@" "${resume[@]}" --log-dir "$dir" >>"$dir/run.log" 2>&1 || {
+	"$prog" "$@" "${resume[@]}" --threads "$THREADS" --log-dir "$dir" >>"$dir/run.log" 2>&1 || {
 		tail -n 20 "$dir/run.log" >&2
 		die "$name failed or stopped; its log: $dir/run.log (run the script again to resume)"
 	}
