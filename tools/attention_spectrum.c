@@ -98,7 +98,8 @@ static int observe(void *ctx, const struct tensor *p)
 	return TENSOR_OK;
 }
 
-/* The checkpoint's encoder in *enc's model (an MLM or a classifier, by its tensors). */
+/* The checkpoint loaded into the model its tensors make (an MLM or a classifier), and its
+ * encoder. */
 struct loaded {
 	struct nn_params ps;
 	struct model_config cfg;
