@@ -207,7 +207,8 @@ struct run {
 	struct model_classifier model;
 	struct nn_adamw adamw;
 	struct nn_ema ema; /* --ema */
-	struct nn_anchor anchor; /* --proj-l2 */
+	struct nn_anchor anchor;       /* --proj-l2 */
+	struct nn_anchor embed_anchor; /* --embed-anchor */
 	struct nn_schedule sched;
 	int64_t spe, total, epochs; /* steps per epoch, steps, epochs */
 	double best_val, elapsed0;  /* best validation accuracy; elapsed before resuming */
@@ -340,12 +341,16 @@ static int64_t setup(struct run *r)
 		flags_fail(PROG, "proj-l2",
 			   "%s: expected Linformer layers with learned or convolutional projections",
 			   tensor_last_error());
-	if (opt.init_from && !opt.resume) {
+	/* with --embed-anchor a resumed run reads the encoder again: the anchor's values */
+	if (opt.init_from && (!opt.resume || opt.embed_anchor)) {
 		int copied = train_copy_encoder(opt.init_from, &r->ps);
 		if (copied < 0)
 			train_die(PROG, "--init-from");
-		printf("encoder: %d tensors from %s\n", copied, opt.init_from);
+		if (!opt.resume)
+			printf("encoder: %d tensors from %s\n", copied, opt.init_from);
 	}
+	if (opt.embed_anchor && nn_anchor_init(&r->embed_anchor, &r->ps, "embed.weight") < 0)
+		train_die(PROG, "--embed-anchor");
 	enum nn_schedule_kind sk = !strcmp(opt.schedule, "cosine")   ? NN_SCHEDULE_COSINE
 				   : !strcmp(opt.schedule, "linear") ? NN_SCHEDULE_LINEAR
 								     : NN_SCHEDULE_CONSTANT;
@@ -491,8 +496,9 @@ static int run_train(int argc, char **argv)
 		}
 		for (int64_t i = 0; i < group.size; i++)
 			w.real += r.btrain.lengths[r.btrain.order[j * r.btrain.batch_size + i]];
-		if (opt.embed_l2 > 0 &&
-		    nn_params_l2_grad(&r.ps, "embed.", l2_at(opt.embed_l2, step, r.total)) < 0)
+		double el2 = l2_at(opt.embed_l2, step, r.total);
+		if (opt.embed_l2 > 0 && (opt.embed_anchor ? nn_anchor_l2_grad(&r.embed_anchor, el2)
+							  : nn_params_l2_grad(&r.ps, "embed.", el2)) < 0)
 			train_die(PROG, "--embed-l2");
 		if (opt.pos_l2 > 0 &&
 		    nn_params_l2_grad(&r.ps, "pos.", l2_at(opt.pos_l2, step, r.total)) < 0)
@@ -601,6 +607,7 @@ out:
 	nn_adamw_free(&r.adamw);
 	nn_ema_free(&r.ema);
 	nn_anchor_free(&r.anchor);
+	nn_anchor_free(&r.embed_anchor);
 	model_classifier_free(&r.model);
 	nn_params_free(&r.ps);
 	text_batcher_free(&r.btrain);
@@ -645,6 +652,8 @@ int main(int argc, char **argv)
 	if (opt.embed_l2_ramp > 0 && opt.embed_l2 == 0 && opt.pos_l2 == 0)
 		flags_fail(PROG, "embed-l2-ramp",
 			   "needs --embed-l2 or --pos-l2 L > 0 (the penalty it ramps)");
+	if (opt.embed_anchor && (!opt.init_from || opt.embed_l2 == 0))
+		flags_fail(PROG, "embed-anchor", "needs --init-from CKPT and --embed-l2 L > 0");
 	if (opt.pos_l2 > 0 && strcmp(opt.enc.positions, "learned"))
 		flags_fail(PROG, "pos-l2", "needs --positions learned (sinusoids are not trained)");
 	model_flags_check(&opt.enc, PROG);

@@ -19,7 +19,7 @@ struct options {
 	double embed_std, lr, beta1, beta2, min_lr, warmup, weight_decay, clip, val_fraction;
 	double token_mask, pooled_test, embed_l2, embed_l2_ramp, pos_l2, proj_l2, ema, adv_eps;
 	double label_smoothing;
-	bool decay_all, lazy_embed, resume, eval_only, no_bucket, no_mem_check, skip_nonfinite;
+	bool decay_all, lazy_embed, embed_anchor, resume, eval_only, no_bucket, no_mem_check, skip_nonfinite;
 };
 
 extern struct options opt;

@@ -65,6 +65,9 @@ struct flag flags[] = {
 	DBL("embed-l2", embed_l2, 0, 10, 0, "L",
 	    "L2 penalty L/2 |E|^2 on the token embedding E, added to its gradient (coupled: "
 	    "under Adam the rows of rare words shrink between their appearances; 0: none)"),
+	BOOL("embed-anchor", embed_anchor,
+	     "--embed-l2 pulls the token embedding towards its values from --init-from (L2-SP, "
+	     "Li et al. 2018), not towards zero"),
 	DBL("embed-l2-ramp", embed_l2_ramp, 0, 1, 0, "RATIO",
 	    "fraction of the steps over which --embed-l2 and --pos-l2 grow linearly from 0 (so "
 	    "that the embedding learns before the penalty can shrink it to zero)"),

@@ -116,6 +116,25 @@ if [ -x "$imdb" ]; then
 		grep -q "encoder: 42 tensors from" "$tmp/imdb.out" &&
 		echo "ok: imdb_study --init-from takes the encoder (42 tensors)" ||
 		fail "imdb_study --init-from: $(cat "$tmp/imdb.out")"
+	# --embed-anchor: the embedding penalty pulls towards the pretrained values, not zero (so
+	# the run differs), and a run stopped and resumed ends as the uninterrupted one
+	ft() {
+		"$imdb" --init-from "$tmp/run/best.safetensors" --max-train 16 --max-test 8 --steps 4 \
+			--batch 8 --threads 1 --embed-l2 0.5 "$@"
+	}
+	ft --embed-anchor --log-dir "$tmp/anc" >"$tmp/anc.out" 2>&1 &&
+		ft --log-dir "$tmp/zero" >/dev/null 2>&1 &&
+		ft --embed-anchor --log-dir "$tmp/anc2" --stop-after 2 >/dev/null 2>&1 &&
+		ft --embed-anchor --log-dir "$tmp/anc2" --resume >"$tmp/anc2.out" 2>&1 ||
+		fail "imdb_study --embed-anchor runs exited $?: $(tail -3 "$tmp/anc.out" "$tmp/anc2.out")"
+	! cmp -s "$tmp/anc/last.safetensors" "$tmp/zero/last.safetensors" &&
+		cmp -s "$tmp/anc/last.safetensors" "$tmp/anc2/last.safetensors" &&
+		echo "ok: imdb_study --embed-anchor changes the run and resumes exactly" ||
+		fail "--embed-anchor: the same as towards zero, or the resumed run differs"
+	"$imdb" --embed-l2 0.5 --embed-anchor --steps 1 >"$tmp/anc3.out" 2>&1
+	[ $? -eq 1 ] && grep -q -- "--embed-anchor: needs --init-from" "$tmp/anc3.out" &&
+		echo "ok: --embed-anchor without --init-from is refused" ||
+		fail "--embed-anchor without --init-from: $(cat "$tmp/anc3.out")"
 else
 	echo "skip: $imdb not built, --init-from not tried"
 fi
