@@ -13,28 +13,8 @@ for p in "$tool" "$mlm"; do
 	fi
 done
 srcdir=${srcdir:-.}
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/attention_spectrum.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() {
-	echo "FAIL: $*"
-	failures=$((failures + 1))
-}
-
-# expect STATUS PATTERN ARGS...: run the tool, check its exit status and that its output
-# (stdout and stderr) contains PATTERN.
-expect() {
-	want=$1 pattern=$2
-	shift 2
-	"$tool" "$@" >"$tmp/out" 2>&1
-	got=$?
-	if [ "$got" -ne "$want" ] || ! grep -q -- "$pattern" "$tmp/out"; then
-		fail "$tool $* exited $got (want $want), output lacks '$pattern' or has:"
-		sed 's/^/  | /' "$tmp/out"
-	else
-		echo "ok: $tool $*"
-	fi
-}
+prog=$tool name=attention_spectrum
+. "$srcdir/tests/lib.sh"
 
 # check_curves CSV ROWS COLUMNS: ROWS points of COLUMNS curves, each non-decreasing within
 # [0, 1] and ending at 1.
@@ -96,8 +76,4 @@ expect 1 "no review of 32 tokens or more" --checkpoint "$tmp/tf/best.safetensors
 expect 1 "--rank" --checkpoint "$tmp/tf/best.safetensors" --rank 0
 [ ! -e "$tmp/d/spectrum.csv" ] || fail "a failed run wrote spectrum.csv"
 
-if [ "$failures" -ne 0 ]; then
-	echo "$failures failure(s)"
-	exit 1
-fi
-echo "all attention_spectrum checks passed"
+finish

@@ -19,26 +19,8 @@ for p in "$prog" "$study"; do
 		exit 99
 	fi
 done
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/linformer_imdb.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() {
-	echo "FAIL: $*"
-	failures=$((failures + 1))
-}
-# expect STATUS PATTERN ARGS...: the showcase exits STATUS and its output contains PATTERN.
-expect() {
-	want=$1 pattern=$2
-	shift 2
-	"$prog" "$@" >"$tmp/expect.out" 2>&1
-	rc=$?
-	if [ "$rc" -ne "$want" ] || ! grep -q -- "$pattern" "$tmp/expect.out"; then
-		fail "$prog $* exited $rc (want $want), output lacks '$pattern' or has:"
-		sed 's/^/  | /' "$tmp/expect.out"
-	else
-		echo "ok: $*"
-	fi
-}
+name=linformer_imdb
+. "${srcdir:-.}/tests/lib.sh"
 # ok WHAT COMMAND...: the command succeeds.
 ok() {
 	what=$1
@@ -174,8 +156,4 @@ expect 1 "--model: expected one of" --model bert
 expect 1 "--frobnicate" --frobnicate
 expect 0 "usage: linformer_imdb" --help
 
-[ "$failures" -eq 0 ] || {
-	echo "$failures failure(s)"
-	exit 1
-}
-echo "all passed"
+finish

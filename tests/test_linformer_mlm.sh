@@ -13,28 +13,8 @@ if [ ! -x "$prog" ]; then
 	echo "test_linformer_mlm: $prog not built" >&2
 	exit 99
 fi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/linformer_mlm.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() {
-	echo "FAIL: $*"
-	failures=$((failures + 1))
-}
-
-# expect STATUS PATTERN ARGS...: run the program, check its exit status and that its output
-# (stdout and stderr) contains PATTERN.
-expect() {
-	want=$1 pattern=$2
-	shift 2
-	"$prog" "$@" >"$tmp/out" 2>&1
-	got=$?
-	if [ "$got" -ne "$want" ] || ! grep -q -- "$pattern" "$tmp/out"; then
-		fail "$prog $* exited $got (want $want), output lacks '$pattern' or has:"
-		sed 's/^/  | /' "$tmp/out"
-	else
-		echo "ok: $prog $*"
-	fi
-}
+name=linformer_mlm
+. "${srcdir:-.}/tests/lib.sh"
 
 # A corpus of 80 short, very regular documents (one a line): an MLM learns it within steps.
 awk 'BEGIN {
@@ -265,5 +245,4 @@ expect 1 "loading $tmp/none: .*cannot open" --eval-only --checkpoint "$tmp/none"
 expect 1 "--log-dir: cannot create directory $tmp/corpus.txt/x\|--log-dir: .*not a directory" \
 	--corpus "$tmp/corpus.txt" --steps 1 --log-dir "$tmp/corpus.txt/x"
 
-[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
-exit 0
+finish

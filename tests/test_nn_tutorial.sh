@@ -9,25 +9,8 @@ if [ ! -x "$prog" ]; then
 	echo "test_nn_tutorial: $prog not built" >&2
 	exit 99
 fi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/nn_tutorial.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-
-# expect STATUS PATTERN ARGS...: run the program, check its exit status and that its
-# output (stdout and stderr) contains PATTERN.
-expect() {
-	want=$1 pattern=$2
-	shift 2
-	"$prog" "$@" >"$tmp/out" 2>&1
-	got=$?
-	if [ "$got" -ne "$want" ] || ! grep -q -- "$pattern" "$tmp/out"; then
-		echo "FAIL: $prog $* exited $got (want $want), output lacks '$pattern' or has:"
-		sed 's/^/  | /' "$tmp/out"
-		failures=$((failures + 1))
-	else
-		echo "ok: $prog $*"
-	fi
-}
+name=nn_tutorial
+. "${srcdir:-.}/tests/lib.sh"
 
 # Training reaches the bound; the checkpoint reloads into a model that agrees.
 expect 0 "held-out loss" --check --steps "$steps" --threads 2
@@ -53,5 +36,4 @@ printf 'en\tOne.\nfr\tDeux.\n' >"$tmp/short.tsv"
 expect 1 "need at least 5 examples, got 2" --data "$tmp/short.tsv"
 expect 1 "saving the checkpoint" --steps 1 --save "$tmp/no/such/dir/model.safetensors"
 
-[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
-exit 0
+finish
