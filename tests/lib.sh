@@ -1,7 +1,7 @@
-# Shared by the shell tests, sourced after setting name (the test's) and prog (the program
+# Shared by the shell tests, sourced after setting test_name and prog (the program
 # expect runs): a temporary directory $tmp removed at exit, fail, expect and finish.
 # shellcheck shell=sh
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/$name.XXXXXX") || exit 99
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/$test_name.XXXXXX") || exit 99
 trap 'rm -rf "$tmp"' EXIT
 failures=0
 
@@ -32,6 +32,6 @@ finish() {
 		echo "$failures failure(s)"
 		exit 1
 	fi
-	echo "all $name checks passed"
+	echo "all $test_name checks passed"
 	exit 0
 }

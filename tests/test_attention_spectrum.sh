@@ -13,7 +13,7 @@ for p in "$tool" "$mlm"; do
 	fi
 done
 srcdir=${srcdir:-.}
-prog=$tool name=attention_spectrum
+prog=$tool test_name=attention_spectrum
 . "$srcdir/tests/lib.sh"
 
 # check_curves CSV ROWS COLUMNS: ROWS points of COLUMNS curves, each non-decreasing within

@@ -11,13 +11,8 @@ if [ ! -x "$prog" ]; then
 	echo "test_crash_resume: $prog not built" >&2
 	exit 99
 fi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/crash_resume.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() {
-	echo "FAIL: $*"
-	failures=$((failures + 1))
-}
+test_name=crash_resume
+. "${srcdir:-.}/tests/lib.sh"
 RUN="--max-train 48 --max-test 24 --val-fraction 0.25 --tokenizer byte --n 64 --k 16 --dim 32
 	--heads 2 --layers 2 --ff 64 --batch 4 --accum 2 --threads 1 --epochs 2 --lr 3e-3
 	--ema 0.5"

@@ -17,18 +17,13 @@ fi
 for p in "$prog" "$mlm" tests/test_nn_dist bench/train_throughput; do
 	[ -x "$p" ] || { echo "test_dist: $p not built" >&2; exit 99; }
 done
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/dist.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT
+test_name=dist
+. "${srcdir:-.}/tests/lib.sh"
 # Open MPI as root (CI), more ranks than cores, no process binding (one thread a rank),
 # and no cross-memory attach (refused in containers): shared memory copies twice.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_hwloc_base_binding_policy=none
-failures=0
-fail() {
-	echo "FAIL: $*"
-	failures=$((failures + 1))
-}
 run() { # run NP ARGS...: mpirun -np NP ARGS under a time limit (a hang fails)
 	np=$1
 	shift

@@ -20,14 +20,8 @@ for p in "$prog" "$tbdump"; do
 		exit 99
 	fi
 done
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/imdb_study.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-
-fail() {
-	echo "FAIL: $*"
-	failures=$((failures + 1))
-}
+test_name=imdb_study
+. "${srcdir:-.}/tests/lib.sh"
 
 # run NAME ARGS...: run the program, output in $tmp/NAME.out, status in $rc.
 run() {

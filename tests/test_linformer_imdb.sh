@@ -19,7 +19,7 @@ for p in "$prog" "$study"; do
 		exit 99
 	fi
 done
-name=linformer_imdb
+test_name=linformer_imdb
 . "${srcdir:-.}/tests/lib.sh"
 # ok WHAT COMMAND...: the command succeeds.
 ok() {

@@ -13,7 +13,7 @@ if [ ! -x "$prog" ]; then
 	echo "test_linformer_mlm: $prog not built" >&2
 	exit 99
 fi
-name=linformer_mlm
+test_name=linformer_mlm
 . "${srcdir:-.}/tests/lib.sh"
 
 # A corpus of 80 short, very regular documents (one a line): an MLM learns it within steps.

@@ -9,7 +9,7 @@ if [ ! -x "$prog" ]; then
 	echo "test_nn_tutorial: $prog not built" >&2
 	exit 99
 fi
-name=nn_tutorial
+test_name=nn_tutorial
 . "${srcdir:-.}/tests/lib.sh"
 
 # Training reaches the bound; the checkpoint reloads into a model that agrees.

@@ -14,13 +14,8 @@ for p in "$prog" "$mlm"; do
 		exit 99
 	fi
 done
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/run_guards.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() {
-	echo "FAIL: $*"
-	failures=$((failures + 1))
-}
+test_name=run_guards
+. "${srcdir:-.}/tests/lib.sh"
 # expect STATUS PATTERN OUT CMD...: CMD exits STATUS and its output (in OUT) holds PATTERN.
 expect() {
 	want=$1 pattern=$2 out=$3
