@@ -12,13 +12,8 @@ for p in "$prog" "$mlm"; do
 		exit 99
 	fi
 done
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/cuda_examples.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() {
-	echo "FAIL: $*"
-	failures=$((failures + 1))
-}
+test_name=cuda_examples
+. "${srcdir:-.}/tests/lib.sh"
 
 if ! "$prog" --device cuda --max-train 8 --max-test 4 --steps 1 --n 32 --k 8 --dim 16 --heads 2 \
 		--layers 2 --ff 32 --tokenizer byte --batch 4 >"$tmp/probe.out" 2>&1; then
