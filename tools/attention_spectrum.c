@@ -10,7 +10,7 @@
  * OUT/spectrum.gp (gnuplot draws both as spectrum.png and at_rank.png), and prints the
  * heatmap as a table. A curve that reaches 0.9 at index 128 of 512 says that 128 directions
  * carry 90% of P's singular value mass: the low rank the Linformer's projection relies on. */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -259,6 +259,9 @@ static void write_results(const struct gather *g, int64_t used)
 	printf("\n");
 	close_out(f, path);
 
+	char dir[4096];
+	if (!realpath(opt.out, dir))
+		die(opt.out, strerror(errno));
 	f = open_out("spectrum.gp", path, sizeof path);
 	fprintf(f,
 		"# gnuplot %s: spectrum.png (each head's curve) and at_rank.png (the heatmap)\n"
@@ -267,13 +270,15 @@ static void write_results(const struct gather *g, int64_t used)
 		"set title 'Normalised cumulative singular values of P (mean of %lld reviews)'\n"
 		"set xlabel 'singular value index'\nset ylabel 'normalised cumulative value'\n"
 		"set yrange [0:1]\nset xrange [1:%lld]\n"
-		"plot for [c=2:%lld] 'spectrum.csv' using 1:c with lines title columnhead(c)\n"
+		"h = %lld  # heads: a colour per layer, its heads' curves alike\n"
+		"plot for [c=2:%lld] 'spectrum.csv' using 1:c with lines lc (c - 2) / h + 1 "
+		"title ((c - 2) %% h == 0 ? sprintf('layer %%d', (c - 2) / h + 1) : '')\n"
 		"set output 'at_rank.png'\nunset key\nset yrange [*:*]\n"
 		"set title 'Value at index %lld by layer and head'\n"
 		"set xlabel 'head'\nset ylabel 'layer'\nset cbrange [0:1]\n"
 		"set xrange [0.5:%lld.5]\nset yrange [0.5:%lld.5]\nset xtics 1\nset ytics 1\n"
 		"plot 'at_rank.csv' skip 1 using 2:1:4 with image\n",
-		path, opt.out, (long long)used, (long long)kmax, (long long)(L * H + 1),
+		path, dir, (long long)used, (long long)kmax, (long long)H, (long long)(L * H + 1),
 		(long long)opt.rank, (long long)H, (long long)L);
 	close_out(f, path);
 	printf("\nplots: gnuplot %s\n", path);
