@@ -61,7 +61,7 @@ static struct flag flags[] = {
 			"logs and checkpoints (default: runs/<model>-n<N>-<time>)"),
 	FLAG_DEF_STRING("init-from", &opt.init_from, "CKPT",
 			"fine-tune the encoder of a linformer_mlm checkpoint (its shape too; "
-			"the recipe's dropout)"),
+			"the recipe's dropout, no embedding penalty)"),
 	FLAG_DEF_BOOL("resume", &opt.resume,
 		      "continue the run of --log-dir from its last checkpoint"),
 	FLAG_DEF_INT("stop-after", &opt.stop_after, 0, 1e15, "S", "save and exit after step S"),
@@ -208,6 +208,8 @@ static void setup(struct run *r)
 	for (int64_t i = 0; i < r->cfg.layers; i++)
 		learned |= r->cfg.attention[i] == NN_ATTN_LINEAR;
 	r->rc.proj_l2 = learned ? r->rc.proj_l2 : 0;
+	/* a pretrained embedding keeps what it learnt: no penalty pulls it towards zero */
+	r->rc.embed_l2 = opt.init_from ? 0 : r->rc.embed_l2;
 
 	/* 10% of the training reviews validate: whole movies with the full dataset */
 	struct text_dataset all;
@@ -242,7 +244,8 @@ static void setup(struct run *r)
 	if (copied < 0)
 		train_die(PROG, opt.init_from ? "--init-from" : "building the model");
 	if (opt.init_from)
-		printf("encoder: %d tensors from %s\n", copied, opt.init_from);
+		printf("encoder: %d tensors from %s (no embedding penalty)\n", copied,
+		       opt.init_from);
 	if ((r->rc.proj_l2 > 0 && nn_anchor_init(&r->anchor, &r->ps, PROJ_WEIGHTS) < 0) ||
 	    nn_params_pack(&r->ps) < 0 ||
 	    nn_adamw_init(&r->adamw, &r->ps, opt.lr, 0.9, 0.999, 1e-8, 0.01) < 0 ||
@@ -337,7 +340,7 @@ static void train_step(struct run *r, int64_t j, struct window *w)
 	/* the embedding penalty grows from 0 over the first steps, so the embedding learns first */
 	double ramp = r->rc.embed_l2_ramp * (double)r->total, s = (double)(r->step + 1);
 	double embed_l2 = s < ramp ? r->rc.embed_l2 * s / ramp : r->rc.embed_l2;
-	if (nn_params_l2_grad(&r->ps, "embed.", embed_l2) < 0 ||
+	if ((embed_l2 > 0 && nn_params_l2_grad(&r->ps, "embed.", embed_l2) < 0) ||
 	    (r->rc.proj_l2 > 0 && nn_anchor_l2_grad(&r->anchor, r->rc.proj_l2) < 0))
 		train_die(PROG, "penalties");
 	double norm =

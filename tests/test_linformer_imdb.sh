@@ -107,7 +107,7 @@ mlm=${LINFORMER_MLM:-examples/linformer_mlm}
 	--max-docs 40 --dropout 0 --attn-dropout 0 --log-dir "$tmp/mlm" >"$tmp/mlm.out" 2>&1 ||
 	fail "pretraining exited $?"
 # shellcheck disable=SC2086
-expect 0 "encoder: [1-9][0-9]* tensors from $tmp/mlm/last.safetensors" $SMALL \
+expect 0 "encoder: [1-9][0-9]* tensors from $tmp/mlm/last.safetensors (no embedding penalty)" $SMALL \
 	--init-from "$tmp/mlm/last.safetensors" --log-dir "$tmp/ft"
 grep -q "n 64, dim 32, heads 2, layers 2" "$tmp/expect.out" ||
 	fail "--init-from did not take the checkpoint's encoder: $(head -3 "$tmp/expect.out")"
