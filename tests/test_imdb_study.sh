@@ -31,19 +31,6 @@ run() {
 	rc=$?
 }
 
-# expect STATUS PATTERN ARGS...: the program exits STATUS and its output contains PATTERN.
-expect() {
-	want=$1 pattern=$2
-	shift 2
-	run expect "$@"
-	if [ "$rc" -ne "$want" ] || ! grep -q -- "$pattern" "$tmp/expect.out"; then
-		fail "$prog $* exited $rc (want $want), output lacks '$pattern' or has:"
-		sed 's/^/  | /' "$tmp/expect.out"
-	else
-		echo "ok: $*"
-	fi
-}
-
 # check NAME WHAT: the last run (output in $tmp/NAME.out and .err) exited 0, else show why.
 check() {
 	if [ "$rc" -ne 0 ]; then

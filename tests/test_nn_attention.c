@@ -717,7 +717,7 @@ START_TEST(test_attention_observer)
 	struct tensor *k = tu_rand(TENSOR_F64, 4, (int64_t[]){ B, H, S, d }, 62);
 	struct tensor *eye = tensor_zeros(TENSOR_F64, TENSOR_CPU, 4, (int64_t[]){ B, H, S, S });
 	for (int64_t i = 0; i < B * H * S; i++)
-		((double *)eye->storage->data)[i * S + i % S] = 1;
+		((double *)tensor_data(eye))[i * S + i % S] = 1;
 	struct tensor *m = mask_i32(B, S, (const int[]){ 1, 1, 0, 1, 1, 1, 1, 1 });
 	struct seen seen = { 0 };
 	nn_set_attention_observer(observe, &seen);

@@ -19,6 +19,7 @@
 
 #include "common/data.h"
 #include "common/flags.h"
+#include "common/train.h"
 #include "models.h"
 #include "spectrum.h"
 #include "text.h"
@@ -98,40 +99,16 @@ static int observe(void *ctx, const struct tensor *p)
 	return TENSOR_OK;
 }
 
-/* The checkpoint loaded into the model its tensors make (an MLM or a classifier), and its
- * encoder. */
-struct loaded {
-	struct nn_params ps;
-	struct model_config cfg;
-	struct model_mlm mlm;
-	struct model_classifier cls;
-	bool is_mlm;
-};
-
-static const struct model_encoder *load(struct loaded *m, const char *path)
+/* The encoder of an MLM or classifier checkpoint, for inference (train_copy_encoder
+ * validates the whole file through the model it was saved from). */
+static void load(const char *path, struct model_config *cfg, struct nn_params *ps,
+		 struct model_encoder *enc)
 {
-	struct nn_checkpoint_info info;
-	if (model_config_from_checkpoint(path, &m->cfg) < 0 || model_config_resolve(&m->cfg) < 0 ||
-	    nn_checkpoint_info(path, &info) < 0)
+	if (model_config_from_checkpoint(path, cfg) < 0 || model_config_resolve(cfg) < 0 ||
+	    nn_params_init(ps, TENSOR_F32, TENSOR_CPU, cfg->seed) < 0 ||
+	    model_encoder_init(enc, ps, cfg) < 0 || train_copy_encoder(path, ps) < 0)
 		die("loading the checkpoint", NULL);
-	m->is_mlm = nn_checkpoint_info_find(&info, "mlm.dense.weight") != NULL;
-	nn_checkpoint_info_free(&info);
-	if (nn_params_init(&m->ps, TENSOR_F32, TENSOR_CPU, m->cfg.seed) < 0 ||
-	    (m->is_mlm ? model_mlm_init(&m->mlm, &m->ps, &m->cfg)
-		       : model_classifier_init(&m->cls, &m->ps, &m->cfg)) < 0 ||
-	    nn_checkpoint_load(path, &m->ps, NULL, NULL) < 0)
-		die("loading the checkpoint", NULL);
-	nn_params_train(&m->ps, false);
-	return m->is_mlm ? &m->mlm.enc : &m->cls.enc;
-}
-
-static void unload(struct loaded *m)
-{
-	if (m->is_mlm)
-		model_mlm_free(&m->mlm);
-	else
-		model_classifier_free(&m->cls);
-	nn_params_free(&m->ps);
+	nn_params_train(ps, false);
 }
 
 /* A seeded permutation of 0..n-1 (splitmix64 draws, Fisher-Yates). */
@@ -296,15 +273,17 @@ int main(int argc, char **argv)
 	if (!opt.vocab)
 		opt.vocab = example_data_path("bert-base-uncased-vocab.txt", vocab, sizeof vocab);
 
-	struct loaded m = { 0 };
-	const struct model_encoder *enc = load(&m, opt.checkpoint);
+	struct model_config cfg;
+	struct nn_params ps;
+	struct model_encoder enc;
+	load(opt.checkpoint, &cfg, &ps, &enc);
 	struct text_tokenizer tok;
 	if (text_wordpiece_load(&tok, opt.vocab) < 0)
 		die("the vocabulary", NULL);
-	if (tok.vocab_size != m.cfg.vocab_size) {
+	if (tok.vocab_size != cfg.vocab_size) {
 		char why[256];
 		snprintf(why, sizeof why, "%d tokens, the checkpoint's model has %lld",
-			 (int)tok.vocab_size, (long long)m.cfg.vocab_size);
+			 (int)tok.vocab_size, (long long)cfg.vocab_size);
 		die(opt.vocab, why);
 	}
 	struct text_dataset ds;
@@ -313,7 +292,7 @@ int main(int argc, char **argv)
 	if (mkdir(opt.out, 0777) < 0 && errno != EEXIST)
 		die(opt.out, strerror(errno));
 
-	int64_t n = m.cfg.max_len, L = m.cfg.layers, H = m.cfg.heads;
+	int64_t n = cfg.max_len, L = cfg.layers, H = cfg.heads;
 	struct gather g = { .layers = L, .heads = H, .n = n };
 	g.keys = calloc((size_t)L, sizeof *g.keys);
 	g.sum = calloc((size_t)(L * H * n), sizeof *g.sum);
@@ -324,9 +303,9 @@ int main(int argc, char **argv)
 		die("the spectra", "out of memory");
 	char ckpt_model[MODEL_MAX_LAYERS + 1];
 	fprintf(stderr, "%s: layers %s, n %lld, %lld heads; %lld reviews of %s %s\n", PROG,
-		model_config_pattern(&m.cfg, ckpt_model), (long long)n, (long long)H,
-		(long long)ds.n, opt.data, opt.split);
-	int64_t used = run(enc, &tok, &ds, &g);
+		model_config_pattern(&cfg, ckpt_model), (long long)n, (long long)H, (long long)ds.n,
+		opt.data, opt.split);
+	int64_t used = run(&enc, &tok, &ds, &g);
 	if (used == 0) {
 		char why[256];
 		snprintf(why, sizeof why, "no review of %lld tokens or more (the model's n)",
@@ -344,6 +323,7 @@ int main(int argc, char **argv)
 	free(g.p);
 	text_dataset_free(&ds);
 	text_tokenizer_free(&tok);
-	unload(&m);
+	model_encoder_free(&enc);
+	nn_params_free(&ps);
 	return 0;
 }
