@@ -40,6 +40,7 @@ struct options {
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_docs, log_every,
 	    stop_after;
 	double embed_std, mask_prob, lr, min_lr, warmup, weight_decay, clip, val_fraction;
+	int mask_unit; /* enum text_mask_unit */
 	bool no_chunk, eval_only, no_bucket, no_mem_check, skip_nonfinite, resume;
 };
 
@@ -77,6 +78,9 @@ static struct flag flags[] = {
 	INT("split-seed", split_seed, 0, 9007199254740992.0, "S", "seed of the validation split"),
 	DBL("mask-prob", mask_prob, 0, 1, FLAG_MIN_OPEN, "P", "tokens selected for prediction "
 							      "(of those 80% [MASK], 10% random, 10% kept)"),
+	FLAG_DEF_ENUM("mask-unit", &opt.mask_unit, "token|word|span",
+		      "what --mask-prob selects: tokens (BERT), whole words (every WordPiece of a "
+		      "word), or spans of whole words (SpanBERT: mean 3.8 words)"),
 	CHO("decode", decode, "masked|full", "MLM head on the selected positions only (the same "
 					     "loss, less work) or [B*n, vocab] logits"),
 	INT("batch", batch, 1, 1 << 16, "B", "sequences per batch"),
@@ -341,7 +345,7 @@ static int64_t predicted(const struct tensor *labels)
 static int64_t mask_batch(const struct text_tokenizer *tok, const struct text_batch *b,
 			  uint64_t seed, struct tensor **inputs, struct tensor **labels)
 {
-	if (text_mlm_mask(tok, b, opt.mask_prob, seed, inputs, labels) < 0)
+	if (text_mlm_mask_unit(tok, b, opt.mask_prob, opt.mask_unit, seed, inputs, labels) < 0)
 		train_die(PROG, "masking a batch");
 	return predicted(*labels);
 }
@@ -653,9 +657,10 @@ static void setup(struct run *r)
 	r->start -= elapsed0; /* the time before the resume counts */
 
 	model_summary(&r->cfg, nn_params_count(&r->ps), stdout);
-	printf("tokenizer %s (%d ids), masking %g, decode %s; batch %lld x accum %lld, %lld "
+	static const char *const unit[] = { "tokens", "whole words", "word spans" };
+	printf("tokenizer %s (%d ids), masking %g (%s), decode %s; batch %lld x accum %lld, %lld "
 	       "steps (%lld epochs of %lld), threads %d (BLIS %s)\n",
-	       opt.enc.tokenizer, r->tok.vocab_size, opt.mask_prob, opt.decode,
+	       opt.enc.tokenizer, r->tok.vocab_size, opt.mask_prob, unit[opt.mask_unit], opt.decode,
 	       (long long)opt.batch, (long long)opt.accum, (long long)r->total,
 	       (long long)r->epochs, (long long)r->spe, tensor_get_num_threads(),
 	       tensor_blas_arch());

@@ -4,9 +4,9 @@
 # uninterrupted run's checkpoint, the model learns from context (not only word
 # frequencies), the checkpoint rebuilds the model from its config
 # alone and reproduces the validation perplexity, --init-from continues it at a longer n,
-# --precision bf16 ends near the f32 run's perplexity, masked and full decoding agree, and bad flags
-# exit 1 with a clear message. Run from the build directory (as `make check` does);
-# LINFORMER_MLM overrides the program.
+# --precision bf16 ends near the f32 run's perplexity, masked and full decoding agree, whole-word
+# and span masking run, and bad flags exit 1 with a clear message. Run from the build directory
+# (as `make check` does); LINFORMER_MLM overrides the program.
 set -u
 prog=${LINFORMER_MLM:-examples/linformer_mlm}
 if [ ! -x "$prog" ]; then
@@ -208,6 +208,19 @@ awk -v a="$(loss_of "$tmp/masked")" -v b="$(loss_of "$tmp/full")" \
 	echo "ok: masked and full decoding give loss $(loss_of "$tmp/masked")" ||
 	fail "masked loss $(loss_of "$tmp/masked") != full loss $(loss_of "$tmp/full")"
 
+# ---- whole-word and span masking (every word of this corpus is one WordPiece: whole words select
+# the tokens' draws, spans others) ------------------------------------------------------------------
+for u in word:"whole words" span:"word spans"; do
+	unit=${u%%:*}
+	train --steps 1 --log-every 1 --mask-unit "$unit" --log-dir "$tmp/$unit" >"$tmp/$unit.out" 2>&1 ||
+		fail "--mask-unit $unit failed: $(tail -2 "$tmp/$unit.out")"
+	grep -q "masking 0.15 (${u#*:})" "$tmp/$unit.out" || fail "--mask-unit $unit not reported"
+done
+a=$(loss_of "$tmp/masked") w=$(loss_of "$tmp/word") s=$(loss_of "$tmp/span")
+[ "$w" = "$a" ] && awk -v a="$a" -v s="$s" 'BEGIN { exit !(s > 5 && a != s) }' &&
+	echo "ok: first loss by tokens $a, whole words $w, spans $s" ||
+	fail "first loss by tokens $a, whole words $w (want the same), spans $s (want another)"
+
 # ---- bad flags and inputs ------------------------------------------------------------------------
 expect 0 "usage: linformer_mlm" --help
 expect 1 "unknown flag '--frobnicate'" --frobnicate
@@ -220,6 +233,7 @@ expect 1 "--dropout: expected a number in \[0, 1), got '1'" --dropout 1
 expect 1 "--model: missing value: expected --model NAME" --model
 expect 1 "--n: given twice" --n 8 --n 16
 expect 1 "--tokenizer: expected one of wordpiece|byte, got 'bpe'" --tokenizer bpe
+expect 1 "--mask-unit: expected one of token|word|span, got 'sentence'" --mask-unit sentence
 expect 1 "--no-chunk: takes no value" --no-chunk=yes
 expect 1 "--corpus: and --data are two sources of text" --corpus "$tmp/corpus.txt" --data "$tmp"
 expect 1 "--layers: 3 differs from the 2 layers of the pattern 'LC'" --model LC --layers 3

@@ -214,6 +214,40 @@ START_TEST(test_flag_defined_twice_exits)
 }
 END_TEST
 
+/* A resumed run's flags against those it saved (flags_compare_json): equal, a difference
+ * named, the ignored ones, a flag the saved run predates (accepted at its default only). */
+static int64_t cmp_steps = 100;
+static double cmp_lr = 1e-3;
+static bool cmp_fast;
+
+START_TEST(test_compare_json)
+{
+	struct flag fl[] = {
+		FLAG_DEF_INT("steps", &cmp_steps, 1, 1000, "S", "steps"),
+		FLAG_DEF_DOUBLE("lr", &cmp_lr, 0, 1, FLAG_MIN_OPEN, "RATE", "rate"),
+		FLAG_DEF_BOOL("fast", &cmp_fast, "a flag newer than the run"),
+	};
+	char *argv[] = { "test", "--steps", "200" };
+	flags_parse(fl, 3, 3, argv, "test", "usage", NULL);
+	char *json = flags_to_json(fl, 3, NULL), err[200] = "";
+	ck_assert(json && strstr(json, "\"steps\"") && strstr(json, "\"200\""));
+	ck_assert_int_eq(flags_compare_json(fl, 3, json, NULL, err, sizeof err), 0);
+	const char *old = "{\"steps\":\"200\",\"lr\":\"0.001\"}"; /* saved before --fast */
+	ck_assert_int_eq(flags_compare_json(fl, 3, old, NULL, err, sizeof err), 0);
+	cmp_lr = 2e-3;
+	ck_assert_int_eq(flags_compare_json(fl, 3, old, NULL, err, sizeof err), -1);
+	ck_assert_str_eq(err, "--lr is '0.002' but the run being resumed used '0.001'");
+	const char *const ignore[] = { "lr", NULL };
+	ck_assert_int_eq(flags_compare_json(fl, 3, old, ignore, err, sizeof err), 0);
+	cmp_lr = 1e-3, cmp_fast = fl[2].set = true; /* as if given: --fast */
+	ck_assert_int_eq(flags_compare_json(fl, 3, old, NULL, err, sizeof err), -1);
+	ck_assert_str_eq(err, "--fast: not recorded");
+	ck_assert_int_eq(flags_compare_json(fl, 3, "[1]", NULL, err, sizeof err), -1);
+	ck_assert_str_eq(err, "not a JSON object of flag values");
+	free(json);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("model_flags");
@@ -221,6 +255,7 @@ int main(void)
 	tcase_add_test(tc, test_generated_flags_match_fields);
 	tcase_add_test(tc, test_other_fields_by_hand);
 	tcase_add_test(tc, test_flags_reach_config);
+	tcase_add_test(tc, test_compare_json);
 	tcase_add_exit_test(tc, test_flag_defined_twice_exits, 1);
 	tcase_add_loop_exit_test(tc, test_bad_value_exits, 1, 0, valued_flag(-1, NULL));
 	suite_add_tcase(s, tc);

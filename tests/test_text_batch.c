@@ -646,6 +646,180 @@ START_TEST(test_mlm_errors)
 }
 END_TEST
 
+/* ---- whole-word and span masking ---------------------------------------------------------- */
+
+/* Rows of the tiny WordPiece vocabulary: [CLS], words of ordinary ids with "##s" (14) pieces
+ * after some (with_pieces), [SEP], padding; whether each position starts a word. */
+static struct text_batch word_batch(int64_t B, int64_t n, bool with_pieces, bool *starts)
+{
+	int64_t *ids = malloc(sizeof(int64_t) * B * n), *mask = malloc(sizeof(int64_t) * B * n);
+	uint64_t x = 88172645463325252ull;
+	for (int64_t b = 0; b < B; b++) {
+		int64_t len = n / 2 + b % (n / 2);
+		for (int64_t c = 0; c < n; c++) {
+			int64_t p = b * n + c, id;
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			bool piece = with_pieces && c > 1 && x % 10 < 4;
+			id = c == 0	    ? 4
+			     : c == len - 1 ? 5
+			     : c >= len	    ? 0
+			     : piece	    ? 14
+					    : 8 + (int64_t)((x >> 20) % 6);
+			ids[p] = id;
+			mask[p] = c < len;
+			starts[p] = c > 0 && c < len - 1 && !piece;
+		}
+	}
+	int64_t shape[2] = { B, n };
+	struct text_batch bt = { tensor_from_data(TENSOR_I64, TENSOR_CPU, 2, shape, ids),
+				 tensor_from_data(TENSOR_I64, TENSOR_CPU, 2, shape, mask), NULL,
+				 B };
+	ck_assert(bt.ids && bt.mask);
+	free(ids);
+	free(mask);
+	return bt;
+}
+
+/* Checks that every word of lab is selected whole or not at all; returns the number of
+ * words and of selected ones, and the number and total length (in words) of the maximal
+ * runs of selected words. */
+static void count_words(const struct text_batch *bt, const struct tensor *lab, const bool *starts,
+			int64_t *words, int64_t *chosen, int64_t *runs, int64_t *run_words)
+{
+	const int64_t *pl = i64(lab), *ids = i64(bt->ids), B = bt->ids->shape[0],
+		      n = bt->ids->shape[1];
+	*words = *chosen = *runs = *run_words = 0;
+	for (int64_t b = 0; b < B; b++) {
+		bool in_run = false, word_chosen = false;
+		for (int64_t c = 0; c < n; c++) {
+			int64_t p = b * n + c;
+			bool sel = pl[p] != -100;
+			if (starts[p]) {
+				word_chosen = sel;
+				*words += 1;
+				*chosen += sel;
+				*runs += sel && !in_run;
+				*run_words += sel;
+				in_run = sel;
+			} else if (ids[p] == 14) {
+				ck_assert_msg(sel == word_chosen,
+					      "row %lld position %lld: a piece selected apart from "
+					      "its word",
+					      (long long)b, (long long)c);
+			} else { /* [CLS], [SEP] or padding: never selected, ends a run */
+				ck_assert(!sel);
+				in_run = word_chosen = false;
+			}
+		}
+	}
+}
+
+START_TEST(test_mlm_whole_words)
+{
+	struct text_tokenizer tok;
+	ck_assert_int_eq(text_wordpiece_load(&tok, data_path("mlm_vocab_tiny.txt")), TENSOR_OK);
+	const int64_t B = 800, n = 64;
+	bool *starts = malloc(sizeof(bool) * B * n);
+	struct text_batch bt = word_batch(B, n, true, starts);
+	struct tensor *in, *lab;
+	ck_assert_int_eq(text_mlm_mask_unit(&tok, &bt, 0.15, TEXT_MASK_WORD, 3, &in, &lab),
+			 TENSOR_OK);
+	int64_t words, chosen, runs, run_words, pieces = 0, masked = 0, selected = 0;
+	count_words(&bt, lab, starts, &words, &chosen, &runs, &run_words);
+	ck_assert_int_gt(words, 20000);
+	double f = (double)chosen / (double)words;
+	ck_assert_msg(fabs(f - 0.15) < 0.01, "words selected %g", f);
+	for (int64_t p = 0; p < B * n; p++) {
+		selected += i64(lab)[p] != -100;
+		masked += i64(in)[p] == 6;
+		pieces += i64(lab)[p] == 14;
+	}
+	ck_assert_int_gt(pieces, 1000); /* pieces are selected, with their words */
+	ck_assert_msg(fabs((double)masked / (double)selected - 0.8) < 0.02, "[MASK] %g",
+		      (double)masked / (double)selected);
+	/* without pieces every word is one token: the token mask, draw for draw */
+	struct text_batch plain = word_batch(B, n, false, starts);
+	struct tensor *a, *la, *b, *lb;
+	ck_assert_int_eq(text_mlm_mask_unit(&tok, &plain, 0.15, TEXT_MASK_WORD, 3, &a, &la),
+			 TENSOR_OK);
+	ck_assert_int_eq(text_mlm_mask(&tok, &plain, 0.15, 3, &b, &lb), TENSOR_OK);
+	size_t sz = sizeof(int64_t) * B * n;
+	ck_assert(!memcmp(i64(a), i64(b), sz) && !memcmp(i64(la), i64(lb), sz));
+	free(starts);
+	text_tokenizer_free(&tok);
+}
+END_TEST
+
+START_TEST(test_mlm_spans)
+{
+	struct text_tokenizer tok;
+	ck_assert_int_eq(text_wordpiece_load(&tok, data_path("mlm_vocab_tiny.txt")), TENSOR_OK);
+	const int64_t B = 800, n = 128;
+	bool *starts = malloc(sizeof(bool) * B * n);
+	struct text_batch bt = word_batch(B, n, true, starts);
+	struct tensor *in, *lab;
+	ck_assert_int_eq(text_mlm_mask_unit(&tok, &bt, 0.15, TEXT_MASK_SPAN, 3, &in, &lab),
+			 TENSOR_OK);
+	int64_t words, chosen, runs, run_words;
+	count_words(&bt, lab, starts, &words, &chosen, &runs, &run_words);
+	double f = (double)chosen / (double)words, mean = (double)run_words / (double)runs;
+	ck_assert_msg(fabs(f - 0.15) < 0.015, "words covered %g", f);
+	/* spans of mean 3.8 words, a few run into the next or are cut at [SEP] */
+	ck_assert_msg(mean > 3.4 && mean < 4.4, "mean run %g words", mean);
+	/* prob 1 covers every word, prob 0 none, whatever the unit */
+	for (int u = TEXT_MASK_WORD; u <= TEXT_MASK_SPAN; u++) {
+		ck_assert_int_eq(text_mlm_mask_unit(&tok, &bt, 1.0, u, 4, &in, &lab), TENSOR_OK);
+		count_words(&bt, lab, starts, &words, &chosen, &runs, &run_words);
+		ck_assert_int_eq(chosen, words);
+		ck_assert_int_eq(text_mlm_mask_unit(&tok, &bt, 0.0, u, 4, &in, &lab), TENSOR_OK);
+		count_words(&bt, lab, starts, &words, &chosen, &runs, &run_words);
+		ck_assert_int_eq(chosen, 0);
+	}
+	tu_assert_error(text_mlm_mask_unit(&tok, &bt, 0.15, (enum text_mask_unit)7, 4, &in, &lab) ==
+			    TENSOR_ERR_ARG,
+			TENSOR_ERR_ARG, "text_mlm_mask: unit 7", "expected TEXT_MASK_TOKEN");
+	free(starts);
+	text_tokenizer_free(&tok);
+}
+END_TEST
+
+/* The byte tokenizer's words are runs of non-whitespace bytes. */
+START_TEST(test_mlm_byte_words)
+{
+	struct text_tokenizer tok = byte_tok();
+	const char *text = "ab cd\tefg  h";
+	const int64_t B = 2000, n = 14;
+	int64_t *ids = malloc(sizeof(int64_t) * B * n), *mask = malloc(sizeof(int64_t) * B * n);
+	for (int64_t p = 0; p < B * n; p++) {
+		int64_t c = p % n;
+		ids[p] = c == 0 ? 2 : c == n - 1 ? 3 : 5 + (unsigned char)text[c - 1];
+		mask[p] = 1;
+	}
+	int64_t shape[2] = { B, n };
+	struct text_batch bt = { tensor_from_data(TENSOR_I64, TENSOR_CPU, 2, shape, ids),
+				 tensor_from_data(TENSOR_I64, TENSOR_CPU, 2, shape, mask), NULL,
+				 B };
+	struct tensor *in, *lab;
+	ck_assert_int_eq(text_mlm_mask_unit(&tok, &bt, 0.3, TEXT_MASK_WORD, 9, &in, &lab),
+			 TENSOR_OK);
+	const int64_t *pl = i64(lab);
+	const int64_t word[] = { 1, 2, 4, 5, 7, 8, 9, 12 }, first[] = { 1, 1, 4, 4, 7, 7, 7, 12 };
+	int64_t spaces = 0, words = 0;
+	for (int64_t b = 0; b < B; b++) {
+		for (int i = 0; i < 8; i++) /* each letter selected with its word's first */
+			ck_assert((pl[b * n + word[i]] == -100) == (pl[b * n + first[i]] == -100));
+		spaces += (pl[b * n + 3] != -100) + (pl[b * n + 6] != -100);
+		words += pl[b * n + 1] != -100;
+	}
+	ck_assert_msg(fabs((double)spaces / (2.0 * B) - 0.3) < 0.03, "spaces %lld",
+		      (long long)spaces);
+	ck_assert_msg(fabs((double)words / B - 0.3) < 0.04, "first words %lld", (long long)words);
+	free(ids);
+	free(mask);
+	text_tokenizer_free(&tok);
+}
+END_TEST
+
 /* End to end: the batcher's output masked for MLM. */
 START_TEST(test_mlm_from_batcher)
 {
@@ -686,6 +860,9 @@ int main(void)
 	tcase_add_test(tc, test_mlm_determinism);
 	tcase_add_test(tc, test_mlm_wordpiece);
 	tcase_add_test(tc, test_mlm_errors);
+	tcase_add_test(tc, test_mlm_whole_words);
+	tcase_add_test(tc, test_mlm_spans);
+	tcase_add_test(tc, test_mlm_byte_words);
 	tcase_add_test(tc, test_mlm_from_batcher);
 	suite_add_tcase(s, tc);
 	return tu_run(s);

@@ -175,6 +175,20 @@ void text_batcher_free(struct text_batcher *b);
 int text_mlm_mask(const struct text_tokenizer *tok, const struct text_batch *batch, double prob,
 		  uint64_t seed, struct tensor **inputs, struct tensor **labels);
 
+/* What text_mlm_mask_unit selects with probability prob: single tokens (text_mlm_mask);
+ * whole words, every piece of a selected word (a word: a token and the WordPiece "##"
+ * pieces after it, or a run of non-whitespace bytes of the byte tokenizer); or spans of
+ * whole words as SpanBERT, lengths in words geometric (p 0.2) truncated to 10 (mean 3.8),
+ * started so that the fraction prob of the words is covered. Spans and words end at a
+ * row's end and at any token that cannot be selected. Each selected token then becomes
+ * [MASK], random or itself (80/10/10) as in text_mlm_mask. */
+enum text_mask_unit { TEXT_MASK_TOKEN, TEXT_MASK_WORD, TEXT_MASK_SPAN };
+/* text_mlm_mask by unit; TEXT_MASK_TOKEN is text_mlm_mask, draw for draw. Errors: those of
+ * text_mlm_mask, and a unit outside the enum (TENSOR_ERR_ARG). */
+int text_mlm_mask_unit(const struct text_tokenizer *tok, const struct text_batch *batch,
+		       double prob, enum text_mask_unit unit, uint64_t seed, struct tensor **inputs,
+		       struct tensor **labels);
+
 #ifdef __cplusplus
 }
 #endif

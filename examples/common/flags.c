@@ -296,6 +296,8 @@ int flags_compare_json(const struct flag *flags, int n, const char *json, const 
 			continue;
 		const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, flags[i].name);
 		const char *now = flags_value_str(&flags[i], buf, sizeof buf);
+		if (!v && !flags[i].set)
+			continue; /* a flag newer than the run, at its default */
 		if (!cJSON_IsString(v)) {
 			snprintf(err, errlen, "--%s: not recorded", flags[i].name);
 			rc = -1;

@@ -79,8 +79,9 @@ void flags_fail(const char *prog, const char *name, const char *fmt, ...)
  * the names in ignore (NULL-terminated, or NULL). */
 char *flags_to_json(const struct flag *flags, int n, const char *const *ignore);
 /* Compare the values with a flags_to_json object, skipping the names in
- * ignore (NULL-terminated). Returns 0 if equal, else -1 with a message naming
- * the first flag that differs (or the JSON problem) in err. */
+ * ignore (NULL-terminated) and flags the object lacks that were not given (a
+ * flag added since, at its default). Returns 0 if equal, else -1 with a message
+ * naming the first flag that differs (or the JSON problem) in err. */
 int flags_compare_json(const struct flag *flags, int n, const char *json, const char *const *ignore,
 		       char *err, size_t errlen);
 
