@@ -659,11 +659,11 @@ static void setup(struct run *r)
 	model_summary(&r->cfg, nn_params_count(&r->ps), stdout);
 	static const char *const unit[] = { "tokens", "whole words", "word spans" };
 	printf("tokenizer %s (%d ids), masking %g (%s), decode %s; batch %lld x accum %lld, %lld "
-	       "steps (%lld epochs of %lld), threads %d (BLIS %s)\n",
+	       "steps (%lld epoch%s of %lld), threads %d (BLIS %s)\n",
 	       opt.enc.tokenizer, r->tok.vocab_size, opt.mask_prob, unit[opt.mask_unit], opt.decode,
 	       (long long)opt.batch, (long long)opt.accum, (long long)r->total,
-	       (long long)r->epochs, (long long)r->spe, tensor_get_num_threads(),
-	       tensor_blas_arch());
+	       (long long)r->epochs, r->epochs == 1 ? "" : "s", (long long)r->spe,
+	       tensor_get_num_threads(), tensor_blas_arch());
 	if (!opt.data && !opt.corpus)
 		printf("(the bundled subset; for the full dataset see --help)\n");
 	printf("logs in %s, checkpoints in %s\n", r->log_dir, r->ckpt_dir);
