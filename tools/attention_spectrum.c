@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/data.h"
 #include "common/flags.h"
@@ -138,6 +139,7 @@ static int64_t run(const struct model_encoder *enc, const struct text_tokenizer 
 	int64_t n = g->n, used = 0, len;
 	int32_t *ids = malloc(sizeof *ids * (size_t)n), *mask = malloc(sizeof *mask * (size_t)n);
 	int64_t *order = permutation(ds->n, (uint64_t)opt.seed);
+	bool tty = isatty(fileno(stderr)) == 1;
 	if (!ids || !mask)
 		die("the reviews", "out of memory");
 	nn_set_attention_observer(observe, g);
@@ -158,13 +160,14 @@ static int64_t run(const struct model_encoder *enc, const struct text_tokenizer 
 			die("the forward", "the encoder made another number of attention calls "
 					   "than it has layers");
 		tensor_scope_end();
-		if (++used % 10 == 0 || used == opt.sequences)
-			fprintf(stderr, "\r%lld of %lld reviews", (long long)used,
-				(long long)opt.sequences);
+		if (++used % 10 == 0 || used == opt.sequences) /* a line each where not a terminal */
+			fprintf(stderr, "%s%lld of %lld reviews%s", tty ? "\r" : "", (long long)used,
+				(long long)opt.sequences, tty ? "" : "\n");
 	}
 	ag_no_grad_end();
 	nn_set_attention_observer(NULL, NULL);
-	fprintf(stderr, "\n");
+	if (tty && used > 0)
+		fprintf(stderr, "\n");
 	free(order);
 	free(ids);
 	free(mask);
