@@ -4,9 +4,9 @@
 # that length); phase 2, each model at n = 512 (k 128) grown from it (linformer_mlm
 # --init-from); then each fine-tuned as a classifier over the seeds (linformer_imdb
 # --init-from) and tested. Positions come from a convolution over neighbouring tokens
-# (--positions conv), not a table: a table's rows past 128 would start afresh at n = 512. Runs take hours on a few cores: each stage resumes where it
-# stopped (its last.safetensors) when the script is run again with the same flags, and a
-# completed stage is reused.
+# (--positions conv), not a table: a table's rows past 128 would start afresh at n = 512.
+# Runs take hours on a few cores: each stage resumes where it stopped (its last.safetensors)
+# when the script is run again with the same flags, and a completed stage is reused.
 # One command: scripts/experiments/pretrain_finetune.sh --data DIR/aclImdb
 set -euo pipefail
 STUDY=pretrain_finetune
