@@ -690,7 +690,9 @@ static void batch_check(void *p, int rc)
 static int mask_op(void *p)
 {
 	struct texts *t = p;
-	return text_mlm_mask(&t->clean, &t->batch, 0.5, 7, &t->masked, &t->targets);
+	/* spans: every allocation of the token path and the words' table */
+	return text_mlm_mask_unit(&t->clean, &t->batch, 0.5, TEXT_MASK_SPAN, 7, &t->masked,
+				  &t->targets);
 }
 
 static void mask_check(void *p, int rc) /* the clean draw */

@@ -160,10 +160,12 @@ int text_mlm_mask_unit(const struct text_tokenizer *tok, const struct text_batch
 	struct tensor *in = tensor_empty(TENSOR_I64, TENSOR_CPU, 2, batch->ids->shape);
 	struct tensor *lab = tensor_empty(TENSOR_I64, TENSOR_CPU, 2, batch->ids->shape);
 	int32_t ncand = 0, *cand = replacement_ids(tok, &ncand);
-	uint8_t *join = join_classes(tok);
-	if (!ids || !mask || !in || !lab || !cand || !join) {
-		st = cand && join ? tensor_last_status()
-				  : tensor_error(TENSOR_ERR_NOMEM, "text_mlm_mask: out of memory");
+	const bool words = unit != TEXT_MASK_TOKEN;
+	uint8_t *join = words ? join_classes(tok) : NULL;
+	if (!ids || !mask || !in || !lab || !cand || (words && !join)) {
+		st = !cand || (words && !join)
+			 ? tensor_error(TENSOR_ERR_NOMEM, "text_mlm_mask: out of memory")
+			 : tensor_last_status();
 		goto fail;
 	}
 	if (ncand == 0) {
@@ -206,7 +208,7 @@ int text_mlm_mask_unit(const struct text_tokenizer *tok, const struct text_batch
 			continue;
 		}
 		struct philox4 r = philox4x32(key, (uint64_t)p);
-		bool joins = unit != TEXT_MASK_TOKEN && prev_text &&
+		bool joins = words && prev_text &&
 			     (join[id] == JOIN_ALWAYS ||
 			      (join[id] == JOIN_LIKE && join[pi[p - 1]] == JOIN_LIKE));
 		prev_text = true;
