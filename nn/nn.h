@@ -267,10 +267,11 @@ struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v
  * call. Calls come in the order the model computes them: a model_encoder
  * forward of one sequence, heads batched (model_encoder_set_sequential_heads
  * off, the default), makes one call per layer, in layer order; computing
- * heads one at a time or blocks of rows splits a layer's p over several
- * calls. A nonzero return from fn is the forward's error (fn sets it with
- * tensor_error). One observer per process; NULL removes it. Not for use
- * while several threads run forwards. */
+ * heads one at a time splits a layer's p over several calls, and so do the
+ * projected layers without gradients at T > 1024 (blocks of up to 1024
+ * query rows, in row order). A nonzero return from fn is the forward's
+ * error (fn sets it with tensor_error). One observer per process; NULL
+ * removes it. Not for use while several threads run forwards. */
 typedef int (*nn_attention_observer)(void *ctx, const struct tensor *p);
 void nn_set_attention_observer(nn_attention_observer fn, void *ctx);
 /* x [B, T, H*d] -> [B, H, T, d] (ag ops; a view when x is contiguous).

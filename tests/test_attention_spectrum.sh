@@ -1,7 +1,8 @@
 #!/bin/sh
 # tools/attention_spectrum on tiny checkpoints trained here: a Transformer's curves (one per
 # layer and head, n points each, rising to 1 within [0, 1]), the heatmap table and CSV, the
-# same output twice for the same seed, a Linformer's n x k matrices (k points), and the errors:
+# same output twice for the same seed, a Linformer's n x k matrices (k points), also at n > 1,024
+# where they come in blocks of rows, and the errors:
 # no checkpoint, a missing file, another vocabulary, no review long enough, a bad flag. Run
 # from the build directory (as `make check` does).
 set -u
@@ -65,6 +66,19 @@ grep -q "spectrum.csv" "$tmp/a/spectrum.gp" || fail "spectrum.gp does not plot s
 # shellcheck disable=SC2086
 expect 0 "| 2 (8) |" --checkpoint "$tmp/lin/best.safetensors" $spec --out "$tmp/c"
 check_curves "$tmp/c/spectrum.csv" 8 4
+
+# at n > 1,024 a projected layer's P comes in blocks of query rows (1,024 + 64 here), gathered
+# into one matrix a layer: a review of 1,250 tokens, written here
+mkdir -p "$tmp/long/test/pos" "$tmp/long/test/neg"
+awk 'BEGIN { for (i = 0; i < 250; i++) printf "the film was good and "; print "" }' \
+	>"$tmp/long/test/pos/0_9.txt"
+echo "too short" >"$tmp/long/test/neg/0_1.txt"
+# shellcheck disable=SC2086
+"$mlm" --model LC --n 1088 --k 8 $small --log-dir "$tmp/long_lin" \
+	>"$tmp/long_lin.out" 2>&1 || fail "training the n 1088 Linformer: $(cat "$tmp/long_lin.out")"
+expect 0 "| 2 (8) |" --checkpoint "$tmp/long_lin/best.safetensors" --data "$tmp/long" \
+	--sequences 1 --rank 8 --threads 1 --out "$tmp/e"
+check_curves "$tmp/e/spectrum.csv" 8 4
 
 # ---- errors ---------------------------------------------------------------------------------
 expect 1 "--checkpoint: a checkpoint is required" --out "$tmp/d"

@@ -3,8 +3,11 @@
  * blocked layers against the grad-mode forward (several row blocks, blocks of
  * whole sequences, padding, post-norm, conv projections, a Transformer layer
  * before, the outermost scope); positions added in place; the peak per
- * sequence; the errors. */
+ * sequence; the errors; the
+ * blocks' probabilities as an attention observer sees them. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "models_common.h"
 #include "nn_internal.h"
@@ -246,6 +249,70 @@ START_TEST(test_encoder_blocks_peak_per_sequence)
 }
 END_TEST
 
+/* What an attention observer sees of one sequence: each call's rows of P,
+ * appended per layer as [calls' rows][heads][keys] floats. */
+struct seen {
+	int64_t calls, rows;
+	float *p; /* room for 2 layers of [1, 2, T, 16] */
+	size_t used;
+};
+
+static int record(void *ctx, const struct tensor *p)
+{
+	struct seen *s = ctx;
+	size_t n = (size_t)tensor_numel(p);
+	s->calls++;
+	s->rows += p->shape[2];
+	struct tensor *rows_first = tensor_contiguous(tensor_transpose(p, 1, 2));
+	int rc = rows_first ? tensor_to_host(rows_first, s->p + s->used, n * sizeof *s->p)
+			    : tensor_last_status();
+	s->used += n;
+	return rc;
+}
+
+/* A projected layer run in blocks of query rows without gradients hands the
+ * observer its P in order, a block a call: the blocks' rows joined are the
+ * taped forward's P (one call a layer), as tools/attention_spectrum assumes. */
+START_TEST(test_encoder_blocks_observed)
+{
+	const int64_t T = 2500, per_layer = 2 * T * 16;
+	struct model_config c = small("linformer:2", T);
+	struct nn_params ps;
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 2), TENSOR_OK);
+	nn_params_train(&ps, false);
+	struct model_encoder m;
+	ck_assert_int_eq(model_encoder_init(&m, &ps, &c), TENSOR_OK);
+	struct tensor *ids = rand_ids(1, T, 50, 6);
+	struct seen taped = { .p = malloc(sizeof(float) * 2 * per_layer) },
+		    blocked = { .p = malloc(sizeof(float) * 2 * per_layer) };
+	ck_assert(taped.p && blocked.p);
+	nn_set_attention_observer(record, &taped);
+	ck_assert(model_encoder_forward(&m, ids, NULL) != NULL);
+	ag_tape_reset();
+	nn_set_attention_observer(record, &blocked);
+	ag_no_grad_begin();
+	ck_assert(model_encoder_forward(&m, ids, NULL) != NULL);
+	ag_no_grad_end();
+	nn_set_attention_observer(NULL, NULL);
+	ck_assert_int_eq(taped.calls, 2);
+	ck_assert_int_eq(blocked.calls, 6); /* 1024, 1024 and 452 rows a layer */
+	ck_assert_int_eq(taped.rows, 2 * T);
+	ck_assert_int_eq(blocked.rows, 2 * T);
+	ck_assert_uint_eq(blocked.used, (size_t)(2 * per_layer));
+	double worst = 0;
+	for (int64_t i = 0; i < 2 * per_layer; i++) {
+		double d = fabs((double)taped.p[i] - blocked.p[i]);
+		worst = d > worst ? d : worst;
+	}
+	ck_assert_msg(worst < 1e-6, "blocked P differs from the taped P by %g", worst);
+	free(taped.p);
+	free(blocked.p);
+	tensor_free(ids);
+	model_encoder_free(&m);
+	drop_params(&ps);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("inference");
@@ -258,6 +325,7 @@ int main(void)
 	tcase_add_test(tc, test_encoder_blocks_equal_plain);
 	tcase_add_test(tc, test_encoder_blocks_outside_scopes);
 	tcase_add_test(tc, test_encoder_blocks_peak_per_sequence);
+	tcase_add_test(tc, test_encoder_blocks_observed);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

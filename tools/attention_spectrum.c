@@ -62,35 +62,27 @@ static void die(const char *what, const char *why)
 }
 
 /* What the observer gathers: per layer and head the sum of the curves, and each layer's
- * number of keys (n, or k where they are projected). */
+ * number of keys (n, or k where they are projected). A layer's P may come in several calls,
+ * blocks of query rows in order (projected layers at n > 1,024 run so without gradients):
+ * its rows are gathered until all n are there. */
 struct gather {
-	int64_t layers, heads, n, call;
-	int64_t *keys; /* [layers] */
+	int64_t layers, heads, n;
+	int64_t call, rows; /* the layer being gathered, and its rows so far */
+	int64_t *keys;      /* [layers] */
 	double *sum;   /* [layers][heads][n], the first keys[l] entries used */
 	double *a, *c; /* one head's P as doubles, and its curve */
-	float *p;      /* one call's P as the model computed it */
+	float *p;      /* the layer's P as the model computed it, [heads][n][keys] */
 };
 
-static int observe(void *ctx, const struct tensor *p)
+/* The curves of layer g->call's complete P, added to the sums. */
+static int add_layer(struct gather *g)
 {
-	struct gather *g = ctx;
-	int64_t l = g->call++;
-	if (l >= g->layers || p->ndim != 4 || p->shape[0] != 1 || p->shape[1] != g->heads ||
-	    p->shape[2] != g->n || p->shape[3] > g->n)
-		return tensor_error(TENSOR_ERR_SHAPE,
-				    "%s: attention call %lld of a forward: expected %lld layers of "
-				    "[1,%lld,%lld,S] probabilities",
-				    PROG, (long long)l + 1, (long long)g->layers,
-				    (long long)g->heads, (long long)g->n);
-	int64_t s = p->shape[3], rows = g->n, per = rows * s;
-	g->keys[l] = s;
-	if (tensor_to_host(p, g->p, sizeof *g->p * (size_t)(g->heads * per)) < 0)
-		return tensor_last_status();
+	int64_t l = g->call, s = g->keys[l], per = g->n * s;
 	for (int64_t h = 0; h < g->heads; h++) {
 		for (int64_t i = 0; i < per; i++)
 			g->a[i] = g->p[h * per + i];
 		char err[256];
-		if (spectrum_cumulative(g->a, rows, s, g->c, err, sizeof err) < 0)
+		if (spectrum_cumulative(g->a, g->n, s, g->c, err, sizeof err) < 0)
 			return tensor_error(TENSOR_ERR_ARG, "%s: layer %lld head %lld: %s", PROG,
 					    (long long)l + 1, (long long)h + 1, err);
 		double *sum = g->sum + (l * g->heads + h) * g->n;
@@ -98,6 +90,36 @@ static int observe(void *ctx, const struct tensor *p)
 			sum[i] += g->c[i];
 	}
 	return TENSOR_OK;
+}
+
+static int observe(void *ctx, const struct tensor *p)
+{
+	struct gather *g = ctx;
+	int64_t l = g->call;
+	char shape[128];
+	if (l >= g->layers || p->ndim != 4 || p->shape[0] != 1 || p->shape[1] != g->heads ||
+	    p->shape[2] < 1 || p->shape[2] > g->n - g->rows || p->shape[3] > g->n ||
+	    (g->rows > 0 && p->shape[3] != g->keys[l]))
+		return tensor_error(
+		    TENSOR_ERR_SHAPE,
+		    "%s: attention call of layer %lld: expected %lld layers of "
+		    "[1,%lld,%lld,S] probabilities (or blocks of their rows), got %s",
+		    PROG, (long long)l + 1, (long long)g->layers, (long long)g->heads,
+		    (long long)g->n, tensor_shape_str(p, shape, sizeof shape));
+	int64_t s = p->shape[3], nr = p->shape[2];
+	g->keys[l] = s;
+	for (int64_t h = 0; h < g->heads; h++) { /* head h's rows go after those gathered */
+		struct tensor *ph = tensor_narrow(p, 1, h, 1);
+		if (!ph || tensor_to_host(ph, g->p + (h * g->n + g->rows) * s,
+					  sizeof *g->p * (size_t)(nr * s)) < 0)
+			return tensor_last_status();
+	}
+	if ((g->rows += nr) < g->n)
+		return TENSOR_OK;
+	g->rows = 0;
+	int rc = add_layer(g);
+	g->call++;
+	return rc;
 }
 
 /* The encoder of an MLM or classifier checkpoint, for inference (train_copy_encoder
@@ -151,14 +173,14 @@ static int64_t run(const struct model_encoder *enc, const struct text_tokenizer 
 		if (len < n) /* only reviews that fill the model's n */
 			continue;
 		tensor_scope_begin();
-		g->call = 0;
+		g->call = g->rows = 0;
 		struct tensor *ti =
 		    tensor_from_data(TENSOR_I32, TENSOR_CPU, 2, (int64_t[]){ 1, n }, ids);
 		if (!ti || !model_encoder_forward(enc, ti, NULL))
 			die("the forward", NULL);
-		if (g->call != g->layers)
-			die("the forward", "the encoder made another number of attention calls "
-					   "than it has layers");
+		if (g->call != g->layers || g->rows != 0)
+			die("the forward", "the encoder's attention calls did not make one P "
+					   "of n rows a layer");
 		tensor_scope_end();
 		if (++used % 10 == 0 || used == opt.sequences) /* a line each where not a terminal */
 			fprintf(stderr, "%s%lld of %lld reviews%s", tty ? "\r" : "", (long long)used,
