@@ -180,65 +180,6 @@ static void build_model(struct model_mlm *m, struct nn_params *ps, const struct 
 
 /* ---- data: documents, a held-out split, chunks of at most n - 2 tokens ------------------- */
 
-static bool is_space(char ch)
-{
-	return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v';
-}
-
-static void push_doc(struct text_dataset *ds, int64_t *cap, const char *s, size_t len)
-{
-	if (ds->n == *cap) {
-		*cap = *cap ? 2 * *cap : 1024;
-		ds->items = realloc(ds->items, sizeof *ds->items * (size_t)*cap);
-	}
-	char *t = malloc(len + 1);
-	if (!ds->items || !t) {
-		fprintf(stderr, "%s: out of memory\n", PROG);
-		exit(1);
-	}
-	memcpy(t, s, len);
-	t[len] = 0;
-	ds->items[ds->n++] = (struct text_example){ .text = t, .label = -1 };
-}
-
-/* Cut each document at whitespace into consecutive pieces of at most budget tokens, so a long
- * review gives several training sequences instead of one truncated one. Both tokenizers work
- * word by word (whitespace never joins tokens), so the counts are exact. */
-static struct text_dataset chunk_docs(const struct text_dataset *in,
-				      const struct text_tokenizer *tok, int64_t budget)
-{
-	struct text_dataset out = { 0 };
-	int64_t cap = 0;
-	int32_t *ids = NULL;
-	for (int64_t d = 0; d < in->n; d++) {
-		const char *start = NULL, *end = NULL;
-		int64_t used = 0;
-		for (const char *p = in->items[d].text; *p;) {
-			while (*p && is_space(*p))
-				p++;
-			const char *w = p;
-			while (*p && !is_space(*p))
-				p++;
-			size_t n = 0;
-			if (p == w || text_tokenize(tok, w, (size_t)(p - w), &ids, &n) < 0 || !n)
-				continue; /* the end, or a word of no tokens (control characters) */
-			/* bytes also spend a token on each whitespace byte kept inside a piece */
-			int64_t gap = tok->kind == TEXT_BYTE && start ? (int64_t)(w - end) : 0;
-			int64_t cost = (int64_t)n + gap;
-			if (start && used + cost > budget) {
-				push_doc(&out, &cap, start, (size_t)(end - start));
-				start = NULL, used = 0, cost = (int64_t)n;
-			}
-			start = start ? start : w;
-			end = p, used += cost;
-		}
-		if (start)
-			push_doc(&out, &cap, start, (size_t)(end - start));
-	}
-	free(ids);
-	return out;
-}
-
 /* The documents of --corpus (IMDB-style "<br />" line breaks become spaces) or of the train
  * split of --data (and its train/unsup where present), cut to a seeded sample of --max-docs. */
 static void load_docs(struct text_dataset *docs, char *desc, size_t desc_len)
@@ -316,8 +257,9 @@ static void load_data(const struct text_tokenizer *tok, int64_t n, struct text_d
 	if (opt.no_chunk) {
 		*train = tr, *val = va;
 	} else {
-		*train = chunk_docs(&tr, tok, n - 2);
-		*val = chunk_docs(&va, tok, n - 2);
+		if (text_dataset_chunk(&tr, tok, n - 2, train) < 0 ||
+		    text_dataset_chunk(&va, tok, n - 2, val) < 0)
+			train_die(PROG, "cutting the documents");
 		text_dataset_free(&tr);
 		text_dataset_free(&va);
 	}

@@ -639,6 +639,12 @@ static int concat_op(void *p)
 	return text_dataset_concat(&t->imdb, &t->imdb, &t->ds);
 }
 
+static int chunk_op(void *p)
+{
+	struct texts *t = p;
+	return text_dataset_chunk(&t->imdb, &t->bytes, 12, &t->ds);
+}
+
 static void dataset_check(void *p, int rc) /* the texts of *ref, or the output untouched */
 {
 	struct texts *t = p;
@@ -709,7 +715,7 @@ static void mask_check(void *p, int rc) /* the clean draw */
 }
 
 /* Loading a vocabulary and tokenizing with it (and with bytes); reading the
- * aclImdb fixture, concatenating it, splitting it by movie, batching and
+ * aclImdb fixture, concatenating it, cutting it into pieces, splitting it by movie, batching and
  * masking it; reading a corpus file and a directory of documents (a failure
  * may also leave the result unchanged: a review's buffer that cannot shrink
  * stays larger). */
@@ -741,13 +747,19 @@ START_TEST(test_text)
 	fail_each("byte tokenize", &t, text_reset, tokenize_op, tokenize_check);
 	t.ref = &t.imdb;
 	ck_assert(fail_each("aclImdb load", &t, text_reset, imdb_op, dataset_check) >= 5);
-	ck_assert(fail_each("aclImdb archive load", &t, text_reset, imdb_archive_op,
-			    dataset_check) >= 5);
+	ck_assert(
+	    fail_each("aclImdb archive load", &t, text_reset, imdb_archive_op, dataset_check) >= 5);
 	struct text_dataset twice, lines;
 	ck_assert_int_eq(text_dataset_concat(&t.imdb, &t.imdb, &twice), TENSOR_OK);
 	t.ref = &twice;
 	ck_assert(fail_each("concat", &t, text_reset, concat_op, dataset_check) >= 5);
 	text_dataset_free(&twice);
+	struct text_dataset pieces;
+	ck_assert_int_eq(text_dataset_chunk(&t.imdb, &t.bytes, 12, &pieces), TENSOR_OK);
+	ck_assert(pieces.n > t.imdb.n);
+	t.ref = &pieces;
+	ck_assert(fail_each("chunk", &t, text_reset, chunk_op, dataset_check) >= 3);
+	text_dataset_free(&pieces);
 	const char *corpora[2] = { "lines_tiny/corpus.txt", "lines_tiny/docs" };
 	for (int k = 0; k < 2; k++) {
 		t.lines = data_path(corpora[k]);

@@ -262,7 +262,8 @@ START_TEST(test_imdb_archive)
 	assert_load_error(data_path("imdb_tiny/train/urls_pos.txt"), "train", TENSOR_ERR_IO,
 			  "urls_pos.txt' is damaged or not an archive", NULL);
 	assert_load_error(data_path("imdb_bad_archive.tar.gz"), "train", TENSOR_ERR_IO,
-			  "malformed file name", "imdb_bad_archive.tar.gz:imdb_x/train/pos/bad.txt");
+			  "malformed file name",
+			  "imdb_bad_archive.tar.gz:imdb_x/train/pos/bad.txt");
 	assert_load_error(data_path("imdb_bad_archive.tar.gz"), "test", TENSOR_ERR_IO,
 			  "holds no review under TOP/test/neg/", NULL);
 }
@@ -605,6 +606,76 @@ START_TEST(test_concat)
 }
 END_TEST
 
+/* Pieces of at most budget tokens, cut at whitespace, in order: with bytes
+ * the whitespace kept inside a piece counts; a word over budget is a piece
+ * alone; blank documents give none; label, rating and group are kept. */
+START_TEST(test_chunk)
+{
+	struct text_tokenizer bytes, wp;
+	ck_assert_int_eq(text_byte_init(&bytes), TENSOR_OK);
+	ck_assert_int_eq(text_wordpiece_load(&wp, data_path("mlm_vocab_tiny.txt")), TENSOR_OK);
+	struct text_example docs[] = {
+		{ .text = "  ab cd  ef gh\n", .label = 1, .rating = 8, .group = 3 },
+		{ .text = " \t\n", .label = 0, .rating = 2, .group = 4 },
+		{ .text = "abcdefg x", .label = 0, .rating = 1, .group = 5 },
+	};
+	struct text_dataset in = { docs, 3 }, out;
+	/* "ab cd" is 5 byte tokens; "ef" after two spaces would make 9 */
+	static const char *const want_bytes[] = { "ab cd", "ef gh", "abcdefg", "x" };
+	static const int64_t doc_of[] = { 0, 0, 2, 2 };
+	ck_assert_int_eq(text_dataset_chunk(&in, &bytes, 5, &out), TENSOR_OK);
+	ck_assert_int_eq(out.n, 4);
+	for (int64_t i = 0; i < out.n; i++) {
+		const struct text_example *src = &docs[doc_of[i]];
+		ck_assert_str_eq(out.items[i].text, want_bytes[i]);
+		ck_assert_int_eq(out.items[i].label, src->label);
+		ck_assert_int_eq(out.items[i].rating, src->rating);
+		ck_assert_int_eq(out.items[i].group, src->group);
+	}
+	text_dataset_free(&out);
+	ck_assert_int_eq(text_dataset_chunk(&in, &bytes, 100, &out), TENSOR_OK);
+	ck_assert_int_eq(out.n, 2); /* whole documents, outer whitespace dropped */
+	ck_assert_str_eq(out.items[0].text, "ab cd  ef gh");
+	ck_assert_str_eq(out.items[1].text, "abcdefg x");
+	text_dataset_free(&out);
+
+	/* WordPiece: "films" is 2 tokens, whitespace free; every piece fits the budget */
+	struct text_example review = { .text = "the films , a good movie ! bad film .",
+				       .label = -1 };
+	struct text_dataset one = { &review, 1 };
+	static const char *const want_wp[] = { "the films ,", "a good movie !", "bad film ." };
+	ck_assert_int_eq(text_dataset_chunk(&one, &wp, 4, &out), TENSOR_OK);
+	ck_assert_int_eq(out.n, 3);
+	for (int64_t i = 0; i < out.n; i++) {
+		ck_assert_str_eq(out.items[i].text, want_wp[i]);
+		int32_t *ids = NULL;
+		size_t n = 0;
+		ck_assert_int_eq(
+		    text_tokenize(&wp, out.items[i].text, strlen(out.items[i].text), &ids, &n),
+		    TENSOR_OK);
+		ck_assert(n >= 1 && n <= 4);
+		free(ids);
+	}
+	text_dataset_free(&out);
+	struct text_dataset empty = { NULL, 0 };
+	ck_assert_int_eq(text_dataset_chunk(&empty, &wp, 4, &out), TENSOR_OK);
+	ck_assert_int_eq(out.n, 0);
+
+	struct text_dataset broken = { NULL, 2 }, keep = { NULL, 77 };
+	tu_assert_error(text_dataset_chunk(&broken, &wp, 4, &keep) == TENSOR_ERR_ARG,
+			TENSOR_ERR_ARG, "text_dataset_chunk", "invalid dataset (n 2)");
+	tu_assert_error(text_dataset_chunk(&one, &wp, 0, &keep) == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
+			"text_dataset_chunk", "budget 0 tokens, expected >= 1");
+	tu_assert_error(text_dataset_chunk(&one, NULL, 4, &keep) == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
+			"text_dataset_chunk", "NULL");
+	tu_assert_error(text_dataset_chunk(&one, &wp, 4, NULL) == TENSOR_ERR_ARG, TENSOR_ERR_ARG,
+			"text_dataset_chunk", "NULL");
+	ck_assert(keep.n == 77 && !keep.items);
+	text_tokenizer_free(&bytes);
+	text_tokenizer_free(&wp);
+}
+END_TEST
+
 /* ---- plain-text reader ------------------------------------------------------ */
 
 START_TEST(test_lines_file)
@@ -710,6 +781,7 @@ int main(void)
 	tcase_add_test(tc, test_split_groups);
 	tcase_add_test(tc, test_split_groups_errors);
 	tcase_add_test(tc, test_concat);
+	tcase_add_test(tc, test_chunk);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("lines");
 	tcase_add_test(tc, test_lines_file);

@@ -124,6 +124,18 @@ int text_dataset_split_groups(const struct text_dataset *ds, double fraction, ui
  * errors: NULL or invalid datasets (TENSOR_ERR_ARG), memory. */
 int text_dataset_concat(const struct text_dataset *a, const struct text_dataset *b,
 			struct text_dataset *out);
+/* Each document of in cut, in order, into consecutive pieces of at most budget
+ * tokens of tok (no specials; budget n - 2 fills text_encode's n), so a long
+ * document gives several sequences instead of one truncated one. Cuts fall on
+ * ASCII whitespace: leading and trailing whitespace is dropped, the whitespace
+ * between a piece's words kept (the byte tokenizer's count includes it); a
+ * word of more than budget tokens is a piece alone (text_encode truncates
+ * it); a document without tokens gives none. Pieces keep their document's
+ * label, rating and group. *out is written only on success; errors: NULL
+ * arguments, an invalid dataset, budget < 1 (TENSOR_ERR_ARG), memory, the
+ * tokenizer's. */
+int text_dataset_chunk(const struct text_dataset *in, const struct text_tokenizer *tok,
+		       int64_t budget, struct text_dataset *out);
 
 /* ---- batching (batch.c) ---------------------------------------------------- */
 
