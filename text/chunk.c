@@ -5,18 +5,13 @@
  * each word apart gives the piece's exact count. */
 #include "text.h"
 
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mem.h"
+#include "text_internal.h"
 
 static const char OP[] = "text_dataset_chunk";
-
-static bool is_space(char ch)
-{
-	return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v';
-}
 
 /* Append the bytes [s, e) to out as an example of doc's label, rating and group. */
 static int push(struct text_dataset *out, int64_t *cap, const struct text_example *doc,
@@ -50,10 +45,10 @@ static int chunk_doc(struct text_dataset *out, int64_t *cap, const struct text_e
 	const char *start = NULL, *end = NULL; /* the piece so far */
 	int64_t used = 0;		       /* its tokens */
 	for (const char *p = doc->text ? doc->text : ""; *p;) {
-		while (*p && is_space(*p))
+		while (*p && text_ascii_space(*p))
 			p++;
 		const char *w = p;
-		while (*p && !is_space(*p))
+		while (*p && !text_ascii_space(*p))
 			p++;
 		size_t n = 0;
 		if (p == w)

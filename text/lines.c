@@ -14,8 +14,7 @@
 static bool blank(const char *s, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
-		if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n' && s[i] != '\v' &&
-		    s[i] != '\f')
+		if (!text_ascii_space(s[i]))
 			return false;
 	return true;
 }

@@ -17,6 +17,7 @@
 
 #include "mem.h"
 #include "random.h"
+#include "text_internal.h"
 
 static uint64_t mix64(uint64_t x)
 {
@@ -67,7 +68,7 @@ static uint8_t *join_classes(const struct text_tokenizer *tok)
 		c[id] = JOIN_NEVER;
 		if (tok->kind == TEXT_BYTE) {
 			int b = id - 5;
-			if (b >= 0 && b < 256 && b != ' ' && !(b >= '\t' && b <= '\r'))
+			if (b >= 0 && b < 256 && !text_ascii_space(b))
 				c[id] = JOIN_LIKE;
 		} else if (!is_special_id(tok, id)) {
 			const char *s = text_token_string(tok, id, buf, sizeof(buf));

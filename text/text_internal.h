@@ -9,6 +9,13 @@
 
 #include "text.h"
 
+/* ASCII whitespace (space, \t \n \v \f \r): where text_dataset_chunk cuts, where a
+ * byte-level word ends for whole-word masking, what a blank line holds. */
+static inline bool text_ascii_space(int c)
+{
+	return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
 /* The whole file at path in a new NUL-terminated buffer (*size bytes before
  * the NUL; NULs inside are left for the caller to judge). Errors, named after
  * op and the path: TENSOR_ERR_IO (cannot open or read), TENSOR_ERR_NOMEM;
