@@ -409,11 +409,12 @@ static int run_train(int argc, char **argv)
 			if (!end)
 				save(&r, "last.safetensors");
 			progress_end(&bar);
-			printf("stopped at step %lld of %lld: saved %s/last.safetensors\n",
-			       (long long)r.step, (long long)r.total, r.log_dir);
+			printf("%s at step %lld of %lld: saved %s/last.safetensors\n",
+			       r.stop ? "interrupted" : "stopped (--stop-after)", (long long)r.step,
+			       (long long)r.total, r.log_dir);
 			print_resume_command(argc, argv, r.log_dir, NULL);
 			run_free(&r);
-			return 0;
+			return r.stop ? train_stop_status() : 0;
 		}
 	}
 	progress_end(&bar);

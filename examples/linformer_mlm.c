@@ -773,11 +773,11 @@ static int run_train(int argc, char **argv)
 				save(&r, "last.safetensors", step);
 			progress_end(&r.bar);
 			printf("%s at step %lld of %lld: saved %s/last.safetensors\n",
-			       r.stop ? "interrupted" : "stopped", (long long)step,
+			       r.stop ? "interrupted" : "stopped (--stop-after)", (long long)step,
 			       (long long)r.total, r.ckpt_dir);
 			print_resume_command(argc, argv, r.log_dir, r.ckpt_dir);
 			free_run(&r);
-			return r.stop ? 1 : 0;
+			return r.stop ? train_stop_status() : 0;
 		}
 	}
 	progress_end(&r.bar);

@@ -461,6 +461,7 @@ static int run_train(int argc, char **argv)
 	int64_t steps_run = 0;
 	double train_time = 0;
 	int64_t padded_all = 0, real_all = 0, saved = opt.resume ? step : -1;
+	int status = 0; /* 0, or train_stop_status() when a signal stopped the run */
 	for (int64_t e = 0; e < step / r.spe; e++)
 		text_batcher_next_epoch(&r.btrain); /* the order is a function of (seed, epoch) */
 	train_signals_install();
@@ -582,6 +583,7 @@ static int run_train(int argc, char **argv)
 			       sig ? "interrupted" : "stopped (--stop-after)", (long long)step,
 			       (long long)r.total, (long long)(step / r.spe + 1), r.ckpt_dir);
 			print_resume_command(argc, argv, r.log_dir, r.ckpt_dir);
+			status = sig ? train_stop_status() : 0;
 			goto out;
 		}
 	}
@@ -618,7 +620,7 @@ out:
 	text_dataset_free(&r.test);
 	text_tokenizer_free(&r.tok);
 	tensor_mem_trim();
-	return 0;
+	return status;
 }
 
 int main(int argc, char **argv)

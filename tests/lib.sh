@@ -26,6 +26,23 @@ expect() {
 	fi
 }
 
+# sigterm_run CSV ROWS PROGRAM ARGS...: run the program (not a shell function; output in $tmp/sigterm.out) until CSV has ROWS
+# lines (at most 60 s), send it SIGTERM and leave its exit status in rc.
+sigterm_run() {
+	csv=$1 rows=$2
+	shift 2
+	"$@" >"$tmp/sigterm.out" 2>&1 &
+	pid=$!
+	i=0
+	while { [ ! -f "$csv" ] || [ "$(wc -l <"$csv")" -lt "$rows" ]; } && [ $i -lt 600 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	kill -TERM "$pid"
+	wait "$pid"
+	rc=$?
+}
+
 # finish: the summary line, and exit 1 if anything failed.
 finish() {
 	if [ "$failures" -ne 0 ]; then

@@ -5,7 +5,7 @@
 # accumulated batches give the gradients of one large batch; a run stopped mid-epoch
 # (--stop-after, the SIGINT path) and resumed with the command it prints ends with the same
 # test accuracy and byte-identical checkpoints as an uninterrupted run; SIGTERM saves and
-# exits 0; --ema evaluates averaged weights and resumes them exactly; --adv-eps trains twice;
+# exits 143; --ema evaluates averaged weights and resumes them exactly; --adv-eps trains twice;
 # --positions conv trains a convolution instead of a table; --eval-only reproduces
 # the run's test accuracy; --predict prints probabilities and --output writes the logits;
 # --init-from takes an encoder; bad flags exit 1 naming the flag and the expected form.
@@ -235,20 +235,15 @@ expect 1 "--lr is '0.002' but the run being resumed used '0.003'" \
 expect 1 "--resume: needs --checkpoint-dir" --resume
 expect 1 "$tmp/none/last.safetensors: no saved state" --resume --checkpoint-dir "$tmp/none"
 
-# ---- SIGTERM: the step finishes, last.safetensors is saved, exit 0 -------------------------
+# ---- SIGTERM: the step finishes, last.safetensors is saved, exit 143 (128 + SIGTERM) --------
 # shellcheck disable=SC2086
-"$prog" $BASE --epochs 1000 --lr 3e-3 --log-dir "$tmp/c" >"$tmp/c.out" 2>&1 &
-pid=$!
-rows() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
-i=0
-while [ "$(rows "$tmp/c/metrics.csv")" -lt 3 ] && [ $i -lt 600 ]; do
-	sleep 0.1
-	i=$((i + 1))
-done
-kill -TERM "$pid"
-wait "$pid"
-rc=$?
-if check c "SIGTERM run"; then
+sigterm_run "$tmp/c/metrics.csv" 3 "$prog" $BASE --epochs 1000 --lr 3e-3 --log-dir "$tmp/c"
+mv "$tmp/sigterm.out" "$tmp/c.out"
+if [ "$rc" -ne 143 ]; then
+	fail "the SIGTERM run exited $rc, not 143:"
+	sed 's/^/  | /' "$tmp/c.out"
+else
+	echo "ok: SIGTERM run exits 143"
 	grep -q '^interrupted at step [0-9]* of 5000' "$tmp/c.out" || fail "no interruption message"
 	[ -s "$tmp/c/last.safetensors" ] || fail "SIGTERM saved no checkpoint"
 	at=$(sed -n 's/^interrupted at step \([0-9]*\) .*/\1/p' "$tmp/c.out")

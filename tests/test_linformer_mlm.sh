@@ -1,8 +1,8 @@
 #!/bin/sh
 # linformer_mlm end to end on a tiny generated corpus: a few steps lower the loss, perplexity is
 # printed and finite, the CSV has its columns, a run stopped and resumed ends with the
-# uninterrupted run's checkpoint, the model learns from context (not only word
-# frequencies), the checkpoint rebuilds the model from its config
+# uninterrupted run's checkpoint, SIGTERM saves and exits 143, the model learns from context
+# (not only word frequencies), the checkpoint rebuilds the model from its config
 # alone and reproduces the validation perplexity, --init-from continues it at a longer n,
 # --precision bf16 ends near the f32 run's perplexity, masked and full decoding agree, whole-word
 # and span masking run, and bad flags exit 1 with a clear message. Run from the build directory
@@ -67,6 +67,18 @@ for at in 10 5; do
 		fail "the run resumed at step $at differs: $(tail -3 "$tmp/rs2.out")"
 	fi
 done
+# SIGTERM finishes the step, saves and exits 143 (128 + SIGTERM); the run resumes from there
+# shellcheck disable=SC2086
+sigterm_run "$tmp/t/metrics.csv" 3 "$prog" $model $data --steps 100000 --lr 3e-3 --log-every 1 --log-dir "$tmp/t"
+at=$(sed -n 's/^interrupted at step \([0-9]*\) of 100000: saved .*/\1/p' "$tmp/sigterm.out")
+resume=$(sed -n 's/^to resume: //p' "$tmp/sigterm.out")
+if [ "$rc" -eq 143 ] && [ -n "$at" ] && [ -s "$tmp/t/last.safetensors" ] &&
+	sh -c "$resume --stop-after $((at + 1))" >"$tmp/t2.out" 2>&1 &&
+	grep -q "^resumed at step $at" "$tmp/t2.out"; then
+	echo "ok: SIGTERM at step $at exits 143 and the run resumes"
+else
+	fail "SIGTERM: exit $rc (want 143), step '$at': $(tail -n 3 "$tmp/sigterm.out" "$tmp/t2.out" 2>&1)"
+fi
 # resuming a run that ended does nothing, and says so
 cp "$tmp/run/last.safetensors" "$tmp/ended.safetensors"
 # shellcheck disable=SC2086

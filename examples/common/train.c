@@ -287,6 +287,11 @@ int train_stop_signal(void)
 	return stop_signal;
 }
 
+int train_stop_status(void)
+{
+	return stop_signal ? 128 + stop_signal : 1;
+}
+
 /* ---- optimizer step --------------------------------------------------------------------- */
 
 int train_batcher_init(struct text_batcher *b, const struct text_dataset *ds,

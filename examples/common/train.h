@@ -69,6 +69,11 @@ void train_crash_hook_install(void);
  * signal kills the program at once. */
 void train_signals_install(void);
 int train_stop_signal(void);
+/* The exit status of a run stopped by a signal before its end: 128 + the signal
+ * number, as a shell reports a process the signal killed (130 for Ctrl-C, 143
+ * for SIGTERM), so scripts tell an interrupted run from a finished one; 1 in an
+ * MPI rank that stopped because another rank was signalled. */
+int train_stop_status(void);
 
 /* text_batcher_init of ds, with bucket: batches of similar length, each only
  * as wide as its longest example (trim); train: reshuffled each epoch from
