@@ -37,7 +37,7 @@ struct options {
 	struct model_flags enc;
 	const char *schedule, *data, *corpus, *decode, *log_dir, *checkpoint_dir, *checkpoint,
 	    *init_from, *device, *precision;
-	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_docs, log_every,
+	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_docs, val_docs, log_every,
 	    stop_after;
 	double embed_std, mask_prob, lr, min_lr, warmup, weight_decay, clip, val_fraction;
 	int mask_unit; /* enum text_mask_unit */
@@ -76,6 +76,9 @@ static struct flag flags[] = {
 	DBL("val-fraction", val_fraction, 0, 0.5, FLAG_MIN_OPEN, "F", "documents held out for "
 								      "validation perplexity"),
 	INT("split-seed", split_seed, 0, 9007199254740992.0, "S", "seed of the validation split"),
+	INT("val-docs", val_docs, 0, 1 << 30, "N",
+	    "validate on N of the held-out documents, a seeded sample (0: all); they stay "
+	    "held out of a run grown with --init-from from a run of the same data and split"),
 	DBL("mask-prob", mask_prob, 0, 1, FLAG_MIN_OPEN, "P", "tokens selected for prediction "
 							      "(of those 80% [MASK], 10% random, 10% kept)"),
 	FLAG_DEF_ENUM("mask-unit", &opt.mask_unit, "token|word|span",
@@ -180,6 +183,19 @@ static void build_model(struct model_mlm *m, struct nn_params *ps, const struct 
 
 /* ---- data: documents, a held-out split, chunks of at most n - 2 tokens ------------------- */
 
+/* Keeps a seeded sample of n of the documents (all when n is 0 or not below their count). */
+static void sample_docs(struct text_dataset *docs, int64_t n, uint64_t seed, const char *flag)
+{
+	if (n <= 0 || n >= docs->n)
+		return;
+	struct text_dataset keep, rest;
+	if (text_dataset_split(docs, (double)n / (double)docs->n, seed, &rest, &keep) < 0)
+		train_die(PROG, flag);
+	text_dataset_free(docs);
+	text_dataset_free(&rest);
+	*docs = keep;
+}
+
 /* The documents of --corpus (IMDB-style "<br />" line breaks become spaces) or of the train
  * split of --data (and its train/unsup where present), cut to a seeded sample of --max-docs. */
 static void load_docs(struct text_dataset *docs, char *desc, size_t desc_len)
@@ -231,15 +247,7 @@ static void load_docs(struct text_dataset *docs, char *desc, size_t desc_len)
 		flags_fail(PROG, opt.corpus ? "corpus" : "data",
 			   "%s has %lld document(s): at least 2 are needed (some are held out)",
 			   desc, (long long)docs->n);
-	if (opt.max_docs > 0 && opt.max_docs < docs->n) {
-		struct text_dataset keep, rest;
-		if (text_dataset_split(docs, (double)opt.max_docs / (double)docs->n,
-				       (uint64_t)opt.split_seed + 7, &rest, &keep) < 0)
-			train_die(PROG, "--max-docs");
-		text_dataset_free(docs);
-		text_dataset_free(&rest);
-		*docs = keep;
-	}
+	sample_docs(docs, opt.max_docs, (uint64_t)opt.split_seed + 7, "--max-docs");
 }
 
 /* Training and held-out sequences; documents are split before chunking, so none is in both. */
@@ -254,6 +262,7 @@ static void load_data(const struct text_tokenizer *tok, int64_t n, struct text_d
 		flags_fail(PROG, "val-fraction", "%g of %lld documents leaves an empty split",
 			   opt.val_fraction, (long long)docs.n);
 	text_dataset_free(&docs);
+	sample_docs(&va, opt.val_docs, (uint64_t)opt.split_seed + 11, "--val-docs");
 	if (opt.no_chunk) {
 		*train = tr, *val = va;
 	} else {

@@ -170,6 +170,13 @@ awk -v a="$ppl32" -v b="$ppl16" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d 
 		"$tmp/tr-lc.out" &&
 	echo "ok: --init-from grows a Transformer into a Linformer" ||
 	fail "--init-from SS n 32 -> LC n 64: $(cat "$tmp/tr-lc.out")"
+# --val-docs: a seeded sample of the held-out documents (16 of the 80 here); training keeps its 64
+for v in "5 5" "100 16"; do
+	# shellcheck disable=SC2086
+	expect 0 "64 training and ${v#* } held-out sequences" $tr $data --n 32 --steps 1 \
+		--val-docs "${v% *}" --log-dir "$tmp/vd"
+done
+expect 1 "--val-docs" --val-docs -1 --corpus "$tmp/corpus.txt"
 # shellcheck disable=SC2086
 grow() { expect 1 "$1" --model "$2" --n "$3" --k 8 --dim "$4" --heads 2 --ff 64 $data --steps 1 \
 	--init-from "$ckpt" --log-dir "$tmp/grow"; }

@@ -5,14 +5,38 @@
 # learned projections, the second convolutions of kernel = stride = n/k), each over several
 # seeds: validation perplexity per epoch, training time, tokens/s, peak memory, and the speed-up
 # and memory ratios against the Transformer at the same n.
+# From scratch, a few epochs leave these models near word-frequency perplexity; with --grow-from
+# CKPT --steps S each run instead starts from a pretrained checkpoint (e.g. phase 1 of
+# pretrain_finetune.sh) and trains S steps of 8,192 tokens (batch 8192 / n), so the study compares
+# models that have learned the language, at a cost a few cores can afford.
 # One command: scripts/experiments/mlm_perplexity.sh
 set -euo pipefail
 STUDY=mlm_perplexity
 DEF_EPOCHS=3
 QUICK_FLAGS="--max-docs 64 --dim 32 --ff 64 --batch 8 --log-every 2"
-STUDY_DOC="Pretrains linformer_mlm for every model x n x seed and tabulates the perplexities."
+STUDY_DOC="Pretrains linformer_mlm for every model x n x seed and tabulates the perplexities.
+  --grow-from CKPT  start every run from this linformer_mlm checkpoint (--extra must repeat its
+                  model flags), for --steps S steps of 8,192 tokens instead of epochs"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-parse_args "$@"
+GROW="" STEPS="" args=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	--grow-from | --steps)
+		[ $# -ge 2 ] || die "$1 needs a value (see --help)"
+		if [ "$1" = --grow-from ]; then GROW=$2; else STEPS=$2; fi
+		shift 2
+		;;
+	*) args+=("$1") && shift ;;
+	esac
+done
+parse_args "${args[@]}"
+if [ -n "$GROW" ]; then
+	[ -f "$GROW" ] || die "--grow-from: $GROW is not a file"
+	case $STEPS in '' | *[!0-9]* | 0) die "--steps: expected a positive integer with --grow-from, got '$STEPS'" ;; esac
+	GROW=$(cd "$(dirname "$GROW")" && pwd)/$(basename "$GROW") EPOCHS=1
+elif [ -n "$STEPS" ]; then
+	die "--steps needs --grow-from (from scratch the runs are --epochs long)"
+fi
 
 MODELS=${SEL_MODELS:-"transformer linformer conv-linformer"}
 NS=${SEL_NS:-"128 256 512 1024"}
@@ -24,10 +48,14 @@ for n in $NS; do
 	k=$((n / 2 < 128 ? n / 2 : 128))
 	for model in $MODELS; do
 		for seed in $SEEDS; do
-			name=$model-n$n-s$seed
-			# shellcheck disable=SC2046,SC2086 # data_flag and QUICK_ARGS are flag lists
+			name=$model-n$n-s$seed grow=""
+			if [ -n "$GROW" ]; then
+				grow="--init-from $GROW --steps $STEPS"
+				[ "$QUICK" = 1 ] || grow="$grow --batch $((8192 / n))"
+			fi
+			# shellcheck disable=SC2046,SC2086 # data_flag, QUICK_ARGS and grow are flag lists
 			run_one "$name" "$MLM" --model "$model" --n "$n" --k "$k" --epochs "$EPOCHS" \
-				--seed "$seed" $(data_flag) $QUICK_ARGS
+				--seed "$seed" $(data_flag) $QUICK_ARGS $grow
 			read -r val best _ secs tps peak byepoch < <(summarise "$OUT/runs/$name/metrics.csv" 1) ||
 				die "$name: no validation rows in its metrics.csv"
 			echo "$model,$n,$k,$seed,$EPOCHS,$val,$best,$secs,$tps,$peak,$byepoch" >>"$csv"
@@ -44,7 +72,12 @@ md=$OUT/results.md
 {
 	echo "# MLM pretraining perplexity: Transformer vs Linformer vs Conv-Linformer"
 	echo
-	echo "Data: the training reviews of $(describe_data). $EPOCHS epoch(s), seeds $SEEDS;"
+	if [ -n "$GROW" ]; then
+		echo "Data: the reviews of $(describe_data) (train, and train/unsup where present). Each run grown from $GROW:"
+		echo "$STEPS steps of 8,192 tokens (batch 8192 / n); seeds $SEEDS;"
+	else
+		echo "Data: the training reviews of $(describe_data). $EPOCHS epoch(s), seeds $SEEDS;"
+	fi
 	echo "mean ± std over the seeds. Perplexity: exp(mean cross-entropy) over the masked tokens of"
 	echo "the held-out reviews (the same masks for every model and epoch)."
 	describe_run
