@@ -37,8 +37,8 @@ struct options {
 	struct model_flags enc;
 	const char *schedule, *data, *corpus, *decode, *log_dir, *checkpoint_dir, *checkpoint,
 	    *init_from, *device, *precision;
-	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_docs, val_docs, log_every,
-	    stop_after;
+	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_docs, val_docs,
+	    log_every, stop_after;
 	double embed_std, mask_prob, lr, min_lr, warmup, weight_decay, clip, val_fraction;
 	int mask_unit; /* enum text_mask_unit */
 	bool no_chunk, eval_only, no_bucket, no_mem_check, skip_nonfinite, resume;

@@ -32,7 +32,9 @@ done
 parse_args "${args[@]}"
 if [ -n "$GROW" ]; then
 	[ -f "$GROW" ] || die "--grow-from: $GROW is not a file"
-	case $STEPS in '' | *[!0-9]* | 0) die "--steps: expected a positive integer with --grow-from, got '$STEPS'" ;; esac
+	case $STEPS in
+	'' | *[!0-9]* | 0) die "--steps: expected a positive integer with --grow-from, got '$STEPS'" ;;
+	esac
 	GROW=$(cd "$(dirname "$GROW")" && pwd)/$(basename "$GROW") EPOCHS=1
 elif [ -n "$STEPS" ]; then
 	die "--steps needs --grow-from (from scratch the runs are --epochs long)"
