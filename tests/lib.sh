@@ -43,6 +43,25 @@ sigterm_run() {
 	rc=$?
 }
 
+# sigterm_check TOTAL CSV ROWS PROGRAM ARGS...: a training run of TOTAL steps sent SIGTERM (as
+# sigterm_run) saves and exits 143 (128 + SIGTERM), not 0, so a script tells it from a finished
+# run, and the command it prints resumes at the step it stopped at.
+sigterm_check() {
+	total=$1
+	shift
+	sigterm_run "$@"
+	at=$(sed -n "s/^interrupted at step \([0-9]*\) of $total: saved .*/\1/p" "$tmp/sigterm.out")
+	resume=$(sed -n 's/^to resume: //p' "$tmp/sigterm.out")
+	if [ "$rc" -eq 143 ] && [ -n "$at" ] &&
+		sh -c "$resume --stop-after $((at + 1))" >"$tmp/sigterm2.out" 2>&1 &&
+		grep -q "^resumed at step $at" "$tmp/sigterm2.out"; then
+		echo "ok: SIGTERM at step $at exits 143 and the run resumes"
+	else
+		fail "SIGTERM: exit $rc (want 143), step '$at':"
+		cat "$tmp/sigterm.out" "$tmp/sigterm2.out" 2>&1 | tail -n 6 | sed 's/^/  | /'
+	fi
+}
+
 # finish: the summary line, and exit 1 if anything failed.
 finish() {
 	if [ "$failures" -ne 0 ]; then

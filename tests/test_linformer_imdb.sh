@@ -101,20 +101,9 @@ metrics "$tmp/r" | grep -v ',train,' >"$tmp/r.eval"
 cmp -s "$tmp/a.eval" "$tmp/r.eval" && cmp -s "$tmp/a/last.safetensors" "$tmp/r/last.safetensors" &&
 	echo "ok: a resumed run ends as an uninterrupted one (the same checkpoint, byte for byte)" ||
 	fail "the resumed run differs: $(diff "$tmp/a.eval" "$tmp/r.eval" | head -4)"
-# SIGTERM finishes the step, saves and exits 143 (128 + SIGTERM), not 0: a script running the
-# program tells the interrupted run from a finished one; its resume command continues it
-# shellcheck disable=SC2086
-sigterm_run "$tmp/t/metrics.csv" 3 "$prog" --max-train 64 --max-test 32 --epochs 1000 --batch 16 \
-	--threads 1 --log-dir "$tmp/t"
-at=$(sed -n 's/^interrupted at step \([0-9]*\) of 4000: saved .*/\1/p' "$tmp/sigterm.out")
-resume=$(sed -n 's/^to resume: //p' "$tmp/sigterm.out")
-if [ "$rc" -eq 143 ] && [ -n "$at" ] && [ -s "$tmp/t/last.safetensors" ] &&
-	sh -c "$resume --stop-after $((at + 1))" >"$tmp/t2.out" 2>&1 &&
-	grep -q "^resumed at step $at" "$tmp/t2.out"; then
-	echo "ok: SIGTERM at step $at exits 143 and the run resumes"
-else
-	fail "SIGTERM: exit $rc (want 143), step '$at': $(tail -n 3 "$tmp/sigterm.out" "$tmp/t2.out" 2>&1)"
-fi
+# SIGTERM finishes the step, saves, exits 143 and the run resumes from there
+sigterm_check 4000 "$tmp/t/metrics.csv" 3 "$prog" --max-train 64 --max-test 32 --epochs 1000 \
+	--batch 16 --threads 1 --log-dir "$tmp/t"
 # --init-from: a linformer_mlm checkpoint's encoder (its shape and its tensors) fine-tuned;
 # its shape flags and another vocabulary are refused
 mlm=${LINFORMER_MLM:-examples/linformer_mlm}
