@@ -26,8 +26,9 @@ expect() {
 	fi
 }
 
-# sigterm_run CSV ROWS PROGRAM ARGS...: run the program (not a shell function; output in $tmp/sigterm.out) until CSV has ROWS
-# lines (at most 60 s), send it SIGTERM and leave its exit status in rc.
+# sigterm_run CSV ROWS PROGRAM ARGS...: run the program (not a shell function; its output in
+# $tmp/sigterm.out) until CSV has ROWS lines (at most 60 s), send it SIGTERM and leave its exit
+# status in rc.
 sigterm_run() {
 	csv=$1 rows=$2
 	shift 2

@@ -75,8 +75,8 @@ md=$OUT/results.md
 	echo "# MLM pretraining perplexity: Transformer vs Linformer vs Conv-Linformer"
 	echo
 	if [ -n "$GROW" ]; then
-		echo "Data: the reviews of $(describe_data) (train, and train/unsup where present). Each run grown from $GROW:"
-		echo "$STEPS steps of 8,192 tokens (batch 8192 / n); seeds $SEEDS;"
+		echo "Data: the reviews of $(describe_data) (train, and train/unsup where present)."
+		echo "Each run grown from $GROW: $STEPS steps of 8,192 tokens (batch 8192 / n); seeds $SEEDS;"
 	else
 		echo "Data: the training reviews of $(describe_data). $EPOCHS epoch(s), seeds $SEEDS;"
 	fi
