@@ -144,57 +144,84 @@ int tensor_bf16_gemm_force(const char *name)
 }
 
 /* ---- bf16 inputs: the portable kernel ---------------------------------------
- * A and B are converted to f32 (bf16 ones exactly, f32 ones rounded to bf16
- * values) and BLIS's sgemm runs on the copies:
- * f32 accumulation, as fast as the f32 product less the conversion (about a
- * tenth of the product's time at n = 512, less above). A bf16 C is computed
- * in an f32 buffer and rounded once, to nearest even. */
+ * A and B are converted to f32 copies (bf16 ones exactly, f32 ones rounded to
+ * bf16 values, in one pass) and BLIS's sgemm runs on the copies: f32
+ * accumulation, as fast as the f32 product less the pass over the operands. The
+ * copies are heap storage of the thread's block cache (tensor_storage_alloc),
+ * so a training step reuses the same pages instead of faulting fresh ones in
+ * for every product. A bf16 C is computed in an f32 buffer and rounded once,
+ * to nearest even. */
 
-/* An f32 copy of a [batch, r, c] operand of another dtype, on the heap. */
+/* An f32 copy of a [batch, r, c] operand of another dtype or to be rounded. */
 struct gemm_f32 {
-	struct tensor_storage st;
+	struct tensor_storage *st;
 	struct tensor t;
 };
 
-/* Round n floats to bf16 values in place. */
-static void round_to_bf16(float *p, int64_t n)
+/* n elements of x at element stride xs (bf16, or f32 rounded to bf16 values
+ * when round) as f32 at o. */
+static void line_to_f32(float *o, const char *x, int64_t xs, enum tensor_dtype dt, int64_t n,
+			bool round)
 {
-#pragma omp parallel for simd num_threads(cpu_num_threads()) if (n > CPU_PAR_MIN)
-	for (int64_t i = 0; i < n; i++)
-		p[i] = bf16_to_f32(bf16_from_f32(p[i]));
+	const uint16_t *h = (const uint16_t *)x;
+	const float *f = (const float *)x;
+	if (xs != 1) {
+		for (int64_t i = 0; i < n; i++)
+			o[i] = dt == TENSOR_BF16 ? bf16_to_f32(h[i * xs])
+			       : round		 ? bf16_to_f32(bf16_from_f32(f[i * xs]))
+						 : f[i * xs];
+	} else if (dt == TENSOR_BF16) {
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			o[i] = bf16_to_f32(h[i]);
+	} else if (round) {
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			o[i] = bf16_to_f32(bf16_from_f32(f[i]));
+	} else {
+		memcpy(o, f, (size_t)n * sizeof(float));
+	}
 }
 
 /* Make g a [batch, r, c] f32 matrix stack shaped as x (a batch stride of 0
  * kept: one matrix), laid out with x's unit-stride dim (so the conversion
- * streams); filled from x when fill, and an f32 x then rounded to bf16
- * values when round (an operand of a bf16 product). */
+ * streams); filled from x when fill, an f32 x then rounded to bf16 values
+ * when round (an operand of a bf16 product). */
 static int gemm_f32_of(struct gemm_f32 *g, const struct tensor *x, bool fill, bool round)
 {
 	int64_t nb = x->strides[0] == 0 ? 1 : x->shape[0], r = x->shape[1], c = x->shape[2];
 	bool colmajor = r > 1 && c > 1 && x->strides[1] == 1;
 	size_t bytes = (size_t)(nb * r * c) * sizeof(float);
 	memset(g, 0, sizeof *g);
-	g->st.data = tensor_host_malloc(bytes ? bytes : 1);
-	if (!g->st.data)
+	tensor_heap_begin();
+	g->st = tensor_storage_alloc(TENSOR_CPU, bytes);
+	tensor_heap_end();
+	if (!g->st)
 		return tensor_error(TENSOR_ERR_NOMEM,
-				    "gemm: no memory for an f32 copy of a bf16 [%lld,%lld,%lld]",
-				    (long long)nb, (long long)r, (long long)c);
-	g->st.nbytes = bytes;
-	g->st.device = TENSOR_CPU;
-	g->t.storage = &g->st;
+				    "gemm: no memory for an f32 copy of a %s [%lld,%lld,%lld]",
+				    tensor_dtype_name(x->dtype), (long long)nb, (long long)r,
+				    (long long)c);
+	g->t.storage = g->st;
 	g->t.dtype = TENSOR_F32;
 	g->t.ndim = 3;
 	memcpy(g->t.shape, x->shape, sizeof g->t.shape);
 	g->t.strides[0] = x->strides[0] == 0 ? 0 : r * c;
 	g->t.strides[1] = colmajor ? 1 : c;
 	g->t.strides[2] = colmajor ? r : 1;
-	if (fill) {
-		struct tensor dst = g->t, src = *x;
-		dst.shape[0] = src.shape[0] = nb;
-		int rc = cpu_copy(&dst, &src);
-		if (rc == TENSOR_OK && round && x->dtype == TENSOR_F32)
-			round_to_bf16(g->st.data, nb * r * c);
-		return rc;
+	if (!fill)
+		return TENSOR_OK;
+	/* lines of len elements along the unit-stride dim (or a size-1 dim's) */
+	int64_t lines = colmajor ? c : r, len = colmajor ? r : c;
+	int64_t ls = colmajor ? x->strides[2] : x->strides[1];
+	int64_t xs = colmajor ? x->strides[1] : x->strides[2];
+	size_t es = tensor_dtype_size(x->dtype);
+	const char *src = cpu_ptr(x);
+	float *dst = g->st->data;
+#pragma omp parallel for num_threads(cpu_num_threads()) if (nb * r * c > CPU_PAR_MIN)
+	for (int64_t t = 0; t < nb * lines; t++) {
+		int64_t i = t / lines, l = t % lines;
+		line_to_f32(dst + t * len, src + (i * x->strides[0] + l * ls) * (int64_t)es, xs,
+			    x->dtype, len, round);
 	}
 	return TENSOR_OK;
 }
@@ -202,8 +229,7 @@ static int gemm_f32_of(struct gemm_f32 *g, const struct tensor *x, bool fill, bo
 static int gemm_bf16_portable(struct tensor *c, const struct tensor *a, const struct tensor *b,
 			      double alpha, double beta)
 {
-	struct gemm_f32 fa, fb, fc;
-	fa.st.data = fb.st.data = fc.st.data = NULL;
+	struct gemm_f32 fa = { 0 }, fb = { 0 }, fc = { 0 };
 	int rc = gemm_f32_of(&fa, a, true, true);
 	if (rc == TENSOR_OK)
 		rc = gemm_f32_of(&fb, b, true, true);
@@ -216,9 +242,9 @@ static int gemm_bf16_portable(struct tensor *c, const struct tensor *a, const st
 	} else if (rc == TENSOR_OK) {
 		rc = gemm_blas(c, &fa.t, &fb.t, alpha, beta);
 	}
-	free(fa.st.data);
-	free(fb.st.data);
-	free(fc.st.data);
+	tensor_storage_release(fa.st);
+	tensor_storage_release(fb.st);
+	tensor_storage_release(fc.st);
 	return rc;
 }
 
