@@ -2,10 +2,12 @@
 # Build cformer with the CUDA backend in build-cuda/src (programs linked with libtool's
 # -no-install: no wrapper scripts, libcformer.so found in the tree) and pack what a GPU
 # machine without BLIS, Check, cJSON, utf8proc, libarchive or Open MPI needs into .device/
-# (git-ignored): the programs of the build tree (build.tar.gz) and the shared libraries they
-# load that are neither glibc's nor CUDA's (lib.tar.gz). scripts/device/run.sh runs them there.
+# (git-ignored): the programs of the build tree (build.tar.xz) and the shared libraries they
+# load that are neither glibc's nor CUDA's (lib.tar.xz). scripts/device/run.sh runs them there.
 # Usage: scripts/device/pack.sh   (CUDA_ARCH overrides -gencode=arch=compute_90,code=[sm_90,
-# compute_90]: Hopper machine code, and PTX the driver compiles for a newer GPU)
+# compute_90]: Hopper machine code, and PTX the driver compiles for a newer GPU; PROGRAMS="P..."
+# packs only those programs, e.g. "examples/linformer_mlm examples/linformer_imdb" beside the
+# reviews of scripts/device/pack_imdb.sh, which this script leaves in .device/)
 set -eu
 cd "$(dirname "$0")/../.."
 arch=${CUDA_ARCH:-"-gencode=arch=compute_90,code=[sm_90,compute_90]"}
@@ -22,16 +24,16 @@ if [ ! -f build-cuda/src/Makefile ]; then
 fi
 make -C build-cuda/src -j"$jobs" LDFLAGS=-no-install all >/dev/null
 make -C build-cuda/src -j"$jobs" LDFLAGS=-no-install check TESTS= >/dev/null # not run
-rm -rf .device
+rm -rf .device/lib .device/build.tar.* .device/lib.tar.*
 mkdir -p .device/lib
-# the programs make builds (a stale binary of a removed test stays out)
+# the programs make builds (a stale binary of a removed test stays out), or those named
 printf 'print-programs:\n\t@echo $(PROGRAMS) $(check_PROGRAMS)\n' >build-cuda/programs.mk
-progs=$(make -s -C build-cuda/src -f Makefile -f ../programs.mk print-programs)
-(cd build-cuda/src && tar czf ../../.device/build.tar.gz $progs .libs/libcformer.so*)
-# shared libraries a bare CUDA machine lacks (compressed: libarchive brings ICU's 31 MB of
-# data, and the device takes 64 MiB of files in all)
+progs=${PROGRAMS:-$(make -s -C build-cuda/src -f Makefile -f ../programs.mk print-programs)}
+(cd build-cuda/src && tar cf - $progs .libs/libcformer.so*) | xz -T0 -6 >.device/build.tar.xz
+# shared libraries a bare CUDA machine lacks (xz: libarchive brings ICU's 31 MB of data, 7.5
+# MB compressed, and the device takes 64 MiB of files in all)
 for p in $progs; do ldd "build-cuda/src/$p"; done | awk '/=> \//{ print $3 }' | sort -u |
 	grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt|libnccl|libcformer)\.so' |
 	while read -r lib; do cp -L "$lib" .device/lib/; done
-tar czf .device/lib.tar.gz -C .device lib && rm -rf .device/lib
+tar cf - -C .device lib | xz -T0 -9 >.device/lib.tar.xz && rm -rf .device/lib
 du -sh .device

@@ -4,7 +4,11 @@
 # CUDA build. Logs and tables go to a work folder that is archived into $OUT/results.tgz after
 # every step (the device tool returns 8 files at most, and what a killed run left); the
 # summary is $OUT/summary.txt and the last lines printed.
-# Usage: scripts/device/run.sh [--tests-only | --cuda-tests | --bench-only | --profile]
+# Usage: scripts/device/run.sh [--tests-only | --cuda-tests | --bench-only | --profile |
+#        --pretrain]
+# The device call carries .device/build.tar.xz and .device/lib.tar.xz, and for --pretrain
+# .device/aclImdb.tar.xz too (scripts/device/pack_imdb.sh; with the full build it would pass the
+# device's 64 MiB: pack only the two training programs for it, as pack.sh says).
 set -u
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 mode=${1:-all}
@@ -42,7 +46,12 @@ built=/work/main/build-cuda/src
 [ -e "$built" ] || { mkdir -p "$(dirname "$built")" && ln -s "$root" "$built"; }
 # the build was made in place: its programs go where they were built, beside the sources
 # (the examples find their bundled data from their own place)
-tar xzf .device/build.tar.gz && tar xzf .device/lib.tar.gz -C .device || exit 1
+# (xz archives: with tar's xz, else with Python's tarfile, where the machine has no xz)
+unpack() {
+	tar xJf "$1" -C "$2" 2>/dev/null ||
+		python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$1" "$2"
+}
+unpack .device/build.tar.xz . && unpack .device/lib.tar.xz .device || exit 1
 cuda_lib=""
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
 	[ -e "$d/libcublas.so.13" ] && cuda_lib=$d && break
@@ -92,7 +101,29 @@ profile() {
 		--models linformer --n 4096 --warmup 1 --reps 1 --sgemm-size 256
 }
 
+# The pretraining recipe of docs/results.md on the GPU (scripts/experiments/pretrain_finetune.sh
+# --device cuda) over the reviews of scripts/device/pack_imdb.sh; PRETRAIN_FLAGS adds flags
+# (e.g. "--p2-steps 3000 --models linformer"), PRETRAIN_LIMIT bounds it (seconds, default
+# 540). Its stages keep their checkpoints in build-pretrain/ (ignored, not carried), so a
+# second call on the still-warm machine resumes where a stopped one left off.
+pretrain() {
+	[ -e .device/aclImdb.tar.xz ] || { echo "no .device/aclImdb.tar.xz: run scripts/device/pack_imdb.sh" | tee -a "$summary"; return 1; }
+	start=$(date +%s)
+	# shellcheck disable=SC2086 # flag words
+	timeout "${PRETRAIN_LIMIT:-540}" scripts/experiments/pretrain_finetune.sh \
+		--data .device/aclImdb.tar.xz --device cuda --threads 8 --bin . --out build-pretrain \
+		${PRETRAIN_FLAGS:-} >"$W/pretrain.log" 2>&1
+	echo "== pretrain: exit $? ($(($(date +%s) - start)) s)" | tee -a "$summary"
+	tail -12 "$W/pretrain.log" | tee -a "$summary"
+	# the tables, and each stage's command, log and metrics (not its checkpoints)
+	mkdir -p "$W/pretrain"
+	(cd build-pretrain && find . -name '*.safetensors' -prune -o -type f -print |
+		tar cf - -T -) | tar xf - -C "$W/pretrain"
+	save
+}
+
 case $mode in
+--pretrain) pretrain ;;
 --cuda-tests) cuda_tests ;;
 --tests-only) cuda_tests && other_tests ;;
 --bench-only) benchmarks ;;

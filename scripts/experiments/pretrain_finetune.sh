@@ -24,7 +24,8 @@ flags:
   --p1-steps S      phase 1 steps, batch 64 x 128 tokens (default: 8000)
   --p2-steps S      phase 2 steps, batch 16 x 512 tokens (default: 1000)
   --ft-lr RATE      fine-tuning peak learning rate (default: 3e-4)
-  --precision P     f32 or bf16 products in every run (default: bf16)
+  --precision P     f32 or bf16 products in every run (default: bf16; f32 with --device cuda)
+  --device D        cpu or cuda: where every run trains (default: cpu)
   --out DIR         results directory (default: results/pretrain_finetune)
   --bin DIR         the build directory (default: ., else \$BUILD_DIR, else the source tree)
   --quick           a smoke test of the pipeline: a tiny model, a few steps (tests/data/imdb_tiny)
@@ -33,24 +34,27 @@ EOF
 }
 
 DATA="" MODELS="linformer transformer conv-linformer" SEEDS="1 2 3" THREADS=2 OUT="" BIN=""
-P1=8000 P2=1000 FT_LR=3e-4 PRECISION=bf16 QUICK=0
+P1=8000 P2=1000 FT_LR=3e-4 PRECISION="" DEVICE=cpu QUICK=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	--quick) QUICK=1 && shift && continue ;;
 	-h | --help) usage && exit 0 ;;
 	--data | --models | --seeds | --threads | --p1-steps | --p2-steps | --ft-lr | --precision | \
-		--out | --bin) [ $# -ge 2 ] || die "$1 needs a value (see --help)" ;;
+		--device | --out | --bin) [ $# -ge 2 ] || die "$1 needs a value (see --help)" ;;
 	*) die "unknown flag '$1' (see --help)" ;;
 	esac
 	case $1 in
 	--data) DATA=$2 ;; --models) MODELS=$2 ;; --seeds) SEEDS=$2 ;; --threads) THREADS=$2 ;;
 	--p1-steps) P1=$2 ;; --p2-steps) P2=$2 ;; --ft-lr) FT_LR=$2 ;; --precision) PRECISION=$2 ;;
-	--out) OUT=$2 ;; --bin) BIN=$2 ;;
+	--device) DEVICE=$2 ;; --out) OUT=$2 ;; --bin) BIN=$2 ;;
 	esac
 	shift 2
 done
 [ -n "$DATA" ] || die "--data is required (an aclImdb directory or archive)"
 [ -e "$DATA" ] || die "--data: $DATA does not exist"
+case $DEVICE in cpu) PRECISION=${PRECISION:-bf16} ;; cuda) PRECISION=${PRECISION:-f32} ;;
+*) die "--device: expected cpu or cuda, got '$DEVICE'" ;; esac
+[ "$DEVICE/$PRECISION" != cuda/bf16 ] || die "--precision bf16: the CUDA backend trains in f32 only"
 for m in $MODELS; do
 	case $m in transformer | linformer | conv-linformer) ;; *) die "--models: unknown model '$m'" ;; esac
 done
@@ -72,7 +76,7 @@ if [ "$QUICK" = 1 ]; then
 	N1="--n 32 --batch 8 --lr 1e-3" N2="--n 64 --batch 8 --lr 5e-4"
 	FT="--epochs 1 --batch 4"
 fi
-COMMON="--precision $PRECISION"
+COMMON="--precision $PRECISION --device $DEVICE"
 
 # stage NAME PROGRAM ARGS...: one run in OUT/runs/NAME. Reused when it completed with the same
 # command; resumed (--resume) when it stopped part way with the same command; else run afresh.
@@ -128,13 +132,21 @@ for m in $MODELS; do
 		echo "$m,$s,$(ppl p1-transformer-n128),$(ppl "p2-$m-n512"),$val,$best,$test,$secs" >>"$csv"
 	done
 done
+# where the runs trained: the GPU's name, or the CPU cores
+machine() {
+	if [ "$DEVICE" = cuda ] && command -v nvidia-smi >/dev/null; then
+		nvidia-smi --query-gpu=name --format=csv,noheader | head -1
+	else
+		echo "$(nproc) CPU core(s)"
+	fi
+}
 md=$OUT/results.md
 {
 	echo "# MLM pretraining, then fine-tuning: IMDB test accuracy"
 	echo
 	echo "Data: $DATA. Phase 1: $P1 steps of a Transformer MLM at n = 128; phase 2: $P2 steps of"
 	echo "each model at n = 512 grown from it; fine-tuning: linformer_imdb --init-from, lr $FT_LR;"
-	echo "seeds $SEEDS, mean ± std. Run $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) CPU core(s), --threads $THREADS, --precision $PRECISION$([ "$QUICK" = 1 ] && echo ", --quick")."
+	echo "seeds $SEEDS, mean ± std. Run $(date -u '+%Y-%m-%d %H:%M UTC') on $(machine), --threads $THREADS, --precision $PRECISION$([ "$QUICK" = 1 ] && echo ", --quick")."
 	echo
 	echo "| model | phase 2 validation perplexity | test accuracy | best validation accuracy | fine-tuning time (s) |"
 	echo "|---|---:|---:|---:|---:|"
