@@ -169,21 +169,24 @@ START_TEST(test_transposed)
 END_TEST
 
 /* Products whose k dwarfs C (k >= 4 max(m, n), m n >= 256^2: a weight's gradient X^T dY),
- * which take BLIS's packed path instead of its sup path; at the rule's edges and past them,
- * A transposed as in a gradient and not, f32 and f64, at one and two threads. */
+ * which take BLIS's packed path instead of its sup path: at the rule's edge with A transposed
+ * (as in a gradient) and not, and just past it in k and in m (BLIS's choice), f32 and f64, at
+ * one and two threads. */
 START_TEST(test_k_dominant)
 {
-	static const int64_t sizes[][3] = { { 256, 1024, 256 }, { 128, 2048, 512 },
-					    { 256, 1023, 256 }, { 255, 1024, 256 } };
+	static const int64_t sizes[][3] = { { 256, 1024, 256 },
+					    { 256, 1023, 256 },
+					    { 255, 1024, 256 } };
 	int saved = tensor_get_num_threads();
 	for (int t = 0; t < 2; t++)
 		for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
 			int64_t m = sizes[i][0], k = sizes[i][1], n = sizes[i][2];
 			enum tensor_dtype dt = float_types[t];
-			tensor_set_num_threads(1 + (int)(i % 2));
+			tensor_set_num_threads(1 + (int)((i + (size_t)t) % 2));
 			struct tensor *b = rand2(dt, k, n, 40 + i);
 			check_matmul_nocopy(tensor_transpose(rand2(dt, k, m, 30 + i), 0, 1), b);
-			check_matmul_nocopy(rand2(dt, m, k, 50 + i), b);
+			if (i == 0)
+				check_matmul_nocopy(rand2(dt, m, k, 50 + i), b);
 		}
 	tensor_set_num_threads(saved);
 }
