@@ -107,7 +107,10 @@ profile() {
 # 540). Its stages keep their checkpoints in build-pretrain/ (ignored, not carried), so a
 # second call on the still-warm machine resumes where a stopped one left off.
 pretrain() {
-	[ -e .device/aclImdb.tar.xz ] || { echo "no .device/aclImdb.tar.xz: run scripts/device/pack_imdb.sh" | tee -a "$summary"; return 1; }
+	[ -e .device/aclImdb.tar.xz ] || {
+		echo "no .device/aclImdb.tar.xz: run scripts/device/pack_imdb.sh" | tee -a "$summary"
+		return 1
+	}
 	start=$(date +%s)
 	# shellcheck disable=SC2086 # flag words
 	timeout "${PRETRAIN_LIMIT:-540}" scripts/experiments/pretrain_finetune.sh \
