@@ -1,12 +1,15 @@
 #!/bin/sh
-# imdb_study and linformer_mlm with --device cuda on small slices of the bundled data:
-# the GPU run follows the CPU run of the same seed (losses and test accuracy), a checkpoint
-# trained on the GPU predicts the same probabilities on the CPU, and a run resumes on the
-# other device. Skipped (77) without a GPU. Run from the build directory, as `make check`.
+# imdb_study, linformer_mlm and linformer_imdb with --device cuda on small slices of the
+# bundled data: the GPU run follows the CPU run of the same seed (losses and test accuracy), a
+# checkpoint trained on the GPU predicts the same probabilities on the CPU, a run resumes on
+# the other device, and the pretraining chain (an MLM, a Linformer grown from it, the
+# classifier fine-tuned from that) tests as on the CPU. Skipped (77) without a GPU. Run from
+# the build directory, as `make check`.
 set -u
 prog=${IMDB_STUDY:-study/imdb_study}
 mlm=${LINFORMER_MLM:-examples/linformer_mlm}
-for p in "$prog" "$mlm"; do
+imdb=${LINFORMER_IMDB:-examples/linformer_imdb}
+for p in "$prog" "$mlm" "$imdb"; do
 	if [ ! -x "$p" ]; then
 		echo "test_cuda_examples: $p not built" >&2
 		exit 99
@@ -81,6 +84,23 @@ close "stopped on the GPU, resumed on the CPU" "$tmp/cuda.out" "$tmp/r2.out"
 "$mlm" --device cuda --max-docs 40 --n 64 --dim 32 --heads 2 --layers 2 --ff 64 --batch 4 \
 	--steps 6 --tokenizer byte --log-dir "$tmp/mlm" >"$tmp/mlm.out" 2>&1 ||
 	fail "linformer_mlm --device cuda: $(tail -3 "$tmp/mlm.out")"
+
+# the pretraining recipe's path (scripts/experiments/pretrain_finetune.sh --device cuda): a
+# Transformer MLM, a Linformer MLM grown from it, linformer_imdb fine-tuned from that; the
+# fine-tuned model tests as the same chain on the CPU
+for dev in cpu cuda; do
+	d=$tmp/chain-$dev
+	small="--max-docs 40 --dim 16 --heads 2 --layers 2 --ff 32 --batch 4 --steps 4
+		--positions conv --device $dev"
+	# shellcheck disable=SC2086
+	"$mlm" $small --n 32 --log-dir "$d/p1" >"$d.p1.out" 2>&1 &&
+		"$mlm" $small --n 64 --model linformer --k 16 --init-from "$d/p1/last.safetensors" \
+			--log-dir "$d/p2" >"$d.p2.out" 2>&1 &&
+		"$imdb" --device $dev --init-from "$d/p2/best.safetensors" --max-train 32 \
+			--max-test 16 --epochs 1 --batch 8 --log-dir "$d/ft" >"$d.out" 2>&1 ||
+		fail "the pretraining chain on $dev: $(tail -3 "$d".*out)"
+done
+close "the pretraining chain's test loss and accuracy" "$tmp/chain-cpu.out" "$tmp/chain-cuda.out"
 
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]
