@@ -5,7 +5,7 @@
 # every step (the device tool returns 8 files at most, and what a killed run left); the
 # summary is $OUT/summary.txt and the last lines printed.
 # Usage: scripts/device/run.sh [--tests-only | --cuda-tests | --bench-only | --profile |
-#        --pretrain]
+#        --pretrain]...   (several run in order, in one results.tgz)
 # The device call carries .device/build.tar.xz and .device/lib.tar.xz, and for --pretrain
 # .device/aclImdb.tar.xz too (scripts/device/pack_imdb.sh: 37 MB; with the full build and the
 # tree that is 62 MiB of the device's 64, with only the two training programs packed 57).
@@ -125,14 +125,18 @@ pretrain() {
 	save
 }
 
-case $mode in
---pretrain) pretrain ;;
---cuda-tests) cuda_tests ;;
---tests-only) cuda_tests && other_tests ;;
---bench-only) benchmarks ;;
---profile) profile ;;
-*) cuda_tests && benchmarks && other_tests && profile ;;
-esac
+# the modes named, in order (e.g. --cuda-tests --pretrain), or everything but --pretrain
+[ $# -gt 0 ] || set -- all
+for mode in "$@"; do
+	case $mode in
+	--pretrain) pretrain ;;
+	--cuda-tests) cuda_tests ;;
+	--tests-only) cuda_tests && other_tests ;;
+	--bench-only) benchmarks ;;
+	--profile) profile ;;
+	*) cuda_tests && benchmarks && other_tests && profile ;;
+	esac
+done
 save
 echo "== summary"
 cat "$summary"
