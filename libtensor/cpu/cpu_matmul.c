@@ -209,10 +209,9 @@ static int gemm_f32_of(struct gemm_f32 *g, const struct tensor *x, bool fill, bo
 	g->st = tensor_storage_alloc(TENSOR_CPU, bytes);
 	tensor_heap_end();
 	if (!g->st)
-		return tensor_error(TENSOR_ERR_NOMEM,
-				    "gemm: no memory for an f32 copy of a %s [%lld,%lld,%lld]",
-				    tensor_dtype_name(x->dtype), (long long)nb, (long long)r,
-				    (long long)c);
+		return tensor_error(
+		    TENSOR_ERR_NOMEM, "gemm: no memory for an f32 copy of a %s [%lld,%lld,%lld]",
+		    tensor_dtype_name(x->dtype), (long long)nb, (long long)r, (long long)c);
 	g->t.storage = g->st;
 	g->t.dtype = TENSOR_F32;
 	g->t.ndim = 3;
