@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "../bf16.h"
-#include "../mem.h"
 #include "cpu_iter.h"
 #include "cpu_kernels.h"
 
