@@ -96,7 +96,7 @@ struct tensor *ag_detach(const struct tensor *t);
 /* ---- writing ops (for ag_<family>.c and for user-defined ops) -------------- */
 
 #define AG_MAX_INPUTS 4
-#define AG_MAX_SAVED 4
+#define AG_MAX_SAVED 5
 
 struct ag_node;
 /* Given the node and dout (the gradient of node->out), accumulate the

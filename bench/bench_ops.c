@@ -219,6 +219,9 @@ static void bench_matmul(const struct opts *o, double peak1)
 		{ MM_STRIDED, "A, B sliced (ld +96)", 1, 1024, 1024, 1024 },
 		{ MM_BATCHED, "64 x [128,64]·[64,128]", 64, 128, 64, 128 },
 		{ MM_BATCHED, "64 x [128,128]·[128,64]", 64, 128, 128, 64 },
+		{ MM_BATCHED, "64 x [512,64]·[64,512] (scores)", 64, 512, 64, 512 },
+		{ MM_TRANS_B, "B transposed (scores q kᵀ)", 1, 4096, 64, 4096 },
+		{ MM_SQUARE, "narrow layer", 1, 8192, 128, 512 },
 	};
 	int nt = o->threads;
 	printf("## matmul (f32, GFLOP/s, best of %d)\n\n", o->reps);

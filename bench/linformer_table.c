@@ -22,7 +22,7 @@ static const char CSV_HEADER[] =
 	"impl,model,n,k,batch,seconds_per_seq,peak_bytes,status,gflop_per_seq,gflops,sgemm_gflops";
 
 struct options {
-	const char *n_list, *k_list, *models, *batches, *csv, *device, *precision;
+	const char *n_list, *k_list, *models, *batches, *csv, *device, *precision, *attention;
 	int64_t threads, reps, dim, heads, layers, ff, vocab, max_batch, seed, sgemm_size;
 	double budget_gib, max_seconds, mem_fraction;
 	bool batched_heads;
@@ -35,6 +35,7 @@ static struct options opt = {
 	.batches = "1,max",
 	.device = "cpu",
 	.precision = "f32",
+	.attention = "fused",
 	.threads = 0,
 	.reps = 3,
 	.dim = 256,
@@ -65,6 +66,10 @@ static struct flag flags[] = {
 	  NULL, false },
 	{ "precision", FLAG_CHOICE, &opt.precision, 0, 0, 0, "f32|bf16", NULL,
 	  "bf16: products in bf16 with f32 accumulation (weights rounded once), the rest f32",
+	  NULL, false },
+	{ "attention", FLAG_CHOICE, &opt.attention, 0, 0, 0, "fused|composed", NULL,
+	  "the attention core: the fused kernel where the device has one, or products and a "
+	  "softmax (nn_attention_set_fused)",
 	  NULL, false },
 	STR("batches", batches, "1,max", "batch 1 and/or the largest batch that fits --budget-gib"),
 	DBL("budget-gib", budget_gib, 0, 1 << 20, FLAG_MIN_OPEN, "GIB",
@@ -494,11 +499,12 @@ static void print_header(void)
 	char about[256];
 	printf("# Linformer inference table (cformer, %s)\n\n", tensor_device_name(dev));
 	printf("- device: %s\n", tensor_device_describe(dev, about, sizeof about));
-	printf("- encoder forward pass without gradients, %s: dim %lld, %lld heads (%s), %lld "
+	printf("- encoder forward pass without gradients, %s, attention %s: dim %lld, %lld heads "
+	       "(%s), %lld "
 	       "layers, ff %lld, vocab %lld, dropout 0; Linformer: learned E = F shared by "
 	       "every layer (layerwise)\n",
 	       strcmp(opt.precision, "bf16") ? "f32" : "bf16 products (f32 accumulation)",
-	       (long long)opt.dim, (long long)opt.heads,
+	       opt.attention, (long long)opt.dim, (long long)opt.heads,
 	       opt.batched_heads ? "batched" : "one at a time", (long long)opt.layers,
 	       (long long)opt.ff, (long long)opt.vocab);
 	printf("- threads %lld (OpenMP wait policy %s), BLIS kernels %s; load average at start "
@@ -532,6 +538,7 @@ int main(int argc, char **argv)
 		*(strcmp(batches[i], "1") ? &want_max : &want1) = true;
 	FILE *csv = bench_csv_open(PROG, opt.csv, CSV_HEADER);
 	dev = (enum tensor_device)bench_device_parse(PROG, opt.device);
+	nn_attention_set_fused(!strcmp(opt.attention, "fused"));
 	tensor_set_num_threads((int)opt.threads);
 	sgemm = bench_sgemm_gflops(dev, opt.sgemm_size, 5);
 	if (sgemm < 0)

@@ -22,7 +22,7 @@ static const char CSV_HEADER[] = "impl,model,n,k,batch,tokens_per_s,step_seconds
 				 "backward_s,optimizer_s,ranks,allreduce_s";
 
 struct options {
-	const char *n_list, *models, *sharing, *csv, *backward, *device, *precision;
+	const char *n_list, *models, *sharing, *csv, *backward, *device, *precision, *attention;
 	int64_t k, batch, warmup, reps, threads, dim, heads, layers, ff, vocab, sgemm_size, seed;
 	double max_seconds, lr, mem_fraction;
 };
@@ -34,6 +34,7 @@ static struct options opt = {
 	.backward = "release",
 	.device = "cpu",
 	.precision = "f32",
+	.attention = "fused",
 	.k = 128,
 	.batch = 16,
 	.warmup = 2,
@@ -67,6 +68,9 @@ static struct flag flags[] = {
 	CHO("device", device, "cpu|cuda", "where the model trains"),
 	CHO("precision", precision, "f32|bf16",
 	    "bf16: mixed precision (products in bf16 with f32 accumulation, the rest f32)"),
+	CHO("attention", attention, "fused|composed",
+	    "the attention core: the fused kernel where the device has one, or products and a "
+	    "softmax (nn_attention_set_fused)"),
 	CHO("backward", backward, "release|keep",
 	    "ag_backward_release (activations freed during backward) or ag_backward"),
 	INT("batch", batch, 1, 1 << 16, "B", "sequences per step"),
@@ -358,6 +362,7 @@ int main(int argc, char **argv)
 	FILE *csv = nn_dist_rank() == 0 ? bench_csv_open(PROG, opt.csv, CSV_HEADER) : NULL;
 	dev = (enum tensor_device)bench_device_parse(PROG, opt.device);
 	precision = strcmp(opt.precision, "bf16") ? TENSOR_F32 : TENSOR_BF16;
+	nn_attention_set_fused(!strcmp(opt.attention, "fused"));
 	tensor_set_num_threads((int)opt.threads);
 	double sgemm = bench_sgemm_gflops(dev, opt.sgemm_size, 5);
 	if (sgemm < 0)
@@ -371,7 +376,7 @@ int main(int argc, char **argv)
 	       (long long)opt.vocab, (long long)opt.dim, (long long)opt.heads,
 	       (long long)opt.layers, (long long)opt.ff, (long long)opt.batch, (long long)opt.k,
 	       opt.sharing);
-	printf("- precision %s%s%s\n", opt.precision,
+	printf("- attention %s; precision %s%s%s\n", opt.attention, opt.precision,
 	       precision == TENSOR_BF16 ? ": products in bf16 (f32 accumulation), kernel " : "",
 	       precision == TENSOR_BF16 ? tensor_bf16_gemm_kernel() : "");
 	printf("- %d rank%s (mpirun), threads %lld each (OpenMP wait policy %s), BLIS kernels %s, "

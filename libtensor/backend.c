@@ -15,6 +15,8 @@ void tensor_cpu_set_fused(bool fused)
 {
 	cpu_unfused = tensor_cpu_backend;
 	cpu_unfused.softmax_backward = NULL;
+	cpu_unfused.attention = NULL;
+	cpu_unfused.attention_backward = NULL;
 	cpu_unfused.norm_backward = NULL;
 	cpu_unfused.adamw = NULL;
 	cpu_unfused.sgd = NULL;

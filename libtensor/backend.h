@@ -80,6 +80,18 @@ struct tensor_backend {
 	/* Softmax backward along the last dim: dx = y (g - sum(g y)); dx, y and g
 	 * contiguous, of one shape; dx may be g. */
 	int (*softmax_backward)(struct tensor *dx, const struct tensor *y, const struct tensor *g);
+	/* Optional: scaled dot-product attention without the scores in memory
+	 * (tensor_attention; callers compose it where a device lacks it). The
+	 * operands as tensor_attention_args says, each with a unit stride in its
+	 * last dim and rows that do not overlap, hidden contiguous; out [B,H,T,dv]
+	 * with a unit stride in its last dim; lse [B,H,T] contiguous. The backward
+	 * writes contiguous dq, dk, dv from lse and dout ([B,H,T,dv], a unit stride
+	 * in its last dim). */
+	int (*attention)(struct tensor *out, struct tensor *lse,
+			 const struct tensor_attention_args *a);
+	int (*attention_backward)(struct tensor *dq, struct tensor *dk, struct tensor *dv,
+				  const struct tensor_attention_args *a, const struct tensor *lse,
+				  const struct tensor *dout);
 	/* Over the last dim C; w, b [C] or NULL; mean, rstd [rows] or NULL. */
 	int (*layer_norm)(struct tensor *y, struct tensor *mean, struct tensor *rstd,
 			  const struct tensor *x, const struct tensor *w, const struct tensor *b,
@@ -128,7 +140,7 @@ const struct tensor_backend *tensor_backend_get(enum tensor_device dev);
 extern const struct tensor_backend tensor_cpu_backend;
 /* For tests: with fused false, tensor_backend_get(TENSOR_CPU) offers the CPU
  * table without the slots whose callers compose the op from others where a
- * device lacks them (softmax_backward, norm_backward, adamw, sgd), so those
+ * device lacks them (softmax_backward, attention, norm_backward, adamw, sgd), so those
  * composed paths run on the CPU and can be checked against the kernels; true
  * (the default) restores the whole table. Not thread-safe. */
 void tensor_cpu_set_fused(bool fused);

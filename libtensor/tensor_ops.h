@@ -212,6 +212,37 @@ struct tensor *tensor_softmax_backward(const struct tensor *y, const struct tens
  * not saved by the autograd tape (TENSOR_ERR_STATE). */
 int tensor_softmax_backward_(const struct tensor *y, struct tensor *g);
 
+/* ---- fused attention ------------------------------------------------------ */
+
+/* The operands of tensor_attention: q [B,H,T,d], k [B,H,S,d], v [B,H,S,dv] of
+ * one dtype (f32 or f64) and device; hidden NULL or [B,S] of that dtype
+ * (nonzero: key s of batch entry b is hidden from every query); causal hides
+ * key s from query t < s (then T == S); scale multiplies the scores. */
+struct tensor_attention_args {
+	const struct tensor *q, *k, *v, *hidden;
+	bool causal;
+	double scale;
+};
+/* softmax(scale q k^T, hidden keys left out) v in one op, without the [T,S]
+ * scores in memory: a block of queries at a time, the scores in a buffer per
+ * thread. Returns out [B,H,T,dv] (stored as [B,T,H,dv], so that merging the
+ * heads is a view) and *lse [B,H,T], each row's log-sum-exp of its visible
+ * scaled scores, +inf for a row with no visible key (its out row is 0): what
+ * tensor_attention_backward needs. NULL with an error for bad operands
+ * (TENSOR_ERR_SHAPE, _DTYPE, _DEVICE, _ARG, naming "attention" and the shapes),
+ * and TENSOR_ERR_UNSUPPORTED where the device has no such kernel (the CPU has
+ * one; nn_attention then composes the op from products and a softmax). */
+struct tensor *tensor_attention(const struct tensor_attention_args *a, struct tensor **lse);
+/* The gradients of tensor_attention for dout = dL/dout ([B,H,T,dv]), with lse
+ * as the forward returned it: *dq, *dk, *dv of q's, k's and v's shapes,
+ * contiguous; each block's probabilities are recomputed from q, k and lse.
+ * Returns a status (errors as tensor_attention's). */
+int tensor_attention_backward(const struct tensor_attention_args *a, const struct tensor *lse,
+			      const struct tensor *dout, struct tensor **dq, struct tensor **dk,
+			      struct tensor **dv);
+/* Whether tensor_attention runs for q: f32 or f64 on a device with the kernel. */
+bool tensor_attention_supported(const struct tensor *q);
+
 /* Dropout in one pass: x * keep / (1 - p) with keep[i] = (uniform(seed, i)
  * >= p), uniform(seed, i) the draw tensor_rand_uniform(F64, ..., seed, 0, 1)
  * puts at row-major index i. A pure function of (x, p, seed): the same mask

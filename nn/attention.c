@@ -168,8 +168,65 @@ static struct tensor *attention_probs(struct tensor *q, struct tensor *k, double
 	return s;
 }
 
+/* The fused kernel's node (tensor_attention): saves q, k, v, the rows' log-sum-exp
+ * and the hidden keys, not the [B,H,T,S] probabilities; its backward recomputes
+ * them a block of queries at a time. */
+static int fused_backward(struct ag_node *n, const struct tensor *g)
+{
+	struct tensor_attention_args a = {
+		.q = n->saved[0],
+		.k = n->saved[1],
+		.v = n->saved[2],
+		.hidden = n->nsaved > 4 ? n->saved[4] : NULL,
+		.causal = n->i[0] != 0,
+		.scale = n->f[0],
+	};
+	struct tensor *d[3];
+	tensor_heap_begin();
+	int rc = tensor_attention_backward(&a, n->saved[3], g, &d[0], &d[1], &d[2]);
+	tensor_heap_end();
+	for (int i = 0; i < 3; i++) {
+		if (rc == TENSOR_OK && n->inputs[i]->requires_grad)
+			rc = ag_accumulate_take(n->inputs[i], d[i]);
+		else
+			tensor_free(d[i]);
+	}
+	return rc;
+}
+
+/* nn_attention through tensor_attention, mask [B,S] (1 = a real key) or NULL. */
+static struct tensor *attention_fused(struct tensor *q, struct tensor *k, struct tensor *v,
+				      const struct tensor *mask, bool causal, double scale)
+{
+	struct tensor *hidden = mask ? nn_mask_compare(mask, q->dtype, true) : NULL, *lse;
+	if (mask && !hidden)
+		return NULL;
+	struct tensor_attention_args a = { q, k, v, hidden, causal, scale };
+	struct tensor *out = tensor_attention(&a, &lse);
+	struct ag_node *n =
+	    out ? ag_record("attention", out, fused_backward, 3, (struct tensor *[]){ q, k, v })
+		: NULL;
+	if (n) {
+		n->i[0] = causal;
+		n->f[0] = scale;
+		struct tensor *keep[5] = { q, k, v, lse, hidden };
+		for (int i = 0; i < (hidden ? 5 : 4); i++)
+			ag_save(n, keep[i]);
+	} else {
+		tensor_free(hidden);
+		tensor_free(lse);
+	}
+	return out;
+}
+
 static nn_attention_observer observer;
 static void *observer_ctx;
+static bool fused = true;
+
+void nn_attention_set_fused(bool on)
+{
+	fused = on;
+}
 
 void nn_set_attention_observer(nn_attention_observer fn, void *ctx)
 {
@@ -192,6 +249,12 @@ struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v
 		return NULL;
 	if (check_qkv(q, k, v, mask, causal, scale) < 0)
 		return NULL;
+	/* the fused kernel, unless the probabilities are wanted (an observer, dropout)
+	 * or the products run in bf16 */
+	bool drops = dropout && !(dropout->ps && (!dropout->ps->training || dropout->p == 0));
+	if (fused && !observer && !drops && tensor_matmul_precision() == TENSOR_F32 &&
+	    tensor_attention_supported(q))
+		return attention_fused(q, k, v, mask, causal, scale);
 	struct tensor *masked = NULL, *dead = NULL;
 	if ((mask || causal) && build_masks(q, mask, causal, &masked, &dead) < 0)
 		return NULL;

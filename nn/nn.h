@@ -260,6 +260,14 @@ void nn_feed_forward_free(struct nn_feed_forward *m);
 struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v,
 			    const struct tensor *mask, bool causal, double scale,
 			    const struct nn_dropout *dropout);
+/* Where the device has the fused kernel (tensor_attention: the CPU, f32 and
+ * f64), nn_attention runs it unless the probabilities are needed (attention
+ * dropout in training, an observer) or the products run in bf16: no [B,H,T,S]
+ * scores in memory, each block of queries' recomputed in backward. false makes
+ * every call take the composed path (products and a softmax, the probabilities
+ * kept for backward), as on devices without the kernel; for comparisons.
+ * Process-wide; true by default. */
+void nn_attention_set_fused(bool on);
 /* An observer of attention probabilities, for analysis tools (the spectrum of
  * P, attention maps): while set, every nn_attention call hands fn its
  * probabilities p [B, H, T, S] (after masking and softmax, before

@@ -168,15 +168,18 @@ START_TEST(test_transposed)
 }
 END_TEST
 
-/* Products whose k dwarfs C (k >= 4 max(m, n), m n >= 256^2: a weight's gradient X^T dY),
- * which take BLIS's packed path instead of its sup path: at the rule's edge with A transposed
- * (as in a gradient) and not, and just past it in k and in m (BLIS's choice), f32 and f64, at
+/* The products that take BLIS's packed path instead of its sup path (gemm_prefers_packed):
+ * k dwarfing C (k >= 4 max(m, n), m n >= 256^2: a weight's gradient X^T dY) and a short k
+ * with a wide C (k <= 128, n >= 512, m >= 64: attention's scores q k^T), each at the rule's
+ * edge, with A or B transposed (as in a gradient, as k^T) and not, and just past the edge
+ * in each dim (BLIS's choice); alone and batched (one product a thread), f32 and f64, at
  * one and two threads. */
-START_TEST(test_k_dominant)
+START_TEST(test_packed_rule)
 {
-	static const int64_t sizes[][3] = { { 256, 1024, 256 },
-					    { 256, 1023, 256 },
-					    { 255, 1024, 256 } };
+	static const int64_t sizes[][3] = { { 256, 1024, 256 }, { 256, 1023, 256 },
+					    { 255, 1024, 256 }, { 64, 128, 512 },
+					    { 64, 129, 512 },	{ 63, 128, 512 },
+					    { 64, 128, 511 } };
 	int saved = tensor_get_num_threads();
 	for (int t = 0; t < 2; t++)
 		for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
@@ -185,8 +188,11 @@ START_TEST(test_k_dominant)
 			tensor_set_num_threads(1 + (int)((i + (size_t)t) % 2));
 			struct tensor *b = rand2(dt, k, n, 40 + i);
 			check_matmul_nocopy(tensor_transpose(rand2(dt, k, m, 30 + i), 0, 1), b);
-			if (i == 0)
-				check_matmul_nocopy(rand2(dt, m, k, 50 + i), b);
+			check_matmul_nocopy(rand2(dt, m, k, 50 + i),
+					    tensor_transpose(rand2(dt, n, k, 60 + i), 0, 1));
+			if (m * n * k <= 64 * 512 * 128)
+				check_matmul_nocopy(rand3(dt, 3, m, k, 70 + i),
+						    rand3(dt, 3, k, n, 80 + i));
 		}
 	tensor_set_num_threads(saved);
 }
@@ -741,7 +747,7 @@ int main(void)
 		{ "square_rect", test_square_rect },
 		{ "known_values", test_known_values },
 		{ "transposed", test_transposed },
-		{ "k_dominant", test_k_dominant },
+		{ "packed_rule", test_packed_rule },
 		{ "sliced", test_sliced },
 		{ "batched", test_batched },
 		{ "broadcast", test_broadcast },

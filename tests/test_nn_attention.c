@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "gradcheck.h"
 #include "nn.h"
 #include "testutil.h"
@@ -354,6 +355,170 @@ START_TEST(test_attention_gradients)
 		tensor_free(k->grad);
 		tensor_free(v->grad);
 	}
+	/* past one block of queries (the fused kernel's 64 rows), causal with padding */
+	int vals[70];
+	for (int i = 0; i < 70; i++)
+		vals[i] = i % 9 != 4;
+	struct tensor *q = gc_input(4, (int64_t[]){ 1, 1, 70, 2 }, 4, -1.5, 1.5, false);
+	struct tensor *k = gc_input(4, (int64_t[]){ 1, 1, 70, 2 }, 5, -1.5, 1.5, true);
+	struct tensor *v = gc_input(4, (int64_t[]){ 1, 1, 70, 3 }, 6, -1, 1, false);
+	struct att_ctx c = { mask_i32(1, 70, vals), true, 0.7 };
+	gc_assert("two blocks, causal+key_mask", f_attention, &c, 3,
+		  (struct tensor *[]){ q, k, v });
+}
+END_TEST
+
+/* ---- the fused kernel against the composed path --------------------------------- */
+
+/* out and the gradients of q, k, v (leaves) for L = sum(out * r), with the fused kernel
+ * or without (tensor_cpu_set_fused): res[0] = out, res[1..3] the gradients (heap
+ * tensors, taken from the leaves). */
+static void attention_run(bool fused, struct tensor *const *in, const struct tensor *mask,
+			  bool causal, struct tensor **res)
+{
+	tensor_cpu_set_fused(fused);
+	struct tensor *out = nn_attention(in[0], in[1], in[2], mask, causal, 0.3, NULL);
+	ck_assert_msg(out != NULL, "%s", tensor_last_error());
+	ck_assert_int_eq(strcmp(out->node->op, "attention") == 0, fused);
+	struct tensor *r = tensor_rand_uniform(out->dtype, TENSOR_CPU, 4, out->shape, 9, -1, 1);
+	ck_assert_int_eq(ag_backward(ag_sum(ag_mul(out, r), 0, NULL, false), NULL), TENSOR_OK);
+	res[0] = out;
+	for (int i = 0; i < 3; i++) {
+		res[i + 1] = in[i]->grad;
+		in[i]->grad = NULL;
+	}
+	tensor_cpu_set_fused(true);
+}
+
+/* Several blocks of queries, T != S, d != dv, key padding (a batch entry with every key
+ * hidden), causal, strided operands (copied by the front-end): the fused kernel's output
+ * and gradients equal the composed path's, f32 and f64. */
+START_TEST(test_attention_fused_matches_composed)
+{
+	int vals[2 * 150];
+	for (int i = 0; i < 2 * 150; i++)
+		vals[i] = i < 150 ? i % 7 != 3 : 0;
+	const struct {
+		int64_t t, s, d, dv;
+		bool mask, causal, strided;
+	} cases[] = {
+		{ 150, 130, 8, 5, true, false, false }, { 150, 150, 8, 8, true, true, true },
+		{ 70, 70, 3, 3, false, true, false },	{ 1, 150, 4, 4, false, false, true },
+		{ 129, 20, 16, 4, false, false, false },
+	};
+	for (int di = 0; di < 2; di++)
+		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+			enum tensor_dtype dt = di ? TENSOR_F64 : TENSOR_F32;
+			int64_t T = cases[i].t, S = cases[i].s;
+			int64_t shapes[3][4] = { { 2, 3, T, cases[i].d },
+						 { 2, 3, S, cases[i].d },
+						 { 2, 3, S, cases[i].dv } };
+			struct tensor *in[3];
+			for (int j = 0; j < 3; j++) {
+				in[j] = tu_rand(dt, 4, shapes[j], 20 + (uint64_t)j);
+				if (cases[i].strided)
+					in[j] = tu_strided(in[j]);
+				ck_assert_int_eq(ag_requires_grad(in[j], true), TENSOR_OK);
+			}
+			int col[2 * 150];
+			for (int64_t b = 0; b < 2; b++)
+				for (int64_t c = 0; c < S; c++)
+					col[b * S + c] = vals[b * 150 + c];
+			struct tensor *mask = cases[i].mask ? mask_i32(2, S, col) : NULL;
+			struct tensor *f[4], *c[4];
+			attention_run(true, in, mask, cases[i].causal, f);
+			attention_run(false, in, mask, cases[i].causal, c);
+			for (int j = 0; j < 4; j++) {
+				tu_assert_same(f[j], c[j], di ? 1e-12 : 2e-5);
+				if (j > 0) {
+					tensor_free(f[j]);
+					tensor_free(c[j]);
+				}
+			}
+		}
+}
+END_TEST
+
+/* Under no-grad the fused kernel allocates the output, the rows' log-sum-exp and
+ * one block of scores per thread: less than the scores' T x S. */
+START_TEST(test_attention_fused_memory)
+{
+	const int64_t B = 1, H = 2, T = 1024, S = 1024, d = 8;
+	struct tensor *q = tu_rand(TENSOR_F32, 4, (int64_t[]){ B, H, T, d }, 1);
+	struct tensor *k = tu_rand(TENSOR_F32, 4, (int64_t[]){ B, H, S, d }, 2);
+	struct tensor *v = tu_rand(TENSOR_F32, 4, (int64_t[]){ B, H, S, d }, 3);
+	for (int threads = 1; threads <= 2; threads++) {
+		tensor_set_num_threads(threads);
+		ag_no_grad_begin();
+		tensor_scope_begin();
+		size_t base = tensor_mem_stats(TENSOR_CPU).live_bytes;
+		tensor_mem_reset_peak(TENSOR_CPU);
+		struct tensor *o = nn_attention(q, k, v, NULL, false, 0.5, NULL);
+		size_t used = tensor_mem_stats(TENSOR_CPU).peak_bytes - base;
+		tensor_scope_end();
+		ag_no_grad_end();
+		ck_assert(o != NULL);
+		size_t out = sizeof(float) * (size_t)(B * H * T * (d + 1));
+		size_t block = sizeof(float) * (size_t)(64 * S);
+		ck_assert_msg(used >= out + block && used <= out + (size_t)threads * block + 4096,
+			      "%d thread(s): used %zu, output and lse %zu, a block %zu", threads,
+			      used, out, block);
+		ck_assert(used < sizeof(float) * (size_t)(B * H * T * S) / 4);
+	}
+}
+END_TEST
+
+/* tensor_attention's own errors, and UNSUPPORTED where the device has no kernel. */
+START_TEST(test_attention_fused_errors)
+{
+	struct tensor *q = tu_rand(TENSOR_F32, 4, (int64_t[]){ 1, 2, 3, 4 }, 1);
+	struct tensor *k = tu_rand(TENSOR_F32, 4, (int64_t[]){ 1, 2, 5, 4 }, 2);
+	struct tensor *v = tu_rand(TENSOR_F32, 4, (int64_t[]){ 1, 2, 5, 6 }, 3);
+	struct tensor *k64 = tu_rand(TENSOR_F64, 4, (int64_t[]){ 1, 2, 5, 4 }, 2);
+	struct tensor *hid = tensor_zeros(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){ 1, 4 });
+	struct tensor *lse, *dq, *dk, *dv;
+	struct tensor_attention_args a = { q, k, v, NULL, false, 0.5 };
+	tu_assert_error(!tensor_attention(&a, NULL), TENSOR_ERR_ARG, "attention", "lse");
+	tu_assert_error(!tensor_attention(NULL, &lse), TENSOR_ERR_ARG, "attention", NULL);
+	struct tensor_attention_args bad = a;
+	bad.k = k64;
+	tu_assert_error(!tensor_attention(&bad, &lse), TENSOR_ERR_DTYPE, "attention", NULL);
+	bad = a;
+	bad.v = k;
+	bad.k = v;
+	tu_assert_error(!tensor_attention(&bad, &lse), TENSOR_ERR_SHAPE, "attention",
+			"expected q [B,H,T,d], k [B,H,S,d]");
+	bad = a;
+	bad.hidden = hid;
+	tu_assert_error(!tensor_attention(&bad, &lse), TENSOR_ERR_SHAPE, "hidden [1,4]",
+			"expected hidden [B,S]");
+	bad = a;
+	bad.causal = true;
+	tu_assert_error(!tensor_attention(&bad, &lse), TENSOR_ERR_SHAPE, "causal", "[1,2,3,4]");
+	bad = a;
+	bad.scale = NAN;
+	tu_assert_error(!tensor_attention(&bad, &lse), TENSOR_ERR_ARG, "scale", NULL);
+	struct tensor *out = tensor_attention(&a, &lse);
+	ck_assert_msg(out != NULL, "%s", tensor_last_error());
+	tu_assert_shape(lse, 3, (int64_t[]){ 1, 2, 3 });
+	tu_assert_error(tensor_attention_backward(&a, lse, q, &dq, &dk, &dv) == TENSOR_ERR_SHAPE,
+			TENSOR_ERR_SHAPE, "attention_backward", "dout [1,2,3,4]");
+	tu_assert_error(tensor_attention_backward(&a, out, out, &dq, &dk, &dv) == TENSOR_ERR_SHAPE,
+			TENSOR_ERR_SHAPE, "attention_backward", "lse [1,2,3,6]");
+	tu_assert_error(tensor_attention_backward(&a, lse, out, NULL, &dk, &dv) == TENSOR_ERR_ARG,
+			TENSOR_ERR_ARG, "attention_backward", NULL);
+	ck_assert_int_eq(tensor_attention_backward(&a, lse, out, &dq, &dk, &dv), TENSOR_OK);
+	tu_assert_shape(dv, 4, v->shape);
+	tensor_free(dq);
+	tensor_free(dk);
+	tensor_free(dv);
+	struct tensor *i32 = tensor_zeros(TENSOR_I32, TENSOR_CPU, 4, (int64_t[]){ 1, 2, 3, 4 });
+	ck_assert(!tensor_attention_supported(i32) && tensor_attention_supported(q));
+	tensor_cpu_set_fused(false);
+	ck_assert(!tensor_attention_supported(q));
+	tu_assert_error(!tensor_attention(&a, &lse), TENSOR_ERR_UNSUPPORTED, "attention",
+			"not supported on cpu");
+	tensor_cpu_set_fused(true);
 }
 END_TEST
 
@@ -918,6 +1083,16 @@ START_TEST(test_mha_errors)
 }
 END_TEST
 
+static void unfuse(void)
+{
+	tensor_cpu_set_fused(false);
+}
+
+static void refuse(void)
+{
+	tensor_cpu_set_fused(true);
+}
+
 int main(void)
 {
 	Suite *s = suite_create("nn_attention");
@@ -928,13 +1103,34 @@ int main(void)
 	tcase_add_test(tc, test_attention_empty);
 	tcase_add_test(tc, test_attention_all_masked_rows_zero);
 	tcase_add_test(tc, test_attention_large_scores_f32);
-	tcase_add_test(tc, test_attention_no_copy_of_k);
 	tcase_add_test(tc, test_attention_gradients);
 	tcase_add_test(tc, test_attention_dropout_eval);
 	tcase_add_test(tc, test_attention_errors);
 	tcase_add_test(tc, test_attention_by_head);
 	tcase_add_test(tc, test_attention_observer);
 	tcase_add_test(tc, test_split_heads);
+	tcase_add_test(tc, test_attention_fused_matches_composed);
+	tcase_add_test(tc, test_attention_fused_memory);
+	tcase_add_test(tc, test_attention_fused_errors);
+	suite_add_tcase(s, tc);
+	/* the composed path (the one of devices without the fused kernel) on the CPU */
+	tc = tu_tcase("attention (composed)");
+	tcase_add_checked_fixture(tc, unfuse, refuse);
+	tcase_add_test(tc, test_attention_plain);
+	tcase_add_test(tc, test_attention_key_mask);
+	tcase_add_test(tc, test_attention_causal);
+	tcase_add_test(tc, test_attention_empty);
+	tcase_add_test(tc, test_attention_all_masked_rows_zero);
+	tcase_add_test(tc, test_attention_large_scores_f32);
+	tcase_add_test(tc, test_attention_no_copy_of_k);
+	tcase_add_test(tc, test_attention_gradients);
+	tcase_add_test(tc, test_mha_forward_reference);
+	tcase_add_test(tc, test_mha_gradients);
+	tcase_add_test(tc, test_mha_key_padding);
+	tcase_add_test(tc, test_mha_causal);
+	tcase_add_test(tc, test_mha_sequential_equals_batched);
+	tcase_add_test(tc, test_mha_sequential_lower_peak);
+	tcase_add_test(tc, test_mha_sequential_blocks);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("mha");
 	tcase_add_test(tc, test_mha_params);
@@ -943,7 +1139,6 @@ int main(void)
 	tcase_add_test(tc, test_mha_key_padding);
 	tcase_add_test(tc, test_mha_causal);
 	tcase_add_test(tc, test_mha_sequential_equals_batched);
-	tcase_add_test(tc, test_mha_sequential_lower_peak);
 	tcase_add_test(tc, test_mha_sequential_blocks);
 	tcase_add_test(tc, test_mha_dropout);
 	tcase_add_test(tc, test_mha_errors);

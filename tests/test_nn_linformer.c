@@ -662,8 +662,10 @@ static size_t peak_of(const struct nn_linformer *lf, const struct nn_mha *mha, s
 
 START_TEST(test_memory_long_n)
 {
-	/* At n = 1024 the n x n scores dominate standard attention; Linformer's
-	 * are n x k: its peak must stay well below one [B,H,n,n] tensor. */
+	/* At n = 1024 the n x n scores dominate standard attention composed of
+	 * products and a softmax (as on a device without the fused kernel);
+	 * Linformer's are n x k: its peak must stay well below one [B,H,n,n]
+	 * tensor. The fused kernel keeps standard attention below it too. */
 	const int64_t B = 1, n = 1024, dim = 32, H = 4, k = 32;
 	tensor_set_num_threads(0);
 	struct nn_params ps;
@@ -672,8 +674,12 @@ START_TEST(test_memory_long_n)
 	ck_assert_int_eq(nn_mha_init(&a, &ps, "std", dim, H, 0), TENSOR_OK);
 	struct tensor *x = tu_rand(TENSOR_F32, 3, (int64_t[]){ B, n, dim }, 24);
 	size_t scores = sizeof(float) * (size_t)(B * H * n * n);
+	nn_attention_set_fused(false);
 	size_t std_peak = peak_of(NULL, &a, x);
+	nn_attention_set_fused(true);
 	ck_assert_msg(std_peak >= scores, "standard peak %zu", std_peak);
+	std_peak = peak_of(NULL, &a, x);
+	ck_assert_msg(std_peak < scores / 4, "standard peak, fused: %zu", std_peak);
 	for (int ki = 0; ki < NKINDS; ki++) {
 		struct lf f;
 		lf_make(&f, TENSOR_F32,
@@ -691,10 +697,12 @@ END_TEST
 
 /* With sequential_heads, heads go one at a time only where the scores of all
  * heads exceed 2^20 elements (nn_linformer_attend): below, the same peak as
- * all at once; above, the same values with a lower peak. */
+ * all at once; above, the same values with a lower peak (the composed
+ * attention's, which keeps the scores; the fused kernel never holds them). */
 START_TEST(test_sequential_heads_bound)
 {
 	const int64_t dim = 8, H = 2, k = 128;
+	nn_attention_set_fused(false);
 	for (int above = 0; above < 2; above++) {
 		const int64_t n = above ? 8192 : 1024; /* H x n x k: 2Mi or 256Ki */
 		struct lf f;
@@ -721,6 +729,7 @@ START_TEST(test_sequential_heads_bound)
 				      peak[1], peak[0]);
 		lf_drop(&f);
 	}
+	nn_attention_set_fused(true);
 }
 END_TEST
 

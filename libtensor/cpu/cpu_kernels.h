@@ -35,6 +35,21 @@ double cpu_sum_pairwise(const char *x, int64_t n, int64_t step, enum tensor_dtyp
 /* cpu_matmul.c */
 int cpu_gemm(struct tensor *c, const struct tensor *a, const struct tensor *b, double alpha,
 	     double beta);
+/* One f32 or f64 matrix of a product: element [0,0] and its row and column strides
+ * (elements; one of them 1, or the dim of the other 1). */
+struct cpu_mat {
+	char *p;
+	int64_t rs, cs;
+};
+/* C [m,n] = alpha A [m,k] B [k,n] + beta C (beta 0: C is not read) on the calling thread
+ * alone, for kernels that run products inside their own parallel regions. */
+void cpu_gemm_one_thread(enum tensor_dtype dt, int64_t m, int64_t n, int64_t k, double alpha,
+			 struct cpu_mat a, struct cpu_mat b, double beta, struct cpu_mat c);
+/* cpu_attention.c */
+int cpu_attention(struct tensor *out, struct tensor *lse, const struct tensor_attention_args *a);
+int cpu_attention_backward(struct tensor *dq, struct tensor *dk, struct tensor *dv,
+			   const struct tensor_attention_args *a, const struct tensor *lse,
+			   const struct tensor *dout);
 /* cpu_gemm_bf16.c: whether the CPU (and OS) run AVX512-BF16 with AVX512F/BW/VL, and the
  * gemm slot's product on it for a, b bf16 or f32 (f32 rounded to bf16 as packed), c f32 or
  * bf16, k > 0, m, n > 0 (f32 accumulation, a bf16 C rounded once). Call only when ok. */

@@ -18,16 +18,35 @@
 /* Products this small run on one thread even alone (no thread wake-up). */
 #define CPU_GEMM_MINI ((int64_t)32 * 32 * 32)
 
-/* A product whose inner dim dwarfs a wide enough C (k >= 4 max(m, n), m n >= 256^2: a
- * weight's gradient, X^T dY over the batch's tokens) runs faster on BLIS's packed path than
- * on the unpacked "sup" one BLIS picks for a C this small. Zen 3, [256,8192]·[8192,768] with A
- * transposed, 1 thread: 65 against 47 GFLOP/s (2 threads: 78 against 58); [256,8192]·
- * [8192,1024]: 62 against 27; where C is narrower (128 x 64) the sup path is as fast or
- * faster, and where k is not the largest dim (the forward's [8192,256]·[256,1024]) much
- * faster (81 against 56). */
-static bool gemm_k_dominant(int64_t m, int64_t n, int64_t k)
+/* Where BLIS's packed path beats the unpacked "sup" one it picks for these shapes (1 thread,
+ * Zen 3, GFLOP/s packed against sup):
+ * - an inner dim that dwarfs a wide enough C (k >= 4 max(m, n), m n >= 256^2: a weight's
+ *   gradient, X^T dY over the batch's tokens): [256,8192]·[8192,768] with A transposed 65
+ *   against 47 (2 threads: 78 against 58), [256,8192]·[8192,1024] 62 against 27; where C is
+ *   narrower (128 x 64) sup is as fast or faster;
+ * - a short inner dim and a wide C (k <= 128, n >= 512, m >= 64: attention's scores q k^T
+ *   and dp = dout v^T over a head dim of 64, a narrow model's layers): [512,64]·[64,1024]
+ *   75 against 43 (B either way round), [8192,128]·[128,1024] 79 against 56 with B
+ *   column-major, 79 against 32 row-major, [64,64]·[64,4096] 64 against 42; at k = 256 the
+ *   two are equal, and for m < 64 or n = 256 sup is as fast or faster. */
+static bool gemm_prefers_packed(int64_t m, int64_t n, int64_t k)
 {
-	return k >= 4 * (m > n ? m : n) && m * n >= 256 * 256;
+	return (k >= 4 * (m > n ? m : n) && m * n >= 256 * 256) ||
+	       (k <= 128 && n >= 512 && m >= 64);
+}
+
+/* BLIS's runtime for one product on nt threads (0: BLIS's global count), its sup path off
+ * where the packed one is faster. */
+static void gemm_rntm(rntm_t *r, int64_t m, int64_t n, int64_t k, int nt)
+{
+	if (nt) {
+		*r = (rntm_t)BLIS_RNTM_INITIALIZER;
+		bli_rntm_set_num_threads(nt, r);
+	} else {
+		bli_rntm_init_from_global(r);
+	}
+	if (gemm_prefers_packed(m, n, k))
+		bli_rntm_disable_l3_sup(r);
 }
 
 /* One operand: element 0, batch stride, row and column strides (elements). */
@@ -73,6 +92,30 @@ static void gemm_one(enum tensor_dtype dt, int64_t i, int64_t m, int64_t n, int6
 			     a->rs, a->cs, (double *)pb, b->rs, b->cs, &beta, (double *)pc, c->rs,
 			     c->cs, NULL, rntm);
 	}
+}
+
+void cpu_gemm_one_thread(enum tensor_dtype dt, int64_t m, int64_t n, int64_t k, double alpha,
+			 struct cpu_mat a, struct cpu_mat b, double beta, struct cpu_mat c)
+{
+	size_t es = tensor_dtype_size(dt);
+	if (m == 0 || n == 0)
+		return;
+	if (k == 0) { /* C = beta C, zeros when beta == 0 */
+		for (int64_t i = 0; i < m; i++)
+			for (int64_t j = 0; j < n; j++) {
+				char *p = c.p + (i * c.rs + j * c.cs) * (int64_t)es;
+				cpu_store(p, dt, beta == 0 ? 0 : beta * cpu_load(p, dt));
+			}
+		return;
+	}
+	struct gemm_mat ma = { a.p, 0, a.rs, a.cs }, mb = { b.p, 0, b.rs, b.cs };
+	struct gemm_mat mc = { c.p, 0, c.rs, c.cs };
+	gemm_mat_fix(&ma, m, k);
+	gemm_mat_fix(&mb, k, n);
+	gemm_mat_fix(&mc, m, n);
+	rntm_t one;
+	gemm_rntm(&one, m, n, k, 1);
+	gemm_one(dt, 0, m, n, k, alpha, beta, &ma, &mb, &mc, &one);
 }
 
 /* k == 0: C = beta C (zeros when beta == 0, as BLAS does, even over NaN). */
@@ -311,24 +354,18 @@ static int gemm_blas(struct tensor *c, const struct tensor *a, const struct tens
 	if (per_thread) {
 #pragma omp parallel num_threads(nt)
 		{
-			rntm_t rntm = BLIS_RNTM_INITIALIZER;
-			bli_rntm_set_num_threads(1, &rntm);
+			rntm_t rntm;
+			gemm_rntm(&rntm, m, n, k, 1);
 #pragma omp for schedule(static)
 			for (int64_t i = 0; i < batch; i++)
 				gemm_one(c->dtype, i, m, n, k, alpha, beta, &ma, &mb, &mc, &rntm);
 		}
 	} else {
 		/* A lone tiny product costs less than waking BLIS's threads. */
-		rntm_t one = BLIS_RNTM_INITIALIZER, packed;
-		bli_rntm_set_num_threads(1, &one);
-		rntm_t *rntm = work <= CPU_GEMM_MINI ? &one : NULL;
-		if (!rntm && gemm_k_dominant(m, n, k)) {
-			bli_rntm_init_from_global(&packed);
-			bli_rntm_disable_l3_sup(&packed);
-			rntm = &packed;
-		}
+		rntm_t rntm;
+		gemm_rntm(&rntm, m, n, k, work <= CPU_GEMM_MINI ? 1 : 0);
 		for (int64_t i = 0; i < batch; i++)
-			gemm_one(c->dtype, i, m, n, k, alpha, beta, &ma, &mb, &mc, rntm);
+			gemm_one(c->dtype, i, m, n, k, alpha, beta, &ma, &mb, &mc, &rntm);
 	}
 	return TENSOR_OK;
 }

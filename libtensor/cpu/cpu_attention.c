@@ -1,0 +1,315 @@
+/* CPU fused attention (tensor_attention): per (batch, head), ATT_ROWS queries at
+ * a time, their scores in a buffer of the thread's, so that the [T,S] scores
+ * never exist whole. Products are BLIS calls on one thread each inside one
+ * parallel region. The forward keeps each row's log-sum-exp; the backward
+ * recomputes a block's probabilities from it and makes dq of the block and its
+ * share of dk and dv (a thread owns a (batch, head), so dk and dv accumulate
+ * without races). Masked keys are left out of the row; keys past a causal row's
+ * own are not computed at all. */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "cpu_iter.h"
+#include "cpu_kernels.h"
+#include "cpu_math.h"
+
+/* Queries per block: a block's scores (ATT_ROWS x S) stay in L2 for the S of
+ * these models (128 KiB at S = 512, f32), and 64 rows keep BLIS's kernels
+ * busy. */
+#define ATT_ROWS 64
+/* Exponentials summed in float over blocks of this many, the blocks in double,
+ * as softmax_row_f32 does. */
+#define ATT_SUM_BLOCK 64
+
+/* Rows r0.. of the matrix (b, h) of t [B,H,R,C]. */
+static struct cpu_mat att_rows(const struct tensor *t, int64_t b, int64_t h, int64_t r0)
+{
+	int64_t off = b * t->strides[0] + h * t->strides[1] + r0 * t->strides[2];
+	return (struct cpu_mat){ cpu_ptr(t) + off * (int64_t)tensor_dtype_size(t->dtype),
+				 t->strides[2], t->strides[3] };
+}
+
+static struct cpu_mat att_trans(struct cpu_mat m)
+{
+	return (struct cpu_mat){ m.p, m.cs, m.rs };
+}
+
+/* ---- rows --------------------------------------------------------------------------- */
+
+/* Row s of n scaled scores of which the first vis may be seen (hid[i] != 0 hides key i)
+ * -> its probabilities (0 past vis and where hidden); returns the log-sum-exp, +inf
+ * when no key is visible (the row is then 0). */
+CPU_WIDE_CLONES
+static float probs_row_f32(float *s, int64_t n, int64_t vis, const float *hid)
+{
+	if (hid) {
+#pragma omp simd
+		for (int64_t i = 0; i < vis; i++)
+			s[i] = hid[i] != 0 ? -INFINITY : s[i];
+	}
+	float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+	for (int64_t i = 0; i < vis; i++)
+		m = s[i] > m ? s[i] : m;
+	if (m == -INFINITY) {
+		memset(s, 0, (size_t)n * sizeof *s);
+		return INFINITY;
+	}
+	double sum = 0;
+	for (int64_t i0 = 0; i0 < vis; i0 += ATT_SUM_BLOCK) {
+		int64_t i1 = vis - i0 < ATT_SUM_BLOCK ? vis : i0 + ATT_SUM_BLOCK;
+		float sb = 0;
+#pragma omp simd reduction(+ : sb)
+		for (int64_t i = i0; i < i1; i++) {
+			float e = exp_f32(s[i] - m);
+			s[i] = e;
+			sb += e;
+		}
+		sum += sb;
+	}
+	float inv = (float)(1.0 / sum);
+#pragma omp simd
+	for (int64_t i = 0; i < vis; i++)
+		s[i] *= inv;
+	memset(s + vis, 0, (size_t)(n - vis) * sizeof *s);
+	return (float)((double)m + log(sum));
+}
+
+static double probs_row_f64(double *s, int64_t n, int64_t vis, const double *hid)
+{
+	double m = -INFINITY, sum = 0;
+	for (int64_t i = 0; i < vis; i++) {
+		s[i] = hid && hid[i] != 0 ? -INFINITY : s[i];
+		m = s[i] > m ? s[i] : m;
+	}
+	if (m == -INFINITY) {
+		memset(s, 0, (size_t)n * sizeof *s);
+		return INFINITY;
+	}
+	for (int64_t i = 0; i < vis; i++) {
+		s[i] = exp(s[i] - m);
+		sum += s[i];
+	}
+	for (int64_t i = 0; i < vis; i++)
+		s[i] /= sum;
+	memset(s + vis, 0, (size_t)(n - vis) * sizeof *s);
+	return m + log(sum);
+}
+
+/* Backward of a row: the scaled scores s -> probabilities p = exp(s - lse) (0 where
+ * hidden or past vis), and g = dL/dp -> dL/ds = p (g - sum(p g)). */
+CPU_WIDE_CLONES
+static void grad_row_f32(float *s, float *g, int64_t n, int64_t vis, const float *hid, float lse)
+{
+	if (hid) {
+#pragma omp simd
+		for (int64_t i = 0; i < vis; i++)
+			s[i] = hid[i] != 0 ? -INFINITY : s[i];
+	}
+	double dot = 0;
+	for (int64_t i0 = 0; i0 < vis; i0 += ATT_SUM_BLOCK) {
+		int64_t i1 = vis - i0 < ATT_SUM_BLOCK ? vis : i0 + ATT_SUM_BLOCK;
+		float db = 0;
+#pragma omp simd reduction(+ : db)
+		for (int64_t i = i0; i < i1; i++) {
+			s[i] = exp_f32(s[i] - lse);
+			db += s[i] * g[i];
+		}
+		dot += db;
+	}
+	float dt = (float)dot;
+#pragma omp simd
+	for (int64_t i = 0; i < vis; i++)
+		g[i] = s[i] * (g[i] - dt);
+	memset(s + vis, 0, (size_t)(n - vis) * sizeof *s);
+	memset(g + vis, 0, (size_t)(n - vis) * sizeof *g);
+}
+
+static void grad_row_f64(double *s, double *g, int64_t n, int64_t vis, const double *hid,
+			 double lse)
+{
+	double dot = 0;
+	for (int64_t i = 0; i < vis; i++) {
+		s[i] = hid && hid[i] != 0 ? 0 : exp(s[i] - lse);
+		dot += s[i] * g[i];
+	}
+	for (int64_t i = 0; i < vis; i++)
+		g[i] = s[i] * (g[i] - dot);
+	memset(s + vis, 0, (size_t)(n - vis) * sizeof *s);
+	memset(g + vis, 0, (size_t)(n - vis) * sizeof *g);
+}
+
+/* ---- blocks ------------------------------------------------------------------------- */
+
+/* The shapes of one call and where a block of queries lies. */
+struct att_job {
+	const struct tensor_attention_args *a;
+	enum tensor_dtype dt;
+	size_t es;
+	int64_t h, t, s, d, dv, blocks;
+};
+
+static struct att_job att_job_of(const struct tensor_attention_args *a)
+{
+	const struct tensor *q = a->q;
+	int64_t t = q->shape[2];
+	return (struct att_job){ a,
+				 q->dtype,
+				 tensor_dtype_size(q->dtype),
+				 q->shape[1],
+				 t,
+				 a->k->shape[2],
+				 q->shape[3],
+				 a->v->shape[3],
+				 (t + ATT_ROWS - 1) / ATT_ROWS };
+}
+
+/* Rows and columns of block blk: causal rows see no key past the block's last row. */
+static void att_block(const struct att_job *j, int64_t blk, int64_t *t0, int64_t *rows,
+		      int64_t *cols)
+{
+	*t0 = blk * ATT_ROWS;
+	*rows = j->t - *t0 < ATT_ROWS ? j->t - *t0 : ATT_ROWS;
+	*cols = j->a->causal ? *t0 + *rows : j->s;
+}
+
+/* The hidden flags of batch entry b's keys, or NULL. */
+static const char *att_hidden(const struct att_job *j, int64_t b)
+{
+	return j->a->hidden ? cpu_ptr(j->a->hidden) + b * j->s * (int64_t)j->es : NULL;
+}
+
+/* out and lse of the queries of block blk of (b, h); buf holds ATT_ROWS x S scores. */
+static void forward_block(const struct att_job *j, struct tensor *out, struct tensor *lse,
+			  int64_t b, int64_t h, int64_t blk, char *buf)
+{
+	const struct tensor_attention_args *a = j->a;
+	int64_t t0, rows, cols;
+	att_block(j, blk, &t0, &rows, &cols);
+	struct cpu_mat sc = { buf, cols, 1 };
+	cpu_gemm_one_thread(j->dt, rows, cols, j->d, a->scale, att_rows(a->q, b, h, t0),
+			    att_trans(att_rows(a->k, b, h, 0)), 0, sc);
+	const char *hid = att_hidden(j, b);
+	char *l = cpu_ptr(lse) + ((b * j->h + h) * j->t + t0) * (int64_t)j->es;
+	for (int64_t r = 0; r < rows; r++) {
+		int64_t vis = a->causal ? t0 + r + 1 : cols;
+		char *row = buf + r * cols * (int64_t)j->es;
+		if (j->dt == TENSOR_F32)
+			((float *)l)[r] =
+			    probs_row_f32((float *)row, cols, vis, (const float *)hid);
+		else
+			((double *)l)[r] =
+			    probs_row_f64((double *)row, cols, vis, (const double *)hid);
+	}
+	cpu_gemm_one_thread(j->dt, rows, j->dv, cols, 1, sc, att_rows(a->v, b, h, 0), 0,
+			    att_rows(out, b, h, t0));
+}
+
+/* Gradients of (b, h): dq of every block, dk and dv summed over the blocks. pbuf and
+ * gbuf hold ATT_ROWS x S each. */
+static void backward_head(const struct att_job *j, struct tensor *dq, struct tensor *dk,
+			  struct tensor *dv, const struct tensor *lse, const struct tensor *dout,
+			  int64_t b, int64_t h, char *pbuf, char *gbuf)
+{
+	const struct tensor_attention_args *a = j->a;
+	struct cpu_mat dkm = att_rows(dk, b, h, 0), dvm = att_rows(dv, b, h, 0);
+	memset(dkm.p, 0, (size_t)(j->s * j->d) * j->es);
+	memset(dvm.p, 0, (size_t)(j->s * j->dv) * j->es);
+	const char *hid = att_hidden(j, b);
+	const char *l = cpu_ptr(lse) + (b * j->h + h) * j->t * (int64_t)j->es;
+	for (int64_t blk = 0; blk < j->blocks; blk++) {
+		int64_t t0, rows, cols;
+		att_block(j, blk, &t0, &rows, &cols);
+		struct cpu_mat qm = att_rows(a->q, b, h, t0), gm = att_rows(dout, b, h, t0);
+		struct cpu_mat pm = { pbuf, cols, 1 }, sm = { gbuf, cols, 1 };
+		cpu_gemm_one_thread(j->dt, rows, cols, j->d, a->scale, qm,
+				    att_trans(att_rows(a->k, b, h, 0)), 0, pm);
+		cpu_gemm_one_thread(j->dt, rows, cols, j->dv, 1, gm,
+				    att_trans(att_rows(a->v, b, h, 0)), 0, sm);
+		for (int64_t r = 0; r < rows; r++) {
+			int64_t vis = a->causal ? t0 + r + 1 : cols;
+			char *pr = pbuf + r * cols * (int64_t)j->es;
+			char *gr = gbuf + r * cols * (int64_t)j->es;
+			if (j->dt == TENSOR_F32)
+				grad_row_f32((float *)pr, (float *)gr, cols, vis,
+					     (const float *)hid, ((const float *)l)[t0 + r]);
+			else
+				grad_row_f64((double *)pr, (double *)gr, cols, vis,
+					     (const double *)hid, ((const double *)l)[t0 + r]);
+		}
+		cpu_gemm_one_thread(j->dt, cols, j->dv, rows, 1, att_trans(pm), gm, 1, dvm);
+		cpu_gemm_one_thread(j->dt, rows, j->d, cols, a->scale, sm, att_rows(a->k, b, h, 0),
+				    0, att_rows(dq, b, h, t0));
+		cpu_gemm_one_thread(j->dt, cols, j->d, rows, a->scale, att_trans(sm), qm, 1, dkm);
+	}
+}
+
+/* ---- the slots ---------------------------------------------------------------------- */
+
+/* Scratch of nbuf ATT_ROWS x S buffers for each of nt threads, from the thread's block
+ * cache (tensor memory, reused across steps); NULL with an error naming op. */
+static struct tensor_storage *att_scratch(const char *op, const struct att_job *j, int nt, int nbuf,
+					  size_t *per)
+{
+	*per = (size_t)(ATT_ROWS * (j->s ? j->s : 1)) * j->es * (size_t)nbuf;
+	tensor_heap_begin();
+	struct tensor_storage *st = tensor_storage_alloc(TENSOR_CPU, *per * (size_t)nt);
+	tensor_heap_end();
+	if (!st)
+		tensor_error(TENSOR_ERR_NOMEM,
+			     "%s: no memory for %d thread(s) x %d block(s) of [%d,%lld] scores", op,
+			     nt, nbuf, ATT_ROWS, (long long)j->s);
+	return st;
+}
+
+static int att_threads(int64_t units)
+{
+	int nt = cpu_num_threads();
+	return units < nt ? (int)(units > 0 ? units : 1) : nt;
+}
+
+int cpu_attention(struct tensor *out, struct tensor *lse, const struct tensor_attention_args *a)
+{
+	struct att_job j = att_job_of(a);
+	int64_t units = a->q->shape[0] * j.h * j.blocks;
+	int nt = att_threads(units);
+	size_t per;
+	struct tensor_storage *st = att_scratch("attention", &j, nt, 1, &per);
+	if (!st)
+		return tensor_last_status();
+#pragma omp parallel num_threads(nt)
+	{
+		char *buf = (char *)st->data + per * (size_t)omp_get_thread_num();
+#pragma omp for schedule(dynamic, 1)
+		for (int64_t u = 0; u < units; u++) {
+			int64_t bh = u / j.blocks;
+			forward_block(&j, out, lse, bh / j.h, bh % j.h, u % j.blocks, buf);
+		}
+	}
+	tensor_storage_release(st);
+	return TENSOR_OK;
+}
+
+int cpu_attention_backward(struct tensor *dq, struct tensor *dk, struct tensor *dv,
+			   const struct tensor_attention_args *a, const struct tensor *lse,
+			   const struct tensor *dout)
+{
+	struct att_job j = att_job_of(a);
+	int64_t units = a->q->shape[0] * j.h;
+	int nt = att_threads(units);
+	size_t per;
+	struct tensor_storage *st = att_scratch("attention_backward", &j, nt, 2, &per);
+	if (!st)
+		return tensor_last_status();
+#pragma omp parallel num_threads(nt)
+	{
+		char *pbuf = (char *)st->data + per * (size_t)omp_get_thread_num();
+		char *gbuf = pbuf + per / 2;
+#pragma omp for schedule(static)
+		for (int64_t u = 0; u < units; u++)
+			backward_head(&j, dq, dk, dv, lse, dout, u / j.h, u % j.h, pbuf, gbuf);
+	}
+	tensor_storage_release(st);
+	return TENSOR_OK;
+}
