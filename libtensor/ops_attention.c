@@ -13,8 +13,11 @@ static const struct tensor_backend *attention_check(const char *op,
 		return NULL;
 	}
 	const struct tensor *q = a->q, *k = a->k, *v = a->v, *hid = a->hidden;
-	if (!q || !k || !v)
-		return NULL; /* an earlier op failed: keep its error */
+	if (!q || !k || !v) { /* an earlier op failed: keep its error, else name this one */
+		if (tensor_last_status() == TENSOR_OK)
+			tensor_error(TENSOR_ERR_ARG, "%s: q, k or v is NULL", op);
+		return NULL;
+	}
 	char bq[128], bk[128], bv[128], bh[128];
 	tensor_shape_str(q, bq, sizeof bq);
 	tensor_shape_str(k, bk, sizeof bk);

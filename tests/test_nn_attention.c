@@ -480,6 +480,14 @@ START_TEST(test_attention_fused_errors)
 	struct tensor_attention_args a = { q, k, v, NULL, false, 0.5 };
 	tu_assert_error(!tensor_attention(&a, NULL), TENSOR_ERR_ARG, "attention", "lse");
 	tu_assert_error(!tensor_attention(NULL, &lse), TENSOR_ERR_ARG, "attention", NULL);
+	struct tensor_attention_args none = { q, NULL, v, NULL, false, 0.5 };
+	tu_assert_error(!tensor_attention(&none, &lse), TENSOR_ERR_ARG, "attention",
+			"q, k or v is NULL");
+	tu_assert_error(tensor_attention_backward(&none, q, q, &dq, &dk, &dv) == TENSOR_ERR_ARG,
+			TENSOR_ERR_ARG, "attention_backward", "NULL");
+	tensor_error(TENSOR_ERR_IO, "earlier failure"); /* kept: the NULL input is its result */
+	ck_assert(!tensor_attention(&none, &lse));
+	tu_assert_error(true, TENSOR_ERR_IO, "earlier failure", NULL);
 	struct tensor_attention_args bad = a;
 	bad.k = k64;
 	tu_assert_error(!tensor_attention(&bad, &lse), TENSOR_ERR_DTYPE, "attention", NULL);
