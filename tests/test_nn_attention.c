@@ -272,6 +272,21 @@ START_TEST(test_attention_large_scores_f32)
 }
 END_TEST
 
+/* Peak bytes of one no-grad nn_attention(q, k, v) call (no mask, scale 0.5). */
+static size_t attention_peak(struct tensor *q, struct tensor *k, struct tensor *v)
+{
+	ag_no_grad_begin();
+	tensor_scope_begin();
+	size_t base = tensor_mem_stats(TENSOR_CPU).live_bytes;
+	tensor_mem_reset_peak(TENSOR_CPU);
+	struct tensor *o = nn_attention(q, k, v, NULL, false, 0.5, NULL);
+	size_t used = tensor_mem_stats(TENSOR_CPU).peak_bytes - base;
+	ck_assert_msg(o != NULL, "%s", tensor_last_error());
+	tensor_scope_end();
+	ag_no_grad_end();
+	return used;
+}
+
 START_TEST(test_attention_no_copy_of_k)
 {
 	/* Under no-grad, the whole call allocates q*scale, the scores (normalised
@@ -280,15 +295,7 @@ START_TEST(test_attention_no_copy_of_k)
 	struct tensor *q = tu_rand(TENSOR_F32, 4, (int64_t[]){ B, H, T, d }, 1);
 	struct tensor *k = tu_rand(TENSOR_F32, 4, (int64_t[]){ B, H, S, d }, 2);
 	struct tensor *v = tu_rand(TENSOR_F32, 4, (int64_t[]){ B, H, S, d }, 3);
-	ag_no_grad_begin();
-	tensor_scope_begin();
-	size_t base = tensor_mem_stats(TENSOR_CPU).live_bytes;
-	tensor_mem_reset_peak(TENSOR_CPU);
-	struct tensor *o = nn_attention(q, k, v, NULL, false, 0.5, NULL);
-	size_t used = tensor_mem_stats(TENSOR_CPU).peak_bytes - base;
-	tensor_scope_end();
-	ag_no_grad_end();
-	ck_assert(o != NULL);
+	size_t used = attention_peak(q, k, v);
 	size_t want = sizeof(float) * (size_t)(B * H * (T * d + T * S + T * d));
 	ck_assert_msg(used >= want && used < want + 4096, "used %zu, expected %zu", used, want);
 }
@@ -449,15 +456,7 @@ START_TEST(test_attention_fused_memory)
 	struct tensor *v = tu_rand(TENSOR_F32, 4, (int64_t[]){ B, H, S, d }, 3);
 	for (int threads = 1; threads <= 2; threads++) {
 		tensor_set_num_threads(threads);
-		ag_no_grad_begin();
-		tensor_scope_begin();
-		size_t base = tensor_mem_stats(TENSOR_CPU).live_bytes;
-		tensor_mem_reset_peak(TENSOR_CPU);
-		struct tensor *o = nn_attention(q, k, v, NULL, false, 0.5, NULL);
-		size_t used = tensor_mem_stats(TENSOR_CPU).peak_bytes - base;
-		tensor_scope_end();
-		ag_no_grad_end();
-		ck_assert(o != NULL);
+		size_t used = attention_peak(q, k, v);
 		size_t out = sizeof(float) * (size_t)(B * H * T * (d + 1));
 		size_t block = sizeof(float) * (size_t)(64 * S);
 		ck_assert_msg(used >= out + block && used <= out + (size_t)threads * block + 4096,

@@ -247,35 +247,33 @@ static void backward_head(const struct att_job *j, struct tensor *dq, struct ten
 
 /* ---- the slots ---------------------------------------------------------------------- */
 
-/* Scratch of nbuf ATT_ROWS x S buffers for each of nt threads, from the thread's block
+/* Scratch of nbuf ATT_ROWS x S buffers for each of *nt threads (as many as there are
+ * units of work, at most the thread count), *per bytes each, from the thread's block
  * cache (tensor memory, reused across steps); NULL with an error naming op. */
-static struct tensor_storage *att_scratch(const char *op, const struct att_job *j, int nt, int nbuf,
-					  size_t *per)
+static struct tensor_storage *att_scratch(const char *op, const struct att_job *j, int64_t units,
+					  int nbuf, int *nt, size_t *per)
 {
+	*nt = cpu_num_threads();
+	if (units < *nt)
+		*nt = units > 0 ? (int)units : 1;
 	*per = (size_t)(ATT_ROWS * (j->s ? j->s : 1)) * j->es * (size_t)nbuf;
 	tensor_heap_begin();
-	struct tensor_storage *st = tensor_storage_alloc(TENSOR_CPU, *per * (size_t)nt);
+	struct tensor_storage *st = tensor_storage_alloc(TENSOR_CPU, *per * (size_t)*nt);
 	tensor_heap_end();
 	if (!st)
 		tensor_error(TENSOR_ERR_NOMEM,
 			     "%s: no memory for %d thread(s) x %d block(s) of [%d,%lld] scores", op,
-			     nt, nbuf, ATT_ROWS, (long long)j->s);
+			     *nt, nbuf, ATT_ROWS, (long long)j->s);
 	return st;
-}
-
-static int att_threads(int64_t units)
-{
-	int nt = cpu_num_threads();
-	return units < nt ? (int)(units > 0 ? units : 1) : nt;
 }
 
 int cpu_attention(struct tensor *out, struct tensor *lse, const struct tensor_attention_args *a)
 {
 	struct att_job j = att_job_of(a);
 	int64_t units = a->q->shape[0] * j.h * j.blocks;
-	int nt = att_threads(units);
+	int nt;
 	size_t per;
-	struct tensor_storage *st = att_scratch("attention", &j, nt, 1, &per);
+	struct tensor_storage *st = att_scratch("attention", &j, units, 1, &nt, &per);
 	if (!st)
 		return tensor_last_status();
 #pragma omp parallel num_threads(nt)
@@ -297,9 +295,9 @@ int cpu_attention_backward(struct tensor *dq, struct tensor *dk, struct tensor *
 {
 	struct att_job j = att_job_of(a);
 	int64_t units = a->q->shape[0] * j.h;
-	int nt = att_threads(units);
+	int nt;
 	size_t per;
-	struct tensor_storage *st = att_scratch("attention_backward", &j, nt, 2, &per);
+	struct tensor_storage *st = att_scratch("attention_backward", &j, units, 2, &nt, &per);
 	if (!st)
 		return tensor_last_status();
 #pragma omp parallel num_threads(nt)
