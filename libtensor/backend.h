@@ -150,6 +150,10 @@ void tensor_cpu_set_fused(bool fused);
  * TENSOR_ERR_UNSUPPORTED if the CPU lacks the kernel, TENSOR_ERR_ARG for an unknown
  * name; tensor_bf16_gemm_kernel() reports the choice. Not thread-safe. */
 int tensor_bf16_gemm_force(const char *name);
+/* For tests: the CPU's fused attention takes blocks of queries whose scores fit in
+ * `scores` elements (at least 64 queries); 1 gives blocks of 64 at any S, so that small
+ * shapes run in several blocks; 0 restores the default (65,536). Not thread-safe. */
+void tensor_cpu_attention_block(int64_t scores);
 /* Whether the product of a and b is a bf16 one (f32 operands rounded to bf16, f32
  * accumulation): a bf16 operand beside a bf16 or f32 one, or two f32 ones under
  * tensor_set_matmul_precision(TENSOR_BF16). The front-end and the backends' one rule. */

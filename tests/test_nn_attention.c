@@ -370,8 +370,10 @@ START_TEST(test_attention_gradients)
 	struct tensor *k = gc_input(4, (int64_t[]){ 1, 1, 70, 2 }, 5, -1.5, 1.5, true);
 	struct tensor *v = gc_input(4, (int64_t[]){ 1, 1, 70, 3 }, 6, -1, 1, false);
 	struct att_ctx c = { mask_i32(1, 70, vals), true, 0.7 };
+	tensor_cpu_attention_block(1); /* the fused kernel's blocks of 64 queries */
 	gc_assert("two blocks, causal+key_mask", f_attention, &c, 3,
 		  (struct tensor *[]){ q, k, v });
+	tensor_cpu_attention_block(0);
 }
 END_TEST
 
@@ -397,9 +399,10 @@ static void attention_run(bool fused, struct tensor *const *in, const struct ten
 	tensor_cpu_set_fused(true);
 }
 
-/* Several blocks of queries, T != S, d != dv, key padding (a batch entry with every key
- * hidden), causal, strided operands (copied by the front-end): the fused kernel's output
- * and gradients equal the composed path's, f32 and f64. */
+/* One block and several blocks of queries (the default block and one of 64 queries),
+ * T != S, d != dv, key padding (a batch entry with every key hidden), causal, strided
+ * operands (copied by the front-end): the fused kernel's output and gradients equal the
+ * composed path's, f32 and f64. */
 START_TEST(test_attention_fused_matches_composed)
 {
 	int vals[2 * 150];
@@ -413,9 +416,10 @@ START_TEST(test_attention_fused_matches_composed)
 		{ 70, 70, 3, 3, false, true, false },	{ 1, 150, 4, 4, false, false, true },
 		{ 129, 20, 16, 4, false, false, false },
 	};
-	for (int di = 0; di < 2; di++)
+	for (int di = 0; di < 4; di++)
 		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-			enum tensor_dtype dt = di ? TENSOR_F64 : TENSOR_F32;
+			enum tensor_dtype dt = di % 2 ? TENSOR_F64 : TENSOR_F32;
+			tensor_cpu_attention_block(di < 2 ? 1 : 0);
 			int64_t T = cases[i].t, S = cases[i].s;
 			int64_t shapes[3][4] = { { 2, 3, T, cases[i].d },
 						 { 2, 3, S, cases[i].d },
@@ -436,13 +440,14 @@ START_TEST(test_attention_fused_matches_composed)
 			attention_run(true, in, mask, cases[i].causal, f);
 			attention_run(false, in, mask, cases[i].causal, c);
 			for (int j = 0; j < 4; j++) {
-				tu_assert_same(f[j], c[j], di ? 1e-12 : 2e-5);
+				tu_assert_same(f[j], c[j], di % 2 ? 1e-12 : 2e-5);
 				if (j > 0) {
 					tensor_free(f[j]);
 					tensor_free(c[j]);
 				}
 			}
 		}
+	tensor_cpu_attention_block(0);
 }
 END_TEST
 

@@ -1,4 +1,4 @@
-/* CPU fused attention (tensor_attention): per (batch, head), ATT_ROWS queries at
+/* CPU fused attention (tensor_attention): per (batch, head), a block of queries at
  * a time, their scores in a buffer of the thread's, so that the [T,S] scores
  * never exist whole. Products are BLIS calls on one thread each inside one
  * parallel region. The forward keeps each row's log-sum-exp; the backward
@@ -14,10 +14,19 @@
 #include "cpu_kernels.h"
 #include "cpu_math.h"
 
-/* Queries per block: a block's scores (ATT_ROWS x S) stay in L2 for the S of
- * these models (128 KiB at S = 512, f32), and 64 rows keep BLIS's kernels
- * busy. */
-#define ATT_ROWS 64
+/* Queries per block: as many as keep a block's scores within ATT_BLOCK_SCORES
+ * elements (256 KiB in f32, within L2 here), and at least ATT_MIN_ROWS, which
+ * keep BLIS's kernels busy: 64 at S >= 1024, 128 at S = 512, and at the
+ * Linformer's S = k = 128 all 512 queries of a head at n = 512 (one product a
+ * head, as the composed path makes, instead of eight smaller ones). */
+#define ATT_BLOCK_SCORES 65536
+#define ATT_MIN_ROWS 64
+static int64_t block_scores = ATT_BLOCK_SCORES;
+
+void tensor_cpu_attention_block(int64_t scores)
+{
+	block_scores = scores > 0 ? scores : ATT_BLOCK_SCORES;
+}
 /* Exponentials summed in float over blocks of this many, the blocks in double,
  * as softmax_row_f32 does. */
 #define ATT_SUM_BLOCK 64
@@ -147,30 +156,34 @@ struct att_job {
 	const struct tensor_attention_args *a;
 	enum tensor_dtype dt;
 	size_t es;
-	int64_t h, t, s, d, dv, blocks;
+	int64_t h, t, s, d, dv, rows, blocks;
 };
 
 static struct att_job att_job_of(const struct tensor_attention_args *a)
 {
 	const struct tensor *q = a->q;
-	int64_t t = q->shape[2];
-	return (struct att_job){ a,
-				 q->dtype,
-				 tensor_dtype_size(q->dtype),
-				 q->shape[1],
-				 t,
-				 a->k->shape[2],
-				 q->shape[3],
-				 a->v->shape[3],
-				 (t + ATT_ROWS - 1) / ATT_ROWS };
+	int64_t t = q->shape[2], s = a->k->shape[2];
+	int64_t rows = block_scores / (s > 0 ? s : 1);
+	rows = rows < ATT_MIN_ROWS ? ATT_MIN_ROWS : rows;
+	rows = rows > t ? (t > 0 ? t : 1) : rows; /* no more than the queries */
+	return (struct att_job){ .a = a,
+				 .dt = q->dtype,
+				 .es = tensor_dtype_size(q->dtype),
+				 .h = q->shape[1],
+				 .t = t,
+				 .s = s,
+				 .d = q->shape[3],
+				 .dv = a->v->shape[3],
+				 .rows = rows,
+				 .blocks = (t + rows - 1) / rows };
 }
 
 /* Rows and columns of block blk: causal rows see no key past the block's last row. */
 static void att_block(const struct att_job *j, int64_t blk, int64_t *t0, int64_t *rows,
 		      int64_t *cols)
 {
-	*t0 = blk * ATT_ROWS;
-	*rows = j->t - *t0 < ATT_ROWS ? j->t - *t0 : ATT_ROWS;
+	*t0 = blk * j->rows;
+	*rows = j->t - *t0 < j->rows ? j->t - *t0 : j->rows;
 	*cols = j->a->causal ? *t0 + *rows : j->s;
 }
 
@@ -180,7 +193,7 @@ static const char *att_hidden(const struct att_job *j, int64_t b)
 	return j->a->hidden ? cpu_ptr(j->a->hidden) + b * j->s * (int64_t)j->es : NULL;
 }
 
-/* out and lse of the queries of block blk of (b, h); buf holds ATT_ROWS x S scores. */
+/* out and lse of the queries of block blk of (b, h); buf holds a block's scores. */
 static void forward_block(const struct att_job *j, struct tensor *out, struct tensor *lse,
 			  int64_t b, int64_t h, int64_t blk, char *buf)
 {
@@ -207,7 +220,7 @@ static void forward_block(const struct att_job *j, struct tensor *out, struct te
 }
 
 /* Gradients of (b, h): dq of every block, dk and dv summed over the blocks. pbuf and
- * gbuf hold ATT_ROWS x S each. */
+ * gbuf hold a block's scores each. */
 static void backward_head(const struct att_job *j, struct tensor *dq, struct tensor *dk,
 			  struct tensor *dv, const struct tensor *lse, const struct tensor *dout,
 			  int64_t b, int64_t h, char *pbuf, char *gbuf)
@@ -247,7 +260,7 @@ static void backward_head(const struct att_job *j, struct tensor *dq, struct ten
 
 /* ---- the slots ---------------------------------------------------------------------- */
 
-/* Scratch of nbuf ATT_ROWS x S buffers for each of *nt threads (as many as there are
+/* Scratch of nbuf blocks of scores for each of *nt threads (as many as there are
  * units of work, at most the thread count), *per bytes each, from the thread's block
  * cache (tensor memory, reused across steps); NULL with an error naming op. */
 static struct tensor_storage *att_scratch(const char *op, const struct att_job *j, int64_t units,
@@ -256,14 +269,14 @@ static struct tensor_storage *att_scratch(const char *op, const struct att_job *
 	*nt = cpu_num_threads();
 	if (units < *nt)
 		*nt = units > 0 ? (int)units : 1;
-	*per = (size_t)(ATT_ROWS * (j->s ? j->s : 1)) * j->es * (size_t)nbuf;
+	*per = (size_t)(j->rows * (j->s ? j->s : 1)) * j->es * (size_t)nbuf;
 	tensor_heap_begin();
 	struct tensor_storage *st = tensor_storage_alloc(TENSOR_CPU, *per * (size_t)*nt);
 	tensor_heap_end();
 	if (!st)
 		tensor_error(TENSOR_ERR_NOMEM,
-			     "%s: no memory for %d thread(s) x %d block(s) of [%d,%lld] scores", op,
-			     *nt, nbuf, ATT_ROWS, (long long)j->s);
+			     "%s: no memory for %d thread(s) x %d block(s) of [%lld,%lld] scores",
+			     op, *nt, nbuf, (long long)j->rows, (long long)j->s);
 	return st;
 }
 
