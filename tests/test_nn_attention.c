@@ -1,6 +1,8 @@
 /* nn_attention and nn_mha: forward against naive loops (masks, causal, rows
  * with every key masked), gradient checks, key padding, causality, batched vs
- * sequential heads (values and peak memory), dropout, errors. */
+ * sequential heads (values and peak memory), dropout, errors; each on the CPU's
+ * fused attention (tensor_attention) and on the composed path, and the two
+ * against each other (values, gradients, memory, the op's errors). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
