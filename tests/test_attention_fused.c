@@ -1,10 +1,11 @@
 /* The CPU's fused attention (tensor_attention) against nn_attention's composed
  * path: output and gradients over one and several blocks, memory without grad,
- * and the op's errors. */
+ * the op's errors, and the kernel's exp. */
 #include <math.h>
 #include <string.h>
 
 #include "backend.h"
+#include "cpu/cpu_math.h"
 #include "nn.h"
 #include "testutil.h"
 
@@ -178,6 +179,39 @@ START_TEST(test_attention_fused_errors)
 }
 END_TEST
 
+/* The kernel's exp (exp_softmax_f32) against double exp: within 1 ulp on every 257th float
+ * of [-87.3, 88], 0 below FLT_MIN and at -inf, NaN kept; one lane's result equal to the
+ * scalar's in a vectorised loop. */
+START_TEST(test_attention_exp)
+{
+	double worst = 0;
+	int64_t n = 0;
+	for (int32_t sign = 0; sign < 2; sign++) {
+		float lim = sign ? -87.33f : 88.0f;
+		for (int32_t b = 0; b <= f32_bits(fabsf(lim)); b += 257, n++) {
+			float x = f32_from_bits(b | (sign ? INT32_MIN : 0));
+			double want = exp((double)x);
+			float w = (float)want, ulp = nextafterf(w, INFINITY) - w;
+			double err = fabs((double)exp_softmax_f32(x) - want) / ulp;
+			worst = err > worst ? err : worst;
+		}
+	}
+	ck_assert_int_gt(n, 8000000);
+	ck_assert_msg(worst <= 1.0, "exp_softmax_f32: %.3f ulp", worst);
+	ck_assert(exp_softmax_f32(-INFINITY) == 0 && exp_softmax_f32(-87.4f) == 0);
+	ck_assert(exp_softmax_f32(-200.0f) == 0 && exp_softmax_f32(0.0f) == 1);
+	ck_assert(isnan(exp_softmax_f32(NAN)));
+	float x[64], y[64];
+	for (int i = 0; i < 64; i++)
+		x[i] = -0.37f * (float)(i * i);
+#pragma omp simd
+	for (int i = 0; i < 64; i++)
+		y[i] = exp_softmax_f32(x[i]);
+	for (int i = 0; i < 64; i++)
+		ck_assert_float_eq(y[i], exp_softmax_f32(x[i]));
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("attention_fused");
@@ -185,6 +219,7 @@ int main(void)
 	tcase_add_test(tc, test_attention_fused_matches_composed);
 	tcase_add_test(tc, test_attention_fused_memory);
 	tcase_add_test(tc, test_attention_fused_errors);
+	tcase_add_test(tc, test_attention_exp);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

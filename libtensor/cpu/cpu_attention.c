@@ -27,9 +27,9 @@ void tensor_cpu_attention_block(int64_t scores)
 {
 	block_scores = scores > 0 ? scores : ATT_BLOCK_SCORES;
 }
-/* Exponentials summed in float over blocks of this many, the blocks in double,
- * as softmax_row_f32 does. */
-#define ATT_SUM_BLOCK 64
+/* Exponentials summed in float over blocks of this many (64 a lane where the loop is
+ * vectorised), the blocks in double: the blocks' horizontal sums cost 30% of the row at 64. */
+#define ATT_SUM_BLOCK 512
 
 /* Rows r0.. of the matrix (b, h) of t [B,H,R,C]. */
 static struct cpu_mat att_rows(const struct tensor *t, int64_t b, int64_t h, int64_t r0)
@@ -47,10 +47,11 @@ static struct cpu_mat att_trans(struct cpu_mat m)
 /* ---- rows --------------------------------------------------------------------------- */
 
 /* Row s of n scaled scores of which the first vis may be seen (hid[i] != 0 hides key i)
- * -> its probabilities (0 past vis and where hidden); returns the log-sum-exp, +inf
- * when no key is visible (the row is then 0). */
+ * -> exp(s - max) (0 past vis and where hidden) and the inverse of their sum in *inv (the
+ * row's output is scaled by it after the product, dv values instead of n); returns the
+ * log-sum-exp, +inf when no key is visible (the row and *inv are then 0). */
 CPU_WIDE_CLONES
-static float probs_row_f32(float *s, int64_t n, int64_t vis, const float *hid)
+static float exps_row_f32(float *s, int64_t n, int64_t vis, const float *hid, float *inv)
 {
 	if (hid) {
 #pragma omp simd
@@ -63,6 +64,7 @@ static float probs_row_f32(float *s, int64_t n, int64_t vis, const float *hid)
 		m = s[i] > m ? s[i] : m;
 	if (m == -INFINITY) {
 		memset(s, 0, (size_t)n * sizeof *s);
+		*inv = 0;
 		return INFINITY;
 	}
 	double sum = 0;
@@ -71,21 +73,18 @@ static float probs_row_f32(float *s, int64_t n, int64_t vis, const float *hid)
 		float sb = 0;
 #pragma omp simd reduction(+ : sb)
 		for (int64_t i = i0; i < i1; i++) {
-			float e = exp_f32(s[i] - m);
+			float e = exp_softmax_f32(s[i] - m);
 			s[i] = e;
 			sb += e;
 		}
 		sum += sb;
 	}
-	float inv = (float)(1.0 / sum);
-#pragma omp simd
-	for (int64_t i = 0; i < vis; i++)
-		s[i] *= inv;
+	*inv = (float)(1.0 / sum);
 	memset(s + vis, 0, (size_t)(n - vis) * sizeof *s);
 	return (float)((double)m + log(sum));
 }
 
-static double probs_row_f64(double *s, int64_t n, int64_t vis, const double *hid)
+static double exps_row_f64(double *s, int64_t n, int64_t vis, const double *hid, double *inv)
 {
 	double m = -INFINITY, sum = 0;
 	for (int64_t i = 0; i < vis; i++) {
@@ -94,14 +93,14 @@ static double probs_row_f64(double *s, int64_t n, int64_t vis, const double *hid
 	}
 	if (m == -INFINITY) {
 		memset(s, 0, (size_t)n * sizeof *s);
+		*inv = 0;
 		return INFINITY;
 	}
 	for (int64_t i = 0; i < vis; i++) {
 		s[i] = exp(s[i] - m);
 		sum += s[i];
 	}
-	for (int64_t i = 0; i < vis; i++)
-		s[i] /= sum;
+	*inv = 1.0 / sum;
 	memset(s + vis, 0, (size_t)(n - vis) * sizeof *s);
 	return m + log(sum);
 }
@@ -122,7 +121,7 @@ static void grad_row_f32(float *s, float *g, int64_t n, int64_t vis, const float
 		float db = 0;
 #pragma omp simd reduction(+ : db)
 		for (int64_t i = i0; i < i1; i++) {
-			s[i] = exp_f32(s[i] - lse);
+			s[i] = exp_softmax_f32(s[i] - lse);
 			db += s[i] * g[i];
 		}
 		dot += db;
@@ -193,30 +192,40 @@ static const char *att_hidden(const struct att_job *j, int64_t b)
 	return j->a->hidden ? cpu_ptr(j->a->hidden) + b * j->s * (int64_t)j->es : NULL;
 }
 
-/* out and lse of the queries of block blk of (b, h); buf holds a block's scores. */
+/* out and lse of the queries of block blk of (b, h); buf holds a block's scores and then
+ * its rows' inverse sums. */
 static void forward_block(const struct att_job *j, struct tensor *out, struct tensor *lse,
 			  int64_t b, int64_t h, int64_t blk, char *buf)
 {
 	const struct tensor_attention_args *a = j->a;
-	int64_t t0, rows, cols;
+	int64_t t0, rows, cols, es = (int64_t)j->es;
 	att_block(j, blk, &t0, &rows, &cols);
 	struct cpu_mat sc = { buf, cols, 1 };
 	cpu_gemm_one_thread(j->dt, rows, cols, j->d, a->scale, att_rows(a->q, b, h, t0),
 			    att_trans(att_rows(a->k, b, h, 0)), 0, sc);
 	const char *hid = att_hidden(j, b);
-	char *l = cpu_ptr(lse) + ((b * j->h + h) * j->t + t0) * (int64_t)j->es;
+	char *l = cpu_ptr(lse) + ((b * j->h + h) * j->t + t0) * es;
+	char *inv = buf + j->rows * j->s * es;
 	for (int64_t r = 0; r < rows; r++) {
 		int64_t vis = a->causal ? t0 + r + 1 : cols;
-		char *row = buf + r * cols * (int64_t)j->es;
+		char *row = buf + r * cols * es;
 		if (j->dt == TENSOR_F32)
-			((float *)l)[r] =
-			    probs_row_f32((float *)row, cols, vis, (const float *)hid);
+			((float *)l)[r] = exps_row_f32((float *)row, cols, vis, (const float *)hid,
+						       (float *)inv + r);
 		else
-			((double *)l)[r] =
-			    probs_row_f64((double *)row, cols, vis, (const double *)hid);
+			((double *)l)[r] = exps_row_f64((double *)row, cols, vis,
+							(const double *)hid, (double *)inv + r);
 	}
-	cpu_gemm_one_thread(j->dt, rows, j->dv, cols, 1, sc, att_rows(a->v, b, h, 0), 0,
-			    att_rows(out, b, h, t0));
+	struct cpu_mat o = att_rows(out, b, h, t0);
+	cpu_gemm_one_thread(j->dt, rows, j->dv, cols, 1, sc, att_rows(a->v, b, h, 0), 0, o);
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t c = 0; c < j->dv; c++) {
+			int64_t off = (r * o.rs + c * o.cs) * es;
+			if (j->dt == TENSOR_F32)
+				*(float *)(o.p + off) *= ((const float *)inv)[r];
+			else
+				*(double *)(o.p + off) *= ((const double *)inv)[r];
+		}
 }
 
 /* Gradients of (b, h): dq of every block, dk and dv summed over the blocks. pbuf and
@@ -260,8 +269,8 @@ static void backward_head(const struct att_job *j, struct tensor *dq, struct ten
 
 /* ---- the slots ---------------------------------------------------------------------- */
 
-/* Scratch of nbuf blocks of scores for each of *nt threads (as many as there are
- * units of work, at most the thread count), *per bytes each, from the thread's block
+/* Scratch of nbuf blocks of scores and a block's rows of values for each of *nt threads
+ * (as many as there are units of work, at most the thread count), *per bytes each, from the thread's block
  * cache (tensor memory, reused across steps); NULL with an error naming op. */
 static struct tensor_storage *att_scratch(const char *op, const struct att_job *j, int64_t units,
 					  int nbuf, int *nt, size_t *per)
@@ -269,7 +278,7 @@ static struct tensor_storage *att_scratch(const char *op, const struct att_job *
 	*nt = cpu_num_threads();
 	if (units < *nt)
 		*nt = units > 0 ? (int)units : 1;
-	*per = (size_t)(j->rows * (j->s ? j->s : 1)) * j->es * (size_t)nbuf;
+	*per = (size_t)(j->rows * ((j->s ? j->s : 1) * nbuf + 1)) * j->es;
 	tensor_heap_begin();
 	struct tensor_storage *st = tensor_storage_alloc(TENSOR_CPU, *per * (size_t)*nt);
 	tensor_heap_end();
@@ -316,7 +325,7 @@ int cpu_attention_backward(struct tensor *dq, struct tensor *dk, struct tensor *
 #pragma omp parallel num_threads(nt)
 	{
 		char *pbuf = (char *)st->data + per * (size_t)omp_get_thread_num();
-		char *gbuf = pbuf + per / 2;
+		char *gbuf = pbuf + (size_t)(j.rows * j.s) * j.es;
 #pragma omp for schedule(static)
 		for (int64_t u = 0; u < units; u++)
 			backward_head(&j, dq, dk, dv, lse, dout, u / j.h, u % j.h, pbuf, gbuf);
