@@ -38,7 +38,7 @@ struct options {
 	const char *schedule, *data, *corpus, *decode, *log_dir, *checkpoint_dir, *checkpoint,
 	    *init_from, *device, *precision;
 	int64_t batch, accum, epochs, steps, seed, split_seed, threads, max_docs, val_docs,
-	    log_every, stop_after;
+	    log_every, stop_after, save_every;
 	double embed_std, mask_prob, lr, min_lr, warmup, weight_decay, clip, val_fraction;
 	int mask_unit; /* enum text_mask_unit */
 	bool no_chunk, eval_only, no_bucket, no_mem_check, skip_nonfinite, resume;
@@ -123,6 +123,9 @@ static struct flag flags[] = {
 			       "AdamW, random stream, step) with the run's flags"),
 	INT("stop-after", stop_after, 0, 9007199254740992.0, "S",
 	    "stop after step S, saving last.safetensors and printing the command that resumes"),
+	INT("save-every", save_every, 0, 9007199254740992.0, "S",
+	    "also save last.safetensors every S steps (0: at each epoch's end and when stopped), "
+	    "so that a run killed outright resumes from its last save"),
 	BOOL("eval-only", eval_only, "validation perplexity of --checkpoint, rebuilt from the file "
 				     "alone (the training run's data flags, --seed and --batch give "
 				     "its held-out text and masks)"),
@@ -134,7 +137,7 @@ enum { NFLAGS = sizeof flags / sizeof flags[0] };
 static const char *const RESUME_FREE[] = { "threads",	  "device",	"no-mem-check",
 					   "log-every",	  "log-dir",	"checkpoint-dir",
 					   "resume",	  "stop-after", "eval-only",
-					   "checkpoint", NULL };
+					   "checkpoint", "save-every", NULL };
 
 static const char SYNOPSIS[] =
     "usage: linformer_mlm [--flag VALUE]...\n"
@@ -717,6 +720,7 @@ static int run_train(int argc, char **argv)
 	double train_time = 0, first_loss = NAN, last_loss = NAN;
 	struct mlm_eval v = { NAN, 0 };
 	train_signals_install();
+	train_crash_hook_install();
 	progress_init(&r.bar, stderr, opt.log_every);
 	struct window w = { 0 };
 	if (step >= r.total) { /* resumed after its last step */
@@ -776,9 +780,11 @@ static int run_train(int argc, char **argv)
 			if (best)
 				save(&r, "best.safetensors", step);
 			save(&r, "last.safetensors", step);
+		} else if (opt.save_every && step % opt.save_every == 0) {
+			save(&r, "last.safetensors", step);
 		}
 		if (step < r.total && (r.stop || (opt.stop_after && step >= opt.stop_after))) {
-			if (!end)
+			if (r.saved != step)
 				save(&r, "last.safetensors", step);
 			progress_end(&r.bar);
 			printf("%s at step %lld of %lld: saved %s/last.safetensors\n",

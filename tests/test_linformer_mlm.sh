@@ -1,11 +1,12 @@
 #!/bin/sh
 # linformer_mlm end to end on a tiny generated corpus: a few steps lower the loss, perplexity is
 # printed and finite, the CSV has its columns, a run stopped and resumed ends with the
-# uninterrupted run's checkpoint, SIGTERM saves and exits 143, the model learns from context
-# (not only word frequencies), the checkpoint rebuilds the model from its config
-# alone and reproduces the validation perplexity, --init-from continues it at a longer n,
-# --precision bf16 ends near the f32 run's perplexity, masked and full decoding agree, whole-word
-# and span masking run, and bad flags exit 1 with a clear message. Run from the build directory
+# uninterrupted run's checkpoint (also one killed outright after a --save-every save), SIGTERM
+# saves and exits 143, the model learns from context (not only word frequencies), the
+# checkpoint rebuilds the model from its config alone and reproduces the validation perplexity,
+# --init-from continues it at a longer n, --precision bf16 ends near the f32 run's perplexity,
+# masked and full decoding agree, whole-word and span masking run, and bad flags exit 1 with a
+# clear message. Run from the build directory
 # (as `make check` does); LINFORMER_MLM overrides the program.
 set -u
 prog=${LINFORMER_MLM:-examples/linformer_mlm}
@@ -67,6 +68,26 @@ for at in 10 5; do
 		fail "the run resumed at step $at differs: $(tail -3 "$tmp/rs2.out")"
 	fi
 done
+# --save-every 3, killed outright (SIGKILL at a checkpoint save's n-th point, four a save: the
+# temporary file begun, written, renamed) during the save of step 6, and after it: resumed from
+# step 3, then from step 6, each ends as the uninterrupted run
+for kp in 6:3 8:6; do
+	k=${kp%:*} from=${kp#*:}
+	CFORMER_CRASH_AT=$k train --steps 24 --lr 3e-3 --log-every 4 --log-dir "$tmp/se$k" \
+		--save-every 3 >"$tmp/se.out" 2>&1
+	[ $? -eq 137 ] || fail "CFORMER_CRASH_AT=$k --save-every 3 did not die by SIGKILL"
+	train --steps 24 --lr 3e-3 --log-every 4 --log-dir "$tmp/se$k" --save-every 3 --resume \
+		>"$tmp/se2.out" 2>&1 || fail "resuming after the kill exited $?: $(cat "$tmp/se2.out")"
+	if cmp -s "$tmp/run/last.safetensors" "$tmp/se$k/last.safetensors" &&
+		grep -q "^resumed at step $from" "$tmp/se2.out"; then
+		echo "ok: --save-every 3 killed at save point $k resumed from step $from to the same end"
+	else
+		fail "killed at save point $k: $(grep -m1 resumed "$tmp/se2.out"), or the end differs"
+	fi
+done
+# shellcheck disable=SC2086
+expect 1 "save-every" $model $data --save-every -1
+
 # SIGTERM finishes the step, saves, exits 143 and the run resumes from there
 # shellcheck disable=SC2086
 sigterm_check 100000 "$tmp/t/metrics.csv" 3 "$prog" $model $data --steps 100000 --lr 3e-3 \

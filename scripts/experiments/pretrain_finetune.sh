@@ -80,10 +80,12 @@ COMMON="--precision $PRECISION --device $DEVICE"
 
 # stage NAME PROGRAM ARGS...: one run in OUT/runs/NAME. Reused when it completed with the same
 # command; resumed (--resume) when it stopped part way with the same command; else run afresh.
-# --threads is not part of the command: a run may resume with another.
+# --threads is not part of the command: a run may resume with another. Nor is --save-every:
+# the MLM stages save every 200 steps (minutes on a CPU), so that one killed outright resumes.
 stage() {
-	local name=$1 prog=$2 dir=$OUT/runs/$1 cmd
+	local name=$1 prog=$2 dir=$OUT/runs/$1 cmd free=()
 	shift 2
+	[ "$prog" != "$MLM" ] || free=(--save-every 200)
 	cmd="$(basename "$prog") $*"
 	if [ -e "$dir/done" ] && [ "$(cat "$dir/done")" = "$cmd" ]; then
 		note "$name: done before, reusing"
@@ -97,7 +99,8 @@ stage() {
 		rm -rf "$dir" && mkdir -p "$dir" && echo "$cmd" >"$dir/cmd"
 		note "$name: $cmd"
 	fi
-	"$prog" "$@" "${resume[@]}" --threads "$THREADS" --log-dir "$dir" >>"$dir/run.log" 2>&1 || {
+	"$prog" "$@" "${resume[@]}" "${free[@]}" --threads "$THREADS" --log-dir "$dir" \
+		>>"$dir/run.log" 2>&1 || {
 		tail -n 20 "$dir/run.log" >&2
 		die "$name failed or stopped; its log: $dir/run.log (run the script again to resume)"
 	}
