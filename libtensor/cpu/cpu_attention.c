@@ -269,9 +269,10 @@ static void backward_head(const struct att_job *j, struct tensor *dq, struct ten
 
 /* ---- the slots ---------------------------------------------------------------------- */
 
-/* Scratch of nbuf blocks of scores and a block's rows of values for each of *nt threads
- * (as many as there are units of work, at most the thread count), *per bytes each, from the thread's block
- * cache (tensor memory, reused across steps); NULL with an error naming op. */
+/* Scratch of nbuf blocks of scores and a block's rows of values for each of *nt
+ * threads (as many as there are units of work, at most the thread count), *per bytes
+ * each, from the thread's block cache (tensor memory, reused across steps); NULL with
+ * an error naming op. */
 static struct tensor_storage *att_scratch(const char *op, const struct att_job *j, int64_t units,
 					  int nbuf, int *nt, size_t *per)
 {
