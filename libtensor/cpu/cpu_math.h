@@ -95,7 +95,8 @@ CPU_MATH float exp_softmax_f32(float x)
 	p = p * r + 1.6666665459e-1f;
 	p = p * r + 5.0000001201e-1f;
 	p = p * r * r + r + 1.0f;
-	return f32_select(x < lo, 0.0f, p * f32_from_bits((n + 127) * (1 << 23)));
+	uint32_t scale = ((uint32_t)n + 127u) << 23; /* unsigned: NaN's n wraps, defined */
+	return f32_select(x < lo, 0.0f, p * f32_from_bits((int32_t)scale));
 }
 
 /* Q(t) = erfc(z) exp(z^2) / t for z >= 0, t = 1 / (1 + z / 2) in (0, 1]: smooth,
