@@ -96,7 +96,7 @@ static double fma_peak(int reps, const char **isa)
 
 /* ---- matmul --------------------------------------------------------------------------- */
 
-enum mm_kind { MM_SQUARE, MM_TRANS_A, MM_TRANS_B, MM_STRIDED, MM_BATCHED };
+enum mm_kind { MM_SQUARE, MM_TRANS_A, MM_TRANS_B, MM_STRIDED, MM_BATCHED, MM_BATCHED_TB };
 
 struct mm_case {
 	enum mm_kind kind;
@@ -145,6 +145,12 @@ static void mm_operands(const struct mm_case *c, struct tensor *base[2], struct 
 		base[1] = rnd(2, (int64_t[]){ k + 32, n + 96 }, 2);
 		*a = narrow2(base[0], m, k);
 		*b = narrow2(base[1], k, n);
+		break;
+	case MM_BATCHED_TB: /* B of each product transposed, as k^T */
+		base[0] = rnd(3, (int64_t[]){ c->batch, m, k }, 1);
+		base[1] = rnd(3, (int64_t[]){ c->batch, n, k }, 2);
+		*a = tensor_contiguous(base[0]);
+		*b = tensor_transpose(base[1], 1, 2);
 		break;
 	case MM_BATCHED:
 		base[0] = rnd(3, (int64_t[]){ c->batch, m, k }, 1);
@@ -221,6 +227,9 @@ static void bench_matmul(const struct opts *o, double peak1)
 		{ MM_BATCHED, "64 x [128,128]·[128,64]", 64, 128, 128, 64 },
 		{ MM_BATCHED, "64 x [512,64]·[64,512] (scores)", 64, 512, 64, 512 },
 		{ MM_TRANS_B, "B transposed (scores q kᵀ)", 1, 4096, 64, 4096 },
+		{ MM_BATCHED_TB, "64 x [512,64]·[64,128], B transposed (Linformer q kᵀ)", 64, 512,
+		  64, 128 },
+		{ MM_BATCHED_TB, "64 x [128,64]·[64,128], B transposed", 64, 128, 64, 128 },
 		{ MM_SQUARE, "narrow layer", 1, 8192, 128, 512 },
 	};
 	int nt = o->threads;

@@ -169,17 +169,20 @@ START_TEST(test_transposed)
 END_TEST
 
 /* The products that take BLIS's packed path instead of its sup path (gemm_prefers_packed):
- * k dwarfing C (k >= 4 max(m, n), m n >= 256^2: a weight's gradient X^T dY) and a short k
- * with a wide C (k <= 128, n >= 512, m >= 64: attention's scores q k^T), each at the rule's
- * edge, with A or B transposed (as in a gradient, as k^T) and not, and just past the edge
- * in each dim (BLIS's choice); alone and batched (one product a thread), f32 and f64, at
- * one and two threads. */
+ * k dwarfing C (k >= 4 max(m, n), m n >= 256^2: a weight's gradient X^T dY), a short k
+ * with a wide C (k <= 128, n >= 512, m >= 64: attention's scores q k^T) and a short k with
+ * A row-major and B column-major (n >= 64, m n >= 64 x 128: q k^T over 128 keys), each at
+ * the rule's edge, with A or B transposed (as in a gradient, as k^T) and not, and just past
+ * the edge in each dim (BLIS's choice); alone and batched (one product a thread), f32 and
+ * f64, at one and two threads. */
 START_TEST(test_packed_rule)
 {
 	static const int64_t sizes[][3] = { { 256, 1024, 256 }, { 256, 1023, 256 },
 					    { 255, 1024, 256 }, { 64, 128, 512 },
 					    { 64, 129, 512 },	{ 63, 128, 512 },
-					    { 64, 128, 511 } };
+					    { 64, 128, 511 },	{ 64, 128, 128 },
+					    { 64, 128, 127 },	{ 128, 64, 64 },
+					    { 128, 64, 63 },	{ 64, 129, 128 } };
 	int saved = tensor_get_num_threads();
 	for (int t = 0; t < 2; t++)
 		for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
@@ -190,9 +193,12 @@ START_TEST(test_packed_rule)
 			check_matmul_nocopy(tensor_transpose(rand2(dt, k, m, 30 + i), 0, 1), b);
 			check_matmul_nocopy(rand2(dt, m, k, 50 + i),
 					    tensor_transpose(rand2(dt, n, k, 60 + i), 0, 1));
-			if (m * n * k <= 64 * 512 * 128)
+			if (m * n * k <= 64 * 512 * 128) {
 				check_matmul_nocopy(rand3(dt, 3, m, k, 70 + i),
 						    rand3(dt, 3, k, n, 80 + i));
+				check_matmul_nocopy(rand3(dt, 3, m, k, 90 + i),
+						    tensor_transpose(rand3(dt, 3, n, k, 100 + i), 1, 2));
+			}
 		}
 	tensor_set_num_threads(saved);
 }
