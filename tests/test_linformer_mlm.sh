@@ -68,13 +68,14 @@ for at in 10 5; do
 		fail "the run resumed at step $at differs: $(tail -3 "$tmp/rs2.out")"
 	fi
 done
-# --save-every 3, killed outright (SIGKILL at a checkpoint save's n-th point, four a save: the
-# temporary file begun, written, renamed) during the save of step 6, and after it: resumed from
-# step 3, then from step 6, each ends as the uninterrupted run
+# --save-every 3, killed outright (SIGKILL at a checkpoint save's n-th point, four a save:
+# before its temporary file, header written, complete, renamed) during the save of step 6, and
+# after it: resumed from step 3, then from step 6, each ends as the uninterrupted run
 for kp in 6:3 8:6; do
 	k=${kp%:*} from=${kp#*:}
-	CFORMER_CRASH_AT=$k train --steps 24 --lr 3e-3 --log-every 4 --log-dir "$tmp/se$k" \
-		--save-every 3 >"$tmp/se.out" 2>&1
+	# shellcheck disable=SC2086
+	env CFORMER_CRASH_AT=$k "$prog" $model $data --steps 24 --lr 3e-3 --log-every 4 \
+		--log-dir "$tmp/se$k" --save-every 3 >"$tmp/se.out" 2>&1
 	[ $? -eq 137 ] || fail "CFORMER_CRASH_AT=$k --save-every 3 did not die by SIGKILL"
 	train --steps 24 --lr 3e-3 --log-every 4 --log-dir "$tmp/se$k" --save-every 3 --resume \
 		>"$tmp/se2.out" 2>&1 || fail "resuming after the kill exited $?: $(cat "$tmp/se2.out")"
