@@ -48,6 +48,20 @@ CPU_MATH float f32_select(bool c, float a, float b)
 	return f32_from_bits((f32_bits(a) & m) | (f32_bits(b) & ~m));
 }
 
+/* exp(x - fn ln 2) for the integer fn nearest x / ln 2: ln 2 in two parts (Cody and Waite)
+ * and Cephes' polynomial on the reduced argument. */
+CPU_MATH float exp_reduced(float x, float fn)
+{
+	float r = x - fn * 0.693359375f + fn * 2.12194440e-4f;
+	float p = 1.9875691500e-4f;
+	p = p * r + 1.3981999507e-3f;
+	p = p * r + 8.3334519073e-3f;
+	p = p * r + 4.1665795894e-2f;
+	p = p * r + 1.6666665459e-1f;
+	p = p * r + 5.0000001201e-1f;
+	return p * r * r + r + 1.0f;
+}
+
 /* exp for f32 within about 1 ulp, branch-free so that `omp simd` loops
  * vectorise it (Cephes' polynomial on x - n ln2; 2^n applied as two
  * factors so that results near overflow and in the subnormal range are
@@ -61,14 +75,7 @@ CPU_MATH float exp_f32(float x)
 	float half = f32_from_bits(f32_bits(0.5f) | (f32_bits(t) & INT32_MIN));
 	int32_t n = (int32_t)(t + half); /* rounded half away from zero */
 	float fn = (float)n;
-	float r = xc - fn * 0.693359375f + fn * 2.12194440e-4f;
-	float p = 1.9875691500e-4f;
-	p = p * r + 1.3981999507e-3f;
-	p = p * r + 8.3334519073e-3f;
-	p = p * r + 4.1665795894e-2f;
-	p = p * r + 1.6666665459e-1f;
-	p = p * r + 5.0000001201e-1f;
-	p = p * r * r + r + 1.0f;
+	float p = exp_reduced(xc, fn);
 	int32_t n1 = n / 2;
 	float y =
 	    p * f32_from_bits((n1 + 127) * (1 << 23)) * f32_from_bits((n - n1 + 127) * (1 << 23));
@@ -87,14 +94,7 @@ CPU_MATH float exp_softmax_f32(float x)
 	float ts = xc * 1.44269504088896341f + shift;
 	float fn = ts - shift; /* xc / ln 2 rounded to an integer, in [-126, 127] */
 	int32_t n = f32_bits(ts) - f32_bits(shift);
-	float r = xc - fn * 0.693359375f + fn * 2.12194440e-4f;
-	float p = 1.9875691500e-4f;
-	p = p * r + 1.3981999507e-3f;
-	p = p * r + 8.3334519073e-3f;
-	p = p * r + 4.1665795894e-2f;
-	p = p * r + 1.6666665459e-1f;
-	p = p * r + 5.0000001201e-1f;
-	p = p * r * r + r + 1.0f;
+	float p = exp_reduced(xc, fn);
 	uint32_t scale = ((uint32_t)n + 127u) << 23; /* unsigned: NaN's n wraps, defined */
 	return f32_select(x < lo, 0.0f, p * f32_from_bits((int32_t)scale));
 }
