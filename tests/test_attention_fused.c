@@ -4,17 +4,11 @@
 #include <math.h>
 #include <string.h>
 
+#include "attention_ref.h"
 #include "backend.h"
 #include "cpu/cpu_math.h"
 #include "nn.h"
 #include "testutil.h"
-
-static struct tensor *mask_i32(int64_t B, int64_t S, const int *vals)
-{
-	struct tensor *m = tensor_from_data(TENSOR_I32, TENSOR_CPU, 2, (int64_t[]){ B, S }, vals);
-	ck_assert(m != NULL);
-	return m;
-}
 
 /* out and the gradients of q, k, v (leaves) for L = sum(out * r), with the fused kernel
  * or without (tensor_cpu_set_fused): res[0] = out, res[1..3] the gradients (heap
@@ -72,7 +66,7 @@ START_TEST(test_attention_fused_matches_composed)
 			for (int64_t b = 0; b < 2; b++)
 				for (int64_t c = 0; c < S; c++)
 					col[b * S + c] = vals[b * 150 + c];
-			struct tensor *mask = cases[i].mask ? mask_i32(2, S, col) : NULL;
+			struct tensor *mask = cases[i].mask ? tu_mask_i32(2, S, col) : NULL;
 			struct tensor *f[4], *c[4];
 			attention_run(true, in, mask, cases[i].causal, f);
 			attention_run(false, in, mask, cases[i].causal, c);
@@ -98,15 +92,7 @@ START_TEST(test_attention_fused_memory)
 	struct tensor *v = tu_rand(TENSOR_F32, 4, (int64_t[]){ B, H, S, d }, 3);
 	for (int threads = 1; threads <= 2; threads++) {
 		tensor_set_num_threads(threads);
-		ag_no_grad_begin();
-		tensor_scope_begin();
-		size_t base = tensor_mem_stats(TENSOR_CPU).live_bytes;
-		tensor_mem_reset_peak(TENSOR_CPU);
-		struct tensor *o = nn_attention(q, k, v, NULL, false, 0.5, NULL);
-		size_t used = tensor_mem_stats(TENSOR_CPU).peak_bytes - base;
-		ck_assert_msg(o != NULL, "%s", tensor_last_error());
-		tensor_scope_end();
-		ag_no_grad_end();
+		size_t used = tu_attention_peak(q, k, v);
 		size_t out = sizeof(float) * (size_t)(B * H * T * (d + 1));
 		size_t block = sizeof(float) * (size_t)(64 * S);
 		ck_assert_msg(used >= out + block && used <= out + (size_t)threads * block + 4096,

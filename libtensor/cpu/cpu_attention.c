@@ -192,6 +192,23 @@ static const char *att_hidden(const struct att_job *j, int64_t b)
 	return j->a->hidden ? cpu_ptr(j->a->hidden) + b * j->s * (int64_t)j->es : NULL;
 }
 
+/* Row r of the [rows, cols] matrix o times inv[r] (inv of o's dtype). */
+static void scale_rows(struct cpu_mat o, int64_t rows, int64_t cols, enum tensor_dtype dt,
+		       const char *inv)
+{
+	for (int64_t r = 0; r < rows; r++) {
+		if (dt == TENSOR_F32) {
+			float *p = (float *)o.p + r * o.rs, f = ((const float *)inv)[r];
+			for (int64_t c = 0; c < cols; c++)
+				p[c * o.cs] *= f;
+		} else {
+			double *p = (double *)o.p + r * o.rs, f = ((const double *)inv)[r];
+			for (int64_t c = 0; c < cols; c++)
+				p[c * o.cs] *= f;
+		}
+	}
+}
+
 /* out and lse of the queries of block blk of (b, h); buf holds a block's scores and then
  * its rows' inverse sums. */
 static void forward_block(const struct att_job *j, struct tensor *out, struct tensor *lse,
@@ -218,14 +235,7 @@ static void forward_block(const struct att_job *j, struct tensor *out, struct te
 	}
 	struct cpu_mat o = att_rows(out, b, h, t0);
 	cpu_gemm_one_thread(j->dt, rows, j->dv, cols, 1, sc, att_rows(a->v, b, h, 0), 0, o);
-	for (int64_t r = 0; r < rows; r++)
-		for (int64_t c = 0; c < j->dv; c++) {
-			int64_t off = (r * o.rs + c * o.cs) * es;
-			if (j->dt == TENSOR_F32)
-				*(float *)(o.p + off) *= ((const float *)inv)[r];
-			else
-				*(double *)(o.p + off) *= ((const double *)inv)[r];
-		}
+	scale_rows(o, rows, j->dv, j->dt, inv);
 }
 
 /* Gradients of (b, h): dq of every block, dk and dv summed over the blocks. pbuf and

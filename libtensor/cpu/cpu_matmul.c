@@ -63,7 +63,7 @@ static bool gemm_mat_fix(struct gemm_mat *x, int64_t r, int64_t c)
  * vectors (A row-major, B column-major, as q k^T). */
 static bool gemm_dots(const struct gemm_mat *a, const struct gemm_mat *b)
 {
-	return a->cs == 1 && a->rs != 1 && b->rs == 1 && b->cs != 1;
+	return a->cs == 1 && b->rs == 1;
 }
 
 /* BLIS's runtime for the product of a and b on nt threads (0: BLIS's global count), its sup
