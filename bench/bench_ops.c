@@ -338,13 +338,14 @@ static void bench_matmul_bf16(const struct opts *o)
 		{ 64, 512, 64, 128, false, "64 x [512,64]x[64,128] (attention)" },
 	};
 	bool avx = tensor_bf16_gemm_force("avx512bf16") == TENSOR_OK;
+	bool amx = tensor_bf16_gemm_force("amx") == TENSOR_OK;
 	int nt = o->threads;
 	tensor_set_num_threads(nt);
 	printf("## matmul with bf16 inputs (%dT, GFLOP/s, best of %d, interleaved)\n\n", nt,
 	       o->reps);
 	printf("| product | f32 (BLIS sgemm) | bf16 -> f32, portable | bf16 -> f32, avx512bf16 "
-	       "| bf16 -> bf16, avx512bf16 | avx512bf16 / f32 |\n");
-	printf("|---|---:|---:|---:|---:|---:|\n");
+	       "| bf16 -> bf16, avx512bf16 | avx512bf16 / f32 | bf16 -> f32, amx | amx / f32 |\n");
+	printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
 	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
 		const struct bf16_shape *sh = &shapes[i];
 		if (o->quick && sh->m * sh->n * sh->k > ((int64_t)1 << 31))
@@ -353,23 +354,27 @@ static void bench_matmul_bf16(const struct opts *o)
 		bf16_operand(sh->batch, sh->m, sh->k, sh->at, 1, x);
 		bf16_operand(sh->batch, sh->k, sh->n, false, 2, y);
 		struct tensor *a = x[0], *a16 = x[1], *b = y[0], *b16 = y[1];
-		double best[4] = { 1e30, 1e30, 1e30, 1e30 };
+		double best[5] = { 1e30, 1e30, 1e30, 1e30, 1e30 };
 		for (int r = 0; r <= o->reps; r++) { /* r == 0 warms up */
-			double t[4] = { mm_once(a, b, TENSOR_F32),
+			double t[5] = { mm_once(a, b, TENSOR_F32),
 					bf16_once("portable", a16, b16, TENSOR_F32),
 					avx ? bf16_once("avx512bf16", a16, b16, TENSOR_F32) : 1e30,
-					avx ? bf16_once("avx512bf16", a16, b16, TENSOR_BF16)
-					    : 1e30 };
-			for (int j = 0; r > 0 && j < 4; j++)
+					avx ? bf16_once("avx512bf16", a16, b16, TENSOR_BF16) : 1e30,
+					amx ? bf16_once("amx", a16, b16, TENSOR_F32) : 1e30 };
+			for (int j = 0; r > 0 && j < 5; j++)
 				best[j] = t[j] < best[j] ? t[j] : best[j];
 		}
 		double gf = 2e-9 * (double)(sh->batch * sh->m * sh->n * sh->k);
 		printf("| %s | %.1f | %.1f |", sh->what, gf / best[0], gf / best[1]);
 		if (avx)
-			printf(" %.1f | %.1f | %.2f |\n", gf / best[2], gf / best[3],
+			printf(" %.1f | %.1f | %.2f |", gf / best[2], gf / best[3],
 			       best[0] / best[2]);
 		else
-			printf(" - | - | - |\n");
+			printf(" - | - | - |");
+		if (amx)
+			printf(" %.1f | %.2f |\n", gf / best[4], best[0] / best[4]);
+		else
+			printf(" - | - |\n");
 		fflush(stdout);
 		tensor_free(a);
 		tensor_free(b);
@@ -378,8 +383,10 @@ static void bench_matmul_bf16(const struct opts *o)
 	}
 	tensor_bf16_gemm_force(NULL);
 	printf("\nportable: bf16 converted exactly to f32, then BLIS's sgemm; avx512bf16: own "
-	       "packing and vdpbf16ps kernel (f32 accumulation)%s.\n\n",
-	       avx ? "" : "; not run: this CPU lacks AVX512-BF16");
+	       "packing and vdpbf16ps kernel (f32 accumulation)%s; amx: own packing and AMX "
+	       "tiles (tdpbf16ps, f32 accumulation)%s.\n\n",
+	       avx ? "" : ", not run: this CPU lacks AVX512-BF16",
+	       amx ? "" : ", not run: this CPU lacks AMX-BF16");
 }
 
 /* ---- elementwise ------------------------------------------------------------------------ */

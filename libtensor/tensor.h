@@ -320,12 +320,13 @@ int tensor_get_num_threads(void);
 /* The BLIS kernel set in use ("skx", "haswell", ...). The library selects the
  * fastest set the CPU supports at first use unless BLIS_ARCH_TYPE is set. */
 const char *tensor_blas_arch(void);
-/* The CPU kernel of matrix products with bf16 inputs: "avx512bf16" (own
- * kernel on vdpbf16ps, f32 accumulation) where the CPU has AVX512-BF16, else
- * "f32-convert+blis-sgemm" (the inputs converted exactly to f32, then BLIS's
- * sgemm with the kernel set of tensor_blas_arch()). Chosen at first use; the
- * environment variable CFORMER_BF16_GEMM=portable|avx512bf16 overrides (a
- * kernel the CPU lacks is ignored). */
+/* The CPU kernel of matrix products with bf16 inputs: "amx" (own kernel on AMX
+ * tiles, f32 accumulation) where the CPU has AMX-BF16, else "avx512bf16" (own
+ * kernel on vdpbf16ps) where it has AVX512-BF16, else "f32-convert+blis-sgemm"
+ * (the inputs converted exactly to f32, then BLIS's sgemm with the kernel set
+ * of tensor_blas_arch()). Chosen at first use; the environment variable
+ * CFORMER_BF16_GEMM=portable|avx512bf16|amx overrides (a kernel the CPU lacks
+ * is ignored). */
 const char *tensor_bf16_gemm_kernel(void);
 
 #ifdef __cplusplus

@@ -9,6 +9,8 @@
 
 #include "autograd.h"
 #include "backend.h"
+#include "cpu/cpu_gemm_bf16.h"
+#include "cpu/cpu_iter.h"
 #include "cpu/cpu_kernels.h"
 #include "testutil.h"
 
@@ -457,21 +459,38 @@ END_TEST
 
 /* ---- the CPU kernels, each forced, through the gemm slot ---------------------- */
 
-static const char *const kernels[2] = { "portable", "avx512bf16" };
+/* The gemm slot's kernels, and the AMX kernel with its tile instructions emulated in C
+ * (called directly: it is not a choice of the slot), which runs on any CPU. */
+enum { NKERNELS = 4, EMULATED = 3 };
+static const char *const kernels[NKERNELS] = { "portable", "avx512bf16", "amx", "amx-emulated" };
 
-/* Whether the kernel runs here; where the CPU lacks AVX512-BF16, says so once and checks
- * that forcing it fails with the reason. */
-static bool kernel_runs(const char *kernel)
+/* Whether the kernel runs here; where the CPU lacks it, says so once and checks that
+ * forcing it fails with the reason. */
+static bool kernel_runs(int kn)
 {
-	if (tensor_bf16_gemm_force(kernel) == TENSOR_OK)
+	if (kn == EMULATED || tensor_bf16_gemm_force(kernels[kn]) == TENSOR_OK)
 		return true;
-	ck_assert_str_eq(kernel, "avx512bf16");
-	tu_assert_error(true, TENSOR_ERR_UNSUPPORTED, "avx512bf16", "AVX512-BF16");
-	static bool said;
-	if (!said)
-		printf("test_bf16: SKIP the avx512bf16 kernel: this CPU lacks AVX512-BF16\n");
-	said = true;
+	ck_assert_int_gt(kn, 0);
+	tu_assert_error(true, TENSOR_ERR_UNSUPPORTED, kernels[kn],
+			kn == 1 ? "AVX512-BF16" : "AMX-BF16");
+	static bool said[NKERNELS];
+	if (!said[kn])
+		printf("test_bf16: SKIP the %s kernel: this CPU lacks %s\n", kernels[kn],
+		       kn == 1 ? "AVX512-BF16" : "AMX-BF16 (or AVX512-BF16)");
+	said[kn] = true;
 	return false;
+}
+
+/* C = alpha A B + beta C on kernel kn: through the gemm slot, the emulated AMX kernel
+ * directly. */
+static int kernel_gemm(int kn, struct tensor *c, const struct tensor *a, const struct tensor *b,
+		       double alpha, double beta)
+{
+	if (kn == EMULATED)
+		return cpu_gemm_bf16(CPU_BF16_AMX_EMULATED, c, a, b, alpha, beta);
+	ck_assert_int_eq(tensor_bf16_gemm_force(kernels[kn]), TENSOR_OK);
+	ck_assert_str_eq(tensor_bf16_gemm_kernel(), kn ? kernels[kn] : "f32-convert+blis-sgemm");
+	return tensor_backend_get(TENSOR_CPU)->gemm(c, a, b, alpha, beta);
 }
 
 /* A [batch, r, c] operand of the slot, random values of dtype dt, in layout lay: bit 0
@@ -512,22 +531,18 @@ static struct tensor *slot_c(const struct slot_call *g)
 	return c;
 }
 
-/* The slot's result on kernel, as values. */
-static double *slot_run(const char *kernel, const struct slot_call *g, const struct tensor *a,
+/* Kernel kn's result, as values. */
+static double *slot_run(int kn, const struct slot_call *g, const struct tensor *a,
 			const struct tensor *b)
 {
-	ck_assert_int_eq(tensor_bf16_gemm_force(kernel), TENSOR_OK);
-	ck_assert_str_eq(tensor_bf16_gemm_kernel(),
-			 strcmp(kernel, "portable") ? kernel : "f32-convert+blis-sgemm");
 	struct tensor *c = slot_c(g);
-	ck_assert_int_eq(tensor_backend_get(TENSOR_CPU)->gemm(c, a, b, g->alpha, g->beta),
-			 TENSOR_OK);
+	ck_assert_int_eq(kernel_gemm(kn, c, a, b, g->alpha, g->beta), TENSOR_OK);
 	return tu_values(c);
 }
 
-/* Both kernels against the f64 product of the bf16 values: |err| <= (2k + 4) 2^-24 (|alpha|
+/* The kernels against the f64 product of the bf16 values: |err| <= (2k + 4) 2^-24 (|alpha|
  * sum |a||b| + |beta c|) (two f32 roundings a pair, then alpha and beta), plus half a bf16
- * ulp (2^-8 relative) for a bf16 C; and against each other within the sum of their bounds. */
+ * ulp (2^-8 relative) for a bf16 C; and against the portable one within twice that. */
 static void check_slot(const char *what, const struct slot_call *g)
 {
 	struct tensor *a = slot_operand(TENSOR_BF16, g->batch, g->m, g->k, g->la, 1);
@@ -555,11 +570,11 @@ static void check_slot(const char *what, const struct slot_call *g)
 				if (g->cdt == TENSOR_BF16)
 					bound[o] += 0x1p-8 * fabs(want[o]) + 0x1p-133;
 			}
-	double *got[2] = { NULL, NULL };
-	for (int kn = 0; kn < 2; kn++) {
-		if (!kernel_runs(kernels[kn]))
+	double *got[NKERNELS] = { NULL };
+	for (int kn = 0; kn < NKERNELS; kn++) {
+		if (!kernel_runs(kn))
 			continue;
-		got[kn] = slot_run(kernels[kn], g, a, b);
+		got[kn] = slot_run(kn, g, a, b);
 		for (int64_t i = 0; i < n; i++)
 			ck_assert_msg(
 			    fabs(got[kn][i] - want[i]) <= bound[i],
@@ -570,27 +585,30 @@ static void check_slot(const char *what, const struct slot_call *g)
 			    tensor_dtype_name(g->cdt), g->alpha, g->beta, (long long)i, got[kn][i],
 			    want[i], bound[i]);
 	}
-	for (int64_t i = 0; got[1] && i < n; i++)
-		ck_assert_msg(fabs(got[0][i] - got[1][i]) <= 2 * bound[i],
-			      "%s: the kernels differ at element %lld: %.9g and %.9g", what,
-			      (long long)i, got[0][i], got[1][i]);
+	for (int kn = 1; kn < NKERNELS; kn++)
+		for (int64_t i = 0; got[kn] && i < n; i++)
+			ck_assert_msg(fabs(got[0][i] - got[kn][i]) <= 2 * bound[i],
+				      "%s: %s differs from portable at element %lld: %.9g and %.9g",
+				      what, kernels[kn], (long long)i, got[kn][i], got[0][i]);
 	tensor_bf16_gemm_force(NULL);
 	free(va);
 	free(vb);
 	free(c0);
 	free(want);
 	free(bound);
-	free(got[0]);
-	free(got[1]);
+	for (int kn = 0; kn < NKERNELS; kn++)
+		free(got[kn]);
 }
 
-/* Sizes around the tiles (12 x 32), the k block (512) and the row and column blocks
- * (192, 1024): 1x1x1, odd k, m or n = 1, batches. */
+/* Sizes around the tiles (12 x 32; AMX's 32 x 32 of 16 x 16 tiles, k in steps of 32),
+ * the k block (512) and the row and column blocks (192, 1024): 1x1x1, odd k, m or n =
+ * 1, batches. */
 static const int64_t slot_sizes[][4] = {
-	{ 1, 1, 1, 1 },	    { 1, 1, 2, 1 },	 { 1, 3, 1, 5 },      { 1, 12, 512, 32 },
-	{ 1, 13, 513, 33 }, { 1, 1, 600, 70 },	 { 1, 70, 601, 1 },   { 1, 37, 53, 29 },
-	{ 4, 25, 37, 45 },  { 3, 29, 19, 45 },	 { 8, 9, 20, 17 },    { 1, 200, 1031, 65 },
-	{ 1, 30, 40, 1100 }, { 2, 11, 1100, 40 }, { 1, 20, 530, 1100 },
+	{ 1, 1, 1, 1 },	     { 1, 1, 2, 1 },	  { 1, 3, 1, 5 },	{ 1, 12, 512, 32 },
+	{ 1, 13, 513, 33 },  { 1, 1, 600, 70 },	  { 1, 70, 601, 1 },	{ 1, 37, 53, 29 },
+	{ 4, 25, 37, 45 },   { 3, 29, 19, 45 },	  { 8, 9, 20, 17 },	{ 1, 200, 1031, 65 },
+	{ 1, 30, 40, 1100 }, { 2, 11, 1100, 40 }, { 1, 20, 530, 1100 }, { 1, 32, 32, 32 },
+	{ 1, 33, 31, 17 },   { 2, 65, 64, 96 },	  { 1, 16, 544, 48 },
 };
 
 static const double alpha_beta[5][2] = { { 1, 0 }, { 1, 1 }, { 0.5, 0 }, { 0.5, -2 }, { 0, 1 } };
@@ -643,17 +661,21 @@ END_TEST
 START_TEST(test_kernel_choice)
 {
 	bool avx = tensor_bf16_gemm_force("avx512bf16") == TENSOR_OK;
-	const char *best = avx ? "avx512bf16" : "f32-convert+blis-sgemm";
+	bool amx = tensor_bf16_gemm_force("amx") == TENSOR_OK;
+	const char *best = amx ? "amx" : avx ? "avx512bf16" : "f32-convert+blis-sgemm";
 	tensor_clear_error();
 	ck_assert_int_eq(tensor_bf16_gemm_force(NULL), TENSOR_OK);
 	ck_assert_str_eq(tensor_bf16_gemm_kernel(), best);
-	tu_assert_error(tensor_bf16_gemm_force("amx") < 0, TENSOR_ERR_ARG, "unknown kernel 'amx'",
-			"portable, avx512bf16");
+	tu_assert_error(tensor_bf16_gemm_force("amx2") < 0, TENSOR_ERR_ARG, "unknown kernel 'amx2'",
+			"portable, avx512bf16, amx");
 	ck_assert_str_eq(tensor_bf16_gemm_kernel(), best);
 	setenv("CFORMER_BF16_GEMM", "portable", 1);
 	ck_assert_int_eq(tensor_bf16_gemm_force(NULL), TENSOR_OK);
 	ck_assert_str_eq(tensor_bf16_gemm_kernel(), "f32-convert+blis-sgemm");
 	setenv("CFORMER_BF16_GEMM", "avx512bf16", 1); /* ignored where the CPU lacks it */
+	ck_assert_int_eq(tensor_bf16_gemm_force(NULL), TENSOR_OK);
+	ck_assert_str_eq(tensor_bf16_gemm_kernel(), avx ? "avx512bf16" : best);
+	setenv("CFORMER_BF16_GEMM", "amx", 1);
 	ck_assert_int_eq(tensor_bf16_gemm_force(NULL), TENSOR_OK);
 	ck_assert_str_eq(tensor_bf16_gemm_kernel(), best);
 	setenv("CFORMER_BF16_GEMM", "bogus", 1);
@@ -662,8 +684,9 @@ START_TEST(test_kernel_choice)
 	ck_assert_int_eq(tensor_last_status(), TENSOR_OK); /* an ignored value leaves no error */
 	unsetenv("CFORMER_BF16_GEMM");
 	ck_assert_int_eq(tensor_bf16_gemm_force(NULL), TENSOR_OK);
-	if (!avx)
-		kernel_runs("avx512bf16"); /* the visible skip and the error */
+	for (int kn = 1; kn < EMULATED; kn++)
+		kernel_runs(kn); /* where the CPU lacks it: the visible skip and the error */
+	tensor_bf16_gemm_force(NULL);
 }
 END_TEST
 
@@ -673,19 +696,22 @@ START_TEST(test_kernels_nomem)
 {
 	struct tensor *a = slot_operand(TENSOR_BF16, 2, 40, 600, 0, 61);
 	struct tensor *b = slot_operand(TENSOR_BF16, 2, 600, 50, 1, 62);
-	for (int kn = 0; kn < 2; kn++) {
-		if (!kernel_runs(kernels[kn]))
+	for (int kn = 0; kn < NKERNELS; kn++) {
+		if (!kernel_runs(kn))
 			continue;
 		bool fired = true;
 		for (int64_t i = 0; fired; i++) {
 			tensor_scope_begin();
+			struct tensor *c =
+			    tensor_zeros(TENSOR_F32, TENSOR_CPU, 3, (int64_t[]){ 2, 40, 50 });
+			ck_assert(c != NULL);
 			tensor_mem_inject_failure(i);
-			struct tensor *c = tensor_matmul(a, b);
+			int rc = kernel_gemm(kn, c, a, b, 1, 0);
 			fired = tensor_mem_inject_failure(-1) > i;
 			if (fired)
-				tu_assert_error(c == NULL, TENSOR_ERR_NOMEM, NULL, NULL);
+				tu_assert_error(rc < 0, TENSOR_ERR_NOMEM, NULL, NULL);
 			else
-				ck_assert_msg(c != NULL, "%s", tensor_last_error());
+				ck_assert_msg(rc == TENSOR_OK, "%s", tensor_last_error());
 			tensor_scope_end();
 		}
 	}
@@ -711,28 +737,76 @@ static struct tensor *f32_operand(int64_t r, int64_t c, bool tr, bool nan, uint6
 	return tr ? tensor_transpose(x, 1, 2) : x;
 }
 
-/* The AVX512-BF16 kernel's packing reads f32 too, rounding to nearest even: the same
- * bits as the product of the bf16 casts (ties and NaN included). */
+/* The own kernels' packing reads f32 too, rounding to nearest even: the same bits as
+ * the product of the bf16 casts (ties and NaN included). */
 START_TEST(test_kernel_f32_sources)
 {
-	if (!kernel_runs("avx512bf16"))
-		return;
-	for (int la = 0; la < 4; la++) {
-		struct tensor *a = f32_operand(21, 39, la & 1, true, 51);
-		struct tensor *b = f32_operand(39, 35, la & 2, false, 52);
-		int64_t sh[3] = { 2, 21, 35 };
-		struct tensor *c = tensor_empty(TENSOR_F32, TENSOR_CPU, 3, sh);
-		struct tensor *ref = tensor_empty(TENSOR_F32, TENSOR_CPU, 3, sh);
-		ck_assert_int_eq(cpu_gemm_bf16_avx512(c, a, b, 1, 0), TENSOR_OK);
-		ck_assert_int_eq(cpu_gemm_bf16_avx512(ref, tensor_cast(a, TENSOR_BF16),
-						      tensor_cast(b, TENSOR_BF16), 1, 0),
-				 TENSOR_OK);
-		float x[2 * 21 * 35], y[2 * 21 * 35];
-		ck_assert_int_eq(tensor_to_host(c, x, sizeof x), TENSOR_OK);
-		ck_assert_int_eq(tensor_to_host(ref, y, sizeof y), TENSOR_OK);
-		ck_assert_msg(memcmp(x, y, sizeof x) == 0, "layout %d: f32 sources differ", la);
-		ck_assert(isnan(x[2 * 21 * 35 - 1]) && !isnan(x[0]));
+	static const enum cpu_bf16_kernel own[3] = { CPU_BF16_AVX512, CPU_BF16_AMX,
+						     CPU_BF16_AMX_EMULATED };
+	for (int kn = 1; kn < NKERNELS; kn++) {
+		if (!kernel_runs(kn))
+			continue;
+		for (int la = 0; la < 4; la++) {
+			struct tensor *a = f32_operand(21, 39, la & 1, true, 51);
+			struct tensor *b = f32_operand(39, 35, la & 2, false, 52);
+			int64_t sh[3] = { 2, 21, 35 };
+			struct tensor *c = tensor_empty(TENSOR_F32, TENSOR_CPU, 3, sh);
+			struct tensor *ref = tensor_empty(TENSOR_F32, TENSOR_CPU, 3, sh);
+			ck_assert_int_eq(cpu_gemm_bf16(own[kn - 1], c, a, b, 1, 0), TENSOR_OK);
+			ck_assert_int_eq(cpu_gemm_bf16(own[kn - 1], ref,
+						       tensor_cast(a, TENSOR_BF16),
+						       tensor_cast(b, TENSOR_BF16), 1, 0),
+					 TENSOR_OK);
+			float x[2 * 21 * 35], y[2 * 21 * 35];
+			ck_assert_int_eq(tensor_to_host(c, x, sizeof x), TENSOR_OK);
+			ck_assert_int_eq(tensor_to_host(ref, y, sizeof y), TENSOR_OK);
+			ck_assert_msg(memcmp(x, y, sizeof x) == 0,
+				      "%s, layout %d: f32 sources differ", kernels[kn], la);
+			ck_assert(isnan(x[2 * 21 * 35 - 1]) && !isnan(x[0]));
+		}
 	}
+	tensor_bf16_gemm_force(NULL);
+}
+END_TEST
+
+/* The AMX kernel set's packing (AVX-512) gives the words of the emulated set's (plain
+ * C, whose products test_kernels_layouts checks): A panels and B panels of every layout,
+ * bf16 and f32, at sizes around the 16-row tiles and 32-k steps. Where the CPU lacks
+ * AVX512-BF16, a visible skip. */
+START_TEST(test_amx_packing)
+{
+	if (!cpu_gemm_bf16_ok(CPU_BF16_AVX512)) {
+		printf("test_bf16: SKIP the AMX kernel's packing: this CPU lacks AVX512-BF16\n");
+		return;
+	}
+	static const int64_t sizes[][2] = { { 1, 1 },	{ 32, 32 }, { 17, 33 },
+					    { 32, 64 }, { 5, 100 }, { 31, 7 } };
+	for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+		for (int lay = 0; lay < 4; lay++)
+			for (int f = 0; f < 2; f++) {
+				int64_t r = sizes[i][0], k = sizes[i][1];
+				struct tensor *x = slot_operand(f ? TENSOR_F32 : TENSOR_BF16, 1, r,
+								k, lay, 71 + i);
+				struct bmat a = { cpu_ptr(x), x->dtype,
+						  (int64_t)tensor_dtype_size(x->dtype),
+						  x->strides[1], x->strides[2] };
+				/* as A: r x k; as B: r rows (its k) and min(k, 32) columns */
+				size_t na = (size_t)ceil_div(k, AMX_KSTEP) * 2 * 256,
+				       nb = (size_t)ceil_div(r, 2) * AMX_NR;
+				uint32_t u[2 * 4 * 256], v[2 * 4 * 256];
+				ck_assert(na <= 2 * 4 * 256 && nb <= 2 * 4 * 256);
+				memset(u, 0xab, sizeof u);
+				memset(v, 0xcd, sizeof v);
+				bf16_amx_impl.pack_a(&a, r, k, u);
+				bf16_amx_emulated_impl.pack_a(&a, r, k, v);
+				ck_assert_msg(!memcmp(u, v, na * 4), "A %lldx%lld layout %d %s",
+					      (long long)r, (long long)k, lay, f ? "f32" : "bf16");
+				int64_t nr = k < AMX_NR ? k : AMX_NR;
+				bf16_amx_impl.pack_b(&a, r, nr, u);
+				bf16_amx_emulated_impl.pack_b(&a, r, nr, v);
+				ck_assert_msg(!memcmp(u, v, nb * 4), "B %lldx%lld layout %d %s",
+					      (long long)r, (long long)nr, lay, f ? "f32" : "bf16");
+			}
 }
 END_TEST
 
@@ -811,6 +885,7 @@ int main(void)
 	tcase_add_test(tc, test_kernels_nomem);
 	tcase_add_test(tc, test_kernel_choice);
 	tcase_add_test(tc, test_kernel_f32_sources);
+	tcase_add_test(tc, test_amx_packing);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("errors");
 	tcase_add_test(tc, test_errors);

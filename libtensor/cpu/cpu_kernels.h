@@ -50,12 +50,17 @@ int cpu_attention(struct tensor *out, struct tensor *lse, const struct tensor_at
 int cpu_attention_backward(struct tensor *dq, struct tensor *dk, struct tensor *dv,
 			   const struct tensor_attention_args *a, const struct tensor *lse,
 			   const struct tensor *dout);
-/* cpu_gemm_bf16.c: whether the CPU (and OS) run AVX512-BF16 with AVX512F/BW/VL, and the
- * gemm slot's product on it for a, b bf16 or f32 (f32 rounded to bf16 as packed), c f32 or
- * bf16, k > 0, m, n > 0 (f32 accumulation, a bf16 C rounded once). Call only when ok. */
-bool cpu_gemm_bf16_avx512_ok(void);
-int cpu_gemm_bf16_avx512(struct tensor *c, const struct tensor *a, const struct tensor *b,
-			 double alpha, double beta);
+/* cpu_gemm_bf16.c: own bf16 GEMM kernels for the gemm slot: a, b bf16 or f32 (f32
+ * rounded to bf16 as packed), c f32 or bf16, k, m, n > 0; f32 accumulation, a bf16 C
+ * rounded once. AVX512-BF16 (with AVX512F/BW/VL and the OS saving the zmm state); AMX
+ * (bf16 tiles, with AVX512-BF16 for the packing; the first check asks Linux for the
+ * tile state); and the AMX kernel with its tile instructions done in C, which runs
+ * anywhere, for tests. cpu_gemm_bf16 fails with TENSOR_ERR_UNSUPPORTED where the CPU
+ * lacks the kernel, TENSOR_ERR_NOMEM without packing buffers. */
+enum cpu_bf16_kernel { CPU_BF16_AVX512, CPU_BF16_AMX, CPU_BF16_AMX_EMULATED };
+bool cpu_gemm_bf16_ok(enum cpu_bf16_kernel k);
+int cpu_gemm_bf16(enum cpu_bf16_kernel k, struct tensor *c, const struct tensor *a,
+		  const struct tensor *b, double alpha, double beta);
 /* cpu_nn.c */
 int cpu_softmax(struct tensor *out, const struct tensor *x, bool log);
 int cpu_softmax_backward(struct tensor *dx, const struct tensor *y, const struct tensor *g);

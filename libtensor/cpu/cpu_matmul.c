@@ -151,13 +151,19 @@ static int gemm_blas(struct tensor *c, const struct tensor *a, const struct tens
 		     double beta);
 
 /* ---- bf16 inputs: the kernel choice ---------------------------------------
- * AVX512-BF16 (cpu_gemm_bf16.c) where the CPU has it, else the portable kernel
- * below; CFORMER_BF16_GEMM (portable|avx512bf16), read at first use, or
- * tensor_bf16_gemm_force() overrides. An AMX kernel may join them. */
+ * AMX where the CPU has it, else AVX512-BF16 (cpu_gemm_bf16*.c), else the
+ * portable kernel below; CFORMER_BF16_GEMM (portable|avx512bf16|amx), read at
+ * first use, or tensor_bf16_gemm_force() overrides. */
 
-enum bf16_kernel { BF16_PORTABLE, BF16_AVX512 };
-static const char *const bf16_kernel_names[] = { "f32-convert+blis-sgemm", "avx512bf16" };
+enum bf16_kernel { BF16_PORTABLE, BF16_AVX512, BF16_AMX };
+static const char *const bf16_kernel_names[] = { "f32-convert+blis-sgemm", "avx512bf16", "amx" };
 static atomic_int bf16_kernel = -1; /* not chosen yet */
+
+/* The own kernel of each choice but the portable one. */
+static enum cpu_bf16_kernel bf16_cpu_kernel(int k)
+{
+	return k == BF16_AMX ? CPU_BF16_AMX : CPU_BF16_AVX512;
+}
 
 /* The kernel named (portable or the name reported); -1 for an unknown name, -2 for a
  * kernel this CPU lacks. */
@@ -165,9 +171,10 @@ static int bf16_kernel_lookup(const char *name)
 {
 	if (!strcmp(name, "portable") || !strcmp(name, bf16_kernel_names[BF16_PORTABLE]))
 		return BF16_PORTABLE;
-	if (strcmp(name, bf16_kernel_names[BF16_AVX512]))
-		return -1;
-	return cpu_gemm_bf16_avx512_ok() ? BF16_AVX512 : -2;
+	for (int k = BF16_AVX512; k <= BF16_AMX; k++)
+		if (!strcmp(name, bf16_kernel_names[k]))
+			return cpu_gemm_bf16_ok(bf16_cpu_kernel(k)) ? k : -2;
+	return -1;
 }
 
 /* CFORMER_BF16_GEMM if it names a kernel this CPU runs, else the fastest one. */
@@ -177,7 +184,9 @@ static int bf16_kernel_default(void)
 	int k = env ? bf16_kernel_lookup(env) : -1;
 	if (k >= 0)
 		return k;
-	return cpu_gemm_bf16_avx512_ok() ? BF16_AVX512 : BF16_PORTABLE;
+	return cpu_gemm_bf16_ok(CPU_BF16_AMX)	   ? BF16_AMX
+	       : cpu_gemm_bf16_ok(CPU_BF16_AVX512) ? BF16_AVX512
+						   : BF16_PORTABLE;
 }
 
 static int bf16_kernel_get(void)
@@ -200,12 +209,18 @@ int tensor_bf16_gemm_force(const char *name)
 	int k = name ? bf16_kernel_lookup(name) : bf16_kernel_default();
 	if (k == -1)
 		return tensor_error(TENSOR_ERR_ARG,
-				    "bf16 gemm: unknown kernel '%s' (portable, avx512bf16)", name);
-	if (k == -2)
-		return tensor_error(
-		    TENSOR_ERR_UNSUPPORTED,
-		    "bf16 gemm: kernel avx512bf16 needs AVX512-BF16 with AVX512F/BW/VL and OS "
-		    "support of the zmm state; this CPU runs only portable");
+				    "bf16 gemm: unknown kernel '%s' (portable, avx512bf16, amx)",
+				    name);
+	if (k == -2) {
+		const char *needs = strcmp(name, "amx") ? "AVX512-BF16 with AVX512F/BW/VL"
+							: "AMX-BF16 tiles and AVX512-BF16";
+		const char *runs =
+		    cpu_gemm_bf16_ok(CPU_BF16_AVX512) ? "portable and avx512bf16" : "only portable";
+		return tensor_error(TENSOR_ERR_UNSUPPORTED,
+				    "bf16 gemm: kernel %s needs %s and OS support of its state; "
+				    "this CPU runs %s",
+				    name, needs, runs);
+	}
 	atomic_store(&bf16_kernel, k);
 	return TENSOR_OK;
 }
@@ -322,8 +337,9 @@ static int gemm_bf16(struct tensor *c, const struct tensor *a, const struct tens
 		gemm_scale(c, beta);
 		return TENSOR_OK;
 	}
-	if (bf16_kernel_get() == BF16_AVX512)
-		return cpu_gemm_bf16_avx512(c, a, b, alpha, beta);
+	int k = bf16_kernel_get();
+	if (k != BF16_PORTABLE)
+		return cpu_gemm_bf16(bf16_cpu_kernel(k), c, a, b, alpha, beta);
 	return gemm_bf16_portable(c, a, b, alpha, beta);
 }
 
