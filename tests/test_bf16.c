@@ -642,11 +642,12 @@ START_TEST(test_kernels_layouts)
 END_TEST
 
 /* Every C dtype and layout with every alpha and beta (beta 0 over NaN), with k in one
- * block and in two. */
+ * block and in two; whole and partial tiles of each kernel (AMX's whole f32 blocks with
+ * alpha 1 and beta 0 or 1 go to C directly). */
 START_TEST(test_kernels_alpha_beta)
 {
 	for (int j = 0; j < 2 * 3 * 5 * 2; j++) {
-		struct slot_call g = { .batch = 2, .m = 27, .k = j % 2 ? 700 : 45, .n = 70 };
+		struct slot_call g = { .batch = 2, .m = 45, .k = j % 2 ? 700 : 45, .n = 70 };
 		g.lb = 1;
 		g.lc = j / 2 % 3;
 		g.cdt = j / 6 % 2 ? TENSOR_BF16 : TENSOR_F32;

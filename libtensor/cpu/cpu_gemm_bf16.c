@@ -328,8 +328,9 @@ static void emu_kernel(int64_t kp, const uint32_t *a, const uint32_t *b, float *
 #define EMU_LOAD(i, p, s) emu_load(&tm[i], p, s)
 #define EMU_STORE(i, p, s) emu_store(&tm[i], p, s)
 #define EMU_DP(c, x, y) emu_dp(&tm[c], &tm[x], &tm[y])
-	AMX_TILE_KERNEL(EMU_ZERO, EMU_LOAD, EMU_STORE, EMU_DP, kp, a, b, t, add);
-	if (o)
+	struct amx_block k = amx_block_of(t, add, o);
+	AMX_TILE_KERNEL(EMU_ZERO, EMU_LOAD, EMU_STORE, EMU_DP, kp, a, b, k);
+	if (o && !k.to_c)
 		bf16_tile_store_any(t, AMX_NR, o);
 }
 

@@ -377,13 +377,15 @@ AMX_TARGET static void amx_end(void)
 	_tile_release();
 }
 
-/* AMX_TILE_KERNEL on the tiles, then C's rows from t when o is set. */
+/* AMX_TILE_KERNEL on the tiles, then C's rows from t when o is set and the block did not
+ * go to C itself. */
 AMX_TARGET static void kernel_amx(int64_t kp, const uint32_t *a, const uint32_t *b, float *t,
 				  bool add, const struct tile_out *o)
 {
-	__asm__ volatile("" ::: "memory"); /* the tile loads read the panels packed before */
-	AMX_TILE_KERNEL(_tile_zero, _tile_loadd, _tile_stored, _tile_dpbf16ps, kp, a, b, t, add);
-	for (int64_t i = 0; o && i < o->mr; i++) {
+	struct amx_block k = amx_block_of(t, add, o);
+	__asm__ volatile("" ::: "memory"); /* the tile loads read what was written before */
+	AMX_TILE_KERNEL(_tile_zero, _tile_loadd, _tile_stored, _tile_dpbf16ps, kp, a, b, k);
+	for (int64_t i = 0; o && !k.to_c && i < o->mr; i++) {
 		c_store_half(o, i, 0, _mm512_loadu_ps(t + i * AMX_NR));
 		c_store_half(o, i, 1, _mm512_loadu_ps(t + i * AMX_NR + 16));
 	}
