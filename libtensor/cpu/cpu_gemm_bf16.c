@@ -282,24 +282,29 @@ static float emu_flush(float x)
 	return fpclassify(x) == FP_SUBNORMAL ? copysignf(0, x) : x;
 }
 
-/* Element j of a tile row as bf16 widened to f32 (denormals as zero). */
-static float emu_bf16(const unsigned char *row, int j)
+/* A tile's 16 x 32 bf16 widened to f32 (denormals as zero). */
+static void emu_widen(const struct emu_tile *t, float f[16][32])
 {
-	uint16_t h;
-	memcpy(&h, row + 2 * j, sizeof h);
-	return emu_flush(bf16_to_f32(h));
+	for (int r = 0; r < 16; r++)
+		for (int j = 0; j < 32; j++) {
+			uint16_t h;
+			memcpy(&h, t->row[r] + 2 * j, sizeof h);
+			f[r][j] = emu_flush(bf16_to_f32(h));
+		}
 }
 
 static void emu_dp(struct emu_tile *c, const struct emu_tile *a, const struct emu_tile *b)
 {
+	float fa[16][32], fb[16][32];
+	emu_widen(a, fa);
+	emu_widen(b, fb);
 	for (int m = 0; m < 16; m++)
 		for (int n = 0; n < 16; n++) {
 			float acc;
 			memcpy(&acc, c->row[m] + 4 * n, sizeof acc);
 			for (int p = 0; p < 16; p++)
 				for (int h = 0; h < 2; h++)
-					acc = emu_flush(acc + emu_bf16(a->row[m], 2 * p + h) *
-								  emu_bf16(b->row[p], 2 * n + h));
+					acc = emu_flush(acc + fa[m][2 * p + h] * fb[p][2 * n + h]);
 			memcpy(c->row[m] + 4 * n, &acc, sizeof acc);
 		}
 }
