@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention_ref.h"
 #include "gradcheck.h"
 #include "linformer_common.h"
 
@@ -16,42 +17,6 @@ static bool windowed(enum nn_attn_kind k)
 }
 
 /* ---- naive references ------------------------------------------------------------ */
-
-/* q [B,H,T,d], k [B,H,S,d], v [B,H,S,d]; mask [B,S] (nonzero = hidden) or
- * NULL -> out [B,H,T,d]. A row with no visible key is zero. */
-static void ref_attention(const double *q, const double *k, const double *v, const double *mask,
-			  double scale, int64_t B, int64_t H, int64_t T, int64_t S, int64_t d,
-			  double *out)
-{
-	double *p = malloc(sizeof(double) * (size_t)(S ? S : 1));
-	for (int64_t b = 0; b < B; b++)
-		for (int64_t h = 0; h < H; h++)
-			for (int64_t t = 0; t < T; t++) {
-				const double *qr = q + ((b * H + h) * T + t) * d;
-				double mx = -INFINITY;
-				for (int64_t s = 0; s < S; s++) {
-					double acc = 0;
-					for (int64_t c = 0; c < d; c++)
-						acc += qr[c] * k[((b * H + h) * S + s) * d + c];
-					p[s] =
-					    mask && mask[b * S + s] != 0 ? -INFINITY : acc * scale;
-					mx = fmax(mx, p[s]);
-				}
-				double sum = 0;
-				for (int64_t s = 0; s < S; s++) {
-					p[s] = mx == -INFINITY ? 0 : exp(p[s] - mx);
-					sum += p[s];
-				}
-				double *o = out + ((b * H + h) * T + t) * d;
-				for (int64_t c = 0; c < d; c++) {
-					double acc = 0;
-					for (int64_t s = 0; s < S; s++)
-						acc += p[s] * v[((b * H + h) * S + s) * d + c];
-					o[c] = sum > 0 ? acc / sum : 0;
-				}
-			}
-	free(p);
-}
 
 /* y [N,out] = x [N,in] W^T + b. */
 static double *ref_linear(const struct nn_linear *m, const double *x, int64_t n)
@@ -141,11 +106,12 @@ static double *ref_linformer(const struct nn_linformer *m, const double *x, cons
 					int64_t pos = j * kern + r;
 					all = all && (pos >= T || (mask && mask[b * T + pos] == 0));
 				}
-				sm[b * K + j] = all;
+				sm[b * K + j] =
+				    !all; /* a slot of hidden positions only is hidden */
 			}
 	}
 	double *o = malloc(sizeof(double) * (size_t)(B * T * dim + 1));
-	ref_attention(q4, kp, vp, sm, 1 / sqrt((double)d), B, H, T, K, d, o);
+	tu_ref_attention(q4, kp, vp, sm, false, 1 / sqrt((double)d), B, H, T, K, d, d, o);
 	for (int64_t b = 0; b < B; b++)
 		for (int64_t h = 0; h < H; h++)
 			for (int64_t t = 0; t < T; t++)
