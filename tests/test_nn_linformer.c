@@ -106,8 +106,8 @@ static double *ref_linformer(const struct nn_linformer *m, const double *x, cons
 					int64_t pos = j * kern + r;
 					all = all && (pos >= T || (mask && mask[b * T + pos] == 0));
 				}
-				sm[b * K + j] =
-				    !all; /* a slot of hidden positions only is hidden */
+				/* a slot of hidden positions only is hidden */
+				sm[b * K + j] = !all;
 			}
 	}
 	double *o = malloc(sizeof(double) * (size_t)(B * T * dim + 1));
