@@ -73,7 +73,7 @@ static float exps_row_f32(float *s, int64_t n, int64_t vis, const float *hid, fl
 		float sb = 0;
 #pragma omp simd reduction(+ : sb)
 		for (int64_t i = i0; i < i1; i++) {
-			float e = exp_softmax_f32(s[i] - m);
+			float e = exp_nonpos_f32(s[i] - m);
 			s[i] = e;
 			sb += e;
 		}
@@ -121,7 +121,7 @@ static void grad_row_f32(float *s, float *g, int64_t n, int64_t vis, const float
 		float db = 0;
 #pragma omp simd reduction(+ : db)
 		for (int64_t i = i0; i < i1; i++) {
-			s[i] = exp_softmax_f32(s[i] - lse);
+			s[i] = exp_nonpos_f32(s[i] - lse);
 			db += s[i] * g[i];
 		}
 		dot += db;

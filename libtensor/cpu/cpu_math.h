@@ -4,7 +4,8 @@
  *
  * exp_f32: within about 1 ulp. erfc_f: t exp(-z^2) Q(t) with our own polynomial fit Q (relative
  * error below 2.5e-7; in the far tail the rounding of z^2 dominates, 4e-6 at z = 8.5), so it
- * keeps the relative precision in the tail that x Phi(x) needs for x << 0. */
+ * keeps the relative precision in the tail that x Phi(x) needs for x << 0, down to FLT_MIN
+ * (erfc(z) for z > 9.3 and GELU below x = -13.2 are 0, not subnormal). */
 #ifndef CFORMER_CPU_MATH_H
 #define CFORMER_CPU_MATH_H
 
@@ -82,12 +83,12 @@ CPU_MATH float exp_f32(float x)
 	return f32_select(x != x, x, f32_select(above, y, 0.0f));
 }
 
-/* exp for the x <= 0 of a softmax whose probabilities only feed products (the fused
- * attention): half the work of exp_f32, by rounding with the 1.5 * 2^23 shift and a single
- * scale factor. Within 1 ulp for -87.3 <= x <= 88; a result below FLT_MIN (x < -87.3)
- * is flushed to 0, so exp(-inf) = 0; NaN stays NaN. tensor_softmax keeps exp_f32, right
- * down to the subnormals. */
-CPU_MATH float exp_softmax_f32(float x)
+/* exp for x <= 0 where a result below FLT_MIN may be 0: the fused attention's softmax (its
+ * probabilities only feed products) and the exp(-z^2) of erfc and GELU. Half the work of
+ * exp_f32, by rounding with the 1.5 * 2^23 shift and a single scale factor. Within 1 ulp for
+ * -87.3 <= x <= 88; a result below FLT_MIN (x < -87.3) is flushed to 0, so exp(-inf) = 0;
+ * NaN stays NaN. tensor_softmax keeps exp_f32, right down to the subnormals. */
+CPU_MATH float exp_nonpos_f32(float x)
 {
 	const float lo = -87.33654f, shift = 12582912.0f; /* ln(FLT_MIN), 1.5 * 2^23 */
 	float xc = f32_select(x < lo, lo, x);
@@ -125,7 +126,7 @@ CPU_MATH float erfc_abs_f(float z, float e)
 
 CPU_MATH float erfc_f(float x)
 {
-	float z = fabsf(x), e = erfc_abs_f(z, exp_f32(-z * z));
+	float z = fabsf(x), e = erfc_abs_f(z, exp_nonpos_f32(-z * z));
 	return f32_select(x < 0, 2.0f - e, e);
 }
 
@@ -150,7 +151,7 @@ CPU_MATH float gelu_f(float x)
  * and Phi(x) = erfc(-x / sqrt(2)) / 2. */
 CPU_MATH float gelu_grad_f(float x)
 {
-	float z = fabsf(x) * CPU_SQRT_1_2, e = exp_f32(-z * z), c = erfc_abs_f(z, e);
+	float z = fabsf(x) * CPU_SQRT_1_2, e = exp_nonpos_f32(-z * z), c = erfc_abs_f(z, e);
 	return 0.5f * f32_select(x > 0, 2.0f - c, c) + x * CPU_INV_SQRT_2PI * e;
 }
 
