@@ -44,21 +44,19 @@ struct tensor *ag_heap_matmul(const struct tensor *a, const struct tensor *b)
 static struct tensor *matmul_grad_a(const struct tensor *a, const struct tensor *a2,
 				    const struct tensor *b2, const struct tensor *g2)
 {
-	int nbat = g2->ndim - 2;
-	if (batch_numel(a2) == 1 && batch_numel(g2) > 1) {
-		/* A is shared by the whole batch: one GEMM of [m, batch*n] x [batch*n, k].
-		 * Then B's batch equals dC's (A's batch dims are all 1). */
-		int perm[TENSOR_MAX_DIMS];
-		perm[0] = nbat;
-		for (int d = 0; d < nbat; d++)
-			perm[1 + d] = d;
-		perm[nbat + 1] = nbat + 1;
-		int64_t gsh[2] = { g2->shape[nbat], batch_numel(g2) * g2->shape[nbat + 1] };
-		struct tensor *gm = tensor_reshape(tensor_permute(g2, perm), 2, gsh);
-		struct tensor *bt = flat_rows(tensor_transpose(b2, -1, -2)); /* [batch*n, k] */
-		return tensor_reshape(mm(gm, bt), a->ndim, a->shape);
-	}
 	struct tensor *bt = tensor_transpose(b2, -1, -2); /* dA [..., m, k]; batch dims: summed */
+	if (batch_numel(a2) == 1 && batch_numel(g2) > 1) {
+		/* A is shared by the whole batch (the Linformer's projection): its gradient is the
+		 * sum of the batch's products, each accumulated in place (a single GEMM would
+		 * need dC and B^T copied into [m, batch*n] and [batch*n, k]). */
+		tensor_heap_begin();
+		struct tensor *da = tensor_matmul_sum_to(g2, bt, ag_product_dtype(g2));
+		struct tensor *r = da && a->ndim != 2 ? tensor_reshape(da, a->ndim, a->shape) : da;
+		if (r != da)
+			tensor_free(da);
+		tensor_heap_end();
+		return r;
+	}
 	return a->ndim == 1 ? tensor_squeeze(mm(g2, bt), -2) : ag_heap_matmul(g2, bt);
 }
 

@@ -346,15 +346,23 @@ static int check_order(const int *order, int nd)
 
 /* A·B as dtype out_dt, plus add (broadcast to the result, of dtype out_dt) when not NULL:
  * the result starts as add and the GEMM accumulates into it. order: the result's memory
- * layout (see new_laid_out). */
+ * layout (see new_laid_out). sum: the products summed over the batch into one [m, n]
+ * (a zeroed result seen with batch strides 0, which the gemm slot accumulates into). */
 static struct tensor *matmul_impl(const struct tensor *a, const struct tensor *b,
 				  const struct tensor *add, const int *order,
-				  enum tensor_dtype out_dt)
+				  enum tensor_dtype out_dt, bool sum)
 {
 	if (!a || !b)
 		return NULL;
 	if (matmul_check(a, b, out_dt) < 0)
 		return NULL;
+	if (sum && (a->ndim < 2 || b->ndim < 2)) {
+		char ba[128], bb[128];
+		tensor_error(
+		    TENSOR_ERR_SHAPE, "matmul_sum: %s x %s, expected operands of at least 2 dims",
+		    tensor_shape_str(a, ba, sizeof ba), tensor_shape_str(b, bb, sizeof bb));
+		return NULL;
+	}
 	if (add && add->storage->device != a->storage->device)
 		return tensor_check_pair(OP, a, add), NULL; /* the device error */
 	if (add && add->dtype != out_dt) {
@@ -387,7 +395,8 @@ static struct tensor *matmul_impl(const struct tensor *a, const struct tensor *b
 		sh[ond++] = n;
 	if (check_order(order, ond) < 0)
 		goto done;
-	out = new_laid_out(a, out_dt, ond, sh, order);
+	out = sum ? tensor_zeros(out_dt, a->storage->device, 2, sh + nbat)
+		  : new_laid_out(a, out_dt, ond, sh, order);
 	if (!out)
 		goto done;
 	if (add && !broadcasts_to(add, ond, sh)) {
@@ -419,9 +428,11 @@ static struct tensor *matmul_impl(const struct tensor *a, const struct tensor *b
 	}
 	if (order) /* both operands at least 2-d: out has the shape sh */
 		memcpy(st, out->strides, sizeof(int64_t) * (size_t)(nbat + 2));
+	for (int d = 0; d < nbat && sum; d++)
+		st[d] = 0;
 	c = tensor_new_view(out, nbat + 2, sh, st, out->offset);
 	if (!ae || !bme || !c ||
-	    (tensor_numel(c) > 0 && matmul_batched(be, ae, bme, c, add ? 1.0 : 0.0) < 0)) {
+	    (tensor_numel(c) > 0 && matmul_batched(be, ae, bme, c, add || sum ? 1.0 : 0.0) < 0)) {
 		tensor_free(out);
 		out = NULL;
 	}
@@ -436,13 +447,19 @@ done:
 
 struct tensor *tensor_matmul(const struct tensor *a, const struct tensor *b)
 {
-	return a ? matmul_impl(a, b, NULL, NULL, product_dtype(a, b)) : NULL;
+	return a ? matmul_impl(a, b, NULL, NULL, product_dtype(a, b), false) : NULL;
 }
 
 struct tensor *tensor_matmul_to(const struct tensor *a, const struct tensor *b,
 				enum tensor_dtype dt)
 {
-	return a ? matmul_impl(a, b, NULL, NULL, dt) : NULL;
+	return a ? matmul_impl(a, b, NULL, NULL, dt, false) : NULL;
+}
+
+struct tensor *tensor_matmul_sum_to(const struct tensor *a, const struct tensor *b,
+				    enum tensor_dtype dt)
+{
+	return a ? matmul_impl(a, b, NULL, NULL, dt, true) : NULL;
 }
 
 struct tensor *tensor_matmul_add(const struct tensor *a, const struct tensor *b,
@@ -451,7 +468,7 @@ struct tensor *tensor_matmul_add(const struct tensor *a, const struct tensor *b,
 	if (!a || !c)
 		return NULL;
 	bool both_bf16 = b && a->dtype == TENSOR_BF16 && b->dtype == TENSOR_BF16;
-	return matmul_impl(a, b, c, NULL, both_bf16 ? c->dtype : product_dtype(a, b));
+	return matmul_impl(a, b, c, NULL, both_bf16 ? c->dtype : product_dtype(a, b), false);
 }
 
 struct tensor *tensor_matmul_laid_out(const struct tensor *a, const struct tensor *b,
@@ -474,5 +491,5 @@ struct tensor *tensor_matmul_laid_out_to(const struct tensor *a, const struct te
 			     tensor_shape_str(b, bb, sizeof bb));
 		return NULL;
 	}
-	return matmul_impl(a, b, NULL, order, dt);
+	return matmul_impl(a, b, NULL, order, dt, false);
 }

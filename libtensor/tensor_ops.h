@@ -159,6 +159,13 @@ struct tensor *tensor_matmul(const struct tensor *a, const struct tensor *b);
  * Another dt is TENSOR_ERR_DTYPE. */
 struct tensor *tensor_matmul_to(const struct tensor *a, const struct tensor *b,
 				enum tensor_dtype dt);
+/* The products summed over the batch: A [..., m, k] x B [..., k, n], both at
+ * least 2-d, batch dims broadcast as in tensor_matmul, give one [m, n] in dtype
+ * dt (as tensor_matmul_to). Each product accumulates into it in turn, with no
+ * copy of A or B: the gradient of an operand shared by the batch (sum_i dC_i
+ * B_i^T). Errors as tensor_matmul_to; a 1-d operand (TENSOR_ERR_SHAPE). */
+struct tensor *tensor_matmul_sum_to(const struct tensor *a, const struct tensor *b,
+				    enum tensor_dtype dt);
 /* A·B + C in one pass over the result (C is copied in, the GEMM accumulates
  * onto it): the linear layer's x W^T + b. C broadcasts to the product's shape
  * and shares its device; its dtype is A's, or for bf16 A and B either bf16 or

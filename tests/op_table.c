@@ -226,6 +226,22 @@ static struct tensor *grad_matmul(struct tensor *const *in, const struct op_row 
 	return r->nin == 3 ? ag_add(p, in[2]) : p;
 }
 
+static struct tensor *op_matmul_sum(struct tensor *const *in, const struct op_row *r)
+{
+	(void)r;
+	return tensor_matmul_sum_to(in[0], in[1], in[0]->dtype);
+}
+
+/* The reference products summed over their batch dims. */
+static struct tensor *ref_matmul_sum(struct tensor *const *in, const struct op_row *r)
+{
+	struct tensor *p = ref_matmul(in, r);
+	int dims[TENSOR_MAX_DIMS];
+	for (int d = 0; p && d < p->ndim - 2; d++)
+		dims[d] = d;
+	return p ? tensor_sum(p, p->ndim - 2, dims, false) : NULL;
+}
+
 static const int heads_last[4] = { 0, 2, 1, 3 };
 
 static struct tensor *op_matmul_laid_out(struct tensor *const *in, const struct op_row *r)
@@ -451,6 +467,12 @@ static const struct op_row table[] = {
 	{ "matmul broadcast batch", op_matmul, ref_matmul, grad_matmul, 2, { 4, 3 },
 	  { S(2, 1, 7, 5), S(3, 5, 9) }, .dtypes = OP_GEMM, .layouts = OP_LAYOUTS, .ulps32 = 32,
 	  .ulps64 = 32 },
+	{ "matmul shared", op_matmul, ref_matmul, grad_matmul, 2, { 2, 3 },
+	  { S(7, 5), S(3, 5, 9) }, .dtypes = OP_GEMM, .layouts = OP_LAYOUTS, .ulps32 = 32,
+	  .ulps64 = 32 },
+	{ "matmul_sum", op_matmul_sum, ref_matmul_sum, NULL, 2, { 3, 3 },
+	  { S(4, 6, 5), S(4, 5, 9) }, .dtypes = OP_GEMM, .layouts = OP_LAYOUTS, .ulps32 = 64,
+	  .ulps64 = 64 },
 	{ "matmul vector", op_matmul, ref_matmul, grad_matmul, 2, { 1, 2 }, { S(5), S(5, 9) },
 	  .dtypes = OP_GEMM, .layouts = OP_LAYOUTS, .ulps32 = 32, .ulps64 = 32 },
 	{ "matmul matrix-vector", op_matmul, ref_matmul, grad_matmul, 2, { 2, 1 },

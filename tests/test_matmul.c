@@ -177,12 +177,11 @@ END_TEST
  * f64, at one and two threads. */
 START_TEST(test_packed_rule)
 {
-	static const int64_t sizes[][3] = { { 256, 1024, 256 }, { 256, 1023, 256 },
-					    { 255, 1024, 256 }, { 64, 128, 512 },
-					    { 64, 129, 512 },	{ 63, 128, 512 },
-					    { 64, 128, 511 },	{ 64, 128, 128 },
-					    { 64, 128, 127 },	{ 128, 64, 64 },
-					    { 128, 64, 63 },	{ 64, 129, 128 } };
+	static const int64_t sizes[][3] = {
+		{ 256, 1024, 256 }, { 256, 1023, 256 }, { 255, 1024, 256 }, { 64, 128, 512 },
+		{ 64, 129, 512 },   { 63, 128, 512 },	{ 64, 128, 511 },   { 64, 128, 128 },
+		{ 64, 128, 127 },   { 128, 64, 64 },	{ 128, 64, 63 },    { 64, 129, 128 }
+	};
 	int saved = tensor_get_num_threads();
 	for (int t = 0; t < 2; t++)
 		for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
@@ -196,8 +195,9 @@ START_TEST(test_packed_rule)
 			if (m * n * k <= 64 * 512 * 128) {
 				check_matmul_nocopy(rand3(dt, 3, m, k, 70 + i),
 						    rand3(dt, 3, k, n, 80 + i));
-				check_matmul_nocopy(rand3(dt, 3, m, k, 90 + i),
-						    tensor_transpose(rand3(dt, 3, n, k, 100 + i), 1, 2));
+				check_matmul_nocopy(
+				    rand3(dt, 3, m, k, 90 + i),
+				    tensor_transpose(rand3(dt, 3, n, k, 100 + i), 1, 2));
 			}
 		}
 	tensor_set_num_threads(saved);
@@ -440,6 +440,70 @@ START_TEST(test_matmul_add)
 	tensor_error(TENSOR_ERR_ARG, "earlier failure");
 	ck_assert(tensor_matmul_add(a, b, NULL) == NULL);
 	tu_assert_error(true, TENSOR_ERR_ARG, "earlier failure", NULL);
+}
+END_TEST
+
+/* tensor_matmul_sum_to against the reference products summed over the batch, with no
+ * operand copied: a shared A (the Linformer's projection gradient, B transposed), both
+ * batched, broadcast and split-heads batches, an empty batch (zeros), bf16 operands. */
+static void check_matmul_sum(const struct tensor *a, const struct tensor *b)
+{
+	int ond;
+	int64_t osh[TENSOR_MAX_DIMS];
+	double *all = ref_matmul(a, b, &ond, osh);
+	int64_t m = osh[ond - 2], n = osh[ond - 1], nb = 1;
+	for (int d = 0; d < ond - 2; d++)
+		nb *= osh[d];
+	double *want = calloc((size_t)(m * n) + 1, sizeof(double));
+	for (int64_t i = 0; i < nb * m * n; i++)
+		want[i % (m * n)] += all[i];
+	size_t before = live_bytes();
+	struct tensor *c = tensor_matmul_sum_to(a, b, a->dtype);
+	tu_assert_shape(c, 2, (int64_t[]){ m, n });
+	ck_assert_uint_eq(live_bytes() - before, arena_size(tensor_nbytes(c)));
+	double k = (double)a->shape[a->ndim - 1] * (double)nb;
+	tu_assert_close(c, want, m * n, (a->dtype == TENSOR_F64 ? 1e-13 : 1e-6) * (k + 1),
+			tu_tol(a->dtype));
+	free(want);
+	free(all);
+}
+
+START_TEST(test_matmul_sum)
+{
+	for (int t = 0; t < 2; t++) {
+		enum tensor_dtype dt = float_types[t];
+		/* dE = sum_b dC_b X_b^T for E [k, n] shared by X [B, n, d] */
+		check_matmul_sum(rand3(dt, 6, 5, 7, 1),
+				 tensor_transpose(rand3(dt, 6, 9, 7, 2), 1, 2));
+		check_matmul_sum(rand2(dt, 5, 7, 3), rand3(dt, 4, 7, 6, 4));
+		check_matmul_sum(tu_rand(dt, 4, (int64_t[]){ 2, 1, 5, 6 }, 5),
+				 rand3(dt, 3, 6, 4, 6));
+		struct tensor *xs =
+		    tensor_transpose(tu_rand(dt, 4, (int64_t[]){ 5, 6, 3, 2 }, 7), 1, 2);
+		check_matmul_sum(tu_rand(dt, 4, (int64_t[]){ 1, 3, 4, 6 }, 8), xs);
+		check_matmul_sum(rand2(dt, 3, 4, 9), rand2(dt, 4, 5, 10)); /* no batch */
+		struct tensor *z =
+		    tensor_matmul_sum_to(rand3(dt, 0, 3, 4, 11), rand3(dt, 0, 4, 5, 12), dt);
+		double zeros[15] = { 0 };
+		tu_assert_close(z, zeros, 15, 0, 0);
+	}
+	/* bf16 operands, f32 result: the sum of the f32 products of the same bf16 values */
+	struct tensor *a = rand3(TENSOR_F32, 4, 6, 8, 13), *b = rand3(TENSOR_F32, 4, 8, 5, 14);
+	struct tensor *a16 = tensor_cast(a, TENSOR_BF16), *b16 = tensor_cast(b, TENSOR_BF16);
+	struct tensor *want =
+	    tensor_sum(tensor_matmul(tensor_cast(a16, TENSOR_F32), tensor_cast(b16, TENSOR_F32)), 1,
+		       (const int[]){ 0 }, false);
+	double *w = tu_values(want);
+	tu_assert_close(tensor_matmul_sum_to(a16, b16, TENSOR_F32), w, 30, 1e-5, 1e-5);
+	free(w);
+	tu_assert_error(tensor_matmul_sum_to(rand2(TENSOR_F32, 3, 4, 15),
+					     tu_rand(TENSOR_F32, 1, (int64_t[]){ 4 }, 16),
+					     TENSOR_F32) == NULL,
+			TENSOR_ERR_SHAPE, "matmul_sum: [3,4] x [4]", "at least 2 dims");
+	tu_assert_error(tensor_matmul_sum_to(a, rand3(TENSOR_F32, 3, 8, 5, 17), TENSOR_F32) == NULL,
+			TENSOR_ERR_SHAPE, "batch dims do not broadcast", NULL);
+	tu_assert_error(tensor_matmul_sum_to(a, b, TENSOR_F64) == NULL, TENSOR_ERR_DTYPE,
+			"cannot give a f64 result", NULL);
 }
 END_TEST
 
@@ -762,6 +826,7 @@ int main(void)
 		{ "threads", test_threads },
 		{ "matmul_errors", test_matmul_errors },
 		{ "matmul_add", test_matmul_add },
+		{ "matmul_sum", test_matmul_sum },
 		{ "matmul_heap", test_matmul_heap },
 		{ "matmul_laid_out", test_matmul_laid_out },
 		{ "gemm_slot", test_gemm_slot },
