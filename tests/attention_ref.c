@@ -53,15 +53,11 @@ struct tensor *tu_mask_i32(int64_t B, int64_t S, const int *vals)
 
 size_t tu_attention_peak(struct tensor *q, struct tensor *k, struct tensor *v)
 {
-	ag_no_grad_begin();
-	tensor_scope_begin();
-	size_t base = tensor_mem_stats(TENSOR_CPU).live_bytes;
-	tensor_mem_reset_peak(TENSOR_CPU);
+	size_t base = tu_peak_begin();
 	struct tensor *o = nn_attention(q, k, v, NULL, false, 0.5, NULL);
-	size_t used = tensor_mem_stats(TENSOR_CPU).peak_bytes - base;
+	size_t used = tu_peak_bytes(base);
 	ck_assert_msg(o != NULL, "%s", tensor_last_error());
-	tensor_scope_end();
-	ag_no_grad_end();
+	tu_peak_end();
 	return used;
 }
 

@@ -338,20 +338,16 @@ START_TEST(test_attention_by_head)
 	struct tensor *y = nn_attention_by_head(q, k, v, m, false, 0.5, NULL);
 	tu_assert_shape(y, 3, (int64_t[]){ B, T, H * dv });
 	tu_assert_close(y, want, B * T * H * dv, 1e-12, 1e-12);
-	ag_no_grad_begin();
-	tensor_scope_begin();
-	size_t base = tensor_mem_stats(TENSOR_CPU).live_bytes;
-	tensor_mem_reset_peak(TENSOR_CPU);
+	size_t base = tu_peak_begin();
 	struct tensor *yn = nn_attention_by_head(q, k, v, m, false, 0.5, NULL);
-	size_t peak = tensor_mem_stats(TENSOR_CPU).peak_bytes - base;
+	size_t peak = tu_peak_bytes(base);
 	tu_assert_close(yn, want, B * T * H * dv, 1e-12, 1e-12);
 	/* the result, and one head's q*scale, probabilities, output and masks */
 	size_t result = sizeof(double) * (size_t)(B * T * H * dv);
 	size_t head = sizeof(double) * (size_t)(B * (T * d + T * S + T * dv + 2 * S + T));
 	ck_assert_msg(peak <= result + head + 4096, "peak %zu, result %zu, one head %zu", peak,
 		      result, head);
-	tensor_scope_end();
-	ag_no_grad_end();
+	tu_peak_end();
 	free(want);
 	tu_assert_error(!nn_attention_by_head(q, v, v, NULL, false, 0.5, NULL), TENSOR_ERR_SHAPE,
 			"nn_attention", "[2,3,4,2]");

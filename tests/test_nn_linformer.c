@@ -613,16 +613,12 @@ END_TEST
 /* Peak bytes of one no-grad forward of f (mha if lf is NULL). */
 static size_t peak_of(const struct nn_linformer *lf, const struct nn_mha *mha, struct tensor *x)
 {
-	ag_no_grad_begin();
-	tensor_scope_begin();
-	size_t base = tensor_mem_stats(TENSOR_CPU).live_bytes;
-	tensor_mem_reset_peak(TENSOR_CPU);
+	size_t base = tu_peak_begin();
 	struct tensor *y =
 	    lf ? nn_linformer_forward(lf, x, NULL) : nn_mha_forward(mha, x, NULL, false);
 	ck_assert_msg(y != NULL, "%s", tensor_last_error());
-	size_t peak = tensor_mem_stats(TENSOR_CPU).peak_bytes - base;
-	tensor_scope_end();
-	ag_no_grad_end();
+	size_t peak = tu_peak_bytes(base);
+	tu_peak_end();
 	return peak;
 }
 

@@ -302,16 +302,12 @@ END_TEST
 /* Peak bytes of one no-grad forward, in a scope of its own. */
 static size_t forward_peak(const struct nn_mha *m, struct tensor *x, struct tensor **keep)
 {
-	ag_no_grad_begin();
-	tensor_scope_begin();
-	size_t base = tensor_mem_stats(TENSOR_CPU).live_bytes;
-	tensor_mem_reset_peak(TENSOR_CPU);
+	size_t base = tu_peak_begin();
 	struct tensor *y = nn_mha_forward(m, x, NULL, true);
 	ck_assert_msg(y != NULL, "%s", tensor_last_error());
-	size_t peak = tensor_mem_stats(TENSOR_CPU).peak_bytes - base;
+	size_t peak = tu_peak_bytes(base);
 	*keep = tensor_scope_keep(y);
-	tensor_scope_end();
-	ag_no_grad_end();
+	tu_peak_end();
 	return peak;
 }
 
@@ -363,13 +359,11 @@ START_TEST(test_mha_sequential_blocks)
 		ag_no_grad_begin();
 		struct tensor *y = nn_mha_forward(&m, x, mask, false);
 		m.sequential_heads = true;
-		tensor_scope_begin();
-		size_t base = tensor_mem_stats(TENSOR_CPU).live_bytes;
-		tensor_mem_reset_peak(TENSOR_CPU);
+		size_t base = tu_peak_begin();
 		struct tensor *ys = nn_mha_forward(&m, x, mask, false);
-		size_t peak = tensor_mem_stats(TENSOR_CPU).peak_bytes - base;
+		size_t peak = tu_peak_bytes(base);
 		ys = tensor_scope_keep(ys);
-		tensor_scope_end();
+		tu_peak_end();
 		ag_no_grad_end();
 		size_t head = sizeof(float) * (size_t)(B * T * T);
 		size_t block = sizeof(float) * (size_t)NN_BY_HEAD_SCORES + ((size_t)1 << 20);

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd.h"
+
 static int start_depth;
 
 void tu_setup(void)
@@ -132,4 +134,24 @@ void tu_assert_error(bool failed, int status, const char *sub1, const char *sub2
 double tu_tol(enum tensor_dtype dt)
 {
 	return dt == TENSOR_F64 ? 1e-12 : 2e-6;
+}
+
+size_t tu_peak_begin(void)
+{
+	ag_no_grad_begin();
+	tensor_scope_begin();
+	size_t base = tensor_mem_stats(TENSOR_CPU).live_bytes;
+	tensor_mem_reset_peak(TENSOR_CPU);
+	return base;
+}
+
+size_t tu_peak_bytes(size_t base)
+{
+	return tensor_mem_stats(TENSOR_CPU).peak_bytes - base;
+}
+
+void tu_peak_end(void)
+{
+	tensor_scope_end();
+	ag_no_grad_end();
 }

@@ -40,5 +40,11 @@ void tu_assert_same(const struct tensor *a, const struct tensor *b, double tol);
 void tu_assert_error(bool failed, int status, const char *sub1, const char *sub2);
 /* Tolerances for a dtype: tight for f64, float-level for f32. */
 double tu_tol(enum tensor_dtype dt);
+/* Peak CPU memory of the calls that follow: tu_peak_begin opens a no-grad scope,
+ * resets the peak and returns the live bytes; tu_peak_bytes(base) is the peak
+ * above them so far; tu_peak_end closes the scope (keep a result first). */
+size_t tu_peak_begin(void);
+size_t tu_peak_bytes(size_t base);
+void tu_peak_end(void);
 
 #endif
