@@ -36,6 +36,39 @@ START_TEST(test_create_fill)
 }
 END_TEST
 
+/* Fills through each path: zeros as bytes (every dtype, -0.0 keeps its sign), f32 rows,
+ * other values per element; a strided view fills its own elements only; a large tensor
+ * runs in parallel. */
+START_TEST(test_fill_paths)
+{
+	const enum tensor_dtype dts[] = { TENSOR_F32, TENSOR_F64, TENSOR_I32, TENSOR_I64,
+					  TENSOR_BF16 };
+	for (int k = 0; k < 5; k++) {
+		struct tensor *a = tensor_full(dts[k], TENSOR_CPU, 2, (int64_t[]){ 4, 6 }, 5);
+		struct tensor *col =
+		    tensor_narrow(tensor_transpose(a, 0, 1), 0, 1, 2); /* cols 1-2 */
+		ck_assert_int_eq(tensor_fill_(col, 0), TENSOR_OK);
+		double w[24];
+		for (int i = 0; i < 24; i++)
+			w[i] = i % 6 == 1 || i % 6 == 2 ? 0 : 5;
+		tu_assert_close(a, w, 24, 0, 0);
+		ck_assert_int_eq(tensor_fill_(col, -3), TENSOR_OK);
+		for (int i = 0; i < 24; i++)
+			w[i] = i % 6 == 1 || i % 6 == 2 ? -3 : 5;
+		tu_assert_close(a, w, 24, 0, 0);
+	}
+	struct tensor *nz = tensor_full(TENSOR_F32, TENSOR_CPU, 1, (int64_t[]){ 3 }, -0.0);
+	ck_assert(signbit(tensor_get(nz, (int64_t[]){ 2 })));
+	const int64_t big = 100003;
+	struct tensor *b = tensor_full(TENSOR_F32, TENSOR_CPU, 1, &big, 0.1);
+	ck_assert_int_eq(tensor_fill_(tensor_narrow(b, 0, 7, big - 14), 0), TENSOR_OK);
+	const float *pb = tensor_data(b);
+	for (int64_t i = 0; i < big; i++)
+		ck_assert_msg(pb[i] == (i < 7 || i >= big - 7 ? 0.1f : 0.0f), "element %lld: %g",
+			      (long long)i, pb[i]);
+}
+END_TEST
+
 START_TEST(test_arange_from_data)
 {
 	struct tensor *a = tensor_arange(TENSOR_F64, TENSOR_CPU, 1, 2, 0.25);
@@ -109,7 +142,7 @@ START_TEST(test_create_errors)
 	const int codes[] = { TENSOR_OK,	 TENSOR_ERR_SHAPE, TENSOR_ERR_DTYPE,
 			      TENSOR_ERR_DEVICE, TENSOR_ERR_NOMEM, TENSOR_ERR_UNSUPPORTED,
 			      TENSOR_ERR_IO,	 TENSOR_ERR_ARG,   TENSOR_ERR_CUDA,
-			      TENSOR_ERR_STATE,  TENSOR_ERR_COMM };
+			      TENSOR_ERR_STATE,	 TENSOR_ERR_COMM };
 	const int ncodes = (int)(sizeof codes / sizeof codes[0]);
 	for (int i = 0; i < ncodes; i++) {
 		ck_assert_str_ne(tensor_status_string(codes[i]), "unknown error");
@@ -653,8 +686,8 @@ START_TEST(test_busy_cpus)
 	ck_assert_int_eq(cpu_busy_cpus("", after, NULL, 0), 0);
 	ck_assert_int_eq(cpu_busy_cpus("cpuX 1 2 3 4\ngarbage\n", "cpu0 1\n", NULL, 0), 0);
 	/* steal counts as busy: the hypervisor gave the time to someone else */
-	ck_assert_int_eq(cpu_busy_cpus("cpu0 0 0 0 100 0 0 0 0\n", "cpu0 0 0 0 150 0 0 0 60\n", NULL, 0),
-			 1);
+	ck_assert_int_eq(
+	    cpu_busy_cpus("cpu0 0 0 0 100 0 0 0 0\n", "cpu0 0 0 0 150 0 0 0 60\n", NULL, 0), 1);
 }
 END_TEST
 
@@ -709,6 +742,7 @@ int main(void)
 	Suite *s = suite_create("tensor");
 	TCase *tc = tu_tcase("create");
 	tcase_add_test(tc, test_create_fill);
+	tcase_add_test(tc, test_fill_paths);
 	tcase_add_test(tc, test_arange_from_data);
 	tcase_add_test(tc, test_create_errors);
 	tcase_add_test(tc, test_dim_wrap_and_names);

@@ -81,7 +81,30 @@ int cpu_copy(struct tensor *dst, const struct tensor *src)
 
 int cpu_fill(struct tensor *dst, double value)
 {
-	FOR_EACH_INDEX(dst, value);
+	const struct tensor *ts[1] = { dst };
+	struct cpu_loop l;
+	cpu_loop_init(&l, 1, ts);
+	enum tensor_dtype dt = dst->dtype;
+	int64_t items = cpu_loop_items(&l);
+	float f = (float)value;
+	/* zeros (every dtype's 0 is all-zero bytes) and f32 rows: no per-element dtype switch */
+	bool zero = value == 0 && !signbit(value), f32 = dt == TENSOR_F32;
+#pragma omp parallel for num_threads(cpu_num_threads()) if (l.rows * l.n > CPU_PAR_MIN)
+	for (int64_t t = 0; t < items; t++) {
+		char *p;
+		int64_t bs, n = cpu_loop_item(&l, t, &p, &bs, NULL);
+		if (bs == (int64_t)l.esize[0] && zero) {
+			memset(p, 0, (size_t)(n * bs));
+		} else if (bs == 4 && f32) {
+			float *o = (float *)p;
+#pragma omp simd
+			for (int64_t i = 0; i < n; i++)
+				o[i] = f;
+		} else {
+			for (int64_t i = 0; i < n; i++)
+				cpu_store(p + i * bs, dt, value);
+		}
+	}
 	return TENSOR_OK;
 }
 
