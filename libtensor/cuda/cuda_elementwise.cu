@@ -80,6 +80,8 @@ __device__ static __forceinline__ void ew_offsets(const ew_geo &g, int nd, int64
 }
 
 /* ---- scalar math: ports of cpu_math.h (f32) and of the CPU's f64 forms ------ */
+/* erfc and GELU take f_exp for exp(-z^2) where the CPU takes its one-scale exp_nonpos_f32:
+ * the same to 1 ulp down to FLT_MIN, below which the CPU flushes to 0. */
 
 #define EW_SQRT_1_2 0.70710678118654752440
 #define EW_INV_SQRT_2PI 0.39894228040143267794
