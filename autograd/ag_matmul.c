@@ -51,9 +51,8 @@ static struct tensor *matmul_grad_a(const struct tensor *a, const struct tensor 
 		 * need dC and B^T copied into [m, batch*n] and [batch*n, k]). */
 		tensor_heap_begin();
 		struct tensor *da = tensor_matmul_sum_to(g2, bt, ag_product_dtype(g2));
-		struct tensor *r = da && a->ndim != 2 ? tensor_reshape(da, a->ndim, a->shape) : da;
-		if (r != da)
-			tensor_free(da);
+		struct tensor *r = tensor_reshape(da, a->ndim, a->shape);
+		tensor_free(da);
 		tensor_heap_end();
 		return r;
 	}
