@@ -257,6 +257,26 @@ START_TEST(test_unary_extremes)
 		double g = tensor_get(tensor_gelu(make(dt, 1, s1, m5)), (const int64_t[]){ 0 });
 		ck_assert_msg(fabs(g - want) <= (dt == TENSOR_F32 ? 1e-5 : 1e-12) * fabs(want),
 			      "gelu(-5) = %.10g, want %.10g", g, want);
+		/* f32: relative precision down to x = -12 (Phi(-12) = 1.7764821120776e-33);
+		 * below x = -13.2, where exp(-x^2 / 2) < FLT_MIN, gelu and gelu' are flushed
+		 * to 0 (cpu_math.h), not left as subnormals */
+		if (dt == TENSOR_F32) {
+			const double m12[1] = { -12 }, want12 = -12 * 1.7764821120776e-33;
+			g = tensor_get(tensor_gelu(make(dt, 1, s1, m12)), (const int64_t[]){ 0 });
+			ck_assert_msg(fabs(g - want12) <= 1e-5 * fabs(want12),
+				      "gelu(-12) = %.10g, want %.10g", g, want12);
+			const double tail[3] = { -13.5, -20, -1000 };
+			const int64_t s3[1] = { 3 };
+			struct tensor *xt = make(dt, 1, s3, tail);
+			struct tensor *ys[2] = { tensor_gelu(xt),
+						 tensor_unary(TENSOR_GELU_GRAD, xt, 0) };
+			for (int y = 0; y < 2; y++)
+				for (int i = 0; i < 3; i++) {
+					double v = tensor_get(ys[y], (const int64_t[]){ i });
+					ck_assert_msg(v == 0, "gelu%s(%g) = %g, want 0",
+						      y ? "'" : "", tail[i], v);
+				}
+		}
 		/* exp overflows to +inf, relu keeps NaN */
 		const double big[2] = { 1000, NAN }, wexp[2] = { INFINITY, NAN },
 			     wrelu[2] = { 1000, NAN };
