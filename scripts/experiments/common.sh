@@ -19,7 +19,8 @@ usage() {
 usage: scripts/experiments/$STUDY.sh [flags]
 $STUDY_DOC
 flags:
-  --data DIR      aclImdb directory (default: the bundled subset examples/data/aclImdb_subset)
+  --data DIR      aclImdb directory, or its archive (default: the bundled subset
+                  examples/data/aclImdb_subset)
   --epochs E      training epochs of every run (default: $DEF_EPOCHS; --quick: 2)
   --quick         a smoke test of the whole pipeline: tiny data, a small model, 2 epochs
   --seeds "S..."  seeds of each configuration (default: "1 2 3")
@@ -84,13 +85,14 @@ parse_args() {
 		*) die "--models: expected transformer, linformer or conv-linformer, got '$s'" ;;
 		esac
 	done
-	[ -z "$DATA" ] || [ -d "$DATA/train" ] || die "--data: $DATA has no train/ (expected the aclImdb layout)"
+	[ -z "$DATA" ] || [ -d "$DATA/train" ] || [ -f "$DATA" ] ||
+		die "--data: $DATA is neither an aclImdb directory (with train/) nor an archive of one"
 	OUT=${OUT:-results/$STUDY}
 	[ "$PLOTS" = 0 ] || need_gnuplot
 	find_programs
 	mkdir -p "$OUT/runs" || die "cannot create $OUT"
 	OUT=$(cd "$OUT" && pwd)
-	[ -n "$DATA" ] && DATA=$(cd "$DATA" && pwd)
+	[ -n "$DATA" ] && DATA=$(cd "$(dirname "$DATA")" && pwd)/$(basename "$DATA")
 	return 0
 }
 
