@@ -1,6 +1,7 @@
 /* Ops benchmark: matmul GFLOP/s against direct BLIS calls and the measured FMA peak, bf16
  * matmul against f32, and elementwise GB/s. Prints markdown tables. Usage: bench_ops
- * [--threads N] [--reps N] [--quick] [--bf16] */
+ * [--threads N] [--reps N] [--quick] [--bf16] [--bf16-blocks KC,MC,NC]; the last sets the
+ * cache blocks of cformer's own bf16 kernels (tensor_bf16_gemm_blocks), for tuning. */
 #include <blis.h>
 #include <immintrin.h>
 #include <stdbool.h>
@@ -15,6 +16,7 @@
 struct opts {
 	int threads, reps;
 	bool quick, bf16_only; /* --bf16: only the bf16 matmul table */
+	long long blocks[3];   /* --bf16-blocks (0: the kernels' own) */
 };
 
 static double now(void)
@@ -343,6 +345,12 @@ static void bench_matmul_bf16(const struct opts *o)
 	tensor_set_num_threads(nt);
 	printf("## matmul with bf16 inputs (%dT, GFLOP/s, best of %d, interleaved)\n\n", nt,
 	       o->reps);
+	const long long *bk = o->blocks;
+	if (bk[0] || bk[1] || bk[2])
+		printf(
+		    "Own kernels' blocks (--bf16-blocks; 0: the kernel's, others rounded up to its "
+		    "k step, MR and NR): kc %lld, mc %lld, nc %lld.\n\n",
+		    bk[0], bk[1], bk[2]);
 	printf("| product | f32 (BLIS sgemm) | bf16 -> f32, portable | bf16 -> f32, avx512bf16 "
 	       "| bf16 -> bf16, avx512bf16 | avx512bf16 / f32 | bf16 -> f32, amx | amx / f32 |\n");
 	printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -459,7 +467,8 @@ static void bench_elementwise(const struct opts *o)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: bench_ops [--threads N] [--reps N] [--quick] [--bf16]\n");
+	fprintf(stderr, "usage: bench_ops [--threads N] [--reps N] [--quick] [--bf16] "
+			"[--bf16-blocks KC,MC,NC]\n");
 	exit(2);
 }
 
@@ -475,7 +484,19 @@ int main(int argc, char **argv)
 			o.quick = true;
 		else if (!strcmp(argv[i], "--bf16"))
 			o.bf16_only = true;
-		else
+		else if (!strcmp(argv[i], "--bf16-blocks") && i + 1 < argc) {
+			long long *b = o.blocks;
+			char end;
+			if (sscanf(argv[++i], "%lld,%lld,%lld%c", &b[0], &b[1], &b[2], &end) != 3) {
+				fprintf(stderr, "bench_ops: --bf16-blocks %s: expected KC,MC,NC\n",
+					argv[i]);
+				return 2;
+			}
+			if (tensor_bf16_gemm_blocks(b[0], b[1], b[2]) < 0) {
+				fprintf(stderr, "bench_ops: %s\n", tensor_last_error());
+				return 2;
+			}
+		} else
 			usage();
 	}
 	if (o.quick && o.reps > 2)

@@ -150,6 +150,11 @@ void tensor_cpu_set_fused(bool fused);
  * TENSOR_ERR_UNSUPPORTED if the CPU lacks the kernel, TENSOR_ERR_ARG for an unknown
  * name; tensor_bf16_gemm_kernel() reports the choice. Not thread-safe. */
 int tensor_bf16_gemm_force(const char *name);
+/* For tuning (bench_ops --bf16-blocks): the cache blocks of cformer's own bf16 kernels
+ * (avx512bf16, amx): kc of k, mc rows of A, nc columns of B (cpu_gemm_bf16.c), each
+ * rounded up to the kernel's k step, MR or NR; 0 keeps the kernel's own, so (0, 0, 0)
+ * restores the defaults. TENSOR_ERR_ARG for a negative size. Not thread-safe. */
+int tensor_bf16_gemm_blocks(int64_t kc, int64_t mc, int64_t nc);
 /* For tests: the CPU's fused attention takes blocks of queries whose scores fit in
  * `scores` elements (at least 64 queries); 1 gives blocks of 64 at any S, so that small
  * shapes run in several blocks; 0 restores the default (65,536). Not thread-safe. */

@@ -659,6 +659,38 @@ START_TEST(test_kernels_alpha_beta)
 END_TEST
 
 /* The kernel choice: the default, the environment variable, and errors. */
+/* Blocks set for tuning (tensor_bf16_gemm_blocks): small ones cut every size into several
+ * k, row and column blocks (the smallest, 1, rounded up to one k step and one MR or NR),
+ * each kernel's result within the bound; negative sizes refused; (0, 0, 0) the defaults. */
+START_TEST(test_kernel_blocks)
+{
+	static const int64_t blocks[][3] = { { 64, 40, 70 }, { 1, 1, 1 }, { 100, 0, 0 } };
+	static const int64_t sizes[][4] = { { 1, 70, 130, 100 }, { 2, 33, 65, 45 } };
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(tensor_bf16_gemm_blocks(blocks[i][0], blocks[i][1], blocks[i][2]),
+				 TENSOR_OK);
+		for (int j = 0; j < 2; j++) {
+			struct slot_call g = { .batch = sizes[j][0],
+					       .m = sizes[j][1],
+					       .k = sizes[j][2],
+					       .n = sizes[j][3],
+					       .la = j,
+					       .lb = i % 2,
+					       .lc = i,
+					       .cdt = j ? TENSOR_BF16 : TENSOR_F32,
+					       .alpha = 1,
+					       .beta = i == 1 ? 1 : 0 };
+			tensor_set_num_threads(1 + j);
+			check_slot("blocks", &g);
+		}
+	}
+	tensor_set_num_threads(0);
+	tu_assert_error(tensor_bf16_gemm_blocks(64, -1, 0) < 0, TENSOR_ERR_ARG, "bf16 gemm blocks",
+			"mc -1");
+	ck_assert_int_eq(tensor_bf16_gemm_blocks(0, 0, 0), TENSOR_OK);
+}
+END_TEST
+
 START_TEST(test_kernel_choice)
 {
 	bool avx = tensor_bf16_gemm_force("avx512bf16") == TENSOR_OK;
@@ -885,6 +917,7 @@ int main(void)
 	tcase_add_test(tc, test_kernels_alpha_beta);
 	tcase_add_test(tc, test_kernels_nomem);
 	tcase_add_test(tc, test_kernel_choice);
+	tcase_add_test(tc, test_kernel_blocks);
 	tcase_add_test(tc, test_kernel_f32_sources);
 	tcase_add_test(tc, test_amx_packing);
 	suite_add_tcase(s, tc);

@@ -358,6 +358,26 @@ bool cpu_gemm_bf16_ok(enum cpu_bf16_kernel k)
 	return v;
 }
 
+/* tensor_bf16_gemm_blocks' kc, mc and nc (0: the kernel set's own) */
+static int64_t block_override[3];
+
+int tensor_bf16_gemm_blocks(int64_t kc, int64_t mc, int64_t nc)
+{
+	if (kc < 0 || mc < 0 || nc < 0)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "bf16 gemm blocks: kc %lld, mc %lld, nc %lld: expected sizes "
+				    ">= 0 (0: the kernel's own)",
+				    (long long)kc, (long long)mc, (long long)nc);
+	block_override[0] = kc, block_override[1] = mc, block_override[2] = nc;
+	return TENSOR_OK;
+}
+
+/* An overriding block x rounded up to a multiple of unit; def when there is none. */
+static int64_t block_of(int64_t x, int64_t unit, int64_t def)
+{
+	return x ? ceil_div(x, unit) * unit : def;
+}
+
 int cpu_gemm_bf16(enum cpu_bf16_kernel k, struct tensor *c, const struct tensor *a,
 		  const struct tensor *b, double alpha, double beta)
 {
@@ -367,5 +387,9 @@ int cpu_gemm_bf16(enum cpu_bf16_kernel k, struct tensor *c, const struct tensor 
 		return tensor_error(TENSOR_ERR_UNSUPPORTED,
 				    "gemm: the %s bf16 kernel does not run on this CPU",
 				    k == CPU_BF16_AVX512 ? "AVX512-BF16" : "AMX");
-	return bf16_gemm_run(sets[k], c, a, b, alpha, beta);
+	struct bf16_impl s = *sets[k];
+	s.kc = block_of(block_override[0], s.kstep, s.kc);
+	s.mc = block_of(block_override[1], s.mr, s.mc);
+	s.nc = block_of(block_override[2], s.nr, s.nc);
+	return bf16_gemm_run(&s, c, a, b, alpha, beta);
 }
