@@ -119,24 +119,31 @@ directory) and run from there, or pass --bin DIR"
 }
 
 # run_one NAME PROGRAM ARGS...: one training run into OUT/runs/NAME (its log dir), unless a
-# previous run there completed (a "done" file) with the same command and --force was not given.
-# Batches are n tokens wide (--no-bucket), so each run's costs are those of its sequence length.
+# previous run there completed (a "done" file) with the same command and --force was not given;
+# a run stopped part way (a signal saves its last.safetensors) resumes with --resume when the
+# command is the same. Batches are n tokens wide (--no-bucket), so each run's costs are those of
+# its sequence length.
 run_one() {
-	local name=$1 prog=$2 dir=$OUT/runs/$1 cmd
+	local name=$1 prog=$2 dir=$OUT/runs/$1 cmd resume=()
 	shift 2
 	set -- "$@" --no-bucket
 	cmd="$(basename "$prog") $* $EXTRA --threads $THREADS"
-	if [ -e "$dir/done" ] && [ "$(cat "$dir/done")" = "$cmd" ] && [ "$FORCE" = 0 ]; then
+	if [ "$FORCE" = 0 ] && [ -e "$dir/done" ] && [ "$(cat "$dir/done")" = "$cmd" ]; then
 		note "$name: done before, reusing"
 		return 0
 	fi
-	rm -rf "$dir" && mkdir -p "$dir"
-	note "$name: $cmd"
+	if [ "$FORCE" = 0 ] && [ -e "$dir/last.safetensors" ] && [ "$(cat "$dir/cmd" 2>/dev/null)" = "$cmd" ]; then
+		resume=(--resume)
+		note "$name: resuming: $cmd"
+	else
+		rm -rf "$dir" && mkdir -p "$dir" && echo "$cmd" >"$dir/cmd"
+		note "$name: $cmd"
+	fi
 	# shellcheck disable=SC2086 # EXTRA holds several flags
 	if ! "$prog" "$@" $EXTRA --threads "$THREADS" --log-dir "$dir" --checkpoint-dir "$dir" \
-		>"$dir/run.log" 2>&1; then
+		"${resume[@]}" >>"$dir/run.log" 2>&1; then
 		tail -n 20 "$dir/run.log" >&2
-		die "$name failed; its log: $dir/run.log"
+		die "$name failed or stopped; its log: $dir/run.log (run the study again to resume)"
 	fi
 	[ "$KEEP" = 1 ] || rm -f "$dir"/*.safetensors
 	echo "$cmd" >"$dir/done"
