@@ -42,31 +42,10 @@ static struct tensor *unary_derivative(const struct ag_node *n)
 	}
 }
 
-/* g *= op'(x) in place for the activations with a one-pass derivative
- * (grad_op), a chunk at a time: the derivative never exists whole. */
-static int mul_derivative_(struct tensor *g, const struct tensor *x, enum tensor_unary_op grad_op)
-{
-	enum { CHUNK = 1 << 20 };
-	int64_t numel = tensor_numel(g);
-	/* flat once (a non-contiguous x is copied here, not once per chunk) */
-	struct tensor *xf = tensor_reshape(x, 1, &numel), *gf = tensor_reshape(g, 1, &numel);
-	int rc = xf && gf ? TENSOR_OK : tensor_last_status();
-	for (int64_t i = 0; i < numel && rc == TENSOR_OK; i += CHUNK) {
-		int64_t len = numel - i < CHUNK ? numel - i : CHUNK;
-		tensor_scope_begin();
-		struct tensor *d = tensor_unary(grad_op, tensor_narrow(xf, 0, i, len), 0);
-		rc = d ? tensor_mul_(tensor_narrow(gf, 0, i, len), d) : tensor_last_status();
-		tensor_scope_end();
-	}
-	tensor_free(xf);
-	tensor_free(gf);
-	return rc;
-}
-
-/* GELU and SiLU: x's gradient made in dout's memory when the node can take
- * it, else in one copy of dout. */
+/* GELU and SiLU: x's gradient, dout op'(x) in one pass (mul_grad: the fused binary op),
+ * made in dout's memory when the node can take it, else in one copy of dout. */
 static int activation_backward(struct ag_node *n, const struct tensor *dout,
-			       enum tensor_unary_op grad_op)
+			       enum tensor_binary_op mul_grad)
 {
 	struct tensor *g = ag_dout_take(n);
 	if (!g) {
@@ -74,7 +53,7 @@ static int activation_backward(struct ag_node *n, const struct tensor *dout,
 		g = tensor_clone(dout);
 		tensor_heap_end();
 	}
-	if (!g || mul_derivative_(g, n->saved[0], grad_op) < 0) {
+	if (!g || tensor_binary_(mul_grad, g, n->saved[0]) < 0) {
 		tensor_free(g);
 		return tensor_last_status();
 	}
@@ -86,9 +65,9 @@ static int activation_backward(struct ag_node *n, const struct tensor *dout,
 static int unary_backward(struct ag_node *n, const struct tensor *dout)
 {
 	switch ((enum tensor_unary_op)n->i[0]) {
-	case TENSOR_GELU: return activation_backward(n, dout, TENSOR_GELU_GRAD);
-	case TENSOR_GELU_TANH: return activation_backward(n, dout, TENSOR_GELU_TANH_GRAD);
-	case TENSOR_SILU: return activation_backward(n, dout, TENSOR_SILU_GRAD);
+	case TENSOR_GELU: return activation_backward(n, dout, TENSOR_MUL_GELU_GRAD);
+	case TENSOR_GELU_TANH: return activation_backward(n, dout, TENSOR_MUL_GELU_TANH_GRAD);
+	case TENSOR_SILU: return activation_backward(n, dout, TENSOR_MUL_SILU_GRAD);
 	default: break;
 	}
 	struct tensor *d = unary_derivative(n);

@@ -420,11 +420,12 @@ static void bench_elementwise(const struct opts *o)
 				"mul",
 				"exp",
 				"gelu",
-				"gelu backward (b * gelu'(a))",
+				"gelu backward, one pass (b gelu'(a))",
+				"gelu backward composed (b * gelu'(a))",
 				"softmax (rows of 128)",
 				"dropout p 0.1 (one pass)",
 				"dropout p 0.1 composed (rand, ge, scale, mul)" };
-	int nin[] = { 2, 2, 1, 1, 2, 1, 1, 1 };
+	int nin[] = { 2, 2, 1, 1, 2, 2, 1, 1, 1 };
 	printf("## elementwise (f32, %lld elements, %d threads, best of %d)\n\n", (long long)n,
 	       o->threads, o->reps);
 	printf("| op | ms | GB/s |\n|---|---:|---:|\n");
@@ -438,10 +439,11 @@ static void bench_elementwise(const struct opts *o)
 					   : op == 1 ? tensor_mul(a, b)
 					   : op == 2 ? tensor_exp(a)
 					   : op == 3 ? tensor_gelu(a)
-					   : op == 4
+					   : op == 4 ? tensor_binary(TENSOR_MUL_GELU_GRAD, b, a)
+					   : op == 5
 					       ? tensor_mul(b, tensor_unary(TENSOR_GELU_GRAD, a, 0))
-					   : op == 5 ? tensor_softmax(rows, 1)
-					   : op == 6 ? tensor_dropout(a, 0.1, (uint64_t)r)
+					   : op == 6 ? tensor_softmax(rows, 1)
+					   : op == 7 ? tensor_dropout(a, 0.1, (uint64_t)r)
 						     : dropout_composed(a, 0.1, (uint64_t)r);
 			double t = now() - t0;
 			if (!y)

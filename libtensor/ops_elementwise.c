@@ -29,10 +29,21 @@ static const char *const unary_name[TENSOR_NUNARY] = {
 };
 
 static const char *const binary_name[TENSOR_NBINARY] = {
-	[TENSOR_ADD] = "add",	      [TENSOR_SUB] = "sub", [TENSOR_MUL] = "mul",
-	[TENSOR_DIV] = "div",	      [TENSOR_POW] = "pow", [TENSOR_MAXIMUM] = "maximum",
-	[TENSOR_MINIMUM] = "minimum", [TENSOR_EQ] = "eq",   [TENSOR_NE] = "ne",
-	[TENSOR_LT] = "lt",	      [TENSOR_LE] = "le",   [TENSOR_GT] = "gt",
+	[TENSOR_ADD] = "add",
+	[TENSOR_SUB] = "sub",
+	[TENSOR_MUL] = "mul",
+	[TENSOR_DIV] = "div",
+	[TENSOR_POW] = "pow",
+	[TENSOR_MAXIMUM] = "maximum",
+	[TENSOR_MINIMUM] = "minimum",
+	[TENSOR_MUL_GELU_GRAD] = "mul_gelu_grad",
+	[TENSOR_MUL_GELU_TANH_GRAD] = "mul_gelu_tanh_grad",
+	[TENSOR_MUL_SILU_GRAD] = "mul_silu_grad",
+	[TENSOR_EQ] = "eq",
+	[TENSOR_NE] = "ne",
+	[TENSOR_LT] = "lt",
+	[TENSOR_LE] = "le",
+	[TENSOR_GT] = "gt",
 	[TENSOR_GE] = "ge",
 };
 
@@ -154,7 +165,8 @@ struct tensor *tensor_unary(enum tensor_unary_op op, const struct tensor *x, dou
 		return NULL;
 	}
 	const struct tensor_backend *be = TENSOR_BACKEND_FOR(x->storage->device, unary, name);
-	struct tensor *out = be ? tensor_new(x->dtype, x->storage->device, x->ndim, x->shape) : NULL;
+	struct tensor *out =
+	    be ? tensor_new(x->dtype, x->storage->device, x->ndim, x->shape) : NULL;
 	if (!out)
 		return NULL;
 	return tensor_op_result(out, tensor_numel(out) ? be->unary(op, out, x, alpha) : TENSOR_OK);
@@ -232,6 +244,20 @@ struct tensor *tensor_sigmoid(const struct tensor *x)
 
 /* ---- binary ---------------------------------------------------------------- */
 
+/* Division, powers and the derivatives take floats only. */
+static int check_binary_dtype(enum tensor_binary_op op, const struct tensor *a,
+			      const struct tensor *b)
+{
+	if (is_float(a->dtype) || op == TENSOR_ADD || op == TENSOR_SUB || op == TENSOR_MUL ||
+	    op == TENSOR_MAXIMUM || op == TENSOR_MINIMUM || op >= TENSOR_EQ)
+		return TENSOR_OK;
+	char ba[128], bb[128];
+	return tensor_error(
+	    TENSOR_ERR_DTYPE, "%s: expected f32 or f64 (no integer version), got %s %s and %s %s",
+	    binary_name[op], tensor_shape_str(a, ba, sizeof ba), tensor_dtype_name(a->dtype),
+	    tensor_shape_str(b, bb, sizeof bb), tensor_dtype_name(b->dtype));
+}
+
 struct tensor *tensor_binary(enum tensor_binary_op op, const struct tensor *a,
 			     const struct tensor *b)
 {
@@ -244,16 +270,8 @@ struct tensor *tensor_binary(enum tensor_binary_op op, const struct tensor *a,
 	const char *name = binary_name[op];
 	if (check_same(name, "inputs", a, b) < 0 || tensor_check_not_bf16(name, a) < 0)
 		return NULL;
-	if (!is_float(a->dtype) && (op == TENSOR_DIV || op == TENSOR_POW)) {
-		char ba[128], bb[128];
-		tensor_error(TENSOR_ERR_DTYPE,
-			     "%s: expected f32 or f64 (integer %s is not supported), got %s %s and "
-			     "%s %s",
-			     name, op == TENSOR_DIV ? "division" : "power",
-			     tensor_shape_str(a, ba, sizeof ba), tensor_dtype_name(a->dtype),
-			     tensor_shape_str(b, bb, sizeof bb), tensor_dtype_name(b->dtype));
+	if (check_binary_dtype(op, a, b) < 0)
 		return NULL;
-	}
 	int64_t shape[TENSOR_MAX_DIMS];
 	int nd = tensor_broadcast_shape(name, a, b, shape);
 	if (nd < 0)
@@ -278,7 +296,8 @@ static int binary_inplace(enum tensor_binary_op op, const char *name, struct ten
 	char ba[128], bb[128];
 	if (!a || !b)
 		return tensor_error(TENSOR_ERR_ARG, "%s: a or b is NULL", name);
-	if (check_same(name, "inputs", a, b) < 0 || tensor_check_writable(name, a) < 0)
+	if (check_same(name, "inputs", a, b) < 0 || tensor_check_writable(name, a) < 0 ||
+	    check_binary_dtype(op, a, b) < 0)
 		return tensor_last_status();
 	int64_t shape[TENSOR_MAX_DIMS];
 	int nd = tensor_broadcast_shape(name, a, b, shape);
@@ -310,6 +329,13 @@ int tensor_add_(struct tensor *a, const struct tensor *b)
 int tensor_mul_(struct tensor *a, const struct tensor *b)
 {
 	return binary_inplace(TENSOR_MUL, "tensor_mul_", a, b);
+}
+
+int tensor_binary_(enum tensor_binary_op op, struct tensor *a, const struct tensor *b)
+{
+	if ((unsigned)op >= TENSOR_NBINARY)
+		return tensor_error(TENSOR_ERR_ARG, "tensor_binary_: invalid op %d", (int)op);
+	return binary_inplace(op, "tensor_binary_", a, b);
 }
 
 struct tensor *tensor_add(const struct tensor *a, const struct tensor *b)

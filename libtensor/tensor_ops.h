@@ -42,7 +42,8 @@ enum tensor_unary_op {
 	TENSOR_ADD_SCALAR, /* x + alpha */
 	TENSOR_MUL_SCALAR, /* x * alpha */
 	TENSOR_POW_SCALAR, /* x ^ alpha */
-	/* derivatives of the activations, one pass each (used by backward) */
+	/* derivatives of the activations, one pass each (backward takes them fused with its
+	 * product: TENSOR_MUL_GELU_GRAD and the like) */
 	TENSOR_GELU_GRAD,      /* gelu'(x) = Phi(x) + x phi(x) */
 	TENSOR_GELU_TANH_GRAD, /* gelu_tanh'(x) */
 	TENSOR_SILU_GRAD,      /* silu'(x) = s (1 + x (1 - s)), s = sigmoid(x) */
@@ -57,6 +58,10 @@ enum tensor_binary_op {
 	TENSOR_POW,
 	TENSOR_MAXIMUM,
 	TENSOR_MINIMUM,
+	/* a times an activation's derivative at b, one pass (the activations' backward) */
+	TENSOR_MUL_GELU_GRAD,	   /* a gelu'(b) */
+	TENSOR_MUL_GELU_TANH_GRAD, /* a gelu_tanh'(b) */
+	TENSOR_MUL_SILU_GRAD,	   /* a silu'(b) */
 	/* comparisons: 1 where true, 0 where false, in the inputs' dtype */
 	TENSOR_EQ,
 	TENSOR_NE,
@@ -83,6 +88,9 @@ struct tensor *tensor_add(const struct tensor *a, const struct tensor *b);
  * saved by the autograd tape (TENSOR_ERR_STATE); same dtype and device. */
 int tensor_add_(struct tensor *a, const struct tensor *b);
 int tensor_mul_(struct tensor *a, const struct tensor *b);
+/* a = a op b in place, as tensor_add_ for any binary op; the comparisons' results are 1 or 0
+ * in a's dtype. */
+int tensor_binary_(enum tensor_binary_op op, struct tensor *a, const struct tensor *b);
 struct tensor *tensor_sub(const struct tensor *a, const struct tensor *b);
 struct tensor *tensor_mul(const struct tensor *a, const struct tensor *b);
 struct tensor *tensor_div(const struct tensor *a, const struct tensor *b);

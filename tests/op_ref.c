@@ -139,6 +139,9 @@ static double binary(int op, double a, double b)
 	case TENSOR_POW: return pow(a, b);
 	case TENSOR_MAXIMUM: return isnan(a) || a > b ? a : b;
 	case TENSOR_MINIMUM: return isnan(a) || a < b ? a : b;
+	case TENSOR_MUL_GELU_GRAD: return a * unary(TENSOR_GELU_GRAD, b, 0);
+	case TENSOR_MUL_GELU_TANH_GRAD: return a * unary(TENSOR_GELU_TANH_GRAD, b, 0);
+	case TENSOR_MUL_SILU_GRAD: return a * unary(TENSOR_SILU_GRAD, b, 0);
 	case TENSOR_EQ: return a == b;
 	case TENSOR_NE: return a != b;
 	case TENSOR_LT: return a < b;

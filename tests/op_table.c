@@ -646,7 +646,10 @@ static struct op_row *generate(struct op_row *out)
 		}
 	}
 	for (int op = 0; op < TENSOR_NBINARY; op++) {
-		bool ints = op != TENSOR_DIV && op != TENSOR_POW, cmp = op >= TENSOR_EQ;
+		/* the activations' derivatives times a: float only, no backward, the ulps of
+		 * the unary derivatives */
+		bool deriv = op >= TENSOR_MUL_GELU_GRAD && op < TENSOR_EQ;
+		bool ints = op != TENSOR_DIV && op != TENSOR_POW && !deriv, cmp = op >= TENSOR_EQ;
 		for (int v = 0; v < 3; v++) {
 			struct op_row *r = &out[n];
 			snprintf(names[n++], sizeof names[0], "binary %d (%s)", op,
@@ -656,7 +659,7 @@ static struct op_row *generate(struct op_row *out)
 			*r = (struct op_row){ .name = names[n - 1],
 					      .fn = op_binary,
 					      .ref = ref_binary,
-					      .grad = cmp || v == 2 ? NULL : grad_binary,
+					      .grad = cmp || deriv || v == 2 ? NULL : grad_binary,
 					      .nin = 2,
 					      .ndim = { 3, 2 },
 					      .shape = { S(4, 5, 6), S(5, 6) },
@@ -664,8 +667,10 @@ static struct op_row *generate(struct op_row *out)
 					      .dtypes = ints ? OP_ALL : OP_FLOATS,
 					      .layouts = OP_LAYOUTS,
 					      .quantize = cmp,
-					      .ulps32 = 4,
-					      .ulps64 = 4 };
+					      .ulps32 = deriv ? 16 : 4,
+					      .ulps64 = deriv ? 8 : 4,
+					      .tol32 = deriv ? 2e-6 : 0,
+					      .tol64 = deriv ? 1e-12 : 0 };
 			for (int i = 0; i < 2; i++) {
 				r->lo[i] = op == TENSOR_POW	   ? 0.5
 					   : op == TENSOR_DIV && i ? 0.5

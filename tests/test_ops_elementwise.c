@@ -574,7 +574,20 @@ START_TEST(test_binary_errors)
 	tu_assert_error(!tensor_div(i, i), TENSOR_ERR_DTYPE, "div: ", "i32");
 	struct tensor *l = tensor_zeros(TENSOR_I64, TENSOR_CPU, 2, s23);
 	tu_assert_error(!tensor_pow(l, l), TENSOR_ERR_DTYPE, "pow: ", "[2,3] i64");
+	tu_assert_error(!tensor_binary(TENSOR_MUL_SILU_GRAD, i, i), TENSOR_ERR_DTYPE,
+			"mul_silu_grad: ", "[3] i32");
 	tu_assert_error(!tensor_binary(TENSOR_NBINARY, a, a), TENSOR_ERR_ARG, "binary", "op");
+	/* tensor_binary_: any op in place (a comparison gives 1 or 0 in a's dtype), the same
+	 * refusals */
+	const double xv[3] = { -1, 0, 2 }, yv[3] = { 1, 0, 1 }, lt[3] = { 1, 0, 0 };
+	struct tensor *x = make(TENSOR_F32, 1, s3, xv), *y = make(TENSOR_F32, 1, s3, yv);
+	ck_assert_int_eq(tensor_binary_(TENSOR_LT, x, y), TENSOR_OK);
+	assert_values("binary_ lt", x, TENSOR_F32, 1, s3, lt, 0);
+	tu_assert_error(tensor_binary_(TENSOR_NBINARY, x, y) < 0, TENSOR_ERR_ARG, "tensor_binary_",
+			"op");
+	tu_assert_error(tensor_binary_(TENSOR_DIV, i, i) < 0, TENSOR_ERR_DTYPE, "div: ", "i32");
+	tu_assert_error(tensor_binary_(TENSOR_MUL, x, d) < 0, TENSOR_ERR_DTYPE, "tensor_binary_",
+			"f64");
 	/* device mismatch needs a second device: see test_cuda */
 }
 END_TEST

@@ -120,6 +120,9 @@ static double binary_d(enum tensor_binary_op op, double a, double b)
 	case TENSOR_POW: return pow(a, b);
 	case TENSOR_MAXIMUM: return max_d(a, b);
 	case TENSOR_MINIMUM: return min_d(a, b);
+	case TENSOR_MUL_GELU_GRAD: return a * unary_d(TENSOR_GELU_GRAD, b, 0);
+	case TENSOR_MUL_GELU_TANH_GRAD: return a * unary_d(TENSOR_GELU_TANH_GRAD, b, 0);
+	case TENSOR_MUL_SILU_GRAD: return a * unary_d(TENSOR_SILU_GRAD, b, 0);
 	case TENSOR_EQ: return a == b;
 	case TENSOR_NE: return a != b;
 	case TENSOR_LT: return a < b;
@@ -367,6 +370,21 @@ EW_INLINE void binary_f32(enum tensor_binary_op op, float *restrict o, const flo
 		for (int64_t i = 0; i < n; i++)
 			o[i] = min_f(a[i * sa], b[i * sb]);
 		break;
+	case TENSOR_MUL_GELU_GRAD:
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			o[i] = a[i * sa] * gelu_grad_f(b[i * sb]);
+		break;
+	case TENSOR_MUL_GELU_TANH_GRAD:
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			o[i] = a[i * sa] * gelu_tanh_grad_f(b[i * sb]);
+		break;
+	case TENSOR_MUL_SILU_GRAD:
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			o[i] = a[i * sa] * silu_grad_f(b[i * sb]);
+		break;
 	case TENSOR_EQ:
 #pragma omp simd
 		for (int64_t i = 0; i < n; i++)
@@ -402,9 +420,10 @@ EW_INLINE void binary_f32(enum tensor_binary_op op, float *restrict o, const flo
 }
 
 /* The common layouts get their own instance so the loops vectorize: both
- * contiguous, and one operand a broadcast scalar or bias. */
-static void binary_f32_row(enum tensor_binary_op op, float *o, const float *a, int64_t sa,
-			   const float *b, int64_t sb, int64_t n)
+ * contiguous, and one operand a broadcast scalar or bias; wide vectors where the CPU has
+ * them (the derivatives' polynomials). */
+CPU_WIDE_CLONES static void binary_f32_row(enum tensor_binary_op op, float *o, const float *a,
+					   int64_t sa, const float *b, int64_t sb, int64_t n)
 {
 	if (sa == 1 && sb == 1)
 		binary_f32(op, o, a, 1, b, 1, n);

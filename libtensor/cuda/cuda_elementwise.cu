@@ -288,8 +288,17 @@ __device__ static __forceinline__ double ew_pow(double a, double b)
 }
 
 /* binary_f32 / binary_d / binary_i of the CPU: integers wrap, maximum and
- * minimum propagate NaN, comparisons give 1 or 0; integer div and pow never
- * come (the front-end refuses them). */
+ * minimum propagate NaN, comparisons give 1 or 0; integer div, pow and the
+ * derivatives never come (the front-end refuses them). */
+/* a times the derivative grad_op at b (floats only) */
+template <typename T> __device__ static __forceinline__ T ew_mul_grad(int grad_op, T a, T b)
+{
+	if constexpr (ew_uns<T>::is_int)
+		return 0;
+	else
+		return a * unary_fl(grad_op, b, (T)0);
+}
+
 template <typename T> __device__ static __forceinline__ T binary_op(int op, T a, T b)
 {
 	typedef typename ew_uns<T>::type U;
@@ -309,6 +318,9 @@ template <typename T> __device__ static __forceinline__ T binary_op(int op, T a,
 			return ew_pow(a, b);
 	case TENSOR_MAXIMUM: return a > b || a != a ? a : b;
 	case TENSOR_MINIMUM: return a < b || a != a ? a : b;
+	case TENSOR_MUL_GELU_GRAD: return ew_mul_grad(TENSOR_GELU_GRAD, a, b);
+	case TENSOR_MUL_GELU_TANH_GRAD: return ew_mul_grad(TENSOR_GELU_TANH_GRAD, a, b);
+	case TENSOR_MUL_SILU_GRAD: return ew_mul_grad(TENSOR_SILU_GRAD, a, b);
 	case TENSOR_EQ: return a == b ? (T)1 : (T)0;
 	case TENSOR_NE: return a != b ? (T)1 : (T)0;
 	case TENSOR_LT: return a < b ? (T)1 : (T)0;
