@@ -287,9 +287,6 @@ __device__ static __forceinline__ double ew_pow(double a, double b)
 	return pow(a, b);
 }
 
-/* binary_f32 / binary_d / binary_i of the CPU: integers wrap, maximum and
- * minimum propagate NaN, comparisons give 1 or 0; integer div, pow and the
- * derivatives never come (the front-end refuses them). */
 /* a times the derivative grad_op at b (floats only) */
 template <typename T> __device__ static __forceinline__ T ew_mul_grad(int grad_op, T a, T b)
 {
@@ -299,6 +296,9 @@ template <typename T> __device__ static __forceinline__ T ew_mul_grad(int grad_o
 		return a * unary_fl(grad_op, b, (T)0);
 }
 
+/* binary_f32 / binary_d / binary_i of the CPU: integers wrap, maximum and
+ * minimum propagate NaN, comparisons give 1 or 0; integer div, pow and the
+ * derivatives never come (the front-end refuses them). */
 template <typename T> __device__ static __forceinline__ T binary_op(int op, T a, T b)
 {
 	typedef typename ew_uns<T>::type U;
