@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # What to mask in MLM pretraining, judged by fine-tuning: for each masking (unit and rate), a
 # small Transformer pretrained at n = 128 on the reviews (train, and train/unsup where present)
-# for --steps steps of 64 x 128 tokens, then fine-tuned as a classifier at n = 128 over the
-# seeds and tested on the test split; beside them the same classifier from scratch (the
-# recipe of docs/results.md at n = 128). Masking units: token (BERT), word (every WordPiece of
+# for --steps steps of 64 x 128 tokens, then fine-tuned as a classifier at n = 128 for
+# --ft-epochs over the seeds and tested on the test split; beside them the same classifier from
+# scratch for --epochs (the recipe of docs/results.md at n = 128). Masking units: token (BERT), word (every WordPiece of
 # a word) and span (SpanBERT's spans of whole words); validation perplexities of different
 # units are not comparable (a whole word is harder to guess than one of its pieces), so the
 # verdict is the test accuracy.
@@ -15,14 +15,20 @@ QUICK_FLAGS="--max-docs 64"
 STUDY_DOC="Pretrains one small MLM per masking, fine-tunes each over the seeds, and tabulates.
   --steps S       MLM steps of 64 x 128 tokens (default: 2000; --quick: 4)
   --maskings \"U:P...\"   masking unit (token, word, span) and rate of each pretraining
-                  (default: \"token:0.15 word:0.15 span:0.15 token:0.3\")"
+                  (default: \"token:0.15 word:0.15 span:0.15 token:0.3\")
+  --ft-epochs E   fine-tuning epochs of the pretrained classifiers (default: 1: a small
+                  pretrained encoder memorises the training reviews in the next ones)"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-STEPS="" MASKINGS="token:0.15 word:0.15 span:0.15 token:0.3" args=()
+STEPS="" MASKINGS="token:0.15 word:0.15 span:0.15 token:0.3" FT_EPOCHS=1 args=()
 while [ $# -gt 0 ]; do
 	case $1 in
-	--steps | --maskings)
+	--steps | --maskings | --ft-epochs)
 		[ $# -ge 2 ] || die "$1 needs a value (see --help)"
-		if [ "$1" = --steps ]; then STEPS=$2; else MASKINGS=$2; fi
+		case $1 in
+		--steps) STEPS=$2 ;;
+		--maskings) MASKINGS=$2 ;;
+		--ft-epochs) FT_EPOCHS=$2 ;;
+		esac
 		shift 2
 		;;
 	*) args+=("$1") && shift ;;
@@ -31,6 +37,7 @@ done
 parse_args "${args[@]}"
 [ -n "$STEPS" ] || { [ "$QUICK" = 1 ] && STEPS=4 || STEPS=2000; }
 case $STEPS in '' | *[!0-9]* | 0) die "--steps: expected a positive integer, got '$STEPS'" ;; esac
+case $FT_EPOCHS in '' | *[!0-9]* | 0) die "--ft-epochs: expected a positive integer, got '$FT_EPOCHS'" ;; esac
 for m in $MASKINGS; do
 	case $m in token:* | word:* | span:*) ;; *) die "--maskings: expected UNIT:RATE, got '$m'" ;; esac
 done
@@ -45,18 +52,18 @@ fi
 # validation by movie needs aclImdb's urls files, which the bundled subset lacks
 VAL=movie
 [ -n "$DATA" ] || VAL=random
-note "data $(describe_data); MLM steps $STEPS; maskings $MASKINGS; seeds $SEEDS; threads $THREADS"
+note "data $(describe_data); MLM steps $STEPS; maskings $MASKINGS; fine-tuning epochs $FT_EPOCHS (scratch $EPOCHS); seeds $SEEDS; threads $THREADS"
 
 csv=$OUT/results.csv
 echo "masking,seed,mlm_val_ppl,mlm_s,val_acc,best_val_acc,test_acc,train_s" >"$csv"
-# one fine-tuning run (or from scratch) over each seed, a row each
+# one fine-tuning run (or from scratch) of E epochs over each seed, a row each
 finetune() {
-	local masking=$1 ppl=$2 mlm_s=$3 seed name val best test secs
-	shift 3
+	local masking=$1 ppl=$2 mlm_s=$3 epochs=$4 seed name val best test secs
+	shift 4
 	for seed in $SEEDS; do
 		name=ft-${masking/:/-}-s$seed
 		# shellcheck disable=SC2046,SC2086 # data_flag and FT_ARGS are flag lists
-		run_one "$name" "$IMDB" $(data_flag) --n 128 --epochs "$EPOCHS" --val-split "$VAL" \
+		run_one "$name" "$IMDB" $(data_flag) --n 128 --epochs "$epochs" --val-split "$VAL" \
 			--seed "$seed" $FT_ARGS "$@"
 		read -r val best test secs _ < <(summarise "$OUT/runs/$name/metrics.csv" 0) ||
 			die "$name: no validation rows in its metrics.csv"
@@ -64,7 +71,8 @@ finetune() {
 	done
 }
 # shellcheck disable=SC2086 # ENC is a flag list
-finetune scratch - - --model transformer $ENC --lr 1e-3 --embed-l2 5e-2 --embed-l2-ramp 0.33
+finetune scratch - - "$EPOCHS" --model transformer $ENC --lr 1e-3 --embed-l2 5e-2 \
+	--embed-l2-ramp 0.33
 for m in $MASKINGS; do
 	name=mlm-${m/:/-}
 	# the checkpoint stays until its fine-tunings are done
@@ -74,7 +82,8 @@ for m in $MASKINGS; do
 		$MLM_ARGS $QUICK_ARGS
 	read -r ppl _ _ mlm_s _ < <(summarise "$OUT/runs/$name/metrics.csv" 1) ||
 		die "$name: no validation rows in its metrics.csv"
-	finetune "$m" "$ppl" "$mlm_s" --init-from "$OUT/runs/$name/last.safetensors" --lr 3e-4
+	finetune "$m" "$ppl" "$mlm_s" "$FT_EPOCHS" --init-from "$OUT/runs/$name/last.safetensors" \
+		--lr 3e-4
 	[ "$KEEP" = 1 ] || rm -f "$OUT/runs/$name"/*.safetensors
 done
 
@@ -84,9 +93,10 @@ md=$OUT/results.md
 	echo "# What to mask: MLM pretraining judged by fine-tuning"
 	echo
 	echo "Data: $(describe_data). Each masking pretrains a Transformer ($ENC) at n = 128 for"
-	echo "$STEPS steps; each classifier is then fine-tuned at n = 128 for $EPOCHS epochs (lr 3e-4,"
+	echo "$STEPS steps; each classifier is then fine-tuned at n = 128 for $FT_EPOCHS epoch(s) (lr 3e-4,"
 	echo "validation by $VAL) and tested on the test split; scratch is the same classifier"
-	echo "untrained (lr 1e-3 and the embedding penalty of the recipe). Seeds $SEEDS; mean ± std."
+	echo "untrained, $EPOCHS epochs (lr 1e-3 and the embedding penalty of the recipe). Seeds $SEEDS;"
+	echo "mean ± std."
 	echo "MLM perplexities of different units do not compare (a whole word is harder to guess)."
 	describe_run
 	echo
