@@ -658,7 +658,6 @@ START_TEST(test_kernels_alpha_beta)
 }
 END_TEST
 
-/* The kernel choice: the default, the environment variable, and errors. */
 /* Blocks set for tuning (tensor_bf16_gemm_blocks): small ones cut every size into several
  * k, row and column blocks (the smallest, 1, rounded up to one k step and one MR or NR),
  * each kernel's result within the bound; negative sizes refused; (0, 0, 0) the defaults. */
@@ -691,6 +690,7 @@ START_TEST(test_kernel_blocks)
 }
 END_TEST
 
+/* The kernel choice: the default, the environment variable, and errors. */
 START_TEST(test_kernel_choice)
 {
 	bool avx = tensor_bf16_gemm_force("avx512bf16") == TENSOR_OK;
