@@ -3,10 +3,10 @@
 # small Transformer pretrained at n = 128 on the reviews (train, and train/unsup where present)
 # for --steps steps of 64 x 128 tokens, then fine-tuned as a classifier at n = 128 for
 # --ft-epochs over the seeds and tested on the test split; beside them the same classifier from
-# scratch for --epochs (the recipe of docs/results.md at n = 128). Masking units: token (BERT), word (every WordPiece of
-# a word) and span (SpanBERT's spans of whole words); validation perplexities of different
-# units are not comparable (a whole word is harder to guess than one of its pieces), so the
-# verdict is the test accuracy.
+# scratch for --epochs (the recipe of docs/results.md at n = 128). Masking units: token (BERT),
+# word (every WordPiece of a word) and span (SpanBERT's spans of whole words); validation
+# perplexities of different units are not comparable (a whole word is harder to guess than one
+# of its pieces), so the verdict is the test accuracy. Tables only, no plots.
 # One command: scripts/experiments/mask_study.sh --data DIR/aclImdb
 set -euo pipefail
 STUDY=mask_study
@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
 	*) args+=("$1") && shift ;;
 	esac
 done
-parse_args "${args[@]}"
+parse_args "${args[@]}" --no-plots # tables only: gnuplot not needed
 [ -n "$STEPS" ] || { [ "$QUICK" = 1 ] && STEPS=4 || STEPS=2000; }
 case $STEPS in '' | *[!0-9]* | 0) die "--steps: expected a positive integer, got '$STEPS'" ;; esac
 case $FT_EPOCHS in '' | *[!0-9]* | 0) die "--ft-epochs: expected a positive integer, got '$FT_EPOCHS'" ;; esac
@@ -107,5 +107,5 @@ md=$OUT/results.md
 			printf "| %s | %s | %s | %.4f ± %.4f | %.4f ± %.4f | %.0f |\n", $1, ppl, s, $5, $6,
 				$7, $8, $9 }'
 } >"$md"
-PLOTTED="" PLOTS=0
+PLOTTED=""
 finish "$csv" "$md"
