@@ -24,7 +24,7 @@ static const char CSV_HEADER[] = "impl,model,n,k,batch,tokens_per_s,step_seconds
 struct options {
 	const char *n_list, *models, *sharing, *csv, *backward, *device, *precision, *attention;
 	int64_t k, batch, warmup, reps, threads, dim, heads, layers, ff, vocab, sgemm_size, seed;
-	double max_seconds, lr, mem_fraction;
+	double max_seconds, lr, mem_fraction, dropout;
 };
 
 static struct options opt = {
@@ -80,6 +80,8 @@ static struct flag flags[] = {
 	INT("ff", ff, 1, 1 << 20, "F", "feed-forward hidden width"),
 	INT("vocab", vocab, 2, 1 << 24, "V", "vocabulary size (token embedding rows)"),
 	DBL("lr", lr, 0, 1, FLAG_MIN_OPEN, "RATE", "AdamW learning rate (constant)"),
+	DBL("dropout", dropout, 0, 1, FLAG_MAX_OPEN, "P",
+	    "dropout and attention dropout (default 0; the examples' recipe trains with 0.1)"),
 	INT("warmup", warmup, 0, 1000, "W", "untimed steps first"),
 	INT("reps", reps, 1, 100000, "R",
 	    "timed steps (fewer past --max-seconds); their mean is the step time"),
@@ -148,7 +150,7 @@ static void build_config(struct model_config *c, const char *model, int64_t n)
 	c->dim = opt.dim;
 	c->heads = opt.heads;
 	c->ff_hidden = opt.ff;
-	c->dropout = c->attn_dropout = 0;
+	c->dropout = c->attn_dropout = opt.dropout;
 	c->num_classes = 2;
 	c->seed = (uint64_t)opt.seed;
 	c->k_schedule = MODEL_K_CONSTANT;
@@ -372,9 +374,10 @@ int main(int argc, char **argv)
 	printf("# Training throughput (cformer, %s)\n\n", tensor_device_name(dev));
 	printf("- device: %s\n", tensor_device_describe(dev, about, sizeof about));
 	printf("- classifier: vocab %lld, dim %lld, %lld heads, %lld layers, ff %lld, batch %lld, "
-	       "dropout 0, AdamW; Linformer k %lld (min(k, n)), sharing %s\n",
+	       "dropout %g, AdamW; Linformer k %lld (min(k, n)), sharing %s\n",
 	       (long long)opt.vocab, (long long)opt.dim, (long long)opt.heads,
-	       (long long)opt.layers, (long long)opt.ff, (long long)opt.batch, (long long)opt.k,
+	       (long long)opt.layers, (long long)opt.ff, (long long)opt.batch, opt.dropout,
+	       (long long)opt.k,
 	       opt.sharing);
 	printf("- attention %s; precision %s%s%s\n", opt.attention, opt.precision,
 	       precision == TENSOR_BF16 ? ": products in bf16 (f32 accumulation), kernel " : "",

@@ -75,6 +75,24 @@ RANDOM_FN double random_uniform(uint64_t seed, uint64_t i)
 	return philox_unit(r.v[0], r.v[1]);
 }
 
+/* Element i of a stream of 32-bit words, all four words of each Philox block used: in
+ * every 16 elements, counters 4b to 4b + 3 (b = i / 16) give word w to elements 4w to
+ * 4w + 3 (element i: word (i / 4) % 4 of counter 4b + i % 4), the order in which SIMD
+ * code holds them. Dropout's draws: four elements a block where a uniform double takes
+ * one. */
+RANDOM_FN uint32_t random_word(uint64_t seed, uint64_t i)
+{
+	struct philox4 r = philox4x32(seed, (i >> 4 << 2) | (i & 3));
+	return r.v[(i >> 2) & 3];
+}
+
+/* Dropout keeps element i where random_word(seed, i) >= ceil(p 2^32) (this value; 2^32,
+ * keeping none, for p within 2^-33 of 1): a keep probability within 2^-32 of 1 - p. */
+RANDOM_FN uint64_t random_dropout_threshold(double p)
+{
+	return (uint64_t)ceil(p * 4294967296.0);
+}
+
 /* Element i of a standard normal stream (Box-Muller on the four words). */
 RANDOM_FN double random_normal(uint64_t seed, uint64_t i)
 {

@@ -258,11 +258,11 @@ int tensor_attention_backward(const struct tensor_attention_args *a, const struc
 /* Whether tensor_attention runs for q: f32 or f64 on a device with the kernel. */
 bool tensor_attention_supported(const struct tensor *q);
 
-/* Dropout in one pass: x * keep / (1 - p) with keep[i] = (uniform(seed, i)
- * >= p), uniform(seed, i) the draw tensor_rand_uniform(F64, ..., seed, 0, 1)
- * puts at row-major index i. A pure function of (x, p, seed): the same mask
- * for every tensor of x's shape, on every device and thread count. x: f32 or
- * f64 (TENSOR_ERR_DTYPE); 0 <= p < 1 (TENSOR_ERR_ARG). */
+/* Dropout in one pass: x * keep / (1 - p) at row-major index i, keep[i] = (word(seed, i)
+ * >= ceil(p 2^32)), word(seed, i) a 32-bit Philox word (docs/architecture.md, "Random
+ * numbers"). A pure function of (x, p, seed): the same mask for every tensor of x's
+ * shape, on every device and thread count. x: f32 or f64 (TENSOR_ERR_DTYPE); 0 <= p < 1
+ * (TENSOR_ERR_ARG). */
 struct tensor *tensor_dropout(const struct tensor *x, double p, uint64_t seed);
 /* The same in place. x: contiguous (TENSOR_ERR_SHAPE), not saved by the
  * autograd tape (TENSOR_ERR_STATE). */

@@ -620,7 +620,13 @@ struct tensor *ref_concat(struct tensor *const *in, const struct op_row *r)
 	return t;
 }
 
-/* x keep / (1 - p) with keep = uniform(99, i) >= 0.3, twice (as op_dropout). */
+bool ref_dropout_keep(uint64_t seed, uint64_t i, double p)
+{
+	struct philox4 r = philox4x32(seed, i / 16 * 4 + i % 4);
+	return (double)r.v[i / 4 % 4] >= ceil(p * 4294967296.0);
+}
+
+/* x keep / (1 - p) with keep = ref_dropout_keep(99, i, 0.3), twice (as op_dropout). */
 struct tensor *ref_dropout(struct tensor *const *in, const struct op_row *r)
 {
 	(void)r;
@@ -628,6 +634,6 @@ struct tensor *ref_dropout(struct tensor *const *in, const struct op_row *r)
 	struct tensor *t = out_new(in[0]->ndim, in[0]->shape, &o);
 	const double *x = vals(in[0]);
 	for (int64_t i = 0; i < tensor_numel(t); i++)
-		o[i] = random_uniform(99, (uint64_t)i) >= 0.3 ? x[i] / 0.7 : 0;
+		o[i] = ref_dropout_keep(99, (uint64_t)i, 0.3) ? x[i] / 0.7 : 0;
 	return flat(2, (struct tensor *[]){ t, t });
 }

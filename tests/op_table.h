@@ -114,5 +114,8 @@ struct tensor *ref_conv1d(struct tensor *const *in, const struct op_row *r);
 struct tensor *ref_copy(struct tensor *const *in, const struct op_row *r);
 struct tensor *ref_concat(struct tensor *const *in, const struct op_row *r);
 struct tensor *ref_dropout(struct tensor *const *in, const struct op_row *r);
+/* Dropout's keep decision for element i, written from its specification (docs/architecture.md):
+ * word (i / 4) % 4 of Philox-4x32-10 at counter 4 (i / 16) + i % 4, at least ceil(p 2^32). */
+bool ref_dropout_keep(uint64_t seed, uint64_t i, double p);
 
 #endif

@@ -3,6 +3,8 @@
  * broadcasting, layouts, the dropout mask's statistics, and the errors. */
 #include "autograd.h"
 #include "elementwise_common.h"
+#include "op_table.h"
+#include "random.h"
 #include "test_ops.h"
 
 /* ---- where, masked_fill ---------------------------------------------------- */
@@ -209,19 +211,15 @@ END_TEST
 
 /* ---- dropout --------------------------------------------------------------- */
 
-/* x * (u >= p) / (1 - p) with u the f64 uniform draws of (seed, index). */
+/* x * keep / (1 - p) with keep = ref_dropout_keep(seed, i, p). */
 static double *dropout_ref(const struct tensor *x, double p, uint64_t seed)
 {
-	struct tensor *u =
-	    tensor_rand_uniform(TENSOR_F64, TENSOR_CPU, x->ndim, x->shape, seed, 0, 1);
-	double *vx = tu_values(x), *vu = tu_values(u);
-	int64_t n = tensor_numel(x);
-	for (int64_t i = 0; i < n; i++) {
-		double scale = x->dtype == TENSOR_F32 ? (double)(float)(1 / (1 - p)) : 1 / (1 - p);
-		double y = vx[i] * (vu[i] >= p ? scale : 0);
+	double *vx = tu_values(x);
+	double scale = x->dtype == TENSOR_F32 ? (double)(float)(1 / (1 - p)) : 1 / (1 - p);
+	for (int64_t i = 0; i < tensor_numel(x); i++) {
+		double y = vx[i] * (ref_dropout_keep(seed, (uint64_t)i, p) ? scale : 0);
 		vx[i] = x->dtype == TENSOR_F32 ? (double)(float)y : y;
 	}
-	free(vu);
 	return vx;
 }
 
@@ -235,7 +233,8 @@ START_TEST(test_dropout)
 	if (kernel[_i])
 		setenv("CFORMER_DROPOUT_KERNEL", kernel[_i], 1);
 	const int64_t shapes[][2] = { { 3, 7 }, { 37, 29 }, { 257, 513 } };
-	const double ps[] = { 0, 0.1, 0.5, 0.9 };
+	/* 2^-33: only words of 0 dropped; 1 - 2^-40: a threshold of 2^32, none kept */
+	const double ps[] = { 0, 0.1, 0.5, 0.9, 0x1p-33, 1 - 0x1p-40 };
 	tensor_set_num_threads(3);
 	for (int k = 0; k < LEN(float_dts); k++)
 		for (int si = 0; si < LEN(shapes); si++)
@@ -260,11 +259,14 @@ START_TEST(test_dropout)
 				/* rows [lo, rows) drawn from lo * cols: the same rows of the mask */
 				int64_t rows = shapes[si][0], cols = shapes[si][1], lo = rows / 3;
 				const int64_t part[2] = { rows - lo, cols };
-				struct tensor *sx = tensor_contiguous(tensor_narrow(x, 0, lo, rows - lo));
+				struct tensor *sx =
+				    tensor_contiguous(tensor_narrow(x, 0, lo, rows - lo));
 				uint64_t first = (uint64_t)(lo * cols);
-				assert_values("dropout of a shard", tensor_dropout_at(sx, ps[pi], seed, first),
-					      dt, 2, part, want + lo * cols, 0);
-				ck_assert_int_eq(tensor_dropout_at_(sx, ps[pi], seed, first), TENSOR_OK);
+				assert_values("dropout of a shard",
+					      tensor_dropout_at(sx, ps[pi], seed, first), dt, 2,
+					      part, want + lo * cols, 0);
+				ck_assert_int_eq(tensor_dropout_at_(sx, ps[pi], seed, first),
+						 TENSOR_OK);
 				assert_values("dropout of a shard in place", sx, dt, 2, part,
 					      want + lo * cols, 0);
 				int64_t n = tensor_numel(x), dropped = 0;
@@ -278,6 +280,17 @@ START_TEST(test_dropout)
 			}
 	tensor_set_num_threads(0);
 	unsetenv("CFORMER_DROPOUT_KERNEL");
+}
+END_TEST
+
+/* Philox-4x32-10 under which dropout draws: Random123's published known answer for
+ * counter 0 and key 0 (so that the reference above rests on the standard generator). */
+START_TEST(test_philox_known_answer)
+{
+	static const uint32_t want[4] = { 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8 };
+	struct philox4 r = philox4x32(0, 0);
+	for (int i = 0; i < 4; i++)
+		ck_assert_msg(r.v[i] == want[i], "word %d: %08x, want %08x", i, r.v[i], want[i]);
 }
 END_TEST
 
@@ -334,6 +347,7 @@ void ops_where_tcases(Suite *s)
 	tcase_add_test(tc, test_where_errors);
 	tcase_add_test(tc, test_where_large);
 	tcase_add_loop_test(tc, test_dropout, 0, 3);
+	tcase_add_test(tc, test_philox_known_answer);
 	tcase_add_test(tc, test_dropout_errors);
 	tcase_add_test(tc, test_dropout_at_grad);
 	suite_add_tcase(s, tc);

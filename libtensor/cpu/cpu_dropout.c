@@ -1,8 +1,8 @@
-/* CPU dropout in one pass: y = x * (uniform(seed, i) >= p) / (1 - p), with
- * random.h's Philox stream (the same draws as tensor_rand_uniform and CUDA).
- * Philox runs on LANES counters side by side: in portable C that the compiler
- * vectorizes (well with AVX-512), and with AVX2 intrinsics, where the
- * compiler's version spends most of its time packing 32-bit halves. */
+/* CPU dropout in one pass: y = x * (random_word(seed, first + i) >= ceil(p 2^32)) / (1 - p),
+ * with random.h's Philox words (the mask CUDA draws). Each Philox block gives four elements
+ * their words, and blocks run side by side: in portable C that the compiler vectorizes
+ * (well with AVX-512), and with AVX2 intrinsics, where the compiler's version spends most
+ * of its time packing 32-bit halves. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,33 +16,42 @@
 #define CPU_DROPOUT_AVX2 1
 #endif
 
-enum { LANES = 16, DROPOUT_CHUNK = 1 << 16 };
+/* LANES elements a call (LANES / 4 Philox blocks), from an element index that is a multiple
+ * of 16 (random_word's group of four blocks). */
+enum { LANES = 64, BLOCKS = LANES / 4, DROPOUT_CHUNK = 1 << 16 };
 
-/* bits[l] = random_uniform(seed, i0 + l) * 2^53 for l < LANES. */
-static inline __attribute__((always_inline)) void uniform_bits(uint64_t seed, uint64_t i0,
-							       int64_t *bits)
+/* w[l] = random_word(seed, e + l) for l < LANES, e a multiple of 16. */
+static inline __attribute__((always_inline)) void dropout_words(uint64_t seed, uint64_t e,
+								uint32_t *w)
 {
-	uint32_t c0[LANES], c1[LANES], c2[LANES], c3[LANES];
-	for (int l = 0; l < LANES; l++) {
-		c0[l] = (uint32_t)(i0 + (uint64_t)l);
-		c1[l] = (uint32_t)((i0 + (uint64_t)l) >> 32);
+	uint32_t c0[BLOCKS], c1[BLOCKS], c2[BLOCKS], c3[BLOCKS];
+	for (int l = 0; l < BLOCKS; l++) {
+		uint64_t ctr = (e >> 2) + (uint64_t)l;
+		c0[l] = (uint32_t)ctr;
+		c1[l] = (uint32_t)(ctr >> 32);
 		c2[l] = c3[l] = 0;
 	}
 	uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
 	for (int r = 0; r < PHILOX_ROUNDS; r++) {
 #pragma omp simd
-		for (int l = 0; l < LANES; l++)
+		for (int l = 0; l < BLOCKS; l++)
 			philox_round(&c0[l], &c1[l], &c2[l], &c3[l], k0, k1);
 		k0 += PHILOX_KEY_STEP0;
 		k1 += PHILOX_KEY_STEP1;
 	}
-	for (int l = 0; l < LANES; l++)
-		bits[l] = (int64_t)philox_bits53(c0[l], c1[l]);
+	for (int l = 0; l < BLOCKS;
+	     l++) { /* block l: word v to elements 16 (l / 4) + 4 v + l % 4 */
+		uint32_t *o = w + l / 4 * 16 + l % 4;
+		o[0] = c0[l];
+		o[4] = c1[l];
+		o[8] = c2[l];
+		o[12] = c3[l];
+	}
 }
 
 #ifdef CPU_DROPOUT_AVX2
-/* One Philox round on four counters, each 32-bit word in a 64-bit lane: the
- * two 32 x 32 -> 64 products are one vpmuludq each. */
+/* One Philox round on four blocks, each 32-bit word in a 64-bit lane: the two
+ * 32 x 32 -> 64 products are one vpmuludq each. */
 #define PHILOX_ROUND_AVX2(c0, c1, c2, c3)                                                    \
 	do {                                                                                 \
 		__m256i p0 = _mm256_mul_epu32(c0, m0), p2 = _mm256_mul_epu32(c2, m2);        \
@@ -52,18 +61,29 @@ static inline __attribute__((always_inline)) void uniform_bits(uint64_t seed, ui
 		c3 = _mm256_and_si256(p0, lo32);                                             \
 	} while (0)
 
-/* uniform_bits, eight counters at a time in two sets of registers (two
- * chains of rounds side by side; more spill on AVX2's 16 registers). */
+/* Four blocks' words (a 64-bit lane each) to their 16 elements in order: word v of the
+ * block in lane j is element 4 v + j. */
 __attribute__((target("avx2"), always_inline)) static inline void
-uniform_bits_avx2(uint64_t seed, uint64_t i0, int64_t *bits)
+store_words_avx2(uint32_t *w, __m256i c0, __m256i c1, __m256i c2, __m256i c3)
+{
+	const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+	__m256i lo = _mm256_or_si256(c0, _mm256_slli_epi64(c1, 32)),
+		hi = _mm256_or_si256(c2, _mm256_slli_epi64(c3, 32));
+	_mm256_storeu_si256((__m256i *)w, _mm256_permutevar8x32_epi32(lo, order));
+	_mm256_storeu_si256((__m256i *)(w + 8), _mm256_permutevar8x32_epi32(hi, order));
+}
+
+/* dropout_words, eight blocks at a time in two sets of registers (two chains of rounds
+ * side by side; more spill on AVX2's 16 registers). */
+__attribute__((target("avx2"), always_inline)) static inline void
+dropout_words_avx2(uint64_t seed, uint64_t e, uint32_t *w)
 {
 	const __m256i lo32 = _mm256_set1_epi64x(0xFFFFFFFFll),
 		      step = _mm256_setr_epi64x(0, 1, 2, 3);
 	const __m256i m0 = _mm256_set1_epi64x(0xD2511F53ll), m2 = _mm256_set1_epi64x(0xCD9E8D57ll);
-	const __m256i mask53 = _mm256_set1_epi64x((1ll << 53) - 1);
-	for (int g = 0; g < LANES; g += 8) {
+	for (int g = 0; g < BLOCKS; g += 8) {
 		__m256i ia =
-		    _mm256_add_epi64(_mm256_set1_epi64x((int64_t)(i0 + (uint64_t)g)), step);
+		    _mm256_add_epi64(_mm256_set1_epi64x((int64_t)((e >> 2) + (uint64_t)g)), step);
 		__m256i ib = _mm256_add_epi64(ia, _mm256_set1_epi64x(4));
 		__m256i a0 = _mm256_and_si256(ia, lo32), a1 = _mm256_srli_epi64(ia, 32);
 		__m256i b0 = _mm256_and_si256(ib, lo32), b1 = _mm256_srli_epi64(ib, 32);
@@ -76,49 +96,51 @@ uniform_bits_avx2(uint64_t seed, uint64_t i0, int64_t *bits)
 			k0 += PHILOX_KEY_STEP0;
 			k1 += PHILOX_KEY_STEP1;
 		}
-		/* philox_bits53(c0, c1) */
-		a0 = _mm256_xor_si256(_mm256_slli_epi64(a0, 21), _mm256_srli_epi64(a1, 11));
-		b0 = _mm256_xor_si256(_mm256_slli_epi64(b0, 21), _mm256_srli_epi64(b1, 11));
-		_mm256_storeu_si256((__m256i *)(bits + g), _mm256_and_si256(a0, mask53));
-		_mm256_storeu_si256((__m256i *)(bits + g + 4), _mm256_and_si256(b0, mask53));
+		store_words_avx2(w + 4 * g, a0, a1, a2, a3);
+		store_words_avx2(w + 4 * g + 16, b0, b1, b2, b3);
 	}
 }
 #endif
 
-/* y[i] = x[i] * (uniform(seed, first + i) >= p ? scale : 0) for i < n, with
- * keep <=> bits >= thresh = ceil(p 2^53) (both below 2^63, so a signed
- * compare, which AVX2 has). y may be x. */
-#define DEFINE_DROPOUT(T, NAME, ATTR, BITS)                                               \
-	ATTR static void NAME(T *y, const T *x, int64_t n, uint64_t first, uint64_t seed, \
-			      int64_t thresh, T scale)                                    \
-	{                                                                                 \
-		for (int64_t s = 0; s < n; s += LANES) {                                  \
-			int64_t bits[LANES];                                              \
-			BITS(seed, first + (uint64_t)s, bits);                            \
-			T f[LANES]; /* branch-free: the keep bit as a number */           \
-			for (int l = 0; l < LANES; l++)                                   \
-				f[l] = bits[l] >= thresh ? scale : (T)0;                  \
-			if (n - s >= LANES) /* a fixed count: vectorized */               \
-				for (int l = 0; l < LANES; l++)                           \
-					y[s + l] = x[s + l] * f[l];                       \
-			else                                                              \
-				for (int64_t l = 0; l < n - s; l++)                       \
-					y[s + l] = x[s + l] * f[l];                       \
-		}                                                                         \
+/* y[i] = x[i] * (random_word(seed, e + i) >= thresh ? scale : 0) for i < n; y may be x.
+ * Elements before the first multiple of 16 one at a time, then LANES at a time. */
+#define DEFINE_DROPOUT(T, NAME, ATTR, WORDS)                                                      \
+	ATTR static void NAME(T *y, const T *x, int64_t n, uint64_t e, uint64_t seed,             \
+			      uint32_t thresh, T scale)                                           \
+	{                                                                                         \
+		int64_t h = (int64_t)((16 - e % 16) % 16);                                        \
+		if (h > n)                                                                        \
+			h = n;                                                                    \
+		for (int64_t i = 0; i < h; i++)                                                   \
+			y[i] = x[i] * (random_word(seed, e + (uint64_t)i) >= thresh ? scale : 0); \
+		for (int64_t s = h; s < n; s += LANES) {                                          \
+			uint32_t w[LANES];                                                        \
+			WORDS(seed, e + (uint64_t)s, w);                                          \
+			T f[LANES]; /* branch-free: the keep bit as a number */                   \
+			for (int l = 0; l < LANES; l++)                                           \
+				f[l] = w[l] >= thresh ? scale : (T)0;                             \
+			if (n - s >= LANES) /* a fixed count: vectorized */                       \
+				for (int l = 0; l < LANES; l++)                                   \
+					y[s + l] = x[s + l] * f[l];                               \
+			else                                                                      \
+				for (int64_t l = 0; l < n - s; l++)                               \
+					y[s + l] = x[s + l] * f[l];                               \
+		}                                                                                 \
 	}
-DEFINE_DROPOUT(float, dropout_float, CPU_WIDE_CLONES, uniform_bits)
-DEFINE_DROPOUT(double, dropout_double, CPU_WIDE_CLONES, uniform_bits)
+DEFINE_DROPOUT(float, dropout_float, CPU_WIDE_CLONES, dropout_words)
+DEFINE_DROPOUT(double, dropout_double, CPU_WIDE_CLONES, dropout_words)
 #ifdef CPU_DROPOUT_AVX2
-DEFINE_DROPOUT(float, dropout_float_avx2, __attribute__((target("avx2"))), uniform_bits_avx2)
-DEFINE_DROPOUT(double, dropout_double_avx2, __attribute__((target("avx2"))), uniform_bits_avx2)
+DEFINE_DROPOUT(float, dropout_float_avx2, __attribute__((target("avx2"))), dropout_words_avx2)
+DEFINE_DROPOUT(double, dropout_double_avx2, __attribute__((target("avx2"))), dropout_words_avx2)
 #endif
 
-int cpu_dropout(struct tensor *out, const struct tensor *x, double p, uint64_t seed,
-		uint64_t first)
+int cpu_dropout(struct tensor *out, const struct tensor *x, double p, uint64_t seed, uint64_t first)
 {
 	int64_t n = tensor_numel(out), chunks = (n + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;
-	int64_t thresh = (int64_t)ceil(p * 9007199254740992.0);
-	double scale = 1.0 / (1.0 - p);
+	/* a threshold of 2^32 keeps none: every word kept, times 0 */
+	uint64_t t = random_dropout_threshold(p);
+	uint32_t thresh = t > UINT32_MAX ? 0 : (uint32_t)t;
+	double scale = t > UINT32_MAX ? 0 : 1.0 / (1.0 - p);
 	bool f32 = out->dtype == TENSOR_F32;
 	char *po = tensor_data(out);
 	const char *px = tensor_data(x);
@@ -143,7 +165,8 @@ int cpu_dropout(struct tensor *out, const struct tensor *x, double p, uint64_t s
 				dropout_float_avx2(y, xs, m, first + (uint64_t)s, seed, thresh,
 						   (float)scale);
 			else
-				dropout_double_avx2(y, xs, m, first + (uint64_t)s, seed, thresh, scale);
+				dropout_double_avx2(y, xs, m, first + (uint64_t)s, seed, thresh,
+						    scale);
 			continue;
 		}
 #endif

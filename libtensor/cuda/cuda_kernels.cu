@@ -55,13 +55,13 @@ __global__ static void random_kernel(cuda_geom dst, int64_t n, int normal, uint6
 	}
 }
 
-/* out = x * keep * scale over contiguous x, keep = uniform(seed, i) >= p as
- * the CPU decides it; the product rounded in x's dtype. out may be x. */
-__global__ static void dropout_kernel(void *out, const void *x, int64_t n, int f32, double p,
-				      uint64_t seed, uint64_t first, double scale)
+/* out = x * keep * scale over contiguous x, keep = random_word(seed, first + i) >= thresh
+ * as the CPU decides it; the product rounded in x's dtype. out may be x. */
+__global__ static void dropout_kernel(void *out, const void *x, int64_t n, int f32,
+				      uint64_t thresh, uint64_t seed, uint64_t first, double scale)
 {
 	CUDA_GRID_LOOP(i, n) {
-		double keep = random_uniform(seed, first + (uint64_t)i) >= p ? 1.0 : 0.0;
+		double keep = random_word(seed, first + (uint64_t)i) >= thresh ? 1.0 : 0.0;
 		if (f32)
 			((float *)out)[i] = __fmul_rn(((const float *)x)[i], (float)(keep * scale));
 		else
@@ -106,7 +106,7 @@ extern "C" int cuda_launch_random(cuda_geom dst, int64_t n, int normal, uint64_t
 extern "C" int cuda_launch_dropout(void *out, const void *x, int64_t n, int f32, double p,
 				   uint64_t seed, uint64_t first)
 {
-	dropout_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(out, x, n, f32, p, seed, first,
-								       1.0 / (1.0 - p));
+	dropout_kernel<<<cuda_blocks(n, 256), 256, 0, cuda_stream()>>>(
+	    out, x, n, f32, random_dropout_threshold(p), seed, first, 1.0 / (1.0 - p));
 	return (int)cudaGetLastError();
 }
