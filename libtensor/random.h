@@ -86,8 +86,8 @@ RANDOM_FN uint32_t random_word(uint64_t seed, uint64_t i)
 	return r.v[(i >> 2) & 3];
 }
 
-/* Dropout keeps element i where random_word(seed, i) >= ceil(p 2^32) (this value; 2^32,
- * keeping none, for p within 2^-33 of 1): a keep probability within 2^-32 of 1 - p. */
+/* Dropout keeps element i where random_word(seed, i) >= ceil(p 2^32), this value (2^32,
+ * keeping none, for p above 1 - 2^-32): a keep probability within 2^-32 of 1 - p. */
 RANDOM_FN uint64_t random_dropout_threshold(double p)
 {
 	return (uint64_t)ceil(p * 4294967296.0);
