@@ -39,8 +39,8 @@ static inline __attribute__((always_inline)) void dropout_words(uint64_t seed, u
 		k0 += PHILOX_KEY_STEP0;
 		k1 += PHILOX_KEY_STEP1;
 	}
-	for (int l = 0; l < BLOCKS;
-	     l++) { /* block l: word v to elements 16 (l / 4) + 4 v + l % 4 */
+	/* block l gives word v to element 16 (l / 4) + 4 v + l % 4 */
+	for (int l = 0; l < BLOCKS; l++) {
 		uint32_t *o = w + l / 4 * 16 + l % 4;
 		o[0] = c0[l];
 		o[4] = c1[l];
