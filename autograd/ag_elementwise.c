@@ -284,8 +284,15 @@ static int where_backward(struct ag_node *n, const struct tensor *g)
 {
 	const struct tensor *cond = n->saved[0];
 	struct tensor *zero = tensor_zeros(g->dtype, g->storage->device, 0, NULL);
-	int rc = ag_accumulate(n->inputs[0], tensor_where(cond, g, zero));
-	return rc < 0 ? rc : ag_accumulate(n->inputs[1], tensor_where(cond, zero, g));
+	tensor_heap_begin(); /* heap results are handed over, arena ones copied */
+	struct tensor *ga = tensor_where(cond, g, zero), *gb = tensor_where(cond, zero, g);
+	tensor_heap_end();
+	int rc = ag_accumulate_take(n->inputs[0], ga);
+	if (rc < 0) {
+		tensor_free(gb);
+		return rc;
+	}
+	return ag_accumulate_take(n->inputs[1], gb);
 }
 
 struct tensor *ag_where(const struct tensor *cond, struct tensor *a, struct tensor *b)
@@ -300,7 +307,10 @@ struct tensor *ag_where(const struct tensor *cond, struct tensor *a, struct tens
 
 static int masked_fill_backward(struct ag_node *n, const struct tensor *g)
 {
-	return ag_accumulate(n->inputs[0], tensor_masked_fill(g, n->saved[0], 0.0));
+	tensor_heap_begin();
+	struct tensor *d = tensor_masked_fill(g, n->saved[0], 0.0);
+	tensor_heap_end();
+	return ag_accumulate_take(n->inputs[0], d);
 }
 
 struct tensor *ag_masked_fill(struct tensor *x, const struct tensor *mask, double value)
@@ -314,7 +324,10 @@ struct tensor *ag_masked_fill(struct tensor *x, const struct tensor *mask, doubl
 
 static int cast_backward(struct ag_node *n, const struct tensor *g)
 {
-	return ag_accumulate(n->inputs[0], tensor_cast(g, n->inputs[0]->dtype));
+	tensor_heap_begin();
+	struct tensor *d = tensor_cast(g, n->inputs[0]->dtype);
+	tensor_heap_end();
+	return ag_accumulate_take(n->inputs[0], d);
 }
 
 struct tensor *ag_cast(struct tensor *x, enum tensor_dtype dt)
@@ -348,7 +361,10 @@ static int dropout_backward(struct ag_node *n, const struct tensor *g)
 		}
 		return ag_accumulate_take(n->inputs[0], own);
 	}
-	return ag_accumulate(n->inputs[0], tensor_dropout_at(g, p, seed, first));
+	tensor_heap_begin();
+	struct tensor *d = tensor_dropout_at(g, p, seed, first);
+	tensor_heap_end();
+	return ag_accumulate_take(n->inputs[0], d);
 }
 
 /* tensor_dropout on the tape. A training step keeps one tensor per dropout

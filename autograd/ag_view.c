@@ -97,29 +97,35 @@ static int window_backward(struct ag_node *n, const struct tensor *g)
 	struct tensor *x = n->inputs[0];
 	int dim = (int)n->i[0];
 	int64_t start = n->i[1], step = n->i[2];
+	tensor_heap_begin(); /* handed over as x's gradient, not copied */
 	struct tensor *dx = tensor_zeros(x->dtype, x->storage->device, x->ndim, x->shape);
+	tensor_heap_end();
 	if (!dx)
 		return tensor_last_status();
+	int rc = TENSOR_OK;
 	if (n->i[3] == 2) { /* unfold: window offset j lands at dim index w*step + j */
 		int64_t size = n->i[4], nw = g->shape[dim];
-		for (int64_t j = 0; j < size; j++) {
+		for (int64_t j = 0; j < size && rc == TENSOR_OK; j++) {
 			struct tensor *dst =
 			    tensor_slice(dx, dim, j, j + (nw - 1) * step + 1, step);
 			struct tensor *gj = tensor_select(g, g->ndim - 1, j);
 			struct tensor *sum = tensor_add(dst, gj);
-			int rc = sum ? tensor_copy_(dst, sum) : tensor_last_status();
-			if (rc < 0)
-				return rc;
+			rc = sum ? tensor_copy_(dst, sum) : tensor_last_status();
 		}
-		return ag_accumulate(x, dx);
+	} else {
+		int64_t len = n->i[3] == 1 ? 1 : g->shape[dim];
+		if (len > 0) {
+			struct tensor *dst =
+			    tensor_slice(dx, dim, start, start + (len - 1) * step + 1, step);
+			const struct tensor *src = n->i[3] == 1 ? tensor_unsqueeze(g, dim) : g;
+			rc = dst && src ? tensor_copy_(dst, src) : tensor_last_status();
+		}
 	}
-	int64_t len = n->i[3] == 1 ? 1 : g->shape[dim];
-	if (len == 0)
-		return ag_accumulate(x, dx);
-	struct tensor *dst = tensor_slice(dx, dim, start, start + (len - 1) * step + 1, step);
-	const struct tensor *src = n->i[3] == 1 ? tensor_unsqueeze(g, dim) : g;
-	int rc = dst && src ? tensor_copy_(dst, src) : tensor_last_status();
-	return rc < 0 ? rc : ag_accumulate(x, dx);
+	if (rc < 0) {
+		tensor_free(dx);
+		return rc;
+	}
+	return ag_accumulate_take(x, dx);
 }
 
 static struct tensor *record_window(const char *op, struct tensor *t, struct tensor *y, int dim,

@@ -131,7 +131,9 @@ struct ag_node *ag_record(const char *op, struct tensor *out, ag_backward_fn bac
  * gradient, and the forward's result stays valid, so callers need not check. */
 struct tensor *ag_save(struct ag_node *n, struct tensor *t);
 /* Add g into t's gradient if t requires grad. g may have t's shape or a
- * shape that broadcasts to it (then it is summed over the broadcast dims). */
+ * shape that broadcasts to it (then it is summed over the broadcast dims).
+ * An intermediate's first gradient may share g's memory (a heap g's): do not
+ * write into g after the call. */
 int ag_accumulate(struct tensor *t, const struct tensor *g);
 /* g summed down to shape (ndim, shape) over broadcast dims. */
 struct tensor *ag_sum_to(const struct tensor *g, int ndim, const int64_t *shape);

@@ -239,8 +239,12 @@ int ag_accumulate(struct tensor *t, const struct tensor *g)
 		return tensor_error(TENSOR_ERR_DTYPE, "backward: gradient is %s, tensor is %s",
 				    tensor_dtype_name(gs->dtype), tensor_dtype_name(t->dtype));
 	if (t->node) { /* intermediate: a heap gradient, freed once its node ran */
+		/* the first one shares gs's memory where that is not an arena's: gradients are
+		 * never written in place except by a node that owns them alone (ag_dout_take) */
 		tensor_heap_begin();
-		struct tensor *sum = t->grad ? tensor_add(t->grad, gs) : tensor_clone(gs);
+		struct tensor *sum = t->grad		     ? tensor_add(t->grad, gs)
+				     : gs->storage->in_arena ? tensor_clone(gs)
+							     : tensor_alias(gs);
 		tensor_heap_end();
 		if (!sum)
 			return tensor_last_status();

@@ -69,7 +69,10 @@ struct tensor *tensor_reshape(const struct tensor *t, int ndim, const int64_t *s
 		return NULL;
 	if (tensor_is_contiguous(t))
 		return tensor_view(t, ndim, shape);
-	return tensor_view(tensor_contiguous(t), ndim, shape);
+	struct tensor *c = tensor_contiguous(t);
+	struct tensor *v = c ? tensor_view(c, ndim, shape) : NULL;
+	tensor_free(c); /* on the heap the copy lives on in v alone; in a scope a no-op */
+	return v;
 }
 
 struct tensor *tensor_permute(const struct tensor *t, const int *perm)

@@ -1,8 +1,8 @@
 /* Embedding lookup with an optional padding row.
  *
- * The padding row is zeroed at init and its gradient is masked: backward
- * builds the dense weight gradient (index_add of dout over the ids), zeroes
- * the padding row, then accumulates, so the row never receives gradient (as
+ * The padding row is zeroed at init and its gradient is masked: backward adds
+ * dout's rows into the weight's gradient where the ids use them (index_add),
+ * the padding row's kept as it was, so the row never receives gradient (as
  * PyTorch's padding_idx) even when the row itself is not zero. */
 #include <stdio.h>
 
@@ -41,10 +41,27 @@ int nn_embedding_init(struct nn_embedding *m, struct nn_params *ps, const char *
 	return TENSOR_OK;
 }
 
-/* dweight = index_add(zeros, ids, dout) with the padding row (i[0]) zeroed. */
+/* dout's rows added into a parameter's gradient where they are used, the padding row (pad, or
+ * -1) kept as it was: no dense [num, dim] temporary, nor a pass over it. */
+static int add_rows_into_grad(struct tensor *grad, const struct tensor *ids, const struct tensor *g,
+			      int64_t pad)
+{
+	struct tensor *row = pad >= 0 ? tensor_select(grad, 0, pad) : NULL;
+	struct tensor *keep = row ? tensor_clone(row) : NULL;
+	if (pad >= 0 && !keep)
+		return tensor_last_status();
+	int rc = tensor_index_add_(grad, 0, ids, g);
+	return rc == TENSOR_OK && keep ? tensor_copy_(row, keep) : rc;
+}
+
+/* dweight = index_add(zeros, ids, dout) with the padding row (i[0]) zeroed; added straight
+ * into the gradient of a parameter that has one. */
 static int embedding_backward(struct ag_node *n, const struct tensor *g)
 {
 	struct tensor *w = n->inputs[0];
+	if (w->requires_grad && !w->node && w->grad && tensor_is_contiguous(w->grad) &&
+	    w->grad->storage->tape_refs == 0)
+		return add_rows_into_grad(w->grad, n->saved[0], g, n->i[0]);
 	struct tensor *dw = tensor_zeros(w->dtype, w->storage->device, w->ndim, w->shape);
 	if (!dw)
 		return tensor_last_status();

@@ -291,6 +291,39 @@ START_TEST(test_accumulate_take)
 }
 END_TEST
 
+/* ag_accumulate: an intermediate's first gradient shares a heap g's memory (no copy), which
+ * outlives g's header; an arena g is copied; a second gradient is added into new memory. */
+START_TEST(test_accumulate_shares)
+{
+	struct tensor *x = gc_input(2, S34, 7, -1, 1, true);
+	size_t live = tensor_mem_stats(TENSOR_CPU).live_bytes;
+	tensor_scope_begin();
+	struct tensor *y = ag_mul_scalar(x, 2), *z = ag_mul_scalar(x, 3);
+	tensor_heap_begin();
+	struct tensor *g = tensor_full(TENSOR_F64, TENSOR_CPU, 2, S34, 1.5);
+	tensor_heap_end();
+	ck_assert_int_eq(ag_accumulate(y, g), TENSOR_OK);
+	ck_assert_ptr_eq(y->grad->storage, g->storage);
+	tensor_free(g);
+	double want[12];
+	for (int i = 0; i < 12; i++)
+		want[i] = 1.5;
+	tu_assert_close(y->grad, want, 12, 0, 0);
+	struct tensor *ga = tensor_full(TENSOR_F64, TENSOR_CPU, 2, S34, 0.5); /* the arena's */
+	ck_assert_int_eq(ag_accumulate(z, ga), TENSOR_OK);
+	ck_assert_ptr_ne(z->grad->storage, ga->storage);
+	struct tensor *shared = y->grad;
+	ck_assert_int_eq(ag_accumulate(y, ga), TENSOR_OK);
+	ck_assert_ptr_ne(y->grad, shared);
+	for (int i = 0; i < 12; i++)
+		want[i] = 2;
+	tu_assert_close(y->grad, want, 12, 0, 0);
+	ag_tape_reset();
+	tensor_scope_end();
+	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes, live);
+}
+END_TEST
+
 START_TEST(test_memory_flat_across_steps)
 {
 	ck_assert_int_eq(tensor_scope_end(), TENSOR_OK); /* leave the fixture scope */
@@ -547,6 +580,7 @@ int main(void)
 	tcase_add_test(tc, test_lost_node_refused);
 	tcase_add_test(tc, test_backward_frees_as_it_goes);
 	tcase_add_test(tc, test_accumulate_take);
+	tcase_add_test(tc, test_accumulate_shares);
 	tcase_add_test(tc, test_memory_flat_across_steps);
 	tcase_add_test(tc, test_backward_release);
 	tcase_add_test(tc, test_backward_release_scopes);

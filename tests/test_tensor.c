@@ -193,6 +193,15 @@ START_TEST(test_view_reshape)
 		ck_assert(vals[n] == iv(c, b, a));
 	}
 	free(vals);
+	/* on the heap the copy is the result's alone: freeing it leaves nothing behind */
+	size_t live = tensor_mem_stats(TENSOR_CPU).live_bytes;
+	tensor_heap_begin();
+	struct tensor *h = tensor_reshape(tt, 2, s);
+	tensor_heap_end();
+	ck_assert(h != NULL && !h->in_arena && h->storage->refcount == 1);
+	ck_assert(tensor_get(h, (int64_t[]){ 3, 5 }) == iv(1, 2, 3));
+	tensor_free(h);
+	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes, live);
 }
 END_TEST
 
