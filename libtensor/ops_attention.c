@@ -50,6 +50,10 @@ static const struct tensor_backend *attention_check(const char *op,
 		tensor_error(TENSOR_ERR_ARG, "%s: scale %g is not finite", op, a->scale);
 		return NULL;
 	}
+	if (!(a->dropout >= 0 && a->dropout < 1)) {
+		tensor_error(TENSOR_ERR_ARG, "%s: dropout %g not in [0, 1)", op, a->dropout);
+		return NULL;
+	}
 	return TENSOR_BACKEND_FOR(q->storage->device, attention, op);
 }
 

@@ -237,6 +237,11 @@ struct tensor_attention_args {
 	const struct tensor *q, *k, *v, *hidden;
 	bool causal;
 	double scale;
+	/* dropout of the probabilities, 0 <= dropout < 1 (0: none): element (b, h, t, s) of the
+	 * [B,H,T,S] probabilities kept as tensor_dropout_at(P, dropout, seed, first) keeps it,
+	 * the kept ones scaled by 1 / (1 - dropout); the backward applies the same mask */
+	double dropout;
+	uint64_t seed, first;
 };
 /* softmax(scale q k^T, hidden keys left out) v in one op, without the [T,S]
  * scores in memory: a block of queries at a time, the scores in a buffer per

@@ -180,6 +180,9 @@ static int fused_backward(struct ag_node *n, const struct tensor *g)
 		.hidden = n->nsaved > 4 ? n->saved[4] : NULL,
 		.causal = n->i[0] != 0,
 		.scale = n->f[0],
+		.dropout = n->f[1],
+		.seed = (uint64_t)n->i[1],
+		.first = (uint64_t)n->i[2],
 	};
 	struct tensor *d[3];
 	tensor_heap_begin();
@@ -194,14 +197,25 @@ static int fused_backward(struct ag_node *n, const struct tensor *g)
 	return rc;
 }
 
-/* nn_attention through tensor_attention, mask [B,S] (1 = a real key) or NULL. */
+/* nn_attention through tensor_attention, mask [B,S] (1 = a real key) or NULL; drop: the
+ * probabilities' dropout when it drops (its mask as nn_dropout_forward would draw it on
+ * the [B,H,T,S] probabilities), else NULL. */
 static struct tensor *attention_fused(struct tensor *q, struct tensor *k, struct tensor *v,
-				      const struct tensor *mask, bool causal, double scale)
+				      const struct tensor *mask, bool causal, double scale,
+				      const struct nn_dropout *drop)
 {
 	struct tensor *hidden = mask ? nn_mask_compare(mask, q->dtype, true) : NULL, *lse;
 	if (mask && !hidden)
 		return NULL;
-	struct tensor_attention_args a = { q, k, v, hidden, causal, scale };
+	struct tensor_attention_args a = {
+		.q = q, .k = k, .v = v, .hidden = hidden, .causal = causal, .scale = scale
+	};
+	if (drop) {
+		a.dropout = drop->p;
+		a.seed = nn_params_next_seed(drop->ps);
+		a.first =
+		    (uint64_t)(drop->ps->batch_first * q->shape[1] * q->shape[2] * k->shape[2]);
+	}
 	struct tensor *out = tensor_attention(&a, &lse);
 	struct ag_node *n =
 	    out ? ag_record("attention", out, fused_backward, 3, (struct tensor *[]){ q, k, v })
@@ -209,6 +223,9 @@ static struct tensor *attention_fused(struct tensor *q, struct tensor *k, struct
 	if (n) {
 		n->i[0] = causal;
 		n->f[0] = scale;
+		n->f[1] = a.dropout;
+		n->i[1] = (int64_t)a.seed;
+		n->i[2] = (int64_t)a.first;
 		struct tensor *keep[5] = { q, k, v, lse, hidden };
 		for (int i = 0; i < (hidden ? 5 : 4); i++)
 			ag_save(n, keep[i]);
@@ -249,12 +266,12 @@ struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v
 		return NULL;
 	if (check_qkv(q, k, v, mask, causal, scale) < 0)
 		return NULL;
-	/* the fused kernel, unless the probabilities are wanted (an observer, dropout)
-	 * or the products run in bf16 */
+	/* the fused kernel (dropout included), unless the probabilities are wanted (an
+	 * observer) or the products run in bf16 */
 	bool drops = dropout && !(dropout->ps && (!dropout->ps->training || dropout->p == 0));
-	if (fused && !observer && !drops && tensor_matmul_precision() == TENSOR_F32 &&
-	    tensor_attention_supported(q))
-		return attention_fused(q, k, v, mask, causal, scale);
+	if (fused && !observer && (!drops || dropout->ps) &&
+	    tensor_matmul_precision() == TENSOR_F32 && tensor_attention_supported(q))
+		return attention_fused(q, k, v, mask, causal, scale, drops ? dropout : NULL);
 	struct tensor *masked = NULL, *dead = NULL;
 	if ((mask || causal) && build_masks(q, mask, causal, &masked, &dead) < 0)
 		return NULL;
@@ -275,7 +292,8 @@ struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v
 		if (rc != TENSOR_OK) {
 			if (tensor_last_status() == TENSOR_OK)
 				tensor_error(TENSOR_ERR_ARG,
-					     "nn_attention: the attention observer returned %d", rc);
+					     "nn_attention: the attention observer returned %d",
+					     rc);
 			return NULL;
 		}
 	}

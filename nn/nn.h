@@ -255,15 +255,18 @@ void nn_feed_forward_free(struct nn_feed_forward *m);
  * v [B, H, S, dv].
  * mask [B, S] (nonzero = a real key, 0 = padding, never attended; any
  * numeric dtype) or NULL; causal masks s > t (needs S == T). Rows whose keys are all masked give zeros. dropout
- * applies to the probabilities. Returns [B, H, T, dv]. Errors: shapes,
+ * applies to the probabilities (the same mask on either path: that of
+ * nn_dropout_forward on the [B, H, T, S] probabilities). Returns [B, H, T, dv]. Errors: shapes,
  * dtypes, devices, a scale not finite; outside a scope. */
 struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v,
 			    const struct tensor *mask, bool causal, double scale,
 			    const struct nn_dropout *dropout);
 /* Where the device has the fused kernel (tensor_attention: the CPU, f32 and
- * f64), nn_attention runs it unless the probabilities are needed (attention
- * dropout in training, an observer) or the products run in bf16: no [B,H,T,S]
- * scores in memory, each block of queries' recomputed in backward. false makes
+ * f64), nn_attention runs it, attention dropout included, unless the
+ * probabilities are needed (an observer) or the products run in bf16: no
+ * [B,H,T,S] scores in memory, each block of queries' recomputed in backward
+ * (slower than keeping them where S is long: the Transformer at n = 512
+ * trains 0% to 13% slower at two threads, in 37% less memory). false makes
  * every call take the composed path (products and a softmax, the probabilities
  * kept for backward), as on devices without the kernel; for comparisons.
  * Process-wide; true by default. */

@@ -11,13 +11,16 @@
 #include "testutil.h"
 
 /* out and the gradients of q, k, v (leaves) for L = sum(out * r), with the fused kernel
- * or without (tensor_cpu_set_fused): res[0] = out, res[1..3] the gradients (heap
- * tensors, taken from the leaves). */
+ * or without (tensor_cpu_set_fused), the probabilities' dropout drop or none (NULL; its
+ * seeds drawn afresh from the start of its parameters' stream): res[0] = out, res[1..3]
+ * the gradients (heap tensors, taken from the leaves). */
 static void attention_run(bool fused, struct tensor *const *in, const struct tensor *mask,
-			  bool causal, struct tensor **res)
+			  bool causal, const struct nn_dropout *drop, struct tensor **res)
 {
 	tensor_cpu_set_fused(fused);
-	struct tensor *out = nn_attention(in[0], in[1], in[2], mask, causal, 0.3, NULL);
+	if (drop)
+		drop->ps->rng_counter = 0;
+	struct tensor *out = nn_attention(in[0], in[1], in[2], mask, causal, 0.3, drop);
 	ck_assert_msg(out != NULL, "%s", tensor_last_error());
 	ck_assert_int_eq(strcmp(out->node->op, "attention") == 0, fused);
 	struct tensor *r = tensor_rand_uniform(out->dtype, TENSOR_CPU, 4, out->shape, 9, -1, 1);
@@ -32,10 +35,15 @@ static void attention_run(bool fused, struct tensor *const *in, const struct ten
 
 /* One block and several blocks of queries (the default block and one of 64 queries),
  * T != S, d != dv, key padding (a batch entry with every key hidden), causal, strided
- * operands (copied by the front-end): the fused kernel's output and gradients equal the
- * composed path's, f32 and f64. */
+ * operands (copied by the front-end), with and without dropout of the probabilities: the
+ * fused kernel's output and gradients equal the composed path's, f32 and f64. */
 START_TEST(test_attention_fused_matches_composed)
 {
+	struct nn_params ps;
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 5), TENSOR_OK);
+	struct nn_dropout dr;
+	ck_assert_int_eq(nn_dropout_init(&dr, &ps, 0.3), TENSOR_OK);
+	ps.batch_first = 3; /* a rank's share of the batch: its masks start past row 0 */
 	int vals[2 * 150];
 	for (int i = 0; i < 2 * 150; i++)
 		vals[i] = i < 150 ? i % 7 != 3 : 0;
@@ -47,10 +55,11 @@ START_TEST(test_attention_fused_matches_composed)
 		{ 70, 70, 3, 3, false, true, false },	 { 1, 150, 4, 4, false, false, true },
 		{ 129, 20, 16, 4, false, false, false },
 	};
-	for (int di = 0; di < 4; di++)
+	for (int di = 0; di < 8; di++)
 		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+			const struct nn_dropout *drop = di >= 4 ? &dr : NULL;
 			enum tensor_dtype dt = di % 2 ? TENSOR_F64 : TENSOR_F32;
-			tensor_cpu_attention_block(di < 2 ? 1 : 0);
+			tensor_cpu_attention_block(di % 4 < 2 ? 1 : 0);
 			int64_t T = cases[i].t, S = cases[i].s;
 			int64_t shapes[3][4] = { { 2, 3, T, cases[i].d },
 						 { 2, 3, S, cases[i].d },
@@ -68,8 +77,8 @@ START_TEST(test_attention_fused_matches_composed)
 					col[b * S + c] = vals[b * 150 + c];
 			struct tensor *mask = cases[i].mask ? tu_mask_i32(2, S, col) : NULL;
 			struct tensor *f[4], *c[4];
-			attention_run(true, in, mask, cases[i].causal, f);
-			attention_run(false, in, mask, cases[i].causal, c);
+			attention_run(true, in, mask, cases[i].causal, drop, f);
+			attention_run(false, in, mask, cases[i].causal, drop, c);
 			for (int j = 0; j < 4; j++) {
 				tu_assert_same(f[j], c[j], di % 2 ? 1e-12 : 2e-5);
 				if (j > 0) {
@@ -79,6 +88,7 @@ START_TEST(test_attention_fused_matches_composed)
 			}
 		}
 	tensor_cpu_attention_block(0);
+	nn_params_free(&ps);
 }
 END_TEST
 
@@ -112,10 +122,10 @@ START_TEST(test_attention_fused_errors)
 	struct tensor *k64 = tu_rand(TENSOR_F64, 4, (int64_t[]){ 1, 2, 5, 4 }, 2);
 	struct tensor *hid = tensor_zeros(TENSOR_F32, TENSOR_CPU, 2, (int64_t[]){ 1, 4 });
 	struct tensor *lse, *dq, *dk, *dv;
-	struct tensor_attention_args a = { q, k, v, NULL, false, 0.5 };
+	struct tensor_attention_args a = { .q = q, .k = k, .v = v, .scale = 0.5 };
 	tu_assert_error(!tensor_attention(&a, NULL), TENSOR_ERR_ARG, "attention", "lse");
 	tu_assert_error(!tensor_attention(NULL, &lse), TENSOR_ERR_ARG, "attention", NULL);
-	struct tensor_attention_args none = { q, NULL, v, NULL, false, 0.5 };
+	struct tensor_attention_args none = { .q = q, .v = v, .scale = 0.5 };
 	tu_assert_error(!tensor_attention(&none, &lse), TENSOR_ERR_ARG, "attention",
 			"q, k or v is NULL");
 	tu_assert_error(tensor_attention_backward(&none, q, q, &dq, &dk, &dv) == TENSOR_ERR_ARG,
@@ -141,6 +151,13 @@ START_TEST(test_attention_fused_errors)
 	bad = a;
 	bad.scale = NAN;
 	tu_assert_error(!tensor_attention(&bad, &lse), TENSOR_ERR_ARG, "scale", NULL);
+	const double drops[3] = { 1, -0.25, NAN };
+	for (int i = 0; i < 3; i++) {
+		bad = a;
+		bad.dropout = drops[i];
+		tu_assert_error(!tensor_attention(&bad, &lse), TENSOR_ERR_ARG, "attention: dropout",
+				"not in [0, 1)");
+	}
 	struct tensor *out = tensor_attention(&a, &lse);
 	ck_assert_msg(out != NULL, "%s", tensor_last_error());
 	tu_assert_shape(lse, 3, (int64_t[]){ 1, 2, 3 });

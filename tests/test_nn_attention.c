@@ -161,12 +161,15 @@ struct att_ctx {
 	const struct tensor *mask;
 	bool causal;
 	double scale;
+	struct nn_dropout *drop; /* or NULL; the same masks every call */
 };
 
 static struct tensor *f_attention(struct tensor *const *in, void *ctx)
 {
 	const struct att_ctx *c = ctx;
-	return nn_attention(in[0], in[1], in[2], c->mask, c->causal, c->scale, NULL);
+	if (c->drop)
+		c->drop->ps->rng_counter = 0;
+	return nn_attention(in[0], in[1], in[2], c->mask, c->causal, c->scale, c->drop);
 }
 
 START_TEST(test_attention_gradients)
@@ -193,7 +196,7 @@ START_TEST(test_attention_gradients)
 		struct tensor *q = gc_input(4, (int64_t[]){ 2, 2, T, d }, 1, -1.5, 1.5, false);
 		struct tensor *k = gc_input(4, (int64_t[]){ 2, 2, 4, d }, 2, -1.5, 1.5, true);
 		struct tensor *v = gc_input(4, (int64_t[]){ 2, 2, 4, 3 }, 3, -1, 1, false);
-		struct att_ctx c = { cases[i].mask, cases[i].causal, 0.7 };
+		struct att_ctx c = { cases[i].mask, cases[i].causal, 0.7, NULL };
 		gc_assert(cases[i].name, f_attention, &c, 3, (struct tensor *[]){ q, k, v });
 		if (cases[i].mask) { /* padded keys and values get exactly zero gradient */
 			double *mv = tu_values(cases[i].mask), *gk = tu_values(k->grad),
@@ -223,11 +226,45 @@ START_TEST(test_attention_gradients)
 	struct tensor *q = gc_input(4, (int64_t[]){ 1, 1, 70, 2 }, 4, -1.5, 1.5, false);
 	struct tensor *k = gc_input(4, (int64_t[]){ 1, 1, 70, 2 }, 5, -1.5, 1.5, true);
 	struct tensor *v = gc_input(4, (int64_t[]){ 1, 1, 70, 3 }, 6, -1, 1, false);
-	struct att_ctx c = { tu_mask_i32(1, 70, vals), true, 0.7 };
+	struct att_ctx c = { tu_mask_i32(1, 70, vals), true, 0.7, NULL };
 	tensor_cpu_attention_block(1); /* the fused kernel's blocks of 64 queries */
 	gc_assert("two blocks, causal+key_mask", f_attention, &c, 3,
 		  (struct tensor *[]){ q, k, v });
 	tensor_cpu_attention_block(0);
+}
+END_TEST
+
+/* Dropout of the probabilities (a fixed mask, the same seeds each call), fused kernel and
+ * composed path, over one block and two: its gradients checked by finite differences. */
+START_TEST(test_attention_dropout_gradients)
+{
+	struct nn_params ps;
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F64, TENSOR_CPU, 7), TENSOR_OK);
+	struct nn_dropout dr;
+	ck_assert_int_eq(nn_dropout_init(&dr, &ps, 0.4), TENSOR_OK);
+	int vals[70];
+	for (int i = 0; i < 70; i++)
+		vals[i] = i % 9 != 4;
+	struct tensor *m = tu_mask_i32(1, 70, vals);
+	for (int fused = 0; fused < 2; fused++) {
+		tensor_cpu_set_fused(fused);
+		struct tensor *q = gc_input(4, (int64_t[]){ 1, 2, 5, 3 }, 1, -1.5, 1.5, false);
+		struct tensor *k = gc_input(4, (int64_t[]){ 1, 2, 6, 3 }, 2, -1.5, 1.5, true);
+		struct tensor *v = gc_input(4, (int64_t[]){ 1, 2, 6, 4 }, 3, -1, 1, false);
+		struct att_ctx c = { NULL, false, 0.7, &dr };
+		gc_assert(fused ? "dropout, fused" : "dropout, composed", f_attention, &c, 3,
+			  (struct tensor *[]){ q, k, v });
+		q = gc_input(4, (int64_t[]){ 1, 1, 70, 2 }, 4, -1.5, 1.5, false);
+		k = gc_input(4, (int64_t[]){ 1, 1, 70, 2 }, 5, -1.5, 1.5, true);
+		v = gc_input(4, (int64_t[]){ 1, 1, 70, 3 }, 6, -1, 1, false);
+		c = (struct att_ctx){ m, true, 0.7, &dr };
+		tensor_cpu_attention_block(1);
+		gc_assert("dropout, two blocks, causal+key_mask", f_attention, &c, 3,
+			  (struct tensor *[]){ q, k, v });
+		tensor_cpu_attention_block(0);
+	}
+	tensor_cpu_set_fused(true);
+	nn_params_free(&ps);
 }
 END_TEST
 
@@ -433,6 +470,7 @@ int main(void)
 	tcase_add_test(tc, test_attention_large_scores_f32);
 	tcase_add_test(tc, test_attention_gradients);
 	tcase_add_test(tc, test_attention_dropout_eval);
+	tcase_add_test(tc, test_attention_dropout_gradients);
 	tcase_add_test(tc, test_attention_errors);
 	tcase_add_test(tc, test_attention_by_head);
 	tcase_add_test(tc, test_attention_observer);

@@ -5,7 +5,9 @@
  * recomputes a block's probabilities from it and makes dq of the block and its
  * share of dk and dv (a thread owns a (batch, head), so dk and dv accumulate
  * without races). Masked keys are left out of the row; keys past a causal row's
- * own are not computed at all. */
+ * own are not computed at all. Dropout multiplies each row of probabilities by its
+ * mask after the row's sum is taken (forward), and dL/dp and p by the same mask
+ * (backward), drawn again from the seed. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -156,6 +158,7 @@ struct att_job {
 	enum tensor_dtype dt;
 	size_t es;
 	int64_t h, t, s, d, dv, rows, blocks;
+	struct cpu_dropout_plan drop; /* the probabilities' dropout, where a->dropout > 0 */
 };
 
 static struct att_job att_job_of(const struct tensor_attention_args *a)
@@ -174,7 +177,45 @@ static struct att_job att_job_of(const struct tensor_attention_args *a)
 				 .d = q->shape[3],
 				 .dv = a->v->shape[3],
 				 .rows = rows,
-				 .blocks = (t + rows - 1) / rows };
+				 .blocks = (t + rows - 1) / rows,
+				 .drop = cpu_dropout_plan(a->dropout, a->seed) };
+}
+
+/* Row t of (b, h)'s first cols probabilities, p (the row's own dtype), times the dropout
+ * mask in place (element first + ((b H + h) T + t) S + s of the [B,H,T,S] mask). */
+static void drop_row(const struct att_job *j, char *p, int64_t cols, int64_t b, int64_t h,
+		     int64_t t)
+{
+	if (j->a->dropout > 0)
+		cpu_dropout_span(&j->drop, j->dt, p, p, cols,
+				 j->a->first + (uint64_t)(((b * j->h + h) * j->t + t) * j->s));
+}
+
+/* m = the mask factors of that row: 0 or 1 / (1 - p). */
+static void mask_row(const struct att_job *j, char *m, int64_t cols, int64_t b, int64_t h,
+		     int64_t t)
+{
+	for (int64_t i = 0; i < cols && j->dt == TENSOR_F32; i++)
+		((float *)m)[i] = 1;
+	for (int64_t i = 0; i < cols && j->dt == TENSOR_F64; i++)
+		((double *)m)[i] = 1;
+	drop_row(j, m, cols, b, h, t);
+}
+
+/* x[i] *= m[i] for i < n. */
+static void mul_row(enum tensor_dtype dt, char *x, const char *m, int64_t n)
+{
+	if (dt == TENSOR_F32) {
+		float *xf = (float *)x;
+		const float *mf = (const float *)m;
+		for (int64_t i = 0; i < n; i++)
+			xf[i] *= mf[i];
+	} else {
+		double *xd = (double *)x;
+		const double *md = (const double *)m;
+		for (int64_t i = 0; i < n; i++)
+			xd[i] *= md[i];
+	}
 }
 
 /* Rows and columns of block blk: causal rows see no key past the block's last row. */
@@ -232,6 +273,7 @@ static void forward_block(const struct att_job *j, struct tensor *out, struct te
 		else
 			((double *)l)[r] = exps_row_f64((double *)row, cols, vis,
 							(const double *)hid, (double *)inv + r);
+		drop_row(j, row, cols, b, h, t0 + r); /* the sum (inv) is the undropped row's */
 	}
 	struct cpu_mat o = att_rows(out, b, h, t0);
 	cpu_gemm_one_thread(j->dt, rows, j->dv, cols, 1, sc, att_rows(a->v, b, h, 0), 0, o);
@@ -239,10 +281,10 @@ static void forward_block(const struct att_job *j, struct tensor *out, struct te
 }
 
 /* Gradients of (b, h): dq of every block, dk and dv summed over the blocks. pbuf and
- * gbuf hold a block's scores each. */
+ * gbuf hold a block's scores each, mbuf a row's dropout mask. */
 static void backward_head(const struct att_job *j, struct tensor *dq, struct tensor *dk,
 			  struct tensor *dv, const struct tensor *lse, const struct tensor *dout,
-			  int64_t b, int64_t h, char *pbuf, char *gbuf)
+			  int64_t b, int64_t h, char *pbuf, char *gbuf, char *mbuf)
 {
 	const struct tensor_attention_args *a = j->a;
 	struct cpu_mat dkm = att_rows(dk, b, h, 0), dvm = att_rows(dv, b, h, 0);
@@ -263,12 +305,18 @@ static void backward_head(const struct att_job *j, struct tensor *dq, struct ten
 			int64_t vis = a->causal ? t0 + r + 1 : cols;
 			char *pr = pbuf + r * cols * (int64_t)j->es;
 			char *gr = gbuf + r * cols * (int64_t)j->es;
+			if (a->dropout > 0) { /* dL/dp through the mask, drawn once a row */
+				mask_row(j, mbuf, cols, b, h, t0 + r);
+				mul_row(j->dt, gr, mbuf, cols);
+			}
 			if (j->dt == TENSOR_F32)
 				grad_row_f32((float *)pr, (float *)gr, cols, vis,
 					     (const float *)hid, ((const float *)l)[t0 + r]);
 			else
 				grad_row_f64((double *)pr, (double *)gr, cols, vis,
 					     (const double *)hid, ((const double *)l)[t0 + r]);
+			if (a->dropout > 0) /* dv's product takes the kept p */
+				mul_row(j->dt, pr, mbuf, cols);
 		}
 		cpu_gemm_one_thread(j->dt, cols, j->dv, rows, 1, att_trans(pm), gm, 1, dvm);
 		cpu_gemm_one_thread(j->dt, rows, j->d, cols, a->scale, sm, att_rows(a->k, b, h, 0),
@@ -279,17 +327,17 @@ static void backward_head(const struct att_job *j, struct tensor *dq, struct ten
 
 /* ---- the slots ---------------------------------------------------------------------- */
 
-/* Scratch of nbuf blocks of scores and a block's rows of values for each of *nt
- * threads (as many as there are units of work, at most the thread count), *per bytes
+/* Scratch of nbuf blocks of scores, a block's rows of values and extra elements for
+ * each of *nt threads (as many as there are units of work, at most the thread count), *per bytes
  * each, from the thread's block cache (tensor memory, reused across steps); NULL with
  * an error naming op. */
 static struct tensor_storage *att_scratch(const char *op, const struct att_job *j, int64_t units,
-					  int nbuf, int *nt, size_t *per)
+					  int nbuf, int64_t extra, int *nt, size_t *per)
 {
 	*nt = cpu_num_threads();
 	if (units < *nt)
 		*nt = units > 0 ? (int)units : 1;
-	*per = (size_t)(j->rows * ((j->s ? j->s : 1) * nbuf + 1)) * j->es;
+	*per = (size_t)(j->rows * ((j->s ? j->s : 1) * nbuf + 1) + extra) * j->es;
 	tensor_heap_begin();
 	struct tensor_storage *st = tensor_storage_alloc(TENSOR_CPU, *per * (size_t)*nt);
 	tensor_heap_end();
@@ -306,7 +354,7 @@ int cpu_attention(struct tensor *out, struct tensor *lse, const struct tensor_at
 	int64_t units = a->q->shape[0] * j.h * j.blocks;
 	int nt;
 	size_t per;
-	struct tensor_storage *st = att_scratch("attention", &j, units, 1, &nt, &per);
+	struct tensor_storage *st = att_scratch("attention", &j, units, 1, 0, &nt, &per);
 	if (!st)
 		return tensor_last_status();
 #pragma omp parallel num_threads(nt)
@@ -330,16 +378,19 @@ int cpu_attention_backward(struct tensor *dq, struct tensor *dk, struct tensor *
 	int64_t units = a->q->shape[0] * j.h;
 	int nt;
 	size_t per;
-	struct tensor_storage *st = att_scratch("attention_backward", &j, units, 2, &nt, &per);
+	struct tensor_storage *st =
+	    att_scratch("attention_backward", &j, units, 2, j.s, &nt, &per); /* a mask row */
 	if (!st)
 		return tensor_last_status();
 #pragma omp parallel num_threads(nt)
 	{
 		char *pbuf = (char *)st->data + per * (size_t)omp_get_thread_num();
 		char *gbuf = pbuf + (size_t)(j.rows * j.s) * j.es;
+		char *mbuf = gbuf + (size_t)(j.rows * j.s) * j.es;
 #pragma omp for schedule(static)
 		for (int64_t u = 0; u < units; u++)
-			backward_head(&j, dq, dk, dv, lse, dout, u / j.h, u % j.h, pbuf, gbuf);
+			backward_head(&j, dq, dk, dv, lse, dout, u / j.h, u % j.h, pbuf, gbuf,
+				      mbuf);
 	}
 	tensor_storage_release(st);
 	return TENSOR_OK;

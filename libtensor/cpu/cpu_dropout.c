@@ -202,46 +202,55 @@ DEFINE_DROPOUT_AVX2(double, double_avx2, _mm256_set1_pd)
 DEFINE_DROPOUT(float, dropout_float, CPU_WIDE_CLONES, dropout_words)
 DEFINE_DROPOUT(double, dropout_double, CPU_WIDE_CLONES, dropout_words)
 
-int cpu_dropout(struct tensor *out, const struct tensor *x, double p, uint64_t seed, uint64_t first)
+struct cpu_dropout_plan cpu_dropout_plan(double p, uint64_t seed)
 {
-	int64_t n = tensor_numel(out), chunks = (n + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;
 	/* a threshold of 2^32 keeps none: every word kept, times 0 */
 	uint64_t t = random_dropout_threshold(p);
-	uint32_t thresh = t > UINT32_MAX ? 0 : (uint32_t)t;
-	double scale = t > UINT32_MAX ? 0 : 1.0 / (1.0 - p);
-	bool f32 = out->dtype == TENSOR_F32;
-	char *po = tensor_data(out);
-	const char *px = tensor_data(x);
-	size_t es = f32 ? sizeof(float) : sizeof(double);
+	struct cpu_dropout_plan pl = { .seed = seed,
+				       .thresh = t > UINT32_MAX ? 0 : (uint32_t)t,
+				       .scale = t > UINT32_MAX ? 0 : 1.0 / (1.0 - p) };
 	/* AVX-512 runs the portable loop's widest clone; AVX2 the intrinsics.
 	 * CFORMER_DROPOUT_KERNEL=portable or avx2 (where the CPU has AVX2)
 	 * forces one, so that the tests run both on any x86 CPU. */
-	bool avx2 = false;
 #ifdef CPU_DROPOUT_AVX2
 	const char *force = getenv("CFORMER_DROPOUT_KERNEL");
-	avx2 = __builtin_cpu_supports("avx2") &&
-	       (force ? strcmp(force, "avx2") == 0 : !__builtin_cpu_supports("avx512f"));
+	pl.avx2 = __builtin_cpu_supports("avx2") &&
+		  (force ? strcmp(force, "avx2") == 0 : !__builtin_cpu_supports("avx512f"));
 #endif
+	return pl;
+}
+
+void cpu_dropout_span(const struct cpu_dropout_plan *pl, enum tensor_dtype dt, void *y,
+		      const void *x, int64_t n, uint64_t e)
+{
+	bool f32 = dt == TENSOR_F32;
+#ifdef CPU_DROPOUT_AVX2
+	if (pl->avx2) {
+		if (f32)
+			dropout_float_avx2(y, x, n, e, pl->seed, pl->thresh, (float)pl->scale);
+		else
+			dropout_double_avx2(y, x, n, e, pl->seed, pl->thresh, pl->scale);
+		return;
+	}
+#endif
+	if (f32)
+		dropout_float(y, x, n, e, pl->seed, pl->thresh, (float)pl->scale);
+	else
+		dropout_double(y, x, n, e, pl->seed, pl->thresh, pl->scale);
+}
+
+int cpu_dropout(struct tensor *out, const struct tensor *x, double p, uint64_t seed, uint64_t first)
+{
+	int64_t n = tensor_numel(out), chunks = (n + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;
+	struct cpu_dropout_plan pl = cpu_dropout_plan(p, seed);
+	size_t es = tensor_dtype_size(out->dtype);
+	char *po = tensor_data(out);
+	const char *px = tensor_data(x);
 #pragma omp parallel for num_threads(cpu_num_threads()) if (chunks > 1)
 	for (int64_t c = 0; c < chunks; c++) {
 		int64_t s = c * DROPOUT_CHUNK, m = n - s < DROPOUT_CHUNK ? n - s : DROPOUT_CHUNK;
-		void *y = po + (size_t)s * es;
-		const void *xs = px + (size_t)s * es;
-#ifdef CPU_DROPOUT_AVX2
-		if (avx2) {
-			if (f32)
-				dropout_float_avx2(y, xs, m, first + (uint64_t)s, seed, thresh,
-						   (float)scale);
-			else
-				dropout_double_avx2(y, xs, m, first + (uint64_t)s, seed, thresh,
-						    scale);
-			continue;
-		}
-#endif
-		if (f32)
-			dropout_float(y, xs, m, first + (uint64_t)s, seed, thresh, (float)scale);
-		else
-			dropout_double(y, xs, m, first + (uint64_t)s, seed, thresh, scale);
+		cpu_dropout_span(&pl, out->dtype, po + (size_t)s * es, px + (size_t)s * es, m,
+				 first + (uint64_t)s);
 	}
 	return TENSOR_OK;
 }

@@ -20,6 +20,19 @@ int cpu_arange(struct tensor *dst, double start, double step);
 int cpu_random(struct tensor *dst, enum tensor_random_kind kind, uint64_t seed, double a, double b);
 int cpu_dropout(struct tensor *out, const struct tensor *x, double p, uint64_t seed,
 		uint64_t first);
+/* Dropout at rate p under seed, ready to apply to spans of elements: the threshold, the
+ * scale and the kernel (CFORMER_DROPOUT_KERNEL read once). */
+struct cpu_dropout_plan {
+	uint64_t seed;
+	uint32_t thresh;
+	double scale;
+	bool avx2;
+};
+struct cpu_dropout_plan cpu_dropout_plan(double p, uint64_t seed);
+/* y[i] = x[i] * keep(e + i) * scale for n contiguous f32 or f64 elements (y may be x): the
+ * mask's elements e.. as tensor_dropout_at draws them, on one thread. */
+void cpu_dropout_span(const struct cpu_dropout_plan *pl, enum tensor_dtype dt, void *y,
+		      const void *x, int64_t n, uint64_t e);
 /* cpu_elementwise.c */
 int cpu_unary(enum tensor_unary_op op, struct tensor *out, const struct tensor *x, double alpha);
 int cpu_binary(enum tensor_binary_op op, struct tensor *out, const struct tensor *a,
