@@ -85,8 +85,9 @@ struct tensor_backend {
 	 * operands as tensor_attention_args says, each with a unit stride in its
 	 * last dim and rows that do not overlap, hidden contiguous; out [B,H,T,dv]
 	 * with a unit stride in its last dim; lse [B,H,T] contiguous. The backward
-	 * writes contiguous dq, dk, dv from lse and dout ([B,H,T,dv], a unit stride
-	 * in its last dim). */
+	 * writes dq, dk, dv (each with a unit stride in its last dim, rows that do not
+	 * overlap, laid out as q, k, v are) from lse and dout ([B,H,T,dv], a unit
+	 * stride in its last dim). */
 	int (*attention)(struct tensor *out, struct tensor *lse,
 			 const struct tensor_attention_args *a);
 	int (*attention_backward)(struct tensor *dq, struct tensor *dk, struct tensor *dv,

@@ -124,6 +124,29 @@ struct tensor *tensor_attention(const struct tensor_attention_args *a, struct te
 	return out;
 }
 
+/* A new tensor of x's shape (4-d) whose memory orders its dims as x's strides do, the last
+ * dim innermost: the gradient of a permuted view (heads split from [B,T,H,d]) comes out in
+ * its base's layout, and the views back to the base need no copy. */
+static struct tensor *new_like(const struct tensor *x)
+{
+	int order[4] = { 0, 1, 2, 3 }, inv[4];
+	for (int i = 1; i < 3; i++) /* dims 0..2 by stride, largest first (stable) */
+		for (int j = i; j > 0 && x->strides[order[j]] > x->strides[order[j - 1]]; j--) {
+			int t = order[j];
+			order[j] = order[j - 1];
+			order[j - 1] = t;
+		}
+	int64_t sh[4];
+	for (int d = 0; d < 4; d++) {
+		sh[d] = x->shape[order[d]];
+		inv[order[d]] = d;
+	}
+	struct tensor *base = tensor_new(x->dtype, x->storage->device, 4, sh);
+	struct tensor *v = base ? tensor_permute(base, inv) : NULL;
+	tensor_free(base); /* on the heap v holds the memory alone; in a scope a no-op */
+	return v;
+}
+
 int tensor_attention_backward(const struct tensor_attention_args *a, const struct tensor *lse,
 			      const struct tensor *dout, struct tensor **dq, struct tensor **dk,
 			      struct tensor **dv)
@@ -151,13 +174,10 @@ int tensor_attention_backward(const struct tensor_attention_args *a, const struc
 				    op, tensor_shape_str(dout, bg, sizeof bg),
 				    tensor_shape_str(lse, bl, sizeof bl));
 	}
-	enum tensor_device dev = q->storage->device;
 	struct tensor_attention_args r;
 	int rc = args_rows(&r, a);
 	struct tensor *g = as_rows(dout, false), *l = as_rows(lse, true);
-	struct tensor *gq = tensor_new(q->dtype, dev, 4, q->shape);
-	struct tensor *gk = tensor_new(q->dtype, dev, 4, k->shape);
-	struct tensor *gv = tensor_new(q->dtype, dev, 4, v->shape);
+	struct tensor *gq = new_like(q), *gk = new_like(k), *gv = new_like(v);
 	if (rc == TENSOR_OK && !(g && l && gq && gk && gv))
 		rc = tensor_last_status();
 	if (rc == TENSOR_OK && tensor_numel(gq) + tensor_numel(gk) + tensor_numel(gv) > 0)

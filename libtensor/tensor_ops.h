@@ -254,8 +254,10 @@ struct tensor_attention_args {
  * one; nn_attention then composes the op from products and a softmax). */
 struct tensor *tensor_attention(const struct tensor_attention_args *a, struct tensor **lse);
 /* The gradients of tensor_attention for dout = dL/dout ([B,H,T,dv]), with lse
- * as the forward returned it: *dq, *dk, *dv of q's, k's and v's shapes,
- * contiguous; each block's probabilities are recomputed from q, k and lse.
+ * as the forward returned it: *dq, *dk, *dv of q's, k's and v's shapes, their
+ * memory ordered as q's, k's and v's (the gradient of heads split from
+ * [B,T,H,d] is a view of a [B,T,H,d] tensor); each block's probabilities are
+ * recomputed from q, k and lse.
  * Returns a status (errors as tensor_attention's). */
 int tensor_attention_backward(const struct tensor_attention_args *a, const struct tensor *lse,
 			      const struct tensor *dout, struct tensor **dq, struct tensor **dk,

@@ -113,6 +113,41 @@ START_TEST(test_attention_fused_memory)
 }
 END_TEST
 
+/* The gradients come out laid out as their operands are: q and v heads split from
+ * [B,T,H,d] give dq and dv of the same strides (views of [B,T,H,d] memory, so that merging
+ * the heads back needs no copy), a contiguous k a contiguous dk; their values those of
+ * contiguous operands. */
+START_TEST(test_attention_grads_layout)
+{
+	const int64_t B = 2, T = 7, S = 5, H = 3, d = 4, dv = 6;
+	const int perm[4] = { 0, 2, 1, 3 };
+	struct tensor *q =
+	    tensor_permute(tu_rand(TENSOR_F64, 4, (int64_t[]){ B, T, H, d }, 1), perm);
+	struct tensor *k = tu_rand(TENSOR_F64, 4, (int64_t[]){ B, H, S, d }, 2);
+	struct tensor *v =
+	    tensor_permute(tu_rand(TENSOR_F64, 4, (int64_t[]){ B, S, H, dv }, 3), perm);
+	struct tensor *g = tu_rand(TENSOR_F64, 4, (int64_t[]){ B, H, T, dv }, 4);
+	struct tensor *lse, *d1[3], *d2[3];
+	struct tensor_attention_args a = { .q = q, .k = k, .v = v, .scale = 0.5 };
+	ck_assert(tensor_attention(&a, &lse) != NULL);
+	ck_assert_int_eq(tensor_attention_backward(&a, lse, g, &d1[0], &d1[1], &d1[2]), TENSOR_OK);
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(d1[0]->strides[i], q->strides[i]);
+		ck_assert_int_eq(d1[2]->strides[i], v->strides[i]);
+	}
+	ck_assert(tensor_is_contiguous(d1[1]));
+	struct tensor_attention_args c = {
+		.q = tensor_contiguous(q), .k = k, .v = tensor_contiguous(v), .scale = 0.5
+	};
+	ck_assert_int_eq(tensor_attention_backward(&c, lse, g, &d2[0], &d2[1], &d2[2]), TENSOR_OK);
+	for (int i = 0; i < 3; i++) {
+		tu_assert_same(d1[i], d2[i], 1e-12);
+		tensor_free(d1[i]);
+		tensor_free(d2[i]);
+	}
+}
+END_TEST
+
 /* tensor_attention's own errors, and UNSUPPORTED where the device has no kernel. */
 START_TEST(test_attention_fused_errors)
 {
@@ -222,6 +257,7 @@ int main(void)
 	tcase_add_test(tc, test_attention_fused_matches_composed);
 	tcase_add_test(tc, test_attention_fused_memory);
 	tcase_add_test(tc, test_attention_fused_errors);
+	tcase_add_test(tc, test_attention_grads_layout);
 	tcase_add_test(tc, test_attention_exp);
 	suite_add_tcase(s, tc);
 	return tu_run(s);

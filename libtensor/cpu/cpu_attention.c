@@ -288,8 +288,10 @@ static void backward_head(const struct att_job *j, struct tensor *dq, struct ten
 {
 	const struct tensor_attention_args *a = j->a;
 	struct cpu_mat dkm = att_rows(dk, b, h, 0), dvm = att_rows(dv, b, h, 0);
-	memset(dkm.p, 0, (size_t)(j->s * j->d) * j->es);
-	memset(dvm.p, 0, (size_t)(j->s * j->dv) * j->es);
+	for (int64_t r = 0; r < j->s; r++) { /* rows of (b, h), apart where heads interleave */
+		memset(dkm.p + r * dkm.rs * (int64_t)j->es, 0, (size_t)j->d * j->es);
+		memset(dvm.p + r * dvm.rs * (int64_t)j->es, 0, (size_t)j->dv * j->es);
+	}
 	const char *hid = att_hidden(j, b);
 	const char *l = cpu_ptr(lse) + (b * j->h + h) * j->t * (int64_t)j->es;
 	for (int64_t blk = 0; blk < j->blocks; blk++) {
