@@ -178,7 +178,8 @@ static struct att_job att_job_of(const struct tensor_attention_args *a)
 				 .dv = a->v->shape[3],
 				 .rows = rows,
 				 .blocks = (t + rows - 1) / rows,
-				 .drop = cpu_dropout_plan(a->dropout, a->seed) };
+				 .drop = a->dropout > 0 ? cpu_dropout_plan(a->dropout, a->seed)
+							: (struct cpu_dropout_plan){ 0 } };
 }
 
 /* Row t of (b, h)'s first cols probabilities, p (the row's own dtype), times the dropout
