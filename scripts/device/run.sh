@@ -5,7 +5,8 @@
 # every step (the device tool returns 8 files at most, and what a killed run left); the
 # summary is $OUT/summary.txt and the last lines printed.
 # Usage: scripts/device/run.sh [--tests-only | --cuda-tests | --bench-only | --profile |
-#        --pretrain]...   (several run in order, in one results.tgz)
+#        --pretrain | --cuda-tests-beside]...   (several run in order, in one results.tgz;
+#        --cuda-tests-beside starts the CUDA tests in the background, beside what follows)
 # The device call carries .device/build.tar.xz and .device/lib.tar.xz, and for --pretrain
 # .device/aclImdb.tar.xz too (scripts/device/pack_imdb.sh: 37 MB; with the full build and the
 # tree that is 62 MiB of the device's 64, with only the two training programs packed 57).
@@ -102,23 +103,50 @@ profile() {
 }
 
 # The pretraining recipe of docs/results.md on the GPU (scripts/experiments/pretrain_finetune.sh
-# --device cuda) over the reviews of scripts/device/pack_imdb.sh; PRETRAIN_FLAGS adds flags
-# (e.g. "--p2-steps 3000 --models linformer"), PRETRAIN_LIMIT bounds it (seconds, default
-# 540). Its stages keep their checkpoints in build-pretrain/ (ignored, not carried), so a
-# second call on the still-warm machine resumes where a stopped one left off.
+# --device cuda) over the reviews of scripts/device/pack_imdb.sh. A step at n = 512 is bound by
+# the host's kernel launches, so the stages that can run at once do, each a process of its
+# own: phase 1, then every model's phase 2, then each model's fine-tunings (its seeds), then
+# one last run (all reused) writes the tables. PRETRAIN_MODELS and PRETRAIN_SEEDS choose (default
+# the three models, seeds 1 2 3), PRETRAIN_FLAGS adds flags (e.g. "--p2-steps 3000"),
+# PRETRAIN_LIMIT bounds the whole (seconds, default 540). The stages keep their checkpoints in
+# build-pretrain/ (ignored, not carried), so a second call on the still-warm machine resumes
+# where a stopped one left off.
 pretrain() {
 	[ -e .device/aclImdb.tar.xz ] || {
 		echo "no .device/aclImdb.tar.xz: run scripts/device/pack_imdb.sh" | tee -a "$summary"
 		return 1
 	}
 	start=$(date +%s)
-	# shellcheck disable=SC2086 # flag words
-	timeout "${PRETRAIN_LIMIT:-540}" scripts/experiments/pretrain_finetune.sh \
-		--data .device/aclImdb.tar.xz --device cuda --threads 8 --bin . --out build-pretrain \
-		${PRETRAIN_FLAGS:-} >"$W/pretrain.log" 2>&1
+	end=$((start + ${PRETRAIN_LIMIT:-540}))
+	models=${PRETRAIN_MODELS:-linformer transformer conv-linformer} seeds=${PRETRAIN_SEEDS:-1 2 3}
+	# recipe LOG THREADS FLAGS...: the script within what is left of the limit
+	recipe() {
+		log=$1 threads=$2
+		shift 2
+		[ $((end - $(date +%s))) -gt 0 ] || return 124
+		# shellcheck disable=SC2086 # flag words
+		timeout $((end - $(date +%s))) scripts/experiments/pretrain_finetune.sh \
+			--data .device/aclImdb.tar.xz --device cuda --bin . --out build-pretrain \
+			--threads "$threads" ${PRETRAIN_FLAGS:-} "$@" >>"$W/pretrain-$log.log" 2>&1
+	}
+	recipe p1 8 --models "" # phase 1 alone (no models: empty tables)
+	pids=""
+	for m in $models; do
+		recipe "p2-$m" 4 --models "$m" --seeds "" &
+		pids="$pids $!"
+	done
+	wait $pids # (not the tests beside)
+	for m in $models; do # a model's seeds at once, so that a stopped call has finished models
+		pids=""
+		for s in $seeds; do
+			recipe "ft-$m-s$s" 2 --models "$m" --seeds "$s" &
+			pids="$pids $!"
+		done
+		wait $pids
+	done
+	recipe all 8 --models "$models" --seeds "$seeds"
 	echo "== pretrain: exit $? ($(($(date +%s) - start)) s)" | tee -a "$summary"
-	tail -12 "$W/pretrain.log" | tee -a "$summary"
-	# the tables, and each stage's command, log and metrics (not its checkpoints)
+	tail -12 "$W/pretrain-all.log" | tee -a "$summary"
 	mkdir -p "$W/pretrain"
 	(cd build-pretrain && find . -name '*.safetensors' -prune -o -type f -print |
 		tar cf - -T -) | tar xf - -C "$W/pretrain"
@@ -131,12 +159,14 @@ for mode in "$@"; do
 	case $mode in
 	--pretrain) pretrain ;;
 	--cuda-tests) cuda_tests ;;
+	--cuda-tests-beside) (save() { :; } && cuda_tests >/dev/null) & ;;
 	--tests-only) cuda_tests && other_tests ;;
 	--bench-only) benchmarks ;;
 	--profile) profile ;;
 	*) cuda_tests && benchmarks && other_tests && profile ;;
 	esac
 done
+wait # for --cuda-tests-beside
 save
 echo "== summary"
 cat "$summary"
