@@ -3,8 +3,8 @@
 # an aclImdb directory (train and test, pos and neg, with their urls_*.txt) and the unlabelled
 # ones (of the original aclImdb_unsup.tar.gz if given, else its train/unsup) as one aclImdb/
 # tree in .device/aclImdb.tar.xz (git-ignored; 37 MB for the full dataset, within the
-# device's 64 MiB beside the two training programs). scripts/device/run.sh --pretrain reads
-# it there. scripts/device/pack.sh leaves it in place.
+# device's 64 MiB beside the CUDA tests and the training programs). scripts/device/run.sh
+# --pretrain reads it there. scripts/device/pack.sh leaves it in place.
 # Usage: scripts/device/pack_imdb.sh ACLIMDB_DIR [UNSUP_TARBALL]
 set -eu
 [ $# -ge 1 ] && [ $# -le 2 ] || {

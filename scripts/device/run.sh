@@ -8,8 +8,10 @@
 #        --pretrain | --cuda-tests-beside]...   (several run in order, in one results.tgz;
 #        --cuda-tests-beside starts the CUDA tests in the background, beside what follows)
 # The device call carries .device/build.tar.xz and .device/lib.tar.xz, and for --pretrain
-# .device/aclImdb.tar.xz too (scripts/device/pack_imdb.sh: 37 MB; with the full build and the
-# tree that is 62 MiB of the device's 64, with only the two training programs packed 57).
+# .device/aclImdb.tar.xz too (scripts/device/pack_imdb.sh: 37 MB). The device refused the
+# whole build beside the reviews (over its 64 MiB with the tree); for --cuda-tests and
+# --pretrain pack the programs they run (53 MB with the reviews): PROGRAMS="tests/test_cuda
+# tests/test_cuda_models study/imdb_study examples/linformer_mlm examples/linformer_imdb".
 set -u
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 mode=${1:-all}
