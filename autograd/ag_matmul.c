@@ -39,6 +39,46 @@ struct tensor *ag_heap_matmul(const struct tensor *a, const struct tensor *b)
 	return c;
 }
 
+/* The order of op's dims in memory, outermost first (by stride, largest first), when it is
+ * not row-major and a product can be laid out so: op of the product's shape (the batch
+ * dims of dC), no broadcast dim, a matrix dim innermost. NULL otherwise. */
+static const int *grad_order(const struct tensor *op, const struct tensor *g2, int *order)
+{
+	int nd = op->ndim;
+	if (nd != g2->ndim)
+		return NULL;
+	for (int d = 0; d < nd; d++) {
+		if ((d < nd - 2 && op->shape[d] != g2->shape[d]) ||
+		    (op->strides[d] == 0 && op->shape[d] > 1))
+			return NULL;
+		order[d] = d;
+	}
+	bool moved = false;
+	for (int i = 1; i < nd; i++)
+		for (int j = i; j > 0 && op->strides[order[j]] > op->strides[order[j - 1]]; j--) {
+			int t = order[j];
+			order[j] = order[j - 1];
+			order[j - 1] = t;
+			moved = true;
+		}
+	return moved && order[nd - 1] >= nd - 2 ? order : NULL;
+}
+
+/* x · y on the heap, laid out as the operand `like` (a gradient in its operand's layout:
+ * a permuted view such as split heads takes it back without a copy). */
+static struct tensor *heap_grad_product(const struct tensor *x, const struct tensor *y,
+					const struct tensor *like, const struct tensor *g2)
+{
+	int buf[TENSOR_MAX_DIMS];
+	const int *order = grad_order(like, g2, buf);
+	if (!order)
+		return ag_heap_matmul(x, y);
+	tensor_heap_begin();
+	struct tensor *c = tensor_matmul_laid_out_to(x, y, order, ag_product_dtype(x));
+	tensor_heap_end();
+	return c;
+}
+
 /* dA = dC · B^T summed to A's shape. a2, b2, g2 are A, B, dC as matrix stacks
  * [..., m, k], [..., k, n], [..., m, n] (1-d operands unsqueezed). */
 static struct tensor *matmul_grad_a(const struct tensor *a, const struct tensor *a2,
@@ -56,7 +96,7 @@ static struct tensor *matmul_grad_a(const struct tensor *a, const struct tensor 
 		tensor_heap_end();
 		return r;
 	}
-	return a->ndim == 1 ? tensor_squeeze(mm(g2, bt), -2) : ag_heap_matmul(g2, bt);
+	return a->ndim == 1 ? tensor_squeeze(mm(g2, bt), -2) : heap_grad_product(g2, bt, a2, g2);
 }
 
 /* dB = A^T · dC summed to B's shape. */
@@ -70,7 +110,7 @@ static struct tensor *matmul_grad_b(const struct tensor *b, const struct tensor 
 		return tensor_reshape(mm(at, flat_rows(g2)), b->ndim, b->shape);
 	}
 	struct tensor *at = tensor_transpose(a2, -1, -2); /* dB [..., k, n] */
-	return b->ndim == 1 ? tensor_squeeze(mm(at, g2), -1) : ag_heap_matmul(at, g2);
+	return b->ndim == 1 ? tensor_squeeze(mm(at, g2), -1) : heap_grad_product(at, g2, b2, g2);
 }
 
 static int matmul_backward(struct ag_node *n, const struct tensor *g)

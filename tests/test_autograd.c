@@ -324,6 +324,65 @@ START_TEST(test_accumulate_shares)
 }
 END_TEST
 
+/* A probe y = x whose backward notes the storage of the gradient it receives (in
+ * probe_seen[n->i[0]]) and passes the gradient on. */
+static const void *probe_seen[4];
+
+static int probe_backward(struct ag_node *n, const struct tensor *g)
+{
+	probe_seen[n->i[0]] = g->storage;
+	return ag_accumulate(n->inputs[0], g);
+}
+
+static struct tensor *probe(struct tensor *x, int slot)
+{
+	struct tensor *y = tensor_alias(x);
+	struct ag_node *n = ag_record("probe", y, probe_backward, 1, &x);
+	ck_assert(n != NULL);
+	n->i[0] = slot;
+	return y;
+}
+
+/* A product's gradient comes out in its operand's layout: split heads (a reshape and a
+ * permute of a [B,T,H*d] intermediate) take dq, and dk through k's transpose, back to the
+ * intermediate in the product's memory, no copy; the values are those of contiguous
+ * operands. */
+START_TEST(test_matmul_grad_layout)
+{
+	const int64_t B = 2, T = 5, S = 3, H = 3, d = 4;
+	const int perm[4] = { 0, 2, 1, 3 };
+	struct tensor *x = tu_rand(TENSOR_F64, 3, (int64_t[]){ B, T, H * d }, 1);
+	struct tensor *y = tu_rand(TENSOR_F64, 3, (int64_t[]){ B, S, H * d }, 2);
+	ag_requires_grad(x, true);
+	ag_requires_grad(y, true);
+	struct tensor *grads[2][2];
+	for (int copy = 0; copy < 2; copy++) {
+		struct tensor *hx = probe(ag_mul_scalar(x, 2), 0), *hy = probe(ag_mul_scalar(y, 3), 2);
+		struct tensor *q = ag_permute(ag_reshape(hx, 4, (int64_t[]){ B, T, H, d }), perm);
+		struct tensor *k = ag_permute(ag_reshape(hy, 4, (int64_t[]){ B, S, H, d }), perm);
+		q = probe(copy ? ag_contiguous(q) : q, 1);
+		k = probe(copy ? ag_contiguous(k) : k, 3);
+		struct tensor *sc = ag_matmul(q, ag_transpose(k, 2, 3));
+		struct tensor *loss = ag_sum(ag_unary(TENSOR_SQUARE, sc, 0), 0, NULL, false);
+		ck_assert_int_eq(ag_backward(loss, NULL), TENSOR_OK);
+		if (!copy) {
+			ck_assert_ptr_eq(probe_seen[0], probe_seen[1]);
+			ck_assert_ptr_eq(probe_seen[2], probe_seen[3]);
+		}
+		grads[copy][0] = x->grad;
+		grads[copy][1] = y->grad;
+		x->grad = y->grad = NULL;
+	}
+	for (int i = 0; i < 2; i++) {
+		tu_assert_same(grads[0][i], grads[1][i], 1e-12);
+		tensor_free(grads[0][i]);
+		tensor_free(grads[1][i]);
+	}
+	tensor_free(x);
+	tensor_free(y);
+}
+END_TEST
+
 START_TEST(test_memory_flat_across_steps)
 {
 	ck_assert_int_eq(tensor_scope_end(), TENSOR_OK); /* leave the fixture scope */
@@ -581,6 +640,7 @@ int main(void)
 	tcase_add_test(tc, test_backward_frees_as_it_goes);
 	tcase_add_test(tc, test_accumulate_take);
 	tcase_add_test(tc, test_accumulate_shares);
+	tcase_add_test(tc, test_matmul_grad_layout);
 	tcase_add_test(tc, test_memory_flat_across_steps);
 	tcase_add_test(tc, test_backward_release);
 	tcase_add_test(tc, test_backward_release_scopes);
