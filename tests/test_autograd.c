@@ -357,7 +357,8 @@ START_TEST(test_matmul_grad_layout)
 	ag_requires_grad(y, true);
 	struct tensor *grads[2][2];
 	for (int copy = 0; copy < 2; copy++) {
-		struct tensor *hx = probe(ag_mul_scalar(x, 2), 0), *hy = probe(ag_mul_scalar(y, 3), 2);
+		struct tensor *hx = probe(ag_mul_scalar(x, 2), 0),
+			      *hy = probe(ag_mul_scalar(y, 3), 2);
 		struct tensor *q = ag_permute(ag_reshape(hx, 4, (int64_t[]){ B, T, H, d }), perm);
 		struct tensor *k = ag_permute(ag_reshape(hy, 4, (int64_t[]){ B, S, H, d }), perm);
 		q = probe(copy ? ag_contiguous(q) : q, 1);
