@@ -47,21 +47,11 @@ static const int *grad_order(const struct tensor *op, const struct tensor *g2, i
 	int nd = op->ndim;
 	if (nd != g2->ndim)
 		return NULL;
-	for (int d = 0; d < nd; d++) {
+	for (int d = 0; d < nd; d++)
 		if ((d < nd - 2 && op->shape[d] != g2->shape[d]) ||
 		    (op->strides[d] == 0 && op->shape[d] > 1))
 			return NULL;
-		order[d] = d;
-	}
-	bool moved = false;
-	for (int i = 1; i < nd; i++)
-		for (int j = i; j > 0 && op->strides[order[j]] > op->strides[order[j - 1]]; j--) {
-			int t = order[j];
-			order[j] = order[j - 1];
-			order[j - 1] = t;
-			moved = true;
-		}
-	return moved && order[nd - 1] >= nd - 2 ? order : NULL;
+	return tensor_dim_order(op, order) && order[nd - 1] >= nd - 2 ? order : NULL;
 }
 
 /* x · y on the heap, laid out as the operand `like` (a gradient in its operand's layout:

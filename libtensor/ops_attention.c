@@ -124,18 +124,15 @@ struct tensor *tensor_attention(const struct tensor_attention_args *a, struct te
 	return out;
 }
 
-/* A new tensor of x's shape (4-d) whose memory orders its dims as x's strides do, the last
- * dim innermost: the gradient of a permuted view (heads split from [B,T,H,d]) comes out in
+/* A new tensor of x's shape (4-d, the last dim innermost) whose memory orders its dims as
+ * x's strides do: the gradient of a permuted view (heads split from [B,T,H,d]) comes out in
  * its base's layout, and the views back to the base need no copy. */
 static struct tensor *new_like(const struct tensor *x)
 {
-	int order[4] = { 0, 1, 2, 3 }, inv[4];
-	for (int i = 1; i < 3; i++) /* dims 0..2 by stride, largest first (stable) */
-		for (int j = i; j > 0 && x->strides[order[j]] > x->strides[order[j - 1]]; j--) {
-			int t = order[j];
-			order[j] = order[j - 1];
-			order[j - 1] = t;
-		}
+	int order[4], inv[4];
+	if (tensor_dim_order(x, order) && order[3] != 3) /* only dims 0..2 move */
+		for (int d = 0; d < 4; d++)
+			order[d] = d;
 	int64_t sh[4];
 	for (int d = 0; d < 4; d++) {
 		sh[d] = x->shape[order[d]];

@@ -202,6 +202,10 @@ struct tensor *tensor_view(const struct tensor *t, int ndim, const int64_t *shap
 struct tensor *tensor_reshape(const struct tensor *t, int ndim, const int64_t *shape);
 /* perm is a permutation of 0..ndim-1. */
 struct tensor *tensor_permute(const struct tensor *t, const int *perm);
+/* t's dims in the order its memory nests them, outermost first (by stride, largest first;
+ * equal strides keep their order) into order[t->ndim]; returns whether that differs from
+ * 0..ndim-1. A permuted view of a contiguous buffer gives back the buffer's order. */
+bool tensor_dim_order(const struct tensor *t, int *order);
 struct tensor *tensor_transpose(const struct tensor *t, int d0, int d1);
 /* Elements [start, start+len) along dim. */
 struct tensor *tensor_narrow(const struct tensor *t, int dim, int64_t start, int64_t len);

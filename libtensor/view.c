@@ -75,6 +75,21 @@ struct tensor *tensor_reshape(const struct tensor *t, int ndim, const int64_t *s
 	return v;
 }
 
+bool tensor_dim_order(const struct tensor *t, int *order)
+{
+	bool moved = false;
+	for (int i = 0; i < t->ndim; i++) {
+		order[i] = i;
+		for (int j = i; j > 0 && t->strides[order[j]] > t->strides[order[j - 1]]; j--) {
+			int d = order[j];
+			order[j] = order[j - 1];
+			order[j - 1] = d;
+			moved = true;
+		}
+	}
+	return moved;
+}
+
 struct tensor *tensor_permute(const struct tensor *t, const int *perm)
 {
 	if (!t)

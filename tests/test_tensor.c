@@ -205,6 +205,25 @@ START_TEST(test_view_reshape)
 }
 END_TEST
 
+/* tensor_dim_order gives back the order of the buffer a view was permuted from. */
+START_TEST(test_dim_order)
+{
+	struct tensor *t = iota234();
+	int order[3];
+	ck_assert(!tensor_dim_order(t, order));
+	ck_assert(order[0] == 0 && order[1] == 1 && order[2] == 2);
+	struct tensor *p = tensor_permute(t, (const int[]){ 2, 0, 1 });
+	ck_assert(tensor_dim_order(p, order)); /* p's dim 1 is t's outermost */
+	ck_assert(order[0] == 1 && order[1] == 2 && order[2] == 0);
+	struct tensor *tr = tensor_transpose(t, 1, 2);
+	ck_assert(tensor_dim_order(tr, order));
+	ck_assert(order[0] == 0 && order[1] == 2 && order[2] == 1);
+	tensor_free(tr);
+	tensor_free(p);
+	tensor_free(t);
+}
+END_TEST
+
 START_TEST(test_permute_transpose)
 {
 	struct tensor *t = iota234();
@@ -759,6 +778,7 @@ int main(void)
 	tc = tu_tcase("views");
 	tcase_add_test(tc, test_view_reshape);
 	tcase_add_test(tc, test_permute_transpose);
+	tcase_add_test(tc, test_dim_order);
 	tcase_add_test(tc, test_slice_narrow_select);
 	tcase_add_test(tc, test_expand_squeeze_unfold);
 	suite_add_tcase(s, tc);
