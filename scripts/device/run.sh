@@ -109,7 +109,7 @@ profile() {
 # the host's kernel launches, so the stages that can run at once do, each a process of its
 # own: phase 1, then every model's phase 2, then each model's fine-tunings (its seeds), then
 # one last run (all reused) writes the tables. PRETRAIN_MODELS and PRETRAIN_SEEDS choose (default
-# the three models, seeds 1 2 3), PRETRAIN_FLAGS adds flags (e.g. "--p2-steps 3000"),
+# the three models, seeds 1 2 3), PRETRAIN_FLAGS adds flags (e.g. "--p1-steps 16000"),
 # PRETRAIN_LIMIT bounds the whole (seconds, default 540). The stages keep their checkpoints in
 # build-pretrain/ (ignored, not carried), so a second call on the still-warm machine resumes
 # where a stopped one left off.

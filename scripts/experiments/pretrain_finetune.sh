@@ -22,7 +22,7 @@ flags:
   --seeds "S..."    fine-tuning seeds (default: "1 2 3")
   --threads T       threads of every run (default: 2)
   --p1-steps S      phase 1 steps, batch 64 x 128 tokens (default: 8000)
-  --p2-steps S      phase 2 steps, batch 16 x 512 tokens (default: 1000)
+  --p2-steps S      phase 2 steps, batch 16 x 512 tokens (default: 3000)
   --ft-lr RATE      fine-tuning peak learning rate (default: 3e-4)
   --precision P     f32 or bf16 products in every run (default: bf16; f32 with --device cuda)
   --device D        cpu or cuda: where every run trains (default: cpu)
@@ -34,7 +34,7 @@ EOF
 }
 
 DATA="" MODELS="linformer transformer conv-linformer" SEEDS="1 2 3" THREADS=2 OUT="" BIN=""
-P1=8000 P2=1000 FT_LR=3e-4 PRECISION="" DEVICE=cpu QUICK=0
+P1=8000 P2=3000 FT_LR=3e-4 PRECISION="" DEVICE=cpu QUICK=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	--quick) QUICK=1 && shift && continue ;;
