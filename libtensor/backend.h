@@ -185,6 +185,11 @@ void cuda_comm_free(void);
  * argument checks (shape already validated). */
 struct tensor *tensor_new(enum tensor_dtype dt, enum tensor_device dev, int ndim,
 			  const int64_t *shape);
+/* tensor_new of shape sh [ndim] with its memory laid out in the dim order `order`
+ * (outermost first; NULL: row-major), returned as a view of shape sh (on the heap it
+ * holds the memory alone). */
+struct tensor *tensor_new_laid_out(enum tensor_dtype dt, enum tensor_device dev, int ndim,
+				   const int64_t *sh, const int *order);
 /* A view header sharing t's storage with the given geometry. */
 struct tensor *tensor_new_view(const struct tensor *t, int ndim, const int64_t *shape,
 			       const int64_t *strides, size_t offset);

@@ -129,19 +129,9 @@ struct tensor *tensor_attention(const struct tensor_attention_args *a, struct te
  * its base's layout, and the views back to the base need no copy. */
 static struct tensor *new_like(const struct tensor *x)
 {
-	int order[4], inv[4];
-	if (tensor_dim_order(x, order) && order[3] != 3) /* only dims 0..2 move */
-		for (int d = 0; d < 4; d++)
-			order[d] = d;
-	int64_t sh[4];
-	for (int d = 0; d < 4; d++) {
-		sh[d] = x->shape[order[d]];
-		inv[order[d]] = d;
-	}
-	struct tensor *base = tensor_new(x->dtype, x->storage->device, 4, sh);
-	struct tensor *v = base ? tensor_permute(base, inv) : NULL;
-	tensor_free(base); /* on the heap v holds the memory alone; in a scope a no-op */
-	return v;
+	int order[4];
+	bool moved = tensor_dim_order(x, order) && order[3] == 3; /* only dims 0..2 move */
+	return tensor_new_laid_out(x->dtype, x->storage->device, 4, x->shape, moved ? order : NULL);
 }
 
 int tensor_attention_backward(const struct tensor_attention_args *a, const struct tensor *lse,

@@ -310,25 +310,6 @@ static bool broadcasts_to(const struct tensor *t, int ndim, const int64_t *shape
 	return true;
 }
 
-/* A buffer for the product's shape sh [nd], laid out in the dim order `order`
- * (NULL: row-major), returned as a view of shape sh. */
-static struct tensor *new_laid_out(const struct tensor *a, enum tensor_dtype dt, int nd,
-				   const int64_t *sh, const int *order)
-{
-	if (!order)
-		return tensor_new(dt, a->storage->device, nd, sh);
-	int64_t osh[TENSOR_MAX_DIMS];
-	int inv[TENSOR_MAX_DIMS];
-	for (int d = 0; d < nd; d++) {
-		osh[d] = sh[order[d]];
-		inv[order[d]] = d;
-	}
-	struct tensor *buf = tensor_new(dt, a->storage->device, nd, osh);
-	struct tensor *out = buf ? tensor_permute(buf, inv) : NULL;
-	tensor_free(buf);
-	return out;
-}
-
 /* order: a permutation of the result's dims, each once (TENSOR_ERR_ARG). */
 static int check_order(const int *order, int nd)
 {
@@ -346,7 +327,7 @@ static int check_order(const int *order, int nd)
 
 /* A·B as dtype out_dt, plus add (broadcast to the result, of dtype out_dt) when not NULL:
  * the result starts as add and the GEMM accumulates into it. order: the result's memory
- * layout (see new_laid_out). sum: the products summed over the batch into one [m, n]
+ * layout (see tensor_new_laid_out). sum: the products summed over the batch into one [m, n]
  * (a zeroed result seen with batch strides 0, which the gemm slot accumulates into). */
 static struct tensor *matmul_impl(const struct tensor *a, const struct tensor *b,
 				  const struct tensor *add, const int *order,
@@ -396,7 +377,7 @@ static struct tensor *matmul_impl(const struct tensor *a, const struct tensor *b
 	if (check_order(order, ond) < 0)
 		goto done;
 	out = sum ? tensor_zeros(out_dt, a->storage->device, 2, sh + nbat)
-		  : new_laid_out(a, out_dt, ond, sh, order);
+		  : tensor_new_laid_out(out_dt, a->storage->device, ond, sh, order);
 	if (!out)
 		goto done;
 	if (add && !broadcasts_to(add, ond, sh)) {

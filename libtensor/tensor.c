@@ -150,6 +150,23 @@ struct tensor *tensor_new(enum tensor_dtype dt, enum tensor_device dev, int ndim
 	return t;
 }
 
+struct tensor *tensor_new_laid_out(enum tensor_dtype dt, enum tensor_device dev, int ndim,
+				   const int64_t *sh, const int *order)
+{
+	if (!order)
+		return tensor_new(dt, dev, ndim, sh);
+	int64_t osh[TENSOR_MAX_DIMS];
+	int inv[TENSOR_MAX_DIMS];
+	for (int d = 0; d < ndim; d++) {
+		osh[d] = sh[order[d]];
+		inv[order[d]] = d;
+	}
+	struct tensor *buf = tensor_new(dt, dev, ndim, osh);
+	struct tensor *out = buf ? tensor_permute(buf, inv) : NULL;
+	tensor_free(buf); /* in a scope a no-op */
+	return out;
+}
+
 struct tensor *tensor_new_view(const struct tensor *t, int ndim, const int64_t *shape,
 			       const int64_t *strides, size_t offset)
 {
