@@ -24,6 +24,7 @@ static const char CSV_HEADER[] = "impl,model,n,k,batch,tokens_per_s,step_seconds
 struct options {
 	const char *n_list, *models, *sharing, *csv, *backward, *device, *precision, *attention;
 	int64_t k, batch, warmup, reps, threads, dim, heads, layers, ff, vocab, sgemm_size, seed;
+	int64_t gemm_profile;
 	double max_seconds, lr, mem_fraction, dropout;
 };
 
@@ -93,6 +94,9 @@ static struct flag flags[] = {
 	INT("threads", threads, 0, 4096, "T",
 	    "BLIS and OpenMP threads (0: the library's default, the CPUs no other process keeps busy)"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, ids and labels"),
+	INT("gemm-profile", gemm_profile, 0, 1000, "R",
+	    "also list the R costliest product shapes of the timed steps (tensor_gemm_profile: "
+	    "time, share, GFLOP/s; the device synchronized around each product)"),
 	STR("csv", csv, "FILE",
 	    "also write the rows as CSV (impl,model,n,k,batch,...; impl \"cformer\" or "
 	    "\"cformer bf16\")"),
@@ -139,7 +143,54 @@ struct result {
 	int64_t k;    /* of the projected layers, 0 for the Transformer */
 	bool skipped; /* did not run; why says why */
 	char why[128];
+	/* --gemm-profile: nprof of the timed steps' prof_rows product shapes, the
+	 * costliest first, over that many steps */
+	struct tensor_gemm_stat *prof;
+	int nprof, prof_rows;
+	int64_t steps;
 };
+
+/* The running GEMM profile's rows into r (the costliest --gemm-profile of them), then
+ * the profile stopped. */
+static void profile_keep(struct result *r)
+{
+	int total = 0;
+	r->prof = calloc((size_t)opt.gemm_profile, sizeof *r->prof);
+	if (!r->prof || tensor_gemm_profile_read(r->prof, (int)opt.gemm_profile, &total) < 0)
+		bench_die(PROG, "reading the GEMM profile");
+	r->prof_rows = total;
+	r->nprof = total < opt.gemm_profile ? total : (int)opt.gemm_profile;
+	tensor_gemm_profile_stop();
+}
+
+/* The GEMM profile of a configuration: its costliest product shapes a step. */
+static void print_profile(const char *model, int64_t n, const struct result *r)
+{
+	if (r->skipped || !r->prof)
+		return;
+	double gemm_s = 0, gflop = 0;
+	for (int i = 0; i < r->nprof; i++)
+		gemm_s += r->prof[i].seconds, gflop += r->prof[i].gflop;
+	double steps = (double)r->steps;
+	printf("\n%s, n %lld: the %d costliest of %d product shapes, %.3f s a step in them "
+	       "(%.0f%% of the %.3f s step), %.1f GFLOP/s\n\n",
+	       model, (long long)n, r->nprof, r->prof_rows, gemm_s / steps,
+	       100 * gemm_s / steps / r->step_s, r->step_s, gflop / gemm_s);
+	printf("| batch x [m,k]·[k,n] | A B C | C += | dtypes | calls a step | ms a step | share "
+	       "of the step | GFLOP/s |\n|---|---|---|---|---:|---:|---:|---:|\n");
+	for (int i = 0; i < r->nprof; i++) {
+		const struct tensor_gemm_stat *p = &r->prof[i];
+		printf(
+		    "| %lld x [%lld,%lld]·[%lld,%lld] | %c %c %c | %s | %s %s %s | %.1f | %.2f | "
+		    "%.1f%% | %.1f |\n",
+		    (long long)p->batch, (long long)p->m, (long long)p->k, (long long)p->k,
+		    (long long)p->n, p->layout[0], p->layout[1], p->layout[2],
+		    p->accumulate ? "yes" : "no", tensor_dtype_name(p->a_dtype),
+		    tensor_dtype_name(p->b_dtype), tensor_dtype_name(p->c_dtype),
+		    (double)p->calls / steps, 1e3 * p->seconds / steps,
+		    100 * p->seconds / steps / r->step_s, p->gflop / p->seconds);
+	}
+}
 
 static void build_config(struct model_config *c, const char *model, int64_t n)
 {
@@ -262,6 +313,8 @@ static struct result run_config(const char *model, int64_t n)
 		r.longest = t > r.longest ? t : r.longest;
 	}
 	tensor_mem_reset_peak(dev); /* parameters, gradients, moments stay counted */
+	if (opt.gemm_profile)
+		tensor_gemm_profile_start();
 	double total = 0;
 	int64_t done = 0;
 	while (done < opt.reps && (done == 0 || total < opt.max_seconds)) {
@@ -271,6 +324,9 @@ static struct result run_config(const char *model, int64_t n)
 		total += t, done++;
 		r.longest = t > r.longest ? t : r.longest;
 	}
+	r.steps = done;
+	if (opt.gemm_profile)
+		profile_keep(&r);
 	r.step_s = total / (double)done;
 	for (int p = 0; p < NPHASES; p++)
 		r.phase_s[p] /= (double)done;
@@ -330,16 +386,18 @@ static void print_result(const char *model, int64_t n, const struct result *r, d
 	printf("| %s | %lld | %s | %lld | %.0f | %.4f | %s | %.1f | %s | %.2f | %.1f | %.1f%% |\n",
 	       model, (long long)n, k, (long long)opt.batch, tokens, r->step_s, phases,
 	       r->peak / BENCH_MIB, rss, train_fpt * 1e-6, gflops, 100 * gflops / sgemm);
-	fprintf(stderr, "note: %s n %lld k %s: %.0f parameters; %.1f MiB of blocks reserved at the peak\n",
+	fprintf(stderr,
+		"note: %s n %lld k %s: %.0f parameters; %.1f MiB of blocks reserved at the peak\n",
 		model, (long long)n, k, r->params, r->reserved / BENCH_MIB);
 	if (csv)
-		fprintf(csv,
-			"cformer%s,%s,%lld,%s,%lld,%.6g,%.6g,%.0f,%.6g,%.6g,%.6g,%.6g,%.0f,%.6g,%.6g,"
-			"%.6g,%d,%.6g\n",
-			precision == TENSOR_BF16 ? " bf16" : "", model, (long long)n, r->k ? k : "",
-			(long long)opt.batch, tokens, r->step_s, r->peak, train_fpt, gflops, sgemm,
-			gflops / sgemm, r->rss, r->phase_s[FWD], r->phase_s[BWD], r->phase_s[OPT],
-			nn_dist_size(), r->phase_s[COMM]);
+		fprintf(
+		    csv,
+		    "cformer%s,%s,%lld,%s,%lld,%.6g,%.6g,%.0f,%.6g,%.6g,%.6g,%.6g,%.0f,%.6g,%.6g,"
+		    "%.6g,%d,%.6g\n",
+		    precision == TENSOR_BF16 ? " bf16" : "", model, (long long)n, r->k ? k : "",
+		    (long long)opt.batch, tokens, r->step_s, r->peak, train_fpt, gflops, sgemm,
+		    gflops / sgemm, r->rss, r->phase_s[FWD], r->phase_s[BWD], r->phase_s[OPT],
+		    nn_dist_size(), r->phase_s[COMM]);
 }
 
 int main(int argc, char **argv)
@@ -377,8 +435,7 @@ int main(int argc, char **argv)
 	       "dropout %g, AdamW; Linformer k %lld (min(k, n)), sharing %s\n",
 	       (long long)opt.vocab, (long long)opt.dim, (long long)opt.heads,
 	       (long long)opt.layers, (long long)opt.ff, (long long)opt.batch, opt.dropout,
-	       (long long)opt.k,
-	       opt.sharing);
+	       (long long)opt.k, opt.sharing);
 	printf("- attention %s; precision %s%s%s\n", opt.attention, opt.precision,
 	       precision == TENSOR_BF16 ? ": products in bf16 (f32 accumulation), kernel " : "",
 	       precision == TENSOR_BF16 ? tensor_bf16_gemm_kernel() : "");
@@ -399,18 +456,25 @@ int main(int argc, char **argv)
 	       nn_dist_size() > 1 ? " / all-reduce" : "");
 	printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
 
+	struct result rs[3][BENCH_MAX_LIST];
 	for (int mi = 0; mi < nm; mi++) {
 		bool slow = false;
 		for (int ni = 0; ni < nn; ni++) {
-			struct result r = slow ? skipped_time(models[mi], ns[ni])
-					       : run_config(models[mi], ns[ni]);
-			slow = slow || r.longest > opt.max_seconds;
-			print_result(models[mi], ns[ni], &r, sgemm, csv);
+			struct result *r = &rs[mi][ni];
+			*r = slow ? skipped_time(models[mi], ns[ni])
+				  : run_config(models[mi], ns[ni]);
+			slow = slow || r->longest > opt.max_seconds;
+			print_result(models[mi], ns[ni], r, sgemm, csv);
 		}
 	}
 	bench_csv_close(PROG, csv);
 	printf("\nMFU = achieved GFLOP/s (3 x forward matmul FLOPs per token x tokens/s) / the "
 	       "sgemm rate above (times the ranks).\n");
+	for (int mi = 0; mi < nm; mi++)
+		for (int ni = 0; ni < nn; ni++) {
+			print_profile(models[mi], ns[ni], &rs[mi][ni]);
+			free(rs[mi][ni].prof);
+		}
 	tensor_mem_trim();
 	nn_dist_finalize();
 	return 0;

@@ -164,6 +164,11 @@ void tensor_cpu_attention_block(int64_t scores);
  * accumulation): a bf16 operand beside a bf16 or f32 one, or two f32 ones under
  * tensor_set_matmul_precision(TENSOR_BF16). The front-end and the backends' one rule. */
 bool tensor_matmul_in_bf16(const struct tensor *a, const struct tensor *b);
+/* gemm_profile.c: whether a GEMM profile runs (one relaxed atomic load), a monotonic
+ * clock in seconds, and one timed gemm call added to the profile's table. */
+bool gemm_profile_running(void);
+double gemm_profile_clock(void);
+void gemm_profile_record(const struct tensor_gemm_stat *call, double seconds);
 /* One-time CPU backend setup (BLIS kernel set, default threads); idempotent. */
 void cpu_init(void);
 #ifdef CFORMER_HAVE_CUDA

@@ -77,6 +77,32 @@ static void call_fold(struct mm_call *g)
 	g->sb[0] = g->sb[2] = 0;
 }
 
+/* The gemm slot call of v = {A, B, C} while a GEMM profile runs: timed between device
+ * synchronizations and recorded (see tensor_gemm_profile_start). */
+static int gemm_timed(const struct tensor_backend *be, struct tensor *const v[3], double beta)
+{
+	struct tensor_gemm_stat s = { .device = v[2]->storage->device,
+				      .a_dtype = v[0]->dtype,
+				      .b_dtype = v[1]->dtype,
+				      .c_dtype = v[2]->dtype,
+				      .batch = v[2]->shape[0],
+				      .m = v[2]->shape[1],
+				      .n = v[2]->shape[2],
+				      .k = v[0]->shape[2],
+				      .accumulate = beta != 0 };
+	for (int i = 0; i < 3; i++)
+		s.layout[i] = v[i]->strides[2] == 1 ? 'r' : 'c';
+	int rc = be->synchronize();
+	double t0 = gemm_profile_clock();
+	if (rc == TENSOR_OK)
+		rc = be->gemm(v[2], v[0], v[1], 1.0, beta);
+	if (rc == TENSOR_OK)
+		rc = be->synchronize();
+	if (rc == TENSOR_OK)
+		gemm_profile_record(&s, gemm_profile_clock() - t0);
+	return rc;
+}
+
 static int call_gemm(const struct tensor_backend *be, const struct tensor *const ops[3],
 		     struct mm_call *g, double beta)
 {
@@ -93,7 +119,8 @@ static int call_gemm(const struct tensor_backend *be, const struct tensor *const
 			rc = tensor_last_status();
 	}
 	if (rc == TENSOR_OK)
-		rc = be->gemm(v[2], v[0], v[1], 1.0, beta);
+		rc = gemm_profile_running() ? gemm_timed(be, v, beta)
+					    : be->gemm(v[2], v[0], v[1], 1.0, beta);
 	for (int i = 0; i < 3; i++)
 		tensor_free(v[i]);
 	return rc;

@@ -192,6 +192,35 @@ struct tensor *tensor_matmul_laid_out(const struct tensor *a, const struct tenso
 struct tensor *tensor_matmul_laid_out_to(const struct tensor *a, const struct tensor *b,
 					 const int *order, enum tensor_dtype dt);
 
+/* The GEMM profile: wall time spent in the products, summed by shape, to find where a
+ * step's matmul time goes and at what rate. While a profile runs, every gemm call of
+ * tensor_matmul and the ops built on it (linear layers, autograd's gradients, the
+ * composed attention) is timed, with the device synchronized before and after (on a GPU
+ * that slows the run: read the shares and rates, not the overall speed); the fused
+ * attention kernel's inner products are not gemm calls and are not counted. One row per
+ * distinct call: device, dtypes, one call's batch of [m,k]·[k,n] products, the
+ * operands' layouts and whether C accumulates. */
+struct tensor_gemm_stat {
+	enum tensor_device device;
+	enum tensor_dtype a_dtype, b_dtype, c_dtype;
+	int64_t batch, m, n, k;
+	/* A, B, C: 'r' row-major (unit column stride), 'c' column-major */
+	char layout[4];
+	bool accumulate; /* C = A·B + C (a linear layer's bias, a summed gradient) */
+	int64_t calls;
+	double seconds; /* wall time of the calls */
+	double gflop;	/* 2 batch m n k calls / 1e9 */
+};
+/* Start a profile (from an empty table; a running one restarts). Thread-safe. */
+int tensor_gemm_profile_start(void);
+/* Up to max rows of the running profile, the most time first, into rows; *count
+ * receives the number of rows there are (which may exceed max). Errors: count NULL,
+ * max < 0, or rows NULL with max > 0 (TENSOR_ERR_ARG); calls left out for want of
+ * memory for their rows (TENSOR_ERR_NOMEM; the rows read are the others). */
+int tensor_gemm_profile_read(struct tensor_gemm_stat *rows, int max, int *count);
+/* Stop the profile and free its table (then read gives no rows). */
+int tensor_gemm_profile_stop(void);
+
 /* ---- reductions ----------------------------------------------------------- */
 
 /* Reduce over the ndims dims listed (ndims == 0: all dims; a repeated dim is

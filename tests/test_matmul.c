@@ -698,6 +698,117 @@ static void conv_values(bool with_bias)
 		}
 }
 
+/* The GEMM profile's row of a product, or NULL. */
+static const struct tensor_gemm_stat *profile_row(const struct tensor_gemm_stat *rows, int n,
+						  enum tensor_dtype dt, int64_t batch, int64_t m,
+						  int64_t nn, int64_t k, const char *layout,
+						  bool accumulate)
+{
+	for (int i = 0; i < n; i++)
+		if (rows[i].device == TENSOR_CPU && rows[i].a_dtype == dt &&
+		    rows[i].b_dtype == dt && rows[i].c_dtype == dt && rows[i].batch == batch &&
+		    rows[i].m == m && rows[i].n == nn && rows[i].k == k &&
+		    !strcmp(rows[i].layout, layout) && rows[i].accumulate == accumulate)
+			return &rows[i];
+	return NULL;
+}
+
+/* One row per distinct gemm call with its calls, time and FLOPs: batched, folded (a
+ * shared B: one [B*m,k] product), transposed (A column-major), accumulating, f64; most
+ * time first; nothing recorded outside a profile; start clears, stop frees; read's
+ * truncation, argument errors, and rows it could not store (out of memory). */
+START_TEST(test_gemm_profile)
+{
+	struct tensor_gemm_stat rows[8], none = { .calls = -1 };
+	int n = -1;
+	ck_assert_int_eq(tensor_gemm_profile_read(rows, 8, &n), TENSOR_OK);
+	ck_assert_int_eq(n, 0);
+	ck_assert(tensor_matmul(rand3(TENSOR_F32, 4, 5, 6, 1), rand3(TENSOR_F32, 4, 6, 7, 2)));
+	ck_assert_int_eq(tensor_gemm_profile_read(rows, 8, &n), TENSOR_OK);
+	ck_assert_int_eq(n, 0); /* not running */
+
+	ck_assert_int_eq(tensor_gemm_profile_start(), TENSOR_OK);
+	struct tensor *a = rand3(TENSOR_F32, 4, 5, 6, 1), *b = rand3(TENSOR_F32, 4, 6, 7, 2);
+	ck_assert(tensor_matmul(a, b) && tensor_matmul(a, b));
+	ck_assert(tensor_matmul(rand3(TENSOR_F32, 3, 8, 6, 3), rand2(TENSOR_F32, 6, 5, 4)));
+	ck_assert(tensor_matmul(tensor_transpose(rand2(TENSOR_F32, 6, 9, 5), 0, 1),
+				rand2(TENSOR_F32, 6, 4, 6)));
+	ck_assert(tensor_matmul_add(rand2(TENSOR_F32, 9, 6, 7), rand2(TENSOR_F32, 6, 4, 8),
+				    rand2(TENSOR_F32, 9, 4, 9)));
+	ck_assert(tensor_matmul(rand2(TENSOR_F64, 3, 2, 10), rand2(TENSOR_F64, 2, 5, 11)));
+	ck_assert_int_eq(tensor_gemm_profile_read(rows, 8, &n), TENSOR_OK);
+	ck_assert_int_eq(n, 5);
+	const struct tensor_gemm_stat *r[5] = {
+		profile_row(rows, n, TENSOR_F32, 4, 5, 7, 6, "rrr", false),
+		profile_row(rows, n, TENSOR_F32, 1, 24, 5, 6, "rrr", false),
+		profile_row(rows, n, TENSOR_F32, 1, 9, 4, 6, "crr", false),
+		profile_row(rows, n, TENSOR_F32, 1, 9, 4, 6, "rrr", true),
+		profile_row(rows, n, TENSOR_F64, 1, 3, 5, 2, "rrr", false),
+	};
+	for (int i = 0; i < 5; i++) {
+		ck_assert_msg(r[i] != NULL, "profile row %d missing", i);
+		ck_assert_int_eq(r[i]->calls, i == 0 ? 2 : 1);
+		ck_assert(r[i]->seconds > 0);
+		double f = 2e-9 * (double)(r[i]->batch * r[i]->m * r[i]->n * r[i]->k * r[i]->calls);
+		ck_assert_double_eq_tol(r[i]->gflop, f, 1e-15);
+	}
+	for (int i = 1; i < n; i++)
+		ck_assert(rows[i - 1].seconds >= rows[i].seconds);
+	/* truncated: the count is still all rows, and only max of them are written */
+	struct tensor_gemm_stat two[2] = { none, none };
+	ck_assert_int_eq(tensor_gemm_profile_read(two, 1, &n), TENSOR_OK);
+	ck_assert_int_eq(n, 5);
+	ck_assert_double_eq(two[0].seconds, rows[0].seconds);
+	ck_assert_int_eq(two[1].calls, -1);
+	ck_assert_int_eq(tensor_gemm_profile_read(NULL, 0, &n), TENSOR_OK);
+	ck_assert_int_eq(n, 5);
+	tu_assert_error(tensor_gemm_profile_read(rows, 8, NULL) < 0, TENSOR_ERR_ARG,
+			"tensor_gemm_profile_read", "count NULL");
+	tu_assert_error(tensor_gemm_profile_read(rows, -1, &n) < 0, TENSOR_ERR_ARG,
+			"tensor_gemm_profile_read", "max -1");
+	tu_assert_error(tensor_gemm_profile_read(NULL, 2, &n) < 0, TENSOR_ERR_ARG,
+			"tensor_gemm_profile_read", "rows NULL");
+
+	/* start again: an empty table; a call whose new row finds no memory is counted
+	 * as left out, the calls of rows that exist still are */
+	ck_assert_int_eq(tensor_gemm_profile_start(), TENSOR_OK);
+	ck_assert_int_eq(tensor_gemm_profile_read(rows, 8, &n), TENSOR_OK);
+	ck_assert_int_eq(n, 0);
+	struct tensor *c = rand2(TENSOR_F32, 7, 3, 12), *d = rand2(TENSOR_F32, 3, 2, 13);
+	bool table_failed = false;
+	for (int64_t k = 0; k < 64 && !table_failed; k++) { /* each allocation of a matmul */
+		ck_assert_int_eq(tensor_gemm_profile_stop(), TENSOR_OK); /* frees the table */
+		ck_assert_int_eq(tensor_gemm_profile_start(), TENSOR_OK);
+		tensor_mem_inject_failure(k);
+		struct tensor *y = tensor_matmul(c, d);
+		bool fired = tensor_mem_inject_failure(-1) > k;
+		if (!y) { /* the result or a view: an error, no row */
+			tu_assert_error(fired, TENSOR_ERR_NOMEM, NULL, NULL);
+			continue;
+		}
+		int rc = tensor_gemm_profile_read(rows, 8, &n);
+		if (rc == TENSOR_OK) {
+			ck_assert(!fired);
+			break; /* past the last allocation */
+		}
+		tu_assert_error(rc < 0, TENSOR_ERR_NOMEM, "1 calls were not recorded", NULL);
+		ck_assert_int_eq(n, 0);
+		ck_assert(tensor_matmul(c, d)); /* now the row is made */
+		ck_assert_int_eq(tensor_gemm_profile_read(rows, 8, &n), TENSOR_ERR_NOMEM);
+		tensor_clear_error();
+		ck_assert_int_eq(n, 1);
+		ck_assert_int_eq(rows[0].calls, 1);
+		table_failed = true;
+	}
+	ck_assert_msg(table_failed, "no allocation of the profile's table failed");
+
+	ck_assert_int_eq(tensor_gemm_profile_stop(), TENSOR_OK);
+	ck_assert(tensor_matmul(a, b));
+	ck_assert_int_eq(tensor_gemm_profile_read(rows, 8, &n), TENSOR_OK);
+	ck_assert_int_eq(n, 0);
+}
+END_TEST
+
 START_TEST(test_conv1d)
 {
 	conv_values(false);
@@ -830,6 +941,7 @@ int main(void)
 		{ "matmul_heap", test_matmul_heap },
 		{ "matmul_laid_out", test_matmul_laid_out },
 		{ "gemm_slot", test_gemm_slot },
+		{ "gemm_profile", test_gemm_profile },
 		{ "conv1d", test_conv1d },
 		{ "conv1d_bias", test_conv1d_bias },
 		{ "conv1d_patches", test_conv1d_patches },
