@@ -106,7 +106,8 @@ int tensor_gemm_profile_read(struct tensor_gemm_stat *rows, int max, int *count)
 				    "for max > 0, got count %s, max %d, rows %s",
 				    count ? "set" : "NULL", max, rows ? "set" : "NULL");
 	pthread_mutex_lock(&profile_lock);
-	qsort(profile_rows, (size_t)profile_count, sizeof *profile_rows, by_time);
+	if (profile_count > 1)
+		qsort(profile_rows, (size_t)profile_count, sizeof *profile_rows, by_time);
 	int n = profile_count < max ? profile_count : max;
 	if (n > 0)
 		memcpy(rows, profile_rows, (size_t)n * sizeof *rows);
