@@ -34,37 +34,40 @@ static bool same_product(const struct tensor_gemm_stat *x, const struct tensor_g
 	       x->k == y->k && !strcmp(x->layout, y->layout) && x->accumulate == y->accumulate;
 }
 
+/* The table's row of call, a new one (zero calls) if it has none, or NULL when there is
+ * no memory for it. Under profile_lock. */
+static struct tensor_gemm_stat *row_of(const struct tensor_gemm_stat *call)
+{
+	for (int i = 0; i < profile_count; i++)
+		if (same_product(&profile_rows[i], call))
+			return &profile_rows[i];
+	if (profile_count == profile_cap) {
+		int cap = profile_cap ? 2 * profile_cap : 64;
+		struct tensor_gemm_stat *r =
+		    tensor_host_realloc(profile_rows, (size_t)cap * sizeof *r);
+		if (!r)
+			return NULL;
+		profile_rows = r;
+		profile_cap = cap;
+	}
+	struct tensor_gemm_stat *r = &profile_rows[profile_count++];
+	*r = *call;
+	r->calls = 0;
+	r->seconds = r->gflop = 0;
+	return r;
+}
+
 void gemm_profile_record(const struct tensor_gemm_stat *call, double seconds)
 {
 	pthread_mutex_lock(&profile_lock);
-	if (atomic_load(&profile_on)) {
-		int i = 0;
-		while (i < profile_count && !same_product(&profile_rows[i], call))
-			i++;
-		if (i == profile_count && profile_count == profile_cap) {
-			int cap = profile_cap ? 2 * profile_cap : 64;
-			struct tensor_gemm_stat *r =
-			    tensor_host_realloc(profile_rows, (size_t)cap * sizeof *r);
-			if (r) {
-				profile_rows = r;
-				profile_cap = cap;
-			}
-		}
-		if (i < profile_cap) {
-			if (i == profile_count) {
-				profile_rows[i] = *call;
-				profile_rows[i].calls = 0;
-				profile_rows[i].seconds = profile_rows[i].gflop = 0;
-				profile_count++;
-			}
-			struct tensor_gemm_stat *r = &profile_rows[i];
-			r->calls++;
-			r->seconds += seconds;
-			r->gflop += 2e-9 * (double)call->batch * (double)call->m * (double)call->n *
-				    (double)call->k;
-		} else {
-			profile_lost++;
-		}
+	struct tensor_gemm_stat *r = atomic_load(&profile_on) ? row_of(call) : NULL;
+	if (r) {
+		r->calls++;
+		r->seconds += seconds;
+		r->gflop += 2e-9 * (double)call->batch * (double)call->m * (double)call->n *
+			    (double)call->k;
+	} else if (atomic_load(&profile_on)) {
+		profile_lost++; /* no memory for its row */
 	}
 	pthread_mutex_unlock(&profile_lock);
 }
