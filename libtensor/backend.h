@@ -146,7 +146,9 @@ extern const struct tensor_backend tensor_cpu_backend;
  * (the default) restores the whole table. Not thread-safe. */
 void tensor_cpu_set_fused(bool fused);
 /* For tests and benchmarks: run products with bf16 inputs on the CPU kernel named
- * ("portable" or "f32-convert+blis-sgemm", "avx512bf16", "amx"); NULL restores the default
+ * ("portable" or "f32-convert+blis-sgemm", "avx512bf16", "amx", or the emulated twin of
+ * either, "avx512bf16-emulated" or "amx-emulated": the same kernel code on its x86
+ * intrinsics written in C, slow, on any CPU); NULL restores the default
  * (CFORMER_BF16_GEMM if it names a kernel this CPU runs, else the fastest).
  * TENSOR_ERR_UNSUPPORTED if the CPU lacks the kernel, TENSOR_ERR_ARG for an unknown
  * name; tensor_bf16_gemm_kernel() reports the choice. Not thread-safe. */

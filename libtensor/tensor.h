@@ -330,7 +330,9 @@ const char *tensor_blas_arch(void);
  * (the inputs converted exactly to f32, then BLIS's sgemm with the kernel set
  * of tensor_blas_arch()). Chosen at first use; the environment variable
  * CFORMER_BF16_GEMM=portable|avx512bf16|amx overrides (a kernel the CPU lacks
- * is ignored). */
+ * is ignored), as do avx512bf16-emulated and amx-emulated, the two kernels'
+ * code on their intrinsics written in C, which run on any CPU (slowly: for
+ * tests). */
 const char *tensor_bf16_gemm_kernel(void);
 
 #ifdef __cplusplus

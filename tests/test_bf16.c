@@ -369,8 +369,18 @@ static void check_bf16_product(const char *what, const struct tensor *a, const s
 	free(g16);
 }
 
+/* The gemm tests run once per bf16 kernel (a loop test's _i), where this CPU has it. */
+static bool on_kernel(int kn)
+{
+	bool runs = tu_bf16_kernel_force(kn);
+	tensor_clear_error();
+	return runs;
+}
+
 START_TEST(test_gemm_layouts)
 {
+	if (!on_kernel(_i))
+		return;
 	int64_t mk[2] = { 37, 53 }, kn[2] = { 53, 29 }, km[2] = { 53, 37 }, nk[2] = { 29, 53 };
 	struct tensor *a = rand_bf16(2, mk, 1), *b = rand_bf16(2, kn, 2);
 	struct tensor *at = tensor_transpose(rand_bf16(2, km, 3), 0, 1);
@@ -384,6 +394,8 @@ END_TEST
 
 START_TEST(test_gemm_batched_broadcast)
 {
+	if (!on_kernel(_i))
+		return;
 	int64_t a3[3] = { 3, 17, 23 }, b3[3] = { 3, 23, 19 }, a4[4] = { 2, 1, 9, 11 },
 		b4[3] = { 3, 11, 7 }, lin[3] = { 4, 6, 10 }, w[2] = { 10, 5 };
 	check_bf16_product("batched", rand_bf16(3, a3, 5), rand_bf16(3, b3, 6));
@@ -403,6 +415,8 @@ END_TEST
 
 START_TEST(test_gemm_strided)
 {
+	if (!on_kernel(_i))
+		return;
 	/* row-sliced and column-sliced views (unit stride kept), a view with no unit
 	 * stride (copied by the front-end), a matrix of a permuted 4-d tensor */
 	struct tensor *big = rand_bf16(2, (int64_t[]){ 64, 80 }, 21);
@@ -425,6 +439,8 @@ END_TEST
 
 START_TEST(test_gemm_vectors_add_empty)
 {
+	if (!on_kernel(_i))
+		return;
 	struct tensor *v = rand_bf16(1, (int64_t[]){ 9 }, 31);
 	struct tensor *m = rand_bf16(2, (int64_t[]){ 9, 4 }, 32);
 	struct tensor *vm = tensor_matmul_to(v, m, TENSOR_F32);
@@ -459,35 +475,27 @@ END_TEST
 
 /* ---- the CPU kernels, each forced, through the gemm slot ---------------------- */
 
-/* The gemm slot's kernels, and the AMX kernel with its tile instructions emulated in C
- * (called directly: it is not a choice of the slot), which runs on any CPU. */
-enum { NKERNELS = 4, EMULATED = 3 };
-static const char *const kernels[NKERNELS] = { "portable", "avx512bf16", "amx", "amx-emulated" };
+/* The gemm slot's kernels (testutil.h); kernels[kn] is one of them. */
+enum { NKERNELS = TU_BF16_KERNELS };
+static const char *const *const kernels = tu_bf16_kernels;
 
-/* Whether the kernel runs here; where the CPU lacks it, says so once and checks that
- * forcing it fails with the reason. */
+/* Whether kernel kn runs here (forced); where the CPU lacks it, checks that forcing it
+ * fails with the reason. */
 static bool kernel_runs(int kn)
 {
-	if (kn == EMULATED || tensor_bf16_gemm_force(kernels[kn]) == TENSOR_OK)
+	if (tu_bf16_kernel_force(kn))
 		return true;
-	ck_assert_int_gt(kn, 0);
+	ck_assert_msg(kn > 0 && kn < TU_BF16_FIRST_EMULATED, "%s: %s", kernels[kn],
+		      tensor_last_error());
 	tu_assert_error(true, TENSOR_ERR_UNSUPPORTED, kernels[kn],
 			kn == 1 ? "AVX512-BF16" : "AMX-BF16");
-	static bool said[NKERNELS];
-	if (!said[kn])
-		printf("test_bf16: SKIP the %s kernel: this CPU lacks %s\n", kernels[kn],
-		       kn == 1 ? "AVX512-BF16" : "AMX-BF16 (or AVX512-BF16)");
-	said[kn] = true;
 	return false;
 }
 
-/* C = alpha A B + beta C on kernel kn: through the gemm slot, the emulated AMX kernel
- * directly. */
+/* C = alpha A B + beta C on kernel kn, through the gemm slot. */
 static int kernel_gemm(int kn, struct tensor *c, const struct tensor *a, const struct tensor *b,
 		       double alpha, double beta)
 {
-	if (kn == EMULATED)
-		return cpu_gemm_bf16(CPU_BF16_AMX_EMULATED, c, a, b, alpha, beta);
 	ck_assert_int_eq(tensor_bf16_gemm_force(kernels[kn]), TENSOR_OK);
 	ck_assert_str_eq(tensor_bf16_gemm_kernel(), kn ? kernels[kn] : "f32-convert+blis-sgemm");
 	return tensor_backend_get(TENSOR_CPU)->gemm(c, a, b, alpha, beta);
@@ -515,20 +523,24 @@ static struct tensor *slot_operand(enum tensor_dtype dt, int64_t batch, int64_t 
 }
 
 /* One call of the slot: C [batch, m, n] (layout lc: 0 row-major, 1 transposed, 2 sliced)
- * of dtype cdt, NaN when beta == 0 (it must not be read), = alpha A B + beta C. */
+ * of dtype cdt, NaN when beta == 0 (it must not be read), = alpha A B + beta C; when sum,
+ * C is one [m, n] seen with batch stride 0, and the products of the batch add into it in
+ * turn (beta 1, as matmul_sum calls the slot). */
 struct slot_call {
 	int64_t batch, m, k, n;
 	int la, lb, lc;
 	enum tensor_dtype cdt;
 	double alpha, beta;
+	bool sum;
 };
 
 static struct tensor *slot_c(const struct slot_call *g)
 {
-	struct tensor *c = slot_operand(g->cdt, g->batch, g->m, g->n, g->lc == 2 ? 2 : g->lc, 3);
+	struct tensor *c =
+	    slot_operand(g->cdt, g->sum ? 1 : g->batch, g->m, g->n, g->lc == 2 ? 2 : g->lc, 3);
 	if (g->beta == 0)
 		ck_assert_int_eq(tensor_fill_(c, NAN), TENSOR_OK);
-	return c;
+	return g->sum ? tensor_expand(c, 3, (int64_t[]){ g->batch, g->m, g->n }) : c;
 }
 
 /* Kernel kn's result, as values. */
@@ -541,8 +553,9 @@ static double *slot_run(int kn, const struct slot_call *g, const struct tensor *
 }
 
 /* The kernels against the f64 product of the bf16 values: |err| <= (2k + 4) 2^-24 (|alpha|
- * sum |a||b| + |beta c|) (two f32 roundings a pair, then alpha and beta), plus half a bf16
- * ulp (2^-8 relative) for a bf16 C; and against the portable one within twice that. */
+ * sum |a||b| + |beta c|) (two f32 roundings a pair, then alpha and beta; a summed C one
+ * more a batch entry), plus half a bf16 ulp (2^-8 relative) for a bf16 C, which is
+ * rounded once; and against the portable one within twice that. */
 /* The first of n elements where |got - want| > scale * bound, or -1: one assertion a
  * product rather than one an element (each passing Check assertion writes to a file). */
 static int64_t first_outside(const double *got, const double *want, const double *bound,
@@ -559,10 +572,12 @@ static void check_slot(const char *what, const struct slot_call *g)
 	struct tensor *a = slot_operand(TENSOR_BF16, g->batch, g->m, g->k, g->la, 1);
 	struct tensor *b = slot_operand(TENSOR_BF16, g->batch, g->k, g->n, g->lb, 2);
 	double *va = tu_values(a), *vb = tu_values(b), *c0 = tu_values(slot_c(g));
-	int64_t n = g->batch * g->m * g->n;
+	int64_t nc = g->sum ? 1 : g->batch, n = nc * g->m * g->n;
 	double *want = malloc(sizeof(double) * (size_t)n),
 	       *bound = malloc(sizeof(double) * (size_t)n);
 	ck_assert(want && bound);
+	for (int64_t o = 0; o < n; o++) /* C's values, once (a summed C reads as batch copies) */
+		want[o] = g->beta == 0 ? 0 : g->beta * c0[o], bound[o] = fabs(want[o]);
 	for (int64_t i = 0; i < g->batch; i++)
 		for (int64_t r = 0; r < g->m; r++)
 			for (int64_t c = 0; c < g->n; c++) {
@@ -573,14 +588,18 @@ static void check_slot(const char *what, const struct slot_call *g)
 					s += x;
 					mag += fabs(x);
 				}
-				int64_t o = (i * g->m + r) * g->n + c;
-				double bc = g->beta == 0 ? 0 : g->beta * c0[o];
-				want[o] = g->alpha * s + bc;
-				bound[o] = (2.0 * (double)g->k + 4) * 0x1p-24 *
-					   (fabs(g->alpha) * mag + fabs(bc));
-				if (g->cdt == TENSOR_BF16)
-					bound[o] += 0x1p-8 * fabs(want[o]) + 0x1p-133;
+				int64_t o = ((g->sum ? 0 : i) * g->m + r) * g->n + c;
+				want[o] += g->alpha * s;
+				bound[o] += fabs(g->alpha) * mag;
 			}
+	/* (2k + 4) f32 roundings of at most 2^-24 each a product, one more a summed entry;
+	 * half a bf16 ulp (2^-8 relative) for a bf16 C, rounded once */
+	double terms = 2.0 * (double)g->k + 4 + (g->sum ? (double)g->batch : 0);
+	for (int64_t o = 0; o < n; o++) {
+		bound[o] *= terms * 0x1p-24;
+		if (g->cdt == TENSOR_BF16)
+			bound[o] += 0x1p-8 * fabs(want[o]) + 0x1p-133;
+	}
 	double *got[NKERNELS] = { NULL };
 	for (int kn = 0; kn < NKERNELS; kn++) {
 		if (!kernel_runs(kn))
@@ -668,6 +687,28 @@ START_TEST(test_kernels_alpha_beta)
 }
 END_TEST
 
+/* A C of batch stride 0 (matmul_sum: the batch's products added into one [m, n]) of
+ * either dtype and layout, k in one block and in two, on one thread and two: each entry's
+ * f32 sum adds into C in f32, and a bf16 C is rounded once, at the end. */
+START_TEST(test_kernels_summed)
+{
+	static const int64_t sizes[][4] = { { 3, 45, 70, 50 },
+					    { 5, 13, 33, 20 },
+					    { 4, 64, 600, 40 } };
+	for (int j = 0; j < 3 * 2 * 3; j++) {
+		const int64_t *sz = sizes[j / 6];
+		struct slot_call g = { .batch = sz[0], .m = sz[1], .k = sz[2], .n = sz[3] };
+		g.la = j % 2, g.lb = j / 2 % 2, g.lc = j % 3;
+		g.cdt = j / 3 % 2 ? TENSOR_BF16 : TENSOR_F32;
+		g.alpha = j % 2 ? 0.5 : 1, g.beta = 1;
+		g.sum = true;
+		tensor_set_num_threads(1 + j % 2);
+		check_slot("summed", &g);
+	}
+	tensor_set_num_threads(0);
+}
+END_TEST
+
 /* Blocks set for tuning (tensor_bf16_gemm_blocks): small ones cut every size into several
  * k, row and column blocks (the smallest, 1, rounded up to one k step and one MR or NR),
  * each kernel's result within the bound; negative sizes refused; (0, 0, 0) the defaults. */
@@ -710,7 +751,7 @@ START_TEST(test_kernel_choice)
 	ck_assert_int_eq(tensor_bf16_gemm_force(NULL), TENSOR_OK);
 	ck_assert_str_eq(tensor_bf16_gemm_kernel(), best);
 	tu_assert_error(tensor_bf16_gemm_force("amx2") < 0, TENSOR_ERR_ARG, "unknown kernel 'amx2'",
-			"portable, avx512bf16, amx");
+			"portable, avx512bf16, amx, avx512bf16-emulated, amx-emulated");
 	ck_assert_str_eq(tensor_bf16_gemm_kernel(), best);
 	setenv("CFORMER_BF16_GEMM", "portable", 1);
 	ck_assert_int_eq(tensor_bf16_gemm_force(NULL), TENSOR_OK);
@@ -727,7 +768,13 @@ START_TEST(test_kernel_choice)
 	ck_assert_int_eq(tensor_last_status(), TENSOR_OK); /* an ignored value leaves no error */
 	unsetenv("CFORMER_BF16_GEMM");
 	ck_assert_int_eq(tensor_bf16_gemm_force(NULL), TENSOR_OK);
-	for (int kn = 1; kn < EMULATED; kn++)
+	setenv("CFORMER_BF16_GEMM", "amx-emulated", 1); /* a twin: only when named */
+	ck_assert_int_eq(tensor_bf16_gemm_force(NULL), TENSOR_OK);
+	ck_assert_str_eq(tensor_bf16_gemm_kernel(), "amx-emulated");
+	unsetenv("CFORMER_BF16_GEMM");
+	ck_assert_int_eq(tensor_bf16_gemm_force(NULL), TENSOR_OK);
+	ck_assert_str_eq(tensor_bf16_gemm_kernel(), best);
+	for (int kn = 1; kn < NKERNELS; kn++)
 		kernel_runs(kn); /* where the CPU lacks it: the visible skip and the error */
 	tensor_bf16_gemm_force(NULL);
 }
@@ -784,8 +831,9 @@ static struct tensor *f32_operand(int64_t r, int64_t c, bool tr, bool nan, uint6
  * the product of the bf16 casts (ties and NaN included). */
 START_TEST(test_kernel_f32_sources)
 {
-	static const enum cpu_bf16_kernel own[3] = { CPU_BF16_AVX512, CPU_BF16_AMX,
-						     CPU_BF16_AMX_EMULATED };
+	static const enum cpu_bf16_kernel own[NKERNELS - 1] = { CPU_BF16_AVX512, CPU_BF16_AMX,
+								CPU_BF16_AVX512_EMULATED,
+								CPU_BF16_AMX_EMULATED };
 	for (int kn = 1; kn < NKERNELS; kn++) {
 		if (!kernel_runs(kn))
 			continue;
@@ -812,44 +860,80 @@ START_TEST(test_kernel_f32_sources)
 }
 END_TEST
 
-/* The AMX kernel set's packing (AVX-512) gives the words of the emulated set's (plain
- * C, whose products test_kernels_layouts checks): A panels and B panels of every layout,
- * bf16 and f32, at sizes around the 16-row tiles and 32-k steps. Where the CPU lacks
- * AVX512-BF16, a visible skip. */
-START_TEST(test_amx_packing)
+/* Reference packings, element by element (cpu_gemm_bf16.h): B panels of NR = 32 columns
+ * and AVX512-BF16 A panels of MR = 12 rows, pairs by rows; AMX A panels, for each step of
+ * 32 k, the 16 x 16-word tiles of rows 0-15 and 16-31. */
+static void ref_pack_b(const struct bmat *b, int64_t k, int64_t nr, uint32_t *out)
 {
-	if (!cpu_gemm_bf16_ok(CPU_BF16_AVX512)) {
-		printf("test_bf16: SKIP the AMX kernel's packing: this CPU lacks AVX512-BF16\n");
-		return;
-	}
+	bf16_pack_pairs_any(b, k, nr, 32, out, 32);
+}
+
+static void ref_pack_a_avx512(const struct bmat *a, int64_t mr, int64_t kc, uint32_t *out)
+{
+	struct bmat t = bmat_t(a);
+	bf16_pack_pairs_any(&t, kc, mr, 12, out, 12);
+}
+
+static void ref_pack_a_amx(const struct bmat *a, int64_t mr, int64_t kc, uint32_t *out)
+{
+	struct bmat t = bmat_t(a); /* kc x mr: pairs run down its rows */
+	for (int64_t s = 0; s < ceil_div(kc, AMX_KSTEP); s++)
+		for (int64_t r = 0; r < AMX_MR; r++)
+			for (int64_t q = 0; q < 16; q++)
+				out[(s * 2 + r / 16) * 256 + (r % 16) * 16 + q] =
+				    r < mr ? bmat_pair(&t, s * AMX_KSTEP + 2 * q, r, kc) : 0;
+}
+
+/* Each own kernel set that runs here (the emulated twins everywhere) packs A and B panels
+ * of every layout, bf16 and f32, at sizes around the tiles and k steps, to the words of
+ * the reference packings. */
+START_TEST(test_packing)
+{
+	static const struct bf16_impl *const sets[4] = { &bf16_avx512_impl, &bf16_amx_impl,
+							 &bf16_avx512_emulated_impl,
+							 &bf16_amx_emulated_impl };
 	static const int64_t sizes[][2] = { { 1, 1 },	{ 32, 32 }, { 17, 33 },
 					    { 32, 64 }, { 5, 100 }, { 31, 7 } };
-	for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-		for (int lay = 0; lay < 4; lay++)
-			for (int f = 0; f < 2; f++) {
-				int64_t r = sizes[i][0], k = sizes[i][1];
-				struct tensor *x = slot_operand(f ? TENSOR_F32 : TENSOR_BF16, 1, r,
-								k, lay, 71 + i);
-				struct bmat a = { cpu_ptr(x), x->dtype,
-						  (int64_t)tensor_dtype_size(x->dtype),
-						  x->strides[1], x->strides[2] };
-				/* as A: r x k; as B: r rows (its k) and min(k, 32) columns */
-				size_t na = (size_t)ceil_div(k, AMX_KSTEP) * 2 * 256,
-				       nb = (size_t)ceil_div(r, 2) * AMX_NR;
-				uint32_t u[2 * 4 * 256], v[2 * 4 * 256];
-				ck_assert(na <= 2 * 4 * 256 && nb <= 2 * 4 * 256);
-				memset(u, 0xab, sizeof u);
-				memset(v, 0xcd, sizeof v);
-				bf16_amx_impl.pack_a(&a, r, k, u);
-				bf16_amx_emulated_impl.pack_a(&a, r, k, v);
-				ck_assert_msg(!memcmp(u, v, na * 4), "A %lldx%lld layout %d %s",
-					      (long long)r, (long long)k, lay, f ? "f32" : "bf16");
-				int64_t nr = k < AMX_NR ? k : AMX_NR;
-				bf16_amx_impl.pack_b(&a, r, nr, u);
-				bf16_amx_emulated_impl.pack_b(&a, r, nr, v);
-				ck_assert_msg(!memcmp(u, v, nb * 4), "B %lldx%lld layout %d %s",
-					      (long long)r, (long long)nr, lay, f ? "f32" : "bf16");
-			}
+	for (int kn = 1; kn < NKERNELS; kn++) {
+		if (!kernel_runs(kn))
+			continue;
+		const struct bf16_impl *set = sets[kn - 1];
+		bool amx = set->mr == AMX_MR;
+		for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+			for (int lay = 0; lay < 4; lay++)
+				for (int f = 0; f < 2; f++) {
+					int64_t r = sizes[i][0], k = sizes[i][1];
+					struct tensor *x = slot_operand(
+					    f ? TENSOR_F32 : TENSOR_BF16, 1, r, k, lay, 71 + i);
+					struct bmat a = { cpu_ptr(x), x->dtype,
+							  (int64_t)tensor_dtype_size(x->dtype),
+							  x->strides[1], x->strides[2] };
+					/* as A: min(r, MR) x k; as B: r rows (its k), min(k, 32)
+					 * columns */
+					int64_t mr = r < set->mr ? r : set->mr,
+						nr = k < 32 ? k : 32;
+					size_t na = amx ? (size_t)ceil_div(k, AMX_KSTEP) * 2 * 256
+							: (size_t)ceil_div(k, 2) * 12,
+					       nb = (size_t)ceil_div(r, 2) * 32;
+					uint32_t u[2 * 4 * 256], v[2 * 4 * 256];
+					ck_assert(na <= 2 * 4 * 256 && nb <= 2 * 4 * 256);
+					memset(u, 0xab, sizeof u);
+					memset(v, 0xcd, sizeof v);
+					set->pack_a(&a, mr, k, u);
+					(amx ? ref_pack_a_amx : ref_pack_a_avx512)(&a, mr, k, v);
+					ck_assert_msg(!memcmp(u, v, na * 4),
+						      "%s: A %lldx%lld layout %d %s", kernels[kn],
+						      (long long)mr, (long long)k, lay,
+						      f ? "f32" : "bf16");
+					set->pack_b(&a, r, nr, u);
+					ref_pack_b(&a, r, nr, v);
+					ck_assert_msg(!memcmp(u, v, nb * 4),
+						      "%s: B %lldx%lld layout %d %s", kernels[kn],
+						      (long long)r, (long long)nr, lay,
+						      f ? "f32" : "bf16");
+				}
+	}
+	tensor_bf16_gemm_force(NULL);
 }
 END_TEST
 
@@ -917,19 +1001,20 @@ int main(void)
 	tcase_add_test(tc, test_fill_print);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("gemm");
-	tcase_add_test(tc, test_gemm_layouts);
-	tcase_add_test(tc, test_gemm_batched_broadcast);
-	tcase_add_test(tc, test_gemm_strided);
-	tcase_add_test(tc, test_gemm_vectors_add_empty);
+	tcase_add_loop_test(tc, test_gemm_layouts, 0, TU_BF16_KERNELS);
+	tcase_add_loop_test(tc, test_gemm_batched_broadcast, 0, TU_BF16_KERNELS);
+	tcase_add_loop_test(tc, test_gemm_strided, 0, TU_BF16_KERNELS);
+	tcase_add_loop_test(tc, test_gemm_vectors_add_empty, 0, TU_BF16_KERNELS);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("kernels");
 	tcase_add_test(tc, test_kernels_layouts);
 	tcase_add_test(tc, test_kernels_alpha_beta);
+	tcase_add_test(tc, test_kernels_summed);
 	tcase_add_test(tc, test_kernels_nomem);
 	tcase_add_test(tc, test_kernel_choice);
 	tcase_add_test(tc, test_kernel_blocks);
 	tcase_add_test(tc, test_kernel_f32_sources);
-	tcase_add_test(tc, test_amx_packing);
+	tcase_add_test(tc, test_packing);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("errors");
 	tcase_add_test(tc, test_errors);

@@ -77,8 +77,9 @@ static void each_case(const struct op_row *r, unsigned dtypes,
 static void what_of(char *buf, size_t n, const char *check, const struct op_row *r,
 		    enum tensor_dtype dt, int j, unsigned l)
 {
-	snprintf(buf, n, "%s: %s %s, input %d %s", check, r->name, tensor_dtype_name(dt), j,
-		 op_layout_name(l));
+	snprintf(buf, n, "%s: %s %s%s%s, input %d %s", check, r->name, tensor_dtype_name(dt),
+		 dt == TENSOR_BF16 ? " on the gemm kernel " : "",
+		 dt == TENSOR_BF16 ? tensor_bf16_gemm_kernel() : "", j, op_layout_name(l));
 }
 
 /* ---- forward against the reference -------------------------------------------------- */
@@ -107,7 +108,22 @@ static void forward_case(const struct op_row *r, enum tensor_dtype dt, int j, un
 
 START_TEST(test_forward)
 {
-	each_case(&rows[_i], OP_ALL | OP_BF16, forward_case);
+	each_case(&rows[_i], OP_ALL, forward_case);
+}
+END_TEST
+
+/* The bf16 rows on each bf16 GEMM kernel this CPU runs, forced in turn, the emulated
+ * twins of the AVX512-BF16 and AMX kernels everywhere. */
+START_TEST(test_forward_bf16)
+{
+	if (!(rows[_i].dtypes & OP_BF16))
+		return;
+	for (int kn = 0; kn < TU_BF16_KERNELS; kn++) {
+		if (tu_bf16_kernel_force(kn))
+			each_case(&rows[_i], OP_BF16, forward_case);
+		tensor_clear_error(); /* a kernel this CPU lacks */
+	}
+	tensor_bf16_gemm_force(NULL);
 }
 END_TEST
 
@@ -209,6 +225,9 @@ int main(void)
 	Suite *s = suite_create("ops");
 	TCase *tc = tu_tcase("forward");
 	tcase_add_loop_test(tc, test_forward, 0, nrows);
+	suite_add_tcase(s, tc);
+	tc = tu_tcase("forward bf16");
+	tcase_add_loop_test(tc, test_forward_bf16, 0, nrows);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("bf16 refused");
 	tcase_add_loop_test(tc, test_refuses_bf16, 0, nrows);

@@ -1,10 +1,12 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "autograd.h"
+#include "backend.h" /* tensor_bf16_gemm_force */
 
 static int start_depth;
 
@@ -154,4 +156,18 @@ void tu_peak_end(void)
 {
 	tensor_scope_end();
 	ag_no_grad_end();
+}
+
+const char *const tu_bf16_kernels[TU_BF16_KERNELS] = { "portable", "avx512bf16", "amx",
+						       "avx512bf16-emulated", "amx-emulated" };
+
+bool tu_bf16_kernel_force(int i)
+{
+	if (tensor_bf16_gemm_force(tu_bf16_kernels[i]) == TENSOR_OK)
+		return true;
+	static bool said[TU_BF16_KERNELS];
+	if (!said[i])
+		printf("SKIP the %s bf16 kernel: %s\n", tu_bf16_kernels[i], tensor_last_error());
+	said[i] = true;
+	return false;
 }

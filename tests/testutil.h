@@ -38,6 +38,14 @@ void tu_assert_same(const struct tensor *a, const struct tensor *b, double tol);
 /* Assert a failure: `failed` true, the recorded status equals `status` and the
  * message contains each non-NULL substring. Clears the error. */
 void tu_assert_error(bool failed, int status, const char *sub1, const char *sub2);
+/* The bf16 GEMM kernels of the CPU's gemm slot, by their tensor_bf16_gemm_force names:
+ * the portable one, the AVX512-BF16 and AMX kernels, and their emulated twins (the same
+ * code on intrinsics written in C), which run on any CPU. */
+enum { TU_BF16_KERNELS = 5, TU_BF16_FIRST_EMULATED = 3 };
+extern const char *const tu_bf16_kernels[TU_BF16_KERNELS];
+/* Force kernel i of tu_bf16_kernels; false where this CPU lacks it (then the error of
+ * tensor_bf16_gemm_force is left set, and a line says so, once a process). */
+bool tu_bf16_kernel_force(int i);
 /* Tolerances for a dtype: tight for f64, float-level for f32. */
 double tu_tol(enum tensor_dtype dt);
 /* Peak CPU memory of the calls that follow: tu_peak_begin opens a no-grad scope,

@@ -1,12 +1,12 @@
 /* bf16 GEMM: the driver of the packed kernels (blocking and threads), their portable
- * pieces, the AMX kernel set emulated in C, and the entry points.
+ * pieces and the entry points.
  *
  * Blocking: a thread packs B for the whole k and nc columns, then A by mc rows and kc of
  * k; while a B panel (kc x NR) stays in L1/L2 the micro-kernel runs down the A block (mc
  * x kc, in L2). For k > kc the tiles accumulate in an f32 block buffer, so C (f32 or bf16)
  * is written once, rounded once. Threads take whole products of a batch, or split one
  * product's rows (or columns, when wider) into slices of their own. The kernel sets
- * themselves are in cpu_gemm_bf16_x86.c. */
+ * themselves are in cpu_gemm_bf16_kernels.h. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -250,105 +250,12 @@ int bf16_gemm_run(const struct bf16_impl *s, struct tensor *c, const struct tens
 	return TENSOR_OK;
 }
 
-/* ---- AMX emulated -----------------------------------------------------------
- * The AMX kernel set with the tile instructions written in C, as the ISA reference
- * states them: a tile is 16 rows of 64 bytes; tdpbf16ps adds to each f32 C[m][n] the
- * products of the pairs A[m][p] and B[p][n], the pair's low product first, each sum
- * rounded to nearest even, denormal inputs read as zero and denormal results flushed. */
-
-struct emu_tile {
-	unsigned char row[16][64];
-};
-
-static void emu_zero(struct emu_tile *t)
-{
-	memset(t, 0, sizeof *t);
-}
-
-static void emu_load(struct emu_tile *t, const void *p, int64_t stride)
-{
-	for (int r = 0; r < 16; r++)
-		memcpy(t->row[r], (const char *)p + r * stride, 64);
-}
-
-static void emu_store(const struct emu_tile *t, void *p, int64_t stride)
-{
-	for (int r = 0; r < 16; r++)
-		memcpy((char *)p + r * stride, t->row[r], 64);
-}
-
-static float emu_flush(float x)
-{
-	return fpclassify(x) == FP_SUBNORMAL ? copysignf(0, x) : x;
-}
-
-/* A tile's 16 x 32 bf16 widened to f32 (denormals as zero). */
-static void emu_widen(const struct emu_tile *t, float f[16][32])
-{
-	for (int r = 0; r < 16; r++)
-		for (int j = 0; j < 32; j++) {
-			uint16_t h;
-			memcpy(&h, t->row[r] + 2 * j, sizeof h);
-			f[r][j] = emu_flush(bf16_to_f32(h));
-		}
-}
-
-static void emu_dp(struct emu_tile *c, const struct emu_tile *a, const struct emu_tile *b)
-{
-	float fa[16][32], fb[16][32];
-	emu_widen(a, fa);
-	emu_widen(b, fb);
-	for (int m = 0; m < 16; m++)
-		for (int n = 0; n < 16; n++) {
-			float acc;
-			memcpy(&acc, c->row[m] + 4 * n, sizeof acc);
-			for (int p = 0; p < 16; p++)
-				for (int h = 0; h < 2; h++)
-					acc = emu_flush(acc + fa[m][2 * p + h] * fb[p][2 * n + h]);
-			memcpy(c->row[m] + 4 * n, &acc, sizeof acc);
-		}
-}
-
-/* The A panel in the AMX kernel's order (cpu_gemm_bf16.h), element by element. */
-static void emu_pack_a(const struct bmat *a, int64_t mr, int64_t kc, uint32_t *out)
-{
-	struct bmat t = bmat_t(a); /* kc x mr: pairs run down its rows */
-	for (int64_t s = 0; s < ceil_div(kc, AMX_KSTEP); s++)
-		for (int64_t r = 0; r < AMX_MR; r++)
-			for (int64_t q = 0; q < 16; q++)
-				out[(s * 2 + r / 16) * 256 + (r % 16) * 16 + q] =
-				    r < mr ? bmat_pair(&t, s * AMX_KSTEP + 2 * q, r, kc) : 0;
-}
-
-static void emu_pack_b(const struct bmat *b, int64_t k, int64_t nr, uint32_t *out)
-{
-	bf16_pack_pairs_any(b, k, nr, AMX_NR, out, AMX_NR);
-}
-
-static void emu_kernel(int64_t kp, const uint32_t *a, const uint32_t *b, float *t, bool add,
-		       const struct tile_out *o)
-{
-	struct emu_tile tm[8];
-#define EMU_ZERO(i) emu_zero(&tm[i])
-#define EMU_LOAD(i, p, s) emu_load(&tm[i], p, s)
-#define EMU_STORE(i, p, s) emu_store(&tm[i], p, s)
-#define EMU_DP(c, x, y) emu_dp(&tm[c], &tm[x], &tm[y])
-	struct amx_block k = amx_block_of(t, add, o);
-	AMX_TILE_KERNEL(EMU_ZERO, EMU_LOAD, EMU_STORE, EMU_DP, kp, a, b, k);
-	if (o && !k.to_c)
-		bf16_tile_store_any(t, AMX_NR, o);
-}
-
-const struct bf16_impl bf16_amx_emulated_impl = {
-	AMX_MR, AMX_NR, AMX_KSTEP, 512, 192, 1024, emu_pack_b, emu_pack_a, emu_kernel, NULL, NULL,
-};
-
 /* ---- entry points ------------------------------------------------------------ */
 
 bool cpu_gemm_bf16_ok(enum cpu_bf16_kernel k)
 {
 	static atomic_int known[2] = { -1, -1 };
-	if (k == CPU_BF16_AMX_EMULATED)
+	if (k == CPU_BF16_AVX512_EMULATED || k == CPU_BF16_AMX_EMULATED)
 		return true;
 	int v = atomic_load(&known[k]);
 	if (v < 0) {
@@ -381,7 +288,8 @@ static int64_t block_of(int64_t x, int64_t unit, int64_t def)
 int cpu_gemm_bf16(enum cpu_bf16_kernel k, struct tensor *c, const struct tensor *a,
 		  const struct tensor *b, double alpha, double beta)
 {
-	static const struct bf16_impl *const sets[3] = { &bf16_avx512_impl, &bf16_amx_impl,
+	static const struct bf16_impl *const sets[4] = { &bf16_avx512_impl, &bf16_amx_impl,
+							 &bf16_avx512_emulated_impl,
 							 &bf16_amx_emulated_impl };
 	if (!cpu_gemm_bf16_ok(k))
 		return tensor_error(TENSOR_ERR_UNSUPPORTED,
@@ -391,5 +299,15 @@ int cpu_gemm_bf16(enum cpu_bf16_kernel k, struct tensor *c, const struct tensor 
 	s.kc = block_of(block_override[0], s.kstep, s.kc);
 	s.mc = block_of(block_override[1], s.mr, s.mc);
 	s.nc = block_of(block_override[2], s.nr, s.nc);
-	return bf16_gemm_run(&s, c, a, b, alpha, beta);
+	if (c->dtype == TENSOR_F32 || c->strides[0] != 0 || c->shape[0] == 1)
+		return bf16_gemm_run(&s, c, a, b, alpha, beta);
+	/* a bf16 C that sums the batch's products: in f32, rounded once at the end */
+	struct cpu_gemm_f32 fc;
+	int rc = cpu_gemm_f32_of(&fc, c, beta != 0, false);
+	if (rc == TENSOR_OK)
+		rc = bf16_gemm_run(&s, &fc.t, a, b, alpha, beta);
+	if (rc == TENSOR_OK)
+		rc = cpu_copy(c, &fc.t);
+	tensor_storage_release(fc.st);
+	return rc;
 }

@@ -111,76 +111,13 @@ void bf16_tile_store_any(const float *t, int nr, const struct tile_out *o);
  * 16 x 16 words contiguous. */
 enum { AMX_MR = 32, AMX_NR = 32, AMX_KSTEP = 32 };
 
-/* Where the AMX micro-kernel's 32 x 32 f32 block comes from and goes (row strides in
- * bytes): loaded from `from` when load, else zeroed; stored to `to`. By default both are
- * the tile buffer t (stride 128), loaded when the k-slice adds to it; a full block of an
- * f32 C with alpha 1 and beta 0 (or beta 1 in one k-slice) goes to C itself (and starts
- * from it for beta 1), sparing the pass over t; to_c says so. */
-struct amx_block {
-	const char *from;
-	char *to;
-	int64_t from_stride, to_stride;
-	bool load, to_c;
-};
-
-static inline struct amx_block amx_block_of(float *t, bool add, const struct tile_out *o)
-{
-	struct amx_block k = { (const char *)t, (char *)t, 128, 128, add, false };
-	k.to_c = o && o->mr == AMX_MR && o->nr == AMX_NR && o->c.dt == TENSOR_F32 &&
-		 o->alpha == 1 && (o->beta == 0 || (o->beta == 1 && !add));
-	if (k.to_c) {
-		k.to = o->c.p;
-		k.to_stride = o->c.rs * 4;
-		if (o->beta == 1) {
-			k.from = k.to;
-			k.from_stride = k.to_stride;
-			k.load = true;
-		}
-	}
-	return k;
-}
-
-/* The AMX micro-kernel, for the tile instructions and for their emulation (ZERO(t),
- * LOAD(t, p, stride), STORE(t, p, stride), DP(c, a, b): c += a b): C tiles 0-3 (rows
- * 0-15 and 16-31 by columns 0-15 and 16-31 of the block k, a struct amx_block), A tiles
- * 4-5 and B tiles 6-7 (columns 0-15 and 16-31 of the B panel, 128 bytes a pair), a step
- * of 16 pairs at a time. */
-#define AMX_TILE_KERNEL(ZERO, LOAD, STORE, DP, kp, a, b, k)                             \
-	do {                                                                            \
-		if ((k).load) {                                                         \
-			LOAD(0, (k).from, (k).from_stride);                             \
-			LOAD(1, (k).from + 64, (k).from_stride);                        \
-			LOAD(2, (k).from + 16 * (k).from_stride, (k).from_stride);      \
-			LOAD(3, (k).from + 16 * (k).from_stride + 64, (k).from_stride); \
-		} else {                                                                \
-			ZERO(0);                                                        \
-			ZERO(1);                                                        \
-			ZERO(2);                                                        \
-			ZERO(3);                                                        \
-		}                                                                       \
-		for (int64_t s_ = 0; s_ < (kp) / 16; s_++) {                            \
-			LOAD(4, (a) + s_ * 512, 64);                                    \
-			LOAD(5, (a) + s_ * 512 + 256, 64);                              \
-			LOAD(6, (b) + s_ * 512, 128);                                   \
-			LOAD(7, (b) + s_ * 512 + 16, 128);                              \
-			DP(0, 4, 6);                                                    \
-			DP(1, 4, 7);                                                    \
-			DP(2, 5, 6);                                                    \
-			DP(3, 5, 7);                                                    \
-		}                                                                       \
-		STORE(0, (k).to, (k).to_stride);                                        \
-		STORE(1, (k).to + 64, (k).to_stride);                                   \
-		STORE(2, (k).to + 16 * (k).to_stride, (k).to_stride);                   \
-		STORE(3, (k).to + 16 * (k).to_stride + 64, (k).to_stride);              \
-	} while (0)
-
-/* cpu_gemm_bf16_x86.c: the AVX512-BF16 and AMX kernel sets, for a CPU that has them. */
+/* The AVX512-BF16 and AMX kernel sets (cpu_gemm_bf16_kernels.h): on the CPU's
+ * instructions (cpu_gemm_bf16_x86.c), for a CPU that has them; and on their emulation in
+ * C (cpu_gemm_bf16_emu.c: the same packing, blocking and micro-kernels, the same results
+ * but for the order of additions within a vdpbf16ps), on any CPU. */
 extern const struct bf16_impl bf16_avx512_impl, bf16_amx_impl;
+extern const struct bf16_impl bf16_avx512_emulated_impl, bf16_amx_emulated_impl;
 bool bf16_detect_avx512bf16(void);
 bool bf16_detect_amx(void);
-
-/* cpu_gemm_bf16.c: the AMX kernel set with its tile instructions done in C (same
- * blocking, packing order and results), so that its logic is tested on any CPU. */
-extern const struct bf16_impl bf16_amx_emulated_impl;
 
 #endif

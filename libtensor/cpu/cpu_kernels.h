@@ -63,14 +63,31 @@ int cpu_attention(struct tensor *out, struct tensor *lse, const struct tensor_at
 int cpu_attention_backward(struct tensor *dq, struct tensor *dk, struct tensor *dv,
 			   const struct tensor_attention_args *a, const struct tensor *lse,
 			   const struct tensor *dout);
+/* An f32 copy of a [batch, r, c] gemm operand of another dtype or to be rounded: g->t
+ * shaped as x (a batch stride of 0 kept: one matrix), laid out with x's unit-stride dim
+ * (so the conversion streams), in block-cache storage g->st (tensor_storage_release it);
+ * filled from x when fill, an f32 x then rounded to bf16 values when round (an operand of
+ * a bf16 product). TENSOR_ERR_NOMEM when the storage fails. */
+struct cpu_gemm_f32 {
+	struct tensor_storage *st;
+	struct tensor t;
+};
+int cpu_gemm_f32_of(struct cpu_gemm_f32 *g, const struct tensor *x, bool fill, bool round);
 /* cpu_gemm_bf16.c: own bf16 GEMM kernels for the gemm slot: a, b bf16 or f32 (f32
  * rounded to bf16 as packed), c f32 or bf16, k, m, n > 0; f32 accumulation, a bf16 C
- * rounded once. AVX512-BF16 (with AVX512F/BW/VL and the OS saving the zmm state); AMX
+ * rounded once (one of batch stride 0, which sums the batch's products, through an f32
+ * copy). AVX512-BF16 (with AVX512F/BW/VL and the OS saving the zmm state); AMX
  * (bf16 tiles, with AVX512-BF16 for the packing; the first check asks Linux for the
- * tile state); and the AMX kernel with its tile instructions done in C, which runs
- * anywhere, for tests. cpu_gemm_bf16 fails with TENSOR_ERR_UNSUPPORTED where the CPU
- * lacks the kernel, TENSOR_ERR_NOMEM without packing buffers. */
-enum cpu_bf16_kernel { CPU_BF16_AVX512, CPU_BF16_AMX, CPU_BF16_AMX_EMULATED };
+ * tile state); and the emulated twins of both, the same code on x86 intrinsics written
+ * in C, which run anywhere (slowly), for tests. cpu_gemm_bf16 fails with
+ * TENSOR_ERR_UNSUPPORTED where the CPU lacks the kernel, TENSOR_ERR_NOMEM without
+ * packing buffers. */
+enum cpu_bf16_kernel {
+	CPU_BF16_AVX512,
+	CPU_BF16_AMX,
+	CPU_BF16_AVX512_EMULATED,
+	CPU_BF16_AMX_EMULATED,
+};
 bool cpu_gemm_bf16_ok(enum cpu_bf16_kernel k);
 int cpu_gemm_bf16(enum cpu_bf16_kernel k, struct tensor *c, const struct tensor *a,
 		  const struct tensor *b, double alpha, double beta);

@@ -152,17 +152,26 @@ static int gemm_blas(struct tensor *c, const struct tensor *a, const struct tens
 
 /* ---- bf16 inputs: the kernel choice ---------------------------------------
  * AMX where the CPU has it, else AVX512-BF16 (cpu_gemm_bf16*.c), else the
- * portable kernel below; CFORMER_BF16_GEMM (portable|avx512bf16|amx), read at
- * first use, or tensor_bf16_gemm_force() overrides. */
+ * portable kernel below; CFORMER_BF16_GEMM (a name of bf16_kernel_names or
+ * "portable"), read at first use, or tensor_bf16_gemm_force() overrides. The
+ * emulated twins of the AVX512-BF16 and AMX kernels run only when named. */
 
-enum bf16_kernel { BF16_PORTABLE, BF16_AVX512, BF16_AMX };
-static const char *const bf16_kernel_names[] = { "f32-convert+blis-sgemm", "avx512bf16", "amx" };
+enum bf16_kernel { BF16_PORTABLE, BF16_AVX512, BF16_AMX, BF16_AVX512_EMU, BF16_AMX_EMU, BF16_NK };
+static const char *const bf16_kernel_names[BF16_NK] = {
+	"f32-convert+blis-sgemm", "avx512bf16", "amx", "avx512bf16-emulated", "amx-emulated",
+};
 static atomic_int bf16_kernel = -1; /* not chosen yet */
 
 /* The own kernel of each choice but the portable one. */
 static enum cpu_bf16_kernel bf16_cpu_kernel(int k)
 {
-	return k == BF16_AMX ? CPU_BF16_AMX : CPU_BF16_AVX512;
+	static const enum cpu_bf16_kernel own[BF16_NK] = {
+		[BF16_AVX512] = CPU_BF16_AVX512,
+		[BF16_AMX] = CPU_BF16_AMX,
+		[BF16_AVX512_EMU] = CPU_BF16_AVX512_EMULATED,
+		[BF16_AMX_EMU] = CPU_BF16_AMX_EMULATED,
+	};
+	return own[k];
 }
 
 /* The kernel named (portable or the name reported); -1 for an unknown name, -2 for a
@@ -171,7 +180,7 @@ static int bf16_kernel_lookup(const char *name)
 {
 	if (!strcmp(name, "portable") || !strcmp(name, bf16_kernel_names[BF16_PORTABLE]))
 		return BF16_PORTABLE;
-	for (int k = BF16_AVX512; k <= BF16_AMX; k++)
+	for (int k = BF16_AVX512; k < BF16_NK; k++)
 		if (!strcmp(name, bf16_kernel_names[k]))
 			return cpu_gemm_bf16_ok(bf16_cpu_kernel(k)) ? k : -2;
 	return -1;
@@ -209,16 +218,17 @@ int tensor_bf16_gemm_force(const char *name)
 	int k = name ? bf16_kernel_lookup(name) : bf16_kernel_default();
 	if (k == -1)
 		return tensor_error(TENSOR_ERR_ARG,
-				    "bf16 gemm: unknown kernel '%s' (portable, avx512bf16, amx)",
+				    "bf16 gemm: unknown kernel '%s' (portable, avx512bf16, amx, "
+				    "avx512bf16-emulated, amx-emulated)",
 				    name);
 	if (k == -2) {
 		const char *needs = strcmp(name, "amx") ? "AVX512-BF16 with AVX512F/BW/VL"
 							: "AMX-BF16 tiles and AVX512-BF16";
 		const char *runs =
-		    cpu_gemm_bf16_ok(CPU_BF16_AVX512) ? "portable and avx512bf16" : "only portable";
+		    cpu_gemm_bf16_ok(CPU_BF16_AVX512) ? "portable, avx512bf16" : "portable";
 		return tensor_error(TENSOR_ERR_UNSUPPORTED,
 				    "bf16 gemm: kernel %s needs %s and OS support of its state; "
-				    "this CPU runs %s",
+				    "this CPU runs %s and the emulated twins",
 				    name, needs, runs);
 	}
 	atomic_store(&bf16_kernel, k);
@@ -233,12 +243,6 @@ int tensor_bf16_gemm_force(const char *name)
  * so a training step reuses the same pages instead of faulting fresh ones in
  * for every product. A bf16 C is computed in an f32 buffer and rounded once,
  * to nearest even. */
-
-/* An f32 copy of a [batch, r, c] operand of another dtype or to be rounded. */
-struct gemm_f32 {
-	struct tensor_storage *st;
-	struct tensor t;
-};
 
 /* n elements of x at element stride xs (bf16, or f32 rounded to bf16 values
  * when round) as f32 at o. */
@@ -265,11 +269,7 @@ static void line_to_f32(float *o, const char *x, int64_t xs, enum tensor_dtype d
 	}
 }
 
-/* Make g a [batch, r, c] f32 matrix stack shaped as x (a batch stride of 0
- * kept: one matrix), laid out with x's unit-stride dim (so the conversion
- * streams); filled from x when fill, an f32 x then rounded to bf16 values
- * when round (an operand of a bf16 product). */
-static int gemm_f32_of(struct gemm_f32 *g, const struct tensor *x, bool fill, bool round)
+int cpu_gemm_f32_of(struct cpu_gemm_f32 *g, const struct tensor *x, bool fill, bool round)
 {
 	int64_t nb = x->strides[0] == 0 ? 1 : x->shape[0], r = x->shape[1], c = x->shape[2];
 	bool colmajor = r > 1 && c > 1 && x->strides[1] == 1;
@@ -307,25 +307,18 @@ static int gemm_f32_of(struct gemm_f32 *g, const struct tensor *x, bool fill, bo
 	return TENSOR_OK;
 }
 
+/* f32 C: A and B converted, then BLIS. */
 static int gemm_bf16_portable(struct tensor *c, const struct tensor *a, const struct tensor *b,
 			      double alpha, double beta)
 {
-	struct gemm_f32 fa = { 0 }, fb = { 0 }, fc = { 0 };
-	int rc = gemm_f32_of(&fa, a, true, true);
+	struct cpu_gemm_f32 fa = { 0 }, fb = { 0 };
+	int rc = cpu_gemm_f32_of(&fa, a, true, true);
 	if (rc == TENSOR_OK)
-		rc = gemm_f32_of(&fb, b, true, true);
-	if (rc == TENSOR_OK && c->dtype == TENSOR_BF16) {
-		rc = gemm_f32_of(&fc, c, beta != 0, false);
-		if (rc == TENSOR_OK)
-			rc = gemm_blas(&fc.t, &fa.t, &fb.t, alpha, beta);
-		if (rc == TENSOR_OK)
-			rc = cpu_copy(c, &fc.t);
-	} else if (rc == TENSOR_OK) {
+		rc = cpu_gemm_f32_of(&fb, b, true, true);
+	if (rc == TENSOR_OK)
 		rc = gemm_blas(c, &fa.t, &fb.t, alpha, beta);
-	}
 	tensor_storage_release(fa.st);
 	tensor_storage_release(fb.st);
-	tensor_storage_release(fc.st);
 	return rc;
 }
 
@@ -340,7 +333,17 @@ static int gemm_bf16(struct tensor *c, const struct tensor *a, const struct tens
 	int k = bf16_kernel_get();
 	if (k != BF16_PORTABLE)
 		return cpu_gemm_bf16(bf16_cpu_kernel(k), c, a, b, alpha, beta);
-	return gemm_bf16_portable(c, a, b, alpha, beta);
+	if (c->dtype == TENSOR_F32)
+		return gemm_bf16_portable(c, a, b, alpha, beta);
+	/* a bf16 C: computed in f32, rounded once */
+	struct cpu_gemm_f32 fc;
+	int rc = cpu_gemm_f32_of(&fc, c, beta != 0, false);
+	if (rc == TENSOR_OK)
+		rc = gemm_bf16_portable(&fc.t, a, b, alpha, beta);
+	if (rc == TENSOR_OK)
+		rc = cpu_copy(c, &fc.t);
+	tensor_storage_release(fc.st);
+	return rc;
 }
 
 int cpu_gemm(struct tensor *c, const struct tensor *a, const struct tensor *b, double alpha,
