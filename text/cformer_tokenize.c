@@ -91,7 +91,8 @@ int main(int argc, char **argv)
 			o.byte = 1;
 		} else if (!strcmp(a, "--tokens")) {
 			o.tokens = 1;
-		} else if (!strcmp(a, "--vocab") || !strcmp(a, "--n") || !strcmp(a, "--keep-tail")) {
+		} else if (!strcmp(a, "--vocab") || !strcmp(a, "--n") ||
+			   !strcmp(a, "--keep-tail")) {
 			if (i + 1 >= argc)
 				return fail("missing value for", a);
 			const char *v = argv[++i];
@@ -104,9 +105,10 @@ int main(int argc, char **argv)
 			errno = 0;
 			long long x = strtoll(v, &end, 10);
 			if (errno || *end || end == v || x < (n ? 2 : 0) || x > (1LL << 30))
-				return fail(n ? "--n: expected an integer in [2, 2^30], got"
-					      : "--keep-tail: expected an integer in [0, 2^30], got",
-					    v);
+				return fail(
+				    n ? "--n: expected an integer in [2, 2^30], got"
+				      : "--keep-tail: expected an integer in [0, 2^30], got",
+				    v);
 			*(n ? &o.n : &o.keep_tail) = x;
 		} else {
 			fprintf(stderr, "%s", usage);

@@ -64,8 +64,8 @@ static int fail(const char *what)
 }
 
 /* Forward, loss and backward of bt, then the clipping; *loss receives the loss. */
-static int gradients(const struct model_classifier *m, struct nn_params *ps,
-		     const struct batch *bt, double *loss)
+static int gradients(const struct model_classifier *m, struct nn_params *ps, const struct batch *bt,
+		     double *loss)
 {
 	int64_t shape[2] = { B, N };
 	struct tensor *ti = tensor_from_data(TENSOR_I32, TENSOR_CPU, 2, shape, bt->ids);
@@ -113,8 +113,9 @@ static int write_json(const char *path, const struct batch *bt, double loss)
 	for (int j = 0; j < B; j++)
 		fprintf(f, "%s%lld", j ? ", " : "", (long long)bt->labels[j]);
 	fprintf(f, "],\n\"loss\": %.9g, \"clip\": %g,\n", loss, CLIP);
-	fprintf(f, "\"schedule\": {\"kind\": \"cosine\", \"base_lr\": %.17g, \"min_lr\": %.17g, "
-		   "\"warmup_ratio\": %.17g, \"total\": %d}}\n",
+	fprintf(f,
+		"\"schedule\": {\"kind\": \"cosine\", \"base_lr\": %.17g, \"min_lr\": %.17g, "
+		"\"warmup_ratio\": %.17g, \"total\": %d}}\n",
 		BASE_LR, MIN_LR, WARMUP, TOTAL);
 	return fclose(f) == 0 ? 0 : -1;
 }
@@ -141,7 +142,8 @@ int main(int argc, char **argv)
 	struct nn_adamw o;
 	struct nn_schedule s;
 	char *json = NULL;
-	if (model_config_resolve(&c) < 0 || nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, c.seed) < 0 ||
+	if (model_config_resolve(&c) < 0 ||
+	    nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, c.seed) < 0 ||
 	    model_classifier_init(&m, &ps, &c) < 0 || nn_params_pack(&ps) < 0 ||
 	    nn_adamw_init(&o, &ps, BASE_LR, 0.9, 0.98, 1e-6, 0.1) < 0 ||
 	    nn_schedule_init(&s, NN_SCHEDULE_COSINE, BASE_LR, MIN_LR, -1, WARMUP, TOTAL) < 0 ||
