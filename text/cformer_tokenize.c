@@ -2,6 +2,7 @@
  * arguments, or of each line of standard input, for debugging. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +10,8 @@
 #include "text.h"
 
 static const char usage[] =
-    "usage: cformer-tokenize (--vocab FILE | --byte) [--n N] [--tokens] [--] [TEXT...]\n"
+    "usage: cformer-tokenize (--vocab FILE | --byte) [--n N [--keep-tail T]] [--tokens] [--]\n"
+    "                        [TEXT...]\n"
     "\n"
     "Prints the ids of each TEXT, or of each line of standard input when no TEXT is\n"
     "given, one line per input, space-separated.\n"
@@ -17,13 +19,15 @@ static const char usage[] =
     "  --vocab FILE  BERT uncased WordPiece with this vocab.txt\n"
     "  --byte        byte-level tokenizer (ids 5 + byte; 0-4 are special)\n"
     "  --n N         model input of length N: [CLS] tokens [SEP] [PAD]...\n"
+    "  --keep-tail T a text over N - 2 tokens keeps its last T tokens and the first\n"
+    "                ones before them (default 0: the first N - 2)\n"
     "  --tokens      print token strings instead of ids\n"
     "  --help        this text\n";
 
 struct opts {
 	const char *vocab;
 	int byte, tokens;
-	long long n;
+	long long n, keep_tail;
 };
 
 static int fail(const char *msg, const char *arg)
@@ -87,7 +91,8 @@ int main(int argc, char **argv)
 			o.byte = 1;
 		} else if (!strcmp(a, "--tokens")) {
 			o.tokens = 1;
-		} else if (!strcmp(a, "--vocab") || !strcmp(a, "--n")) {
+		} else if (!strcmp(a, "--vocab") || !strcmp(a, "--n") ||
+			   !strcmp(a, "--keep-tail")) {
 			if (i + 1 >= argc)
 				return fail("missing value for", a);
 			const char *v = argv[++i];
@@ -95,15 +100,24 @@ int main(int argc, char **argv)
 				o.vocab = v;
 				continue;
 			}
+			bool n = a[2] == 'n';
 			char *end;
 			errno = 0;
-			o.n = strtoll(v, &end, 10);
-			if (errno || *end || end == v || o.n < 2 || o.n > (1LL << 30))
-				return fail("--n: expected an integer in [2, 2^30], got", v);
+			long long x = strtoll(v, &end, 10);
+			if (errno || *end || end == v || x < (n ? 2 : 0) || x > (1LL << 30))
+				return fail(
+				    n ? "--n: expected an integer in [2, 2^30], got"
+				      : "--keep-tail: expected an integer in [0, 2^30], got",
+				    v);
+			*(n ? &o.n : &o.keep_tail) = x;
 		} else {
 			fprintf(stderr, "%s", usage);
 			return fail("unknown option", a);
 		}
+	}
+	if (o.keep_tail && !o.n) {
+		fprintf(stderr, "%s", usage);
+		return fail("--keep-tail goes with --n", NULL);
 	}
 	if (!o.vocab == !o.byte) {
 		fprintf(stderr, "%s", usage);
@@ -112,6 +126,7 @@ int main(int argc, char **argv)
 	struct text_tokenizer tok;
 	if ((o.byte ? text_byte_init(&tok) : text_wordpiece_load(&tok, o.vocab)) != TENSOR_OK)
 		return fail(tensor_last_error(), NULL);
+	tok.keep_tail = o.keep_tail;
 	int rc = 0;
 	if (i < argc) {
 		for (; i < argc && !rc; i++)

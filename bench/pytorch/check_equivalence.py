@@ -6,13 +6,11 @@ the logits and the encoder's hidden states must agree with cformer's to about
 1e-5 in float32.
 
 The two input files come from bench/pytorch/dump_logits.c, a small program
-outside the automake build. From a cformer build directory (after `make`):
+that `make check` builds (a check program). From a cformer build directory
+(after `make check`, or `make bench/pytorch/dump_logits`):
 
-    cc -std=c11 -O2 -o dump_logits ../bench/pytorch/dump_logits.c \\
-        -I../libtensor -I../autograd -I../nn -I../models \\
-        .libs/libcformer.so -Wl,-rpath,$PWD/.libs -lm
-    ./dump_logits linformer:2 headwise 32 8 32 lin.safetensors lin.json
-    ./dump_logits conv-linformer:2 headwise 32 8 22 conv.safetensors conv.json
+    bench/pytorch/dump_logits linformer:2 headwise 32 8 32 lin.safetensors lin.json
+    bench/pytorch/dump_logits conv-linformer:2 headwise 32 8 22 conv.safetensors conv.json
     ~/venv-torch/bin/python ../bench/pytorch/check_equivalence.py \\
         lin.safetensors lin.json conv.safetensors conv.json
 
@@ -26,8 +24,9 @@ layerwise; layerwise needs a single projected kind), n = max_len, k, T <= n
 (the length of the ids; T < n exercises the slicing of E and the zero padding
 of the conv), then the two output files. It builds a tiny model (dim 32, 2 heads, ff 64, 3 classes,
 dropout 0), adds noise to every parameter (so that norms and biases are not
-left at 1 and 0), and runs three rows: all real tokens, padding over the last
-quarter, and a single real token.
+left at 1 and 0), and runs four rows: all real tokens, padding over the last
+quarter, a single real token and none. Further FIELD=VALUE arguments set config
+fields (dump_logits.c's header; check_doc.py uses them).
 
 Several file pairs may be given; the exit status is 1 if any differs by more
 than --tol. Standard library and torch only (no numpy, no safetensors).
