@@ -442,7 +442,15 @@ static int run_checkpoint(void)
 	classify_load_model(PROG, opt.checkpoint, opt.batch, true, &c, &ps, &m, &step);
 	load_tokenizer(&tok, 0);
 	fprintf(stderr, "%s: %s (step %lld)\n", PROG, opt.checkpoint, (long long)step);
-	logits_file_open(&out, PROG, opt.output, c.num_classes);
+	char vocab[4096]; /* what the run reads, which --output must not replace */
+	const struct outfile_input in[] = {
+		{ "--checkpoint", opt.checkpoint },
+		{ "--predict-file", opt.predict_file },
+		{ "--data", opt.eval_only ? opt.data : NULL },
+		{ "the vocabulary",
+		  example_data_path("bert-base-uncased-vocab.txt", vocab, sizeof vocab) },
+	};
+	logits_file_open(&out, PROG, opt.output, c.num_classes, in, sizeof in / sizeof in[0]);
 	if (opt.eval_only) {
 		struct text_dataset test;
 		struct text_batcher b;

@@ -143,6 +143,23 @@ static void load_data(struct text_dataset *train, struct text_dataset *test)
 
 /* ---- evaluation -------------------------------------------------------------------------- */
 
+/* --output (if given) for `classes` logits a row; refused when it would replace what the run
+ * reads. */
+static void open_output(struct logits_file *out, int64_t classes)
+{
+	char vocab[4096];
+	const struct outfile_input in[] = {
+		{ "--checkpoint", opt.checkpoint },
+		{ "--predict-file", opt.predict_file },
+		{ "--data", opt.eval_only ? opt.data : NULL },
+		{ "--vocab", opt.enc.vocab },
+		{ "the bundled vocabulary",
+		  example_data_path("bert-base-uncased-vocab.txt", vocab, sizeof vocab) },
+		{ "--init-from", opt.init_from },
+	};
+	logits_file_open(out, PROG, opt.output, classes, in, sizeof in / sizeof in[0]);
+}
+
 static int run_eval_only(void)
 {
 	struct model_config c;
@@ -161,7 +178,7 @@ static int run_eval_only(void)
 	printf("%s (step %lld) on %lld test reviews of %s\n", opt.checkpoint, (long long)step,
 	       (long long)test.n, opt.data);
 	struct logits_file out;
-	logits_file_open(&out, PROG, opt.output, c.num_classes);
+	open_output(&out, c.num_classes);
 	struct eval_result r = classify_evaluate(PROG, &m, &ps, &b, &out);
 	logits_file_close(&out, PROG);
 	classify_print_test(&r);
@@ -186,7 +203,7 @@ static int run_predict(void)
 	fprintf(stderr, "%s: %s (step %lld): one line per review: P(neg) P(pos)\n", PROG,
 		opt.checkpoint, (long long)step);
 	struct logits_file out;
-	logits_file_open(&out, PROG, opt.output, c.num_classes);
+	open_output(&out, c.num_classes);
 	classify_predict(PROG, &m, &ps, &tok, opt.predict, opt.predict_file, opt.batch, &out);
 	logits_file_close(&out, PROG);
 	text_tokenizer_free(&tok);

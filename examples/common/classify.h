@@ -13,23 +13,28 @@
 #include "csvlog.h"
 #include "flags.h"
 #include "models.h"
+#include "outfile.h"
 #include "tb.h"
 #include "text.h"
 
 /* --output FILE: each review's logits at full precision, as JSON lines
  * ({"review": i, "label": l, "logits": [..]}) if the name ends in .jsonl, else CSV
- * (review,label,logit_0,..); label -1 where there is none (predictions). */
+ * (review,label,logit_0,..); label -1 where there is none (predictions). Written
+ * atomically (outfile.h): the file appears, whole, at logits_file_close. */
 struct logits_file {
-	FILE *f; /* NULL: nothing is written */
+	struct outfile file; /* file.f NULL: nothing is written */
 	bool json;
-	const char *path;
 };
 
-/* Create path (NULL: a logits_file that writes nothing) for rows of `classes` logits. */
-void logits_file_open(struct logits_file *o, const char *prog, const char *path, int64_t classes);
+/* Open path (NULL: a logits_file that writes nothing) for rows of `classes` logits; refused
+ * (exit 1 naming --output) when it would replace one of the n inputs of the run or a
+ * checkpoint (outfile_check). */
+void logits_file_open(struct logits_file *o, const char *prog, const char *path, int64_t classes,
+		      const struct outfile_input *inputs, int n);
 /* The B x C logits of a batch: row i is review review[i] with label label[i] (label NULL: -1). */
 void logits_file_write(struct logits_file *o, const char *prog, const struct tensor *logits,
 		       const int64_t *review, const int64_t *label);
+/* Commit the file (exit 1 naming --output on any write error; nothing written then). */
 void logits_file_close(struct logits_file *o, const char *prog);
 
 /* The classifier of checkpoint path, rebuilt from the file alone (its config, then its weights)
