@@ -75,6 +75,8 @@ static struct flag flags[] = {
 	    "also write each review's logits (JSON lines if FILE is *.jsonl, else CSV)"),
 };
 enum { NFLAGS = sizeof flags / sizeof flags[0] };
+/* the checkpoints a run writes beside last.safetensors */
+static const char *const SAVES[] = { "best.safetensors", NULL };
 /* what a resumed run may change */
 static const char *const RESUME_FREE[] = { "threads",	   "device",	"log-dir",    "resume",
 					   "stop-after",   "eval-only", "checkpoint", "predict",
@@ -262,7 +264,7 @@ static void setup(struct run *r)
 		train_default_log_dir(r->log_dir, sizeof r->log_dir, "", opt.model, opt.n);
 	if (train_mkdirs(r->log_dir, err, sizeof err) < 0)
 		flags_fail(PROG, "log-dir", "%s", err);
-	r->state = (struct run_state){ 0, 0, -1, flags, NFLAGS, RESUME_FREE };
+	r->state = (struct run_state){ 0, 0, -1, flags, NFLAGS, RESUME_FREE, SAVES };
 	if (opt.resume) {
 		snprintf(path, sizeof path, "%s/last.safetensors", r->log_dir);
 		run_state_load(PROG, path, &r->state, &r->ps, &r->adamw, NULL);

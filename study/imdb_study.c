@@ -285,12 +285,34 @@ static void save(struct run *r, const char *name, int64_t step)
 		save_averages(r, path, &r->adamw, step);
 		return;
 	}
-	struct run_state st = { step, r->best_epoch, r->best_val, flags, NFLAGS, RESUME_FREE };
+	struct run_state st = {
+		step, r->best_epoch, r->best_val, flags, NFLAGS, RESUME_FREE, NULL
+	};
 	run_state_save(PROG, path, &st, &r->ps, &r->adamw, opt.ema > 0 ? &r->ema : NULL, r->cfg_json);
 	if (opt.ema > 0) {
 		path_in(path, sizeof path, r->ckpt_dir, "last-ema.safetensors");
 		save_averages(r, path, NULL, step);
 	}
+}
+
+/* With --ema: last-ema.safetensors saved again from the moving average of last.safetensors
+ * (just loaded) if it does not hold the same step, as when the run was killed between the
+ * two saves. */
+static void repair_last_ema(struct run *r, int64_t step)
+{
+	char path[1100];
+	struct nn_checkpoint_info info;
+	if (opt.ema <= 0)
+		return;
+	path_in(path, sizeof path, r->ckpt_dir, "last-ema.safetensors");
+	int64_t held = nn_checkpoint_info(path, &info) == TENSOR_OK ? info.step : -1;
+	nn_checkpoint_info_free(&info);
+	tensor_clear_error();
+	if (held == step)
+		return;
+	save_averages(r, path, NULL, step);
+	printf("%s: saved again from last.safetensors (it held %s%lld)\n", path,
+	       held < 0 ? "no readable state" : "step ", held < 0 ? 0LL : (long long)held);
 }
 
 /* --resume: weights, optimizer, moving average, random stream and run state, all from
@@ -299,10 +321,16 @@ static int64_t resume(struct run *r)
 {
 	char path[1100];
 	path_in(path, sizeof path, r->ckpt_dir, "last.safetensors");
-	struct run_state st = { .flags = flags, .nflags = NFLAGS, .free_flags = RESUME_FREE };
+	struct run_state st = {
+		.flags = flags,
+		.nflags = NFLAGS,
+		.free_flags = RESUME_FREE,
+		.saves = (const char *const[]){ "best.safetensors", "last-ema.safetensors", NULL },
+	};
 	run_state_load(PROG, path, &st, &r->ps, &r->adamw, opt.ema > 0 ? &r->ema : NULL);
 	r->best_val = st.best_val;
 	r->best_epoch = st.best_epoch;
+	repair_last_ema(r, st.step);
 	return st.step;
 }
 

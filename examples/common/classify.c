@@ -304,11 +304,33 @@ void run_state_save(const char *prog, const char *path, const struct run_state *
 	cJSON_free(text);
 }
 
+/* Remove the temporary files of killed saves of path and of the names in saves beside it. */
+static void remove_temps(const char *prog, const char *path, const char *const *saves)
+{
+	if (nn_dist_rank() != 0)
+		return;
+	const char *slash = strrchr(path, '/');
+	int removed = nn_checkpoint_remove_temps(path);
+	for (const char *const *name = saves; removed >= 0 && name && *name; name++) {
+		char other[4200];
+		snprintf(other, sizeof other, "%.*s%s", slash ? (int)(slash - path) + 1 : 0, path,
+			 *name);
+		int rc = nn_checkpoint_remove_temps(other);
+		removed = rc < 0 ? rc : removed + rc;
+	}
+	if (removed < 0)
+		train_die(prog, "--resume");
+	if (removed)
+		printf("removed %d temporary file%s of interrupted saves\n", removed,
+		       removed == 1 ? "" : "s");
+}
+
 void run_state_load(const char *prog, const char *path, struct run_state *s, struct nn_params *ps,
 		    struct nn_adamw *o, struct nn_ema *ema)
 {
 	char err[1200], *text = NULL;
 	int64_t step;
+	remove_temps(prog, path, s->saves);
 	if (access(path, F_OK) != 0)
 		flags_fail(
 		    prog, "resume",

@@ -91,20 +91,24 @@ void classify_log_close(struct classify_log *l);
 
 /* The run state saved in last.safetensors beside the weights, the optimizer (and a moving
  * average): the step, the best validation accuracy and its epoch, and the program's flags
- * (those in free_flags, NULL-terminated, may change on resume). */
+ * (those in free_flags, NULL-terminated, may change on resume). saves: the names of the
+ * other checkpoints the run writes beside it (NULL-terminated, or NULL). */
 struct run_state {
 	int64_t step, best_epoch;
 	double best_val;
 	const struct flag *flags;
 	int nflags;
 	const char *const *free_flags;
+	const char *const *saves;
 };
 /* Save the run to path (nn_checkpoint_save_run: one file, renamed into place). Exits naming
  * the file on error. */
 void run_state_save(const char *prog, const char *path, const struct run_state *s,
 		    const struct nn_params *ps, const struct nn_adamw *o, const struct nn_ema *ema,
 		    const char *cfg_json);
-/* --resume from path: weights, optimizer, ema (if not NULL), random stream and s->step,
+/* --resume from path: first remove the temporary files that killed saves of path and of
+ * s->saves left (nn_checkpoint_remove_temps; rank 0), saying how many; then weights,
+ * optimizer, ema (if not NULL), random stream and s->step,
  * s->best_val (kept as the caller set it where the run saved none: stopped before its first
  * validation), s->best_epoch. Exits naming --resume when path is missing or holds no run
  * state, or when a flag outside s->free_flags differs from this run's. */
