@@ -72,7 +72,8 @@ static struct flag flags[] = {
 			"the same for each line of FILE"),
 	FLAG_DEF_STRING(
 	    "output", &opt.output, "FILE",
-	    "also write each review's logits (JSON lines if FILE is *.jsonl, else CSV)"),
+	    "also write each review's logits (JSON lines if FILE is *.jsonl, else CSV; not an "
+	    "input of the run or a checkpoint)"),
 };
 enum { NFLAGS = sizeof flags / sizeof flags[0] };
 /* the checkpoints a run writes beside last.safetensors */
