@@ -311,8 +311,12 @@ static void repair_last_ema(struct run *r, int64_t step)
 	if (held == step)
 		return;
 	save_averages(r, path, NULL, step);
-	printf("%s: saved again from last.safetensors (it held %s%lld)\n", path,
-	       held < 0 ? "no readable state" : "step ", held < 0 ? 0LL : (long long)held);
+	if (held < 0)
+		printf("%s: saved again from last.safetensors (it was missing or unreadable)\n",
+		       path);
+	else
+		printf("%s: saved again from last.safetensors (it held step %lld)\n", path,
+		       (long long)held);
 }
 
 /* --resume: weights, optimizer, moving average, random stream and run state, all from
