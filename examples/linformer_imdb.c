@@ -72,9 +72,12 @@ static struct flag flags[] = {
 			"the same for each line of FILE"),
 	FLAG_DEF_STRING(
 	    "output", &opt.output, "FILE",
-	    "also write each review's logits (JSON lines if FILE is *.jsonl, else CSV)"),
+	    "also write each review's logits (JSON lines if FILE is *.jsonl, else CSV; not an "
+	    "input of the run or a checkpoint)"),
 };
 enum { NFLAGS = sizeof flags / sizeof flags[0] };
+/* the checkpoints a run writes beside last.safetensors */
+static const char *const SAVES[] = { "best.safetensors", NULL };
 /* what a resumed run may change */
 static const char *const RESUME_FREE[] = { "threads",	   "device",	"log-dir",    "resume",
 					   "stop-after",   "eval-only", "checkpoint", "predict",
@@ -262,7 +265,7 @@ static void setup(struct run *r)
 		train_default_log_dir(r->log_dir, sizeof r->log_dir, "", opt.model, opt.n);
 	if (train_mkdirs(r->log_dir, err, sizeof err) < 0)
 		flags_fail(PROG, "log-dir", "%s", err);
-	r->state = (struct run_state){ 0, 0, -1, flags, NFLAGS, RESUME_FREE };
+	r->state = (struct run_state){ 0, 0, -1, flags, NFLAGS, RESUME_FREE, SAVES };
 	if (opt.resume) {
 		snprintf(path, sizeof path, "%s/last.safetensors", r->log_dir);
 		run_state_load(PROG, path, &r->state, &r->ps, &r->adamw, NULL);
@@ -442,7 +445,15 @@ static int run_checkpoint(void)
 	classify_load_model(PROG, opt.checkpoint, opt.batch, true, &c, &ps, &m, &step);
 	load_tokenizer(&tok, 0);
 	fprintf(stderr, "%s: %s (step %lld)\n", PROG, opt.checkpoint, (long long)step);
-	logits_file_open(&out, PROG, opt.output, c.num_classes);
+	char vocab[4096]; /* what the run reads, which --output must not replace */
+	const struct outfile_input in[] = {
+		{ "--checkpoint", opt.checkpoint },
+		{ "--predict-file", opt.predict_file },
+		{ "--data", opt.eval_only ? opt.data : NULL },
+		{ "the vocabulary",
+		  example_data_path("bert-base-uncased-vocab.txt", vocab, sizeof vocab) },
+	};
+	logits_file_open(&out, PROG, opt.output, c.num_classes, in, sizeof in / sizeof in[0]);
 	if (opt.eval_only) {
 		struct text_dataset test;
 		struct text_batcher b;

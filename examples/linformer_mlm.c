@@ -138,6 +138,8 @@ static const char *const RESUME_FREE[] = { "threads",	  "device",	"no-mem-check"
 					   "log-every",	  "log-dir",	"checkpoint-dir",
 					   "resume",	  "stop-after", "eval-only",
 					   "checkpoint", "save-every", NULL };
+/* the checkpoints a run writes beside last.safetensors */
+static const char *const SAVES[] = { "best.safetensors", NULL };
 
 static const char SYNOPSIS[] =
     "usage: linformer_mlm [--flag VALUE]...\n"
@@ -495,7 +497,9 @@ static void save(struct run *r, const char *name, int64_t step)
 		r->saved = step;
 	if (!train_sync_writer(PROG)) /* rank 0 writes, once every rank got here */
 		return;
-	struct run_state st = { step, r->best_epoch, r->best_val, flags, NFLAGS, RESUME_FREE };
+	struct run_state st = {
+		step, r->best_epoch, r->best_val, flags, NFLAGS, RESUME_FREE, NULL
+	};
 	if (last)
 		run_state_save(PROG, path, &st, &r->ps, &r->adamw, NULL, r->cfg_json);
 	else if (nn_checkpoint_save(path, &r->ps, NULL, r->cfg_json, step) < 0)
@@ -593,7 +597,7 @@ static void setup(struct run *r)
 	double elapsed0 = 0;
 	if (opt.resume) { /* the weights, AdamW, random stream and step of last.safetensors */
 		struct run_state st = { .best_val = INFINITY, .flags = flags, .nflags = NFLAGS,
-					.free_flags = RESUME_FREE };
+					.free_flags = RESUME_FREE, .saves = SAVES };
 		snprintf(path, sizeof path, "%s/last.safetensors", r->ckpt_dir);
 		run_state_load(PROG, path, &st, &r->ps, &r->adamw, NULL);
 		r->step = r->saved = st.step;

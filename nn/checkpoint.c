@@ -463,6 +463,39 @@ static int meta_uint(const char *op, const char *file, const struct header *h, c
 
 /* ---- load ----------------------------------------------------------------- */
 
+/* The optimizer settings a file records, where present (the moving average's decay with
+ * ema, else AdamW's): finite, lr and weight decay >= 0, eps > 0, the betas and the decay in
+ * [0, 1), as nn_adamw_init and nn_ema_init take them. */
+static int check_settings(const char *op, const char *file, const struct header *h, bool ema)
+{
+	static const struct {
+		const char *key, *range;
+		double lo, hi;
+		bool lo_open, ema;
+	} lim[] = {
+		{ "optimizer_lr", ">= 0", 0, INFINITY, false, false },
+		{ "optimizer_beta1", "in [0, 1)", 0, 1, false, false },
+		{ "optimizer_beta2", "in [0, 1)", 0, 1, false, false },
+		{ "optimizer_eps", "> 0", 0, INFINITY, true, false },
+		{ "optimizer_weight_decay", ">= 0", 0, INFINITY, false, false },
+		{ "ema_decay", "in [0, 1)", 0, 1, false, true },
+	};
+	for (size_t i = 0; h->meta && i < sizeof lim / sizeof lim[0]; i++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(h->meta, lim[i].key);
+		if (lim[i].ema != ema || !v)
+			continue;
+		char *end;
+		double x = strtod(v->valuestring, &end);
+		bool above = x > lim[i].lo || (!lim[i].lo_open && x == lim[i].lo);
+		if (end == v->valuestring || *end || !above || !(x < lim[i].hi))
+			return nn_ckpt_fail(
+			    TENSOR_ERR_IO, op, file,
+			    "__metadata__ '%s' is '%.40s', expected a finite number %s", lim[i].key,
+			    v->valuestring, lim[i].range);
+	}
+	return TENSOR_OK;
+}
+
 /* Whether a file entry of dtype src loads into a tensor of dtype dst: the
  * same dtype, or BF16 into F32 / F64 (converted exactly). */
 static bool dtype_loads(enum tensor_dtype src, enum tensor_dtype dst)
@@ -494,29 +527,68 @@ struct copy {
 	struct tensor *staged; /* device copy of the bytes, when dst is not host memory */
 };
 
-/* Count the non-finite values among the n bytes of f32/f64/bf16 data at p. */
-static int64_t count_nonfinite(const uint8_t *p, uint64_t n, enum tensor_dtype dt)
+/* Element i of f32/f64/bf16 data at p as a double. */
+static double value_at(const uint8_t *p, uint64_t i, enum tensor_dtype dt)
 {
-	int64_t bad = 0;
-	if (dt == TENSOR_F32) {
-		for (uint64_t i = 0; i + 4 <= n; i += 4) {
-			float v;
-			memcpy(&v, p + i, 4);
-			bad += !isfinite(v);
-		}
-	} else if (dt == TENSOR_F64) {
-		for (uint64_t i = 0; i + 8 <= n; i += 8) {
-			double v;
-			memcpy(&v, p + i, 8);
-			bad += !isfinite(v);
-		}} else if (dt == TENSOR_BF16) {
-		for (uint64_t i = 0; i + 2 <= n; i += 2) {
-			uint16_t v;
-			memcpy(&v, p + i, 2);
-			bad += (v & 0x7f80u) == 0x7f80u;
-		}
+	if (dt == TENSOR_F64) {
+		double v;
+		memcpy(&v, p + 8 * i, 8);
+		return v;
 	}
-	return bad;
+	float v;
+	if (dt == TENSOR_F32) {
+		memcpy(&v, p + 4 * i, 4);
+	} else { /* bf16: the top half of an f32 */
+		uint16_t h;
+		memcpy(&h, p + 2 * i, 2);
+		uint32_t u = (uint32_t)h << 16;
+		memcpy(&v, &u, 4);
+	}
+	return v;
+}
+
+/* "[1,2]": the index of flat element i of a tensor of the shape, into buf[160]. */
+static const char *index_str(uint64_t i, int ndim, const int64_t *shape, char *buf)
+{
+	int64_t idx[TENSOR_MAX_DIMS];
+	for (int d = ndim - 1; d >= 0; d--) {
+		idx[d] = shape[d] ? (int64_t)(i % (uint64_t)shape[d]) : 0;
+		i = shape[d] ? i / (uint64_t)shape[d] : 0;
+	}
+	int at = snprintf(buf, 160, "[");
+	for (int d = 0; d < ndim; d++)
+		at += snprintf(buf + at, (size_t)(160 - at), "%s%" PRId64, d ? "," : "", idx[d]);
+	snprintf(buf + at, (size_t)(160 - at), "]");
+	return buf;
+}
+
+int nn_ckpt_check_values(const char *op, const char *file, const char *name, int ndim,
+			 const int64_t *shape, const void *data, uint64_t nbytes,
+			 enum tensor_dtype dt, const char *after)
+{
+	if (dt != TENSOR_F32 && dt != TENSOR_F64 && dt != TENSOR_BF16)
+		return TENSOR_OK;
+	/* AdamW's second moment is a running mean of squared gradients */
+	bool moment2 = !strncmp(name, CKPT_OPT_V, strlen(CKPT_OPT_V));
+	uint64_t n = nbytes / tensor_dtype_size(dt), first[2] = { 0, 0 };
+	int64_t bad[2] = { 0, 0 }; /* non-finite, negative */
+	for (uint64_t i = 0; i < n; i++) {
+		double v = value_at(data, i, dt);
+		int k = !isfinite(v) ? 0 : moment2 && v < 0 ? 1 : -1;
+		if (k >= 0 && !bad[k]++)
+			first[k] = i;
+	}
+	int k = bad[0] ? 0 : 1;
+	if (!bad[k])
+		return TENSOR_OK;
+	char at[160];
+	return nn_ckpt_fail(
+	    TENSOR_ERR_ARG, op, file,
+	    "tensor '%s' holds %lld %s of %llu, the first at %s: %.9g%s%s", name, (long long)bad[k],
+	    k ? "negative values" : "non-finite values (NaN or inf)", (unsigned long long)n,
+	    index_str(first[k], ndim, shape, at), value_at(data, first[k], dt),
+	    k ? " (AdamW's second moment is a mean of squares, never negative)" : "",
+	    after ? after : "");
 }
 
 /* What a load may fill besides the parameters. */
@@ -627,10 +699,12 @@ static int load_header(const char *op, const char *file, struct header *h, struc
 		rc = meta_uint(op, file, h, "rng_counter", UINT64_MAX, &rng, &has_rng);
 	if (rc == TENSOR_OK)
 		rc = meta_uint(op, file, h, "seed", UINT64_MAX, &seed, &has_seed);
+	/* update counts: at most 2^53, exact as doubles (and far from overflowing) */
 	if (rc == TENSOR_OK)
-		rc = meta_uint(op, file, h, "optimizer_step", INT64_MAX, &ostep, &has_ostep);
+		rc = meta_uint(op, file, h, "optimizer_step", (uint64_t)MAX_EXACT, &ostep,
+			       &has_ostep);
 	if (rc == TENSOR_OK)
-		rc = meta_uint(op, file, h, "ema_updates", INT64_MAX, &eup, &has_eup);
+		rc = meta_uint(op, file, h, "ema_updates", (uint64_t)MAX_EXACT, &eup, &has_eup);
 	bool load_opt = rc == TENSOR_OK && o->opt && found[0] + found[1] > 0;
 	bool load_ema = rc == TENSOR_OK && o->ema != NULL;
 	const char *lacks = load_opt && nopt < np ? "the optimizer" : load_ema && nema < np
@@ -658,22 +732,20 @@ static int load_header(const char *op, const char *file, struct header *h, struc
 		rc = nn_ckpt_fail(
 		    TENSOR_ERR_IO, op, file,
 		    "the file has a moving average but no \"ema_updates\" in __metadata__");
+	if (load_opt && rc == TENSOR_OK)
+		rc = check_settings(op, file, h, false);
+	if (load_ema && rc == TENSOR_OK)
+		rc = check_settings(op, file, h, true);
 	char *run = NULL;
 	const cJSON *rj = h->meta ? cJSON_GetObjectItemCaseSensitive(h->meta, "run") : NULL;
 	if (rc == TENSOR_OK && o->run_json && rj && !(run = tensor_host_strdup(rj->valuestring)))
 		rc = nn_ckpt_fail(TENSOR_ERR_NOMEM, op, file, "out of memory");
-	/* Nothing has changed yet: the values must be finite, and every
-	 * destination must take its bytes. */
+	/* Nothing has changed yet: the values must be finite (AdamW's v not
+	 * negative), and every destination must take its bytes. */
 	for (int k = 0; rc == TENSOR_OK && k < nc; k++) {
 		const struct entry *e = cp[k].src;
-		int64_t bad = count_nonfinite(h->data + e->begin, e->end - e->begin, e->dtype);
-		if (bad)
-			rc = nn_ckpt_fail(TENSOR_ERR_ARG, op, file,
-					  "tensor '%s' holds %lld non-finite values (NaN or inf) of "
-					  "%llu",
-					  e->name, (long long)bad,
-					  (unsigned long long)((e->end - e->begin) /
-							       tensor_dtype_size(e->dtype)));
+		rc = nn_ckpt_check_values(op, file, e->name, e->ndim, e->shape, h->data + e->begin,
+					  e->end - e->begin, e->dtype, NULL);
 	}
 	for (int k = 0; rc == TENSOR_OK && k < nc; k++) {
 		struct tensor *d = cp[k].dst;

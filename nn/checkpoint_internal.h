@@ -5,6 +5,7 @@
 #define CFORMER_CHECKPOINT_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "nn.h"
 
@@ -24,6 +25,14 @@ extern const char *const nn_ckpt_dtype_name[TENSOR_NDTYPES];
 /* Record "op: file: message" (first error wins, as everywhere); returns status. */
 int nn_ckpt_fail(int status, const char *op, const char *file, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* The values a checkpoint may hold, for the tensor `name` of the shape (nbytes of dtype dt
+ * at data; integer dtypes pass): finite, and AdamW's second moment ("optimizer.v.*") not
+ * negative. Else an error "op: file: tensor 'name' holds N ... of M, the first at [i,j]:
+ * value" with after appended (may be NULL). */
+int nn_ckpt_check_values(const char *op, const char *file, const char *name, int ndim,
+			 const int64_t *shape, const void *data, uint64_t nbytes,
+			 enum tensor_dtype dt, const char *after);
 
 /* nn_checkpoint_load_run on the len bytes of a whole safetensors file at buf;
  * name stands for the file in error messages. */

@@ -5,10 +5,13 @@
  * average, the caller's run state) goes into one file: one rename commits it. */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,6 +137,10 @@ static int write_all(const char *op, const char *path, const char *tmp, FILE *f,
 	void *scratch = NULL;
 	size_t scratch_len = 0;
 	int rc = TENSOR_OK;
+	/* a file the loader would refuse is not written: the old one stays */
+	char after[256];
+	snprintf(after, sizeof after, "; not saved: %s",
+		 access(path, F_OK) ? "no file written" : "the file keeps its previous contents");
 	for (int i = 0; ok && rc == TENSOR_OK && i < n; i++) {
 		const struct tensor *t = it[i].t;
 		size_t nb = tensor_nbytes(t);
@@ -155,7 +162,9 @@ static int write_all(const char *op, const char *path, const char *tmp, FILE *f,
 				break;
 			src = scratch;
 		}
-		ok = fwrite(src, 1, nb, f) == nb;
+		rc = nn_ckpt_check_values(op, path, it[i].name, t->ndim, t->shape, src, nb,
+					  t->dtype, after);
+		ok = rc == TENSOR_OK && fwrite(src, 1, nb, f) == nb;
 	}
 	free(scratch);
 	if (rc == TENSOR_OK && (!ok || fflush(f) != 0 || fsync(fileno(f)) != 0))
@@ -263,13 +272,16 @@ static struct item *items_of(const char *op, const char *path, const struct meta
 	return it;
 }
 
+/* A save's temporary file: path TEMP_INFIX <pid>.<n>. */
+#define TEMP_INFIX ".tmp."
+
 /* Create path.tmp.<pid>.<n>, a name no other process or save of this one
  * uses (O_EXCL), with the mode a plain file gets; its name in tmp. */
 static FILE *create_temp(const char *path, char *tmp, size_t len)
 {
 	static _Atomic unsigned counter;
 	for (int tries = 0; tries < 100; tries++) {
-		snprintf(tmp, len, "%s.tmp.%ld.%u", path, (long)getpid(), counter++);
+		snprintf(tmp, len, "%s" TEMP_INFIX "%ld.%u", path, (long)getpid(), counter++);
 		int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
 		if (fd >= 0) {
 			FILE *f = fdopen(fd, "wb");
@@ -345,4 +357,59 @@ int nn_checkpoint_save(const char *path, const struct nn_params *ps, const struc
 		       const char *config_json, int64_t step)
 {
 	return nn_checkpoint_save_run(path, ps, opt, NULL, config_json, NULL, step);
+}
+
+/* The pid of a temporary file's name "<base>.tmp.<pid>.<n>" of a save of base, else 0. */
+static long temp_pid(const char *name, const char *base)
+{
+	size_t nb = strlen(base), ni = strlen(TEMP_INFIX);
+	if (strncmp(name, base, nb) || strncmp(name + nb, TEMP_INFIX, ni))
+		return 0;
+	const char *p = name + nb + ni;
+	char *end;
+	errno = 0;
+	long pid = strtol(p, &end, 10);
+	if (end == p || *end != '.' || errno || pid <= 0 || !isdigit((unsigned char)end[1]))
+		return 0;
+	for (p = end + 1; isdigit((unsigned char)*p); p++)
+		;
+	return *p ? 0 : pid;
+}
+
+int nn_checkpoint_remove_temps(const char *path)
+{
+	const char *op = "nn_checkpoint_remove_temps";
+	if (!path || !*path)
+		return nn_ckpt_fail(TENSOR_ERR_ARG, op, path, "no path given");
+	char *d = tensor_host_strdup(path), *b = tensor_host_strdup(path);
+	const char *dir = d ? dirname(d) : NULL, *base = b ? basename(b) : NULL;
+	DIR *dp = dir && base ? opendir(dir) : NULL;
+	int rc = d && b ? TENSOR_OK : nn_ckpt_fail(TENSOR_ERR_NOMEM, op, path, "out of memory");
+	if (rc == TENSOR_OK && !dp && errno != ENOENT)
+		rc = nn_ckpt_fail(TENSOR_ERR_IO, op, path, "cannot read the directory %s: %s", dir,
+				  strerror(errno));
+	int removed = 0;
+	for (struct dirent *e; rc == TENSOR_OK && dp && (e = readdir(dp));) {
+		long pid = temp_pid(e->d_name, base);
+		/* a process that still runs may be writing it */
+		if (!pid || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		char *full = tensor_host_malloc(strlen(dir) + strlen(e->d_name) + 2);
+		if (!full) {
+			rc = nn_ckpt_fail(TENSOR_ERR_NOMEM, op, path, "out of memory");
+			break;
+		}
+		sprintf(full, "%s/%s", dir, e->d_name);
+		if (unlink(full) == 0)
+			removed++;
+		else if (errno != ENOENT)
+			rc = nn_ckpt_fail(TENSOR_ERR_IO, op, path, "cannot remove %s: %s", full,
+					  strerror(errno));
+		free(full);
+	}
+	if (dp)
+		closedir(dp);
+	free(d);
+	free(b);
+	return rc < 0 ? rc : removed;
 }

@@ -638,7 +638,10 @@ double nn_schedule_lr(const struct nn_schedule *s, int64_t step);
  * "rng_counter", "seed", and "config" (config_json, if not NULL, must be
  * valid JSON). Atomic: written to a temporary file of a name unique to this
  * save (path.tmp.<pid>.<n>), fsync'd, renamed over path; readers see the old
- * file or the new one. */
+ * file or the new one. A value the loader would refuse (NaN or inf anywhere,
+ * a negative AdamW v) is an error naming the tensor and its first bad
+ * element (TENSOR_ERR_ARG), and nothing is written: path keeps its previous
+ * contents, so a diverged run never replaces its last good state. */
 int nn_checkpoint_save(const char *path, const struct nn_params *ps,
 		       const struct nn_adamw *opt, const char *config_json, int64_t step);
 /* A training run's whole state in one file, so that a run killed at any
@@ -655,7 +658,12 @@ int nn_checkpoint_save_run(const char *path, const struct nn_params *ps,
  * file; partial optimizer state is an error): every parameter must be present
  * with its exact shape and dtype (or, for an f32/f64 one, as BF16: converted
  * exactly) and only finite values; other tensors are
- * refused except "optimizer.*". Metadata is optional (files from other tools
+ * refused except "optimizer.*". Loaded optimizer state is checked as well:
+ * m, v and the moving average finite, v not negative (the error names the
+ * tensor, the first bad element and its value), the update counts at most
+ * 2^53, and the recorded settings (optimizer_lr, _beta1, _beta2, _eps,
+ * _weight_decay, ema_decay), where present, in the ranges nn_adamw_init and
+ * nn_ema_init take. Metadata is optional (files from other tools
  * load): step (0 if absent), seed and rng_counter restore ps's random stream.
  * The whole file is validated before anything changes, so a truncated,
  * corrupt, oversized or mismatched file, or one with NaN or inf values,
@@ -670,6 +678,13 @@ int nn_checkpoint_load(const char *path, struct nn_params *ps, struct nn_adamw *
  * run_json may be NULL). All or nothing, as nn_checkpoint_load. */
 int nn_checkpoint_load_run(const char *path, struct nn_params *ps, struct nn_adamw *opt,
 			   struct nn_ema *ema, char **run_json, int64_t *step);
+/* Remove the temporary files that saves of path left when their process was
+ * killed: the names nn_checkpoint_save gives them (path.tmp.<pid>.<n>) whose
+ * process no longer runs; every other file stays. Call it before a run writes
+ * path again (e.g. on resuming). Returns how many were removed, or a negative
+ * status (TENSOR_ERR_IO: the directory cannot be read, a file cannot be
+ * removed). */
+int nn_checkpoint_remove_temps(const char *path);
 /* The "config" metadata string of a checkpoint (malloc'd; free it), so a
  * model can be rebuilt from the file alone. NULL with an error if absent. */
 char *nn_checkpoint_config(const char *path);

@@ -143,6 +143,23 @@ static void load_data(struct text_dataset *train, struct text_dataset *test)
 
 /* ---- evaluation -------------------------------------------------------------------------- */
 
+/* --output (if given) for `classes` logits a row; refused when it would replace what the run
+ * reads. */
+static void open_output(struct logits_file *out, int64_t classes)
+{
+	char vocab[4096];
+	const struct outfile_input in[] = {
+		{ "--checkpoint", opt.checkpoint },
+		{ "--predict-file", opt.predict_file },
+		{ "--data", opt.eval_only ? opt.data : NULL },
+		{ "--vocab", opt.enc.vocab },
+		{ "the bundled vocabulary",
+		  example_data_path("bert-base-uncased-vocab.txt", vocab, sizeof vocab) },
+		{ "--init-from", opt.init_from },
+	};
+	logits_file_open(out, PROG, opt.output, classes, in, sizeof in / sizeof in[0]);
+}
+
 static int run_eval_only(void)
 {
 	struct model_config c;
@@ -161,7 +178,7 @@ static int run_eval_only(void)
 	printf("%s (step %lld) on %lld test reviews of %s\n", opt.checkpoint, (long long)step,
 	       (long long)test.n, opt.data);
 	struct logits_file out;
-	logits_file_open(&out, PROG, opt.output, c.num_classes);
+	open_output(&out, c.num_classes);
 	struct eval_result r = classify_evaluate(PROG, &m, &ps, &b, &out);
 	logits_file_close(&out, PROG);
 	classify_print_test(&r);
@@ -186,7 +203,7 @@ static int run_predict(void)
 	fprintf(stderr, "%s: %s (step %lld): one line per review: P(neg) P(pos)\n", PROG,
 		opt.checkpoint, (long long)step);
 	struct logits_file out;
-	logits_file_open(&out, PROG, opt.output, c.num_classes);
+	open_output(&out, c.num_classes);
 	classify_predict(PROG, &m, &ps, &tok, opt.predict, opt.predict_file, opt.batch, &out);
 	logits_file_close(&out, PROG);
 	text_tokenizer_free(&tok);
@@ -268,12 +285,38 @@ static void save(struct run *r, const char *name, int64_t step)
 		save_averages(r, path, &r->adamw, step);
 		return;
 	}
-	struct run_state st = { step, r->best_epoch, r->best_val, flags, NFLAGS, RESUME_FREE };
+	struct run_state st = {
+		step, r->best_epoch, r->best_val, flags, NFLAGS, RESUME_FREE, NULL
+	};
 	run_state_save(PROG, path, &st, &r->ps, &r->adamw, opt.ema > 0 ? &r->ema : NULL, r->cfg_json);
 	if (opt.ema > 0) {
 		path_in(path, sizeof path, r->ckpt_dir, "last-ema.safetensors");
 		save_averages(r, path, NULL, step);
 	}
+}
+
+/* With --ema: last-ema.safetensors saved again from the moving average of last.safetensors
+ * (just loaded) if it does not hold the same step, as when the run was killed between the
+ * two saves. */
+static void repair_last_ema(struct run *r, int64_t step)
+{
+	char path[1100];
+	struct nn_checkpoint_info info;
+	if (opt.ema <= 0)
+		return;
+	path_in(path, sizeof path, r->ckpt_dir, "last-ema.safetensors");
+	int64_t held = nn_checkpoint_info(path, &info) == TENSOR_OK ? info.step : -1;
+	nn_checkpoint_info_free(&info);
+	tensor_clear_error();
+	if (held == step)
+		return;
+	save_averages(r, path, NULL, step);
+	if (held < 0)
+		printf("%s: saved again from last.safetensors (it was missing or unreadable)\n",
+		       path);
+	else
+		printf("%s: saved again from last.safetensors (it held step %lld)\n", path,
+		       (long long)held);
 }
 
 /* --resume: weights, optimizer, moving average, random stream and run state, all from
@@ -282,10 +325,16 @@ static int64_t resume(struct run *r)
 {
 	char path[1100];
 	path_in(path, sizeof path, r->ckpt_dir, "last.safetensors");
-	struct run_state st = { .flags = flags, .nflags = NFLAGS, .free_flags = RESUME_FREE };
+	struct run_state st = {
+		.flags = flags,
+		.nflags = NFLAGS,
+		.free_flags = RESUME_FREE,
+		.saves = (const char *const[]){ "best.safetensors", "last-ema.safetensors", NULL },
+	};
 	run_state_load(PROG, path, &st, &r->ps, &r->adamw, opt.ema > 0 ? &r->ema : NULL);
 	r->best_val = st.best_val;
 	r->best_epoch = st.best_epoch;
+	repair_last_ema(r, st.step);
 	return st.step;
 }
 

@@ -134,7 +134,8 @@ struct flag flags[] = {
 	STR("predict-file", predict_file, "FILE", "print P(neg) P(pos) of each line of FILE"),
 	STR("output", output, "FILE",
 	    "with --predict, --predict-file or --eval-only: also write each review's logits at full "
-	    "precision, as JSON lines if FILE ends in .jsonl, else CSV"),
+	    "precision, as JSON lines if FILE ends in .jsonl, else CSV (not an input of the run or "
+	    "a checkpoint)"),
 };
 const int NFLAGS = (int)(sizeof flags / sizeof flags[0]);
 

@@ -129,6 +129,18 @@ static inline uint64_t le64(const uint8_t *p)
 	return v;
 }
 
+/* Overwrite n bytes at offset `at` of the data region of safetensors file path (after its
+ * 8-byte size and header), as a corrupted disk or a bad tool would. */
+static inline void poke_data(const char *path, size_t at, const void *bytes, size_t n)
+{
+	struct blob b = file_blob(path);
+	size_t start = 8 + (size_t)le64(b.p) + at;
+	ck_assert_msg(start + n <= b.n, "poke_data: %zu bytes at %zu of %zu", n, start, b.n);
+	memcpy(b.p + start, bytes, n);
+	write_all(path, b.p, b.n);
+	free(b.p);
+}
+
 /* ---- models ------------------------------------------------------------------ */
 
 struct pspec {

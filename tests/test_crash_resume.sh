@@ -2,9 +2,11 @@
 # imdb_study killed (SIGKILL) at every point of every checkpoint save of a run with a
 # moving average (CFORMER_CRASH_AT=k: before the temporary file exists, with its header
 # written, complete but not renamed, renamed), then resumed: each time the run ends as the
-# uninterrupted one, byte for byte (test line, last.safetensors, best.safetensors), or, killed
-# before its first checkpoint, --resume says so and a fresh start does. Run from the build
-# directory (as `make check`); IMDB_STUDY overrides the program.
+# uninterrupted one, byte for byte (test line, last.safetensors, best.safetensors and
+# last-ema.safetensors, which a resume saves again when a kill left it behind
+# last.safetensors), with no temporary file of the killed saves left; or, killed before its
+# first checkpoint, --resume says so and a fresh start does. Run from the build directory
+# (as `make check`); IMDB_STUDY overrides the program.
 set -u
 prog=${IMDB_STUDY:-study/imdb_study}
 if [ ! -x "$prog" ]; then
@@ -52,6 +54,13 @@ while [ $k -le 200 ]; do
 	elif ! cmp -s "$tmp/ref/last.safetensors" "$d/last.safetensors" ||
 		! cmp -s "$tmp/ref/best.safetensors" "$d/best.safetensors"; then
 		fail "crash point $k: $how run's checkpoints differ from the uninterrupted run's"
+	elif ! cmp -s "$tmp/ref/last-ema.safetensors" "$d/last-ema.safetensors"; then
+		fail "crash point $k: $how run's last-ema.safetensors differs from the uninterrupted" \
+			"run's (step $(head -c 4096 "$d/last-ema.safetensors" |
+				grep -a -o '"step":"[0-9]*"'), last.safetensors" \
+			"$(head -c 4096 "$d/last.safetensors" | grep -a -o '"step":"[0-9]*"'))"
+	elif ls "$d"/*.tmp.* >/dev/null 2>&1; then
+		fail "crash point $k: temporary files left after the $how run: $(ls "$d"/*.tmp.*)"
 	else
 		echo "ok: killed at save point $k, $how: the same run"
 	fi

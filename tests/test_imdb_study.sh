@@ -7,7 +7,8 @@
 # test accuracy and byte-identical checkpoints as an uninterrupted run; SIGTERM saves and
 # exits 143; --ema evaluates averaged weights and resumes them exactly; --adv-eps trains twice;
 # --positions conv trains a convolution instead of a table; --eval-only reproduces
-# the run's test accuracy; --predict prints probabilities and --output writes the logits;
+# the run's test accuracy; --predict prints probabilities and --output writes the logits,
+# refusing to replace an input or a checkpoint;
 # --init-from takes an encoder; bad flags exit 1 naming the flag and the expected form.
 # Run from the build directory (as `make check` does); IMDB_STUDY and TB_DUMP override
 # the programs.
@@ -310,6 +311,17 @@ if check pf "predict-file"; then
 		fail "predict-file printed: $(cat "$tmp/pf.out")"
 	fi
 fi
+# --output never replaces what the run reads (the same file under another name) or a
+# checkpoint
+cp "$tmp/reviews.txt" "$tmp/reviews.bak"
+expect 1 "--output: $tmp/./reviews.txt is --predict-file $tmp/reviews.txt, an input of the run" \
+	--predict-file "$tmp/reviews.txt" --checkpoint "$tmp/w/last.safetensors" --threads 1 \
+	--output "$tmp/./reviews.txt"
+cp "$tmp/w/last.safetensors" "$tmp/w/last.json"
+expect 1 "--output: $tmp/w/last.json is a checkpoint" --predict x --threads 1 \
+	--checkpoint "$tmp/a/best.safetensors" --output "$tmp/w/last.json"
+cmp -s "$tmp/reviews.txt" "$tmp/reviews.bak" && cmp -s "$tmp/w/last.safetensors" "$tmp/w/last.json" ||
+	fail "a refused --output changed its file"
 # --keep-tail: a review longer than n - 2 bytes is read by its end too; a short one as before
 long="Slow, dull, and far too long at the start, it drags on and on. Yet the ending is superb!"
 short="Superb!"

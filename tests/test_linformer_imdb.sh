@@ -7,8 +7,9 @@
 # --stop-after and resumed with the command it prints ends as an uninterrupted one; SIGTERM
 # saves and exits 143;
 # --eval-only reproduces the run's test accuracy; --predict and --predict-file print
-# probabilities that are the softmax of the logits --output writes; bad flags exit 1 naming
-# the flag. Run from the build directory (as `make check` does);
+# probabilities that are the softmax of the logits --output writes; --output refuses to
+# replace an input or a checkpoint and writes atomically, a failed write exiting 1; bad flags
+# exit 1 naming the flag. Run from the build directory (as `make check` does);
 # LINFORMER_IMDB and IMDB_STUDY override the programs.
 set -u
 prog=${LINFORMER_IMDB:-examples/linformer_imdb}
@@ -146,6 +147,43 @@ printf 'Dull.\nGreat fun.\nAwful acting.\n' >"$tmp/lines.txt"
 ok "--predict-file" "$prog" --predict-file "$tmp/lines.txt" --checkpoint "$ckpt" --output "$tmp/p.csv"
 [ "$(grep -c '^[0-9.]* [0-9.]*$' "$tmp/ok.out")" = 3 ] && [ "$(wc -l <"$tmp/p.csv")" = 4 ] &&
 	echo "ok: three predictions and three CSV rows" || fail "--predict-file: $(cat "$tmp/ok.out")"
+
+# --output refuses to replace an input of the run or a checkpoint (compared as files, not
+# names), and writes atomically: a failed write (a file size limit standing in for a full
+# disk) exits 1 naming the error and leaves the old file, with no temporary file
+cp "$ckpt" "$tmp/ck.bin"
+cp "$tmp/lines.txt" "$tmp/lines.bak"
+expect 1 "ck.bin is --checkpoint $tmp/ck.bin, an input of the run" --predict x \
+	--checkpoint "$tmp/ck.bin" --output "$tmp/./ck.bin"
+expect 1 "a checkpoint's name" --predict x --checkpoint "$ckpt" --output "$ckpt"
+expect 1 "lines.txt is --predict-file $tmp/lines.txt, an input" --predict-file "$tmp/lines.txt" \
+	--checkpoint "$ckpt" --output "$tmp/../$(basename "$tmp")/lines.txt"
+ln -s "$tmp/lines.txt" "$tmp/lines.link"
+expect 1 "is --predict-file" --predict-file "$tmp/lines.txt" --checkpoint "$ckpt" \
+	--output "$tmp/lines.link"
+cp "$tmp/a/last.safetensors" "$tmp/last.csv"
+expect 1 "last.csv is a checkpoint (step " --predict x --checkpoint "$ckpt" --output "$tmp/last.csv"
+mkdir "$tmp/data"
+cp -R "$tiny/test" "$tmp/data/test"
+expect 1 "lies in --data $tmp/data, an input" --eval-only --checkpoint "$ckpt" --data "$tmp/data" \
+	--output "$tmp/data/test/pos/logits.csv"
+cmp -s "$ckpt" "$tmp/ck.bin" && cmp -s "$tmp/lines.txt" "$tmp/lines.bak" &&
+	cmp -s "$tmp/a/last.safetensors" "$tmp/last.csv" && [ ! -e "$tmp/data/test/pos/logits.csv" ] &&
+	echo "ok: the refused outputs changed nothing" || fail "a refused --output changed a file"
+cp "$tmp/p.csv" "$tmp/p.bak"
+(
+	trap '' XFSZ
+	ulimit -f 1 # 512 or 1024 bytes (dash, bash): the CSV of 100 reviews is longer
+	"$prog" --eval-only --checkpoint "$ckpt" --max-test 100 --threads 1 --output "$tmp/p.csv"
+) >"$tmp/full.out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q -- "--output: cannot write $tmp/p.csv: File too large" "$tmp/full.out" &&
+	cmp -s "$tmp/p.csv" "$tmp/p.bak"; then
+	echo "ok: a failed --output write exits 1 and keeps the old file"
+else
+	fail "--output on a full disk: exit $rc: $(tail -2 "$tmp/full.out")"
+fi
+ls "$tmp"/*.tmp.* >/dev/null 2>&1 && fail "temporary files left: $(ls "$tmp"/*.tmp.*)"
 
 # errors
 expect 1 "needs --checkpoint" --predict "x"

@@ -463,8 +463,8 @@ START_TEST(test_run_state)
 }
 END_TEST
 
-/* Saved NaN or inf values are refused on loading, naming the tensor and the
- * count, and nothing changes. */
+/* NaN or inf values in a file are refused on loading, naming the tensor, the
+ * count and the first bad element, and nothing changes. */
 START_TEST(test_non_finite_refused)
 {
 	char path[256];
@@ -473,18 +473,20 @@ START_TEST(test_non_finite_refused)
 		struct nn_params a, b;
 		model(&a, (enum tensor_dtype)dt, 1);
 		model(&b, (enum tensor_dtype)dt, 2);
-		struct tensor *w = a.items[0].value; /* [3, 5] */
+		ck_assert_int_eq(nn_checkpoint_save(path, &a, NULL, NULL, 1), TENSOR_OK);
+		/* the first tensor of the data is a.items[0], w [3, 5]: elements 0, 4, 8 */
+		const struct tensor *w = a.items[0].value;
+		size_t es = tensor_dtype_size(w->dtype);
 		double bad[3] = { NAN, INFINITY, -INFINITY };
 		for (int k = 0; k < 3; k++) {
-			if (dt == TENSOR_F32)
-				((float *)tensor_data(w))[4 * k] = (float)bad[k];
-			else
-				((double *)tensor_data(w))[4 * k] = bad[k];
+			float f = (float)bad[k];
+			poke_data(path, 4 * (size_t)k * es, es == 4 ? (void *)&f : (void *)&bad[k],
+				  es);
 		}
-		ck_assert_int_eq(nn_checkpoint_save(path, &a, NULL, NULL, 1), TENSOR_OK);
 		struct blob before = state_of(&b, NULL);
-		char count[64];
-		snprintf(count, sizeof count, "holds 3 non-finite values (NaN or inf) of %lld",
+		char count[96];
+		snprintf(count, sizeof count,
+			 "holds 3 non-finite values (NaN or inf) of %lld, the first at [0,0]: nan",
 			 (long long)tensor_numel(w));
 		tu_assert_error(nn_checkpoint_load(path, &b, NULL, NULL) < 0, TENSOR_ERR_ARG,
 				a.items[0].name, count);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "checkpoint_common.h"
@@ -304,6 +305,89 @@ END_TEST
 
 /* A parameter saved by the autograd tape for a pending backward must not be
  * overwritten: the load is refused before anything changes. */
+/* A file of w, b and AdamW's state (values 1, 2, 3, ...) with metadata meta ("'k':'v',"
+ * entries) and the optimizer step. */
+static void write_adamw_file(const char *path, const char *meta, const char *step)
+{
+	char h[1024];
+	snprintf(h, sizeof h,
+		 "{'__metadata__':{%s'optimizer_step':'%s'}," W "," B
+		 ",'optimizer.m.w':{'dtype':'F32','shape':[2,3],'data_offsets':[32,56]},"
+		 "'optimizer.v.w':{'dtype':'F32','shape':[2,3],'data_offsets':[56,80]},"
+		 "'optimizer.m.b':{'dtype':'F32','shape':[2],'data_offsets':[80,88]},"
+		 "'optimizer.v.b':{'dtype':'F32','shape':[2],'data_offsets':[88,96]}}",
+		 meta, step);
+	write_st(path, h, 96);
+}
+
+/* Loaded optimizer state is checked: a negative second moment or a non-finite moment is
+ * refused naming the tensor, the first bad element and its value (a weights-only load
+ * skips the state); so are update counts over 2^53 and recorded settings out of range. */
+START_TEST(test_optimizer_state_values)
+{
+	char path[256];
+	in_dir(path, "opt.safetensors");
+	write_adamw_file(path, "'optimizer_beta2':'0.999','optimizer_eps':'1e-08',", "3");
+	struct nn_params ps;
+	struct nn_adamw o;
+	tiny(&ps);
+	ck_assert_int_eq(nn_adamw_init(&o, &ps, 1e-3, 0.9, 0.999, 1e-8, 0), TENSOR_OK);
+	ck_assert_msg(nn_checkpoint_load(path, &ps, &o, NULL) == TENSOR_OK, "%s",
+		      tensor_last_error());
+	ck_assert_int_eq(o.step, 3);
+	/* -0 is not negative */
+	float v = -0.0f;
+	poke_data(path, 56 + 4 * 5, &v, 4);
+	ck_assert_msg(nn_checkpoint_load(path, &ps, &o, NULL) == TENSOR_OK, "%s",
+		      tensor_last_error());
+	nn_adamw_free(&o);
+	nn_params_free(&ps);
+	v = -0.25f; /* v.w [1,2] */
+	poke_data(path, 56 + 4 * 5, &v, 4);
+	expect_load_error(
+	    "negative v", path, true, TENSOR_ERR_ARG,
+	    "tensor 'optimizer.v.w' holds 1 negative values of 6, the first at [1,2]: "
+	    "-0.25",
+	    "never negative");
+	tiny(&ps);
+	ck_assert_msg(nn_checkpoint_load(path, &ps, NULL, NULL) == TENSOR_OK, "%s",
+		      tensor_last_error());
+	nn_params_free(&ps);
+	write_adamw_file(path, "", "3");
+	v = NAN; /* m.b [1] */
+	poke_data(path, 80 + 4, &v, 4);
+	expect_load_error("NaN in m", path, true, TENSOR_ERR_ARG,
+			  "tensor 'optimizer.m.b' holds 1 non-finite values (NaN or inf) of 2, the "
+			  "first at [1]: nan",
+			  NULL);
+	static const struct {
+		const char *meta, *sub;
+	} bad[] = {
+		{ "'optimizer_beta2':'1',", "'optimizer_beta2' is '1', expected a finite number in "
+					    "[0, 1)" },
+		{ "'optimizer_beta1':'-0.1',", "'optimizer_beta1' is '-0.1'" },
+		{ "'optimizer_eps':'0',", "'optimizer_eps' is '0', expected a finite number > 0" },
+		{ "'optimizer_lr':'nan',", "'optimizer_lr' is 'nan'" },
+		{ "'optimizer_weight_decay':'0.1x',", "'optimizer_weight_decay' is '0.1x'" },
+	};
+	for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+		write_adamw_file(path, bad[k].meta, "3");
+		expect_load_error(bad[k].meta, path, true, TENSOR_ERR_IO, bad[k].sub, NULL);
+	}
+	/* the update count: 2^53 loads, one more does not */
+	write_adamw_file(path, "", "9007199254740992");
+	tiny(&ps);
+	ck_assert_int_eq(nn_adamw_init(&o, &ps, 1e-3, 0.9, 0.999, 1e-8, 0), TENSOR_OK);
+	ck_assert_msg(nn_checkpoint_load(path, &ps, &o, NULL) == TENSOR_OK, "%s",
+		      tensor_last_error());
+	nn_adamw_free(&o);
+	nn_params_free(&ps);
+	write_adamw_file(path, "", "9007199254740993");
+	expect_load_error("a step over 2^53", path, true, TENSOR_ERR_IO, "'optimizer_step'",
+			  "[0, 9007199254740992]");
+}
+END_TEST
+
 START_TEST(test_load_refuses_tape_saved_parameter)
 {
 	char path[256];
@@ -442,6 +526,108 @@ START_TEST(test_failed_save_keeps_old_checkpoint)
 }
 END_TEST
 
+/* A state the loader would refuse is not saved: NaN or inf in a parameter, a moment or the
+ * moving average, or a negative second moment, is an error naming the tensor and its first
+ * bad element; the previous file stays byte for byte and no temporary file is left. */
+START_TEST(test_save_refuses_bad_values)
+{
+	char path[256], fresh[256];
+	in_dir(path, "m.safetensors");
+	in_dir(fresh, "fresh.safetensors");
+	struct nn_params a;
+	struct nn_adamw o;
+	struct nn_ema e;
+	model(&a, TENSOR_F32, 1);
+	adamw_random(&o, &a, 3, 5);
+	ck_assert_int_eq(nn_ema_init(&e, &a, 0.9), TENSOR_OK);
+	ck_assert_int_eq(nn_checkpoint_save_run(path, &a, &o, &e, NULL, NULL, 5), TENSOR_OK);
+	struct blob old = file_blob(path);
+	const struct {
+		struct tensor *t;
+		float value;
+		const char *sub;
+	} bad[] = {
+		{ a.items[0].value, NAN,
+		  "tensor 'layers.0.weight' holds 1 non-finite values (NaN or "
+		  "inf) of 15, the first at [1,2]: nan" },
+		{ o.m[5], INFINITY, "tensor 'optimizer.m.emb.weight' holds 1 non-finite" },
+		{ o.v[0], -1.0f,
+		  "tensor 'optimizer.v.layers.0.weight' holds 1 negative values of "
+		  "15, the first at [1,2]: -1" },
+		{ e.shadow[2], -INFINITY, "tensor 'optimizer.ema.norm.weight' holds 1 non-finite" },
+	};
+	for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+		float *p = tensor_data(bad[k].t);
+		float keep = p[7 % tensor_numel(bad[k].t)];
+		p[7 % tensor_numel(bad[k].t)] = bad[k].value;
+		tu_assert_error(nn_checkpoint_save_run(path, &a, &o, &e, NULL, NULL, 6) < 0,
+				TENSOR_ERR_ARG, bad[k].sub,
+				"not saved: the file keeps its previous contents");
+		tu_assert_error(nn_checkpoint_save_run(fresh, &a, &o, &e, NULL, NULL, 6) < 0,
+				TENSOR_ERR_ARG, bad[k].sub, "not saved: no file written");
+		ck_assert_int_eq(files_in_dir(), 1); /* no temporary file, no fresh file */
+		struct blob now = file_blob(path);
+		ck_assert_msg(now.n == old.n && memcmp(now.p, old.p, old.n) == 0,
+			      "%s: the old file changed", bad[k].sub);
+		free(now.p);
+		p[7 % tensor_numel(bad[k].t)] = keep;
+	}
+	/* a negative value elsewhere than in v is fine */
+	((float *)tensor_data(o.m[0]))[0] = -3;
+	ck_assert_msg(nn_checkpoint_save_run(path, &a, &o, &e, NULL, NULL, 6) == TENSOR_OK, "%s",
+		      tensor_last_error());
+	free(old.p);
+	nn_ema_free(&e);
+	nn_adamw_free(&o);
+	nn_params_free(&a);
+}
+END_TEST
+
+/* nn_checkpoint_remove_temps removes what killed saves of a path left (path.tmp.<pid>.<n>
+ * of a process that no longer runs) and nothing else: not the temporary files of a running
+ * process, of this one or of another path, not names that only look alike. */
+START_TEST(test_remove_temps)
+{
+	pid_t child = fork();
+	ck_assert(child >= 0);
+	if (child == 0)
+		_exit(0);
+	ck_assert_int_eq(waitpid(child, NULL, 0), child); /* child: a pid that no longer runs */
+	char path[256], name[300];
+	in_dir(path, "m.safetensors");
+	const char *fmt_gone[] = { "%s.tmp.%ld.0", "%s.tmp.%ld.17" };
+	const char *fmt_kept[] = { "%s.tmp.%ld.0.bak", "%s.tmp.%ld.", "%s.tmp.%ldx.1",
+				   "%s.tmp.%ld" };
+	for (int k = 0; k < 2; k++) {
+		snprintf(name, sizeof name, fmt_gone[k], path, (long)child);
+		write_all(name, "x", 1);
+	}
+	for (int k = 0; k < 4; k++) {
+		snprintf(name, sizeof name, fmt_kept[k], path, (long)child);
+		write_all(name, "x", 1);
+	}
+	snprintf(name, sizeof name, "%s.tmp.%ld.2", path, (long)getpid()); /* this process */
+	write_all(name, "x", 1);
+	snprintf(name, sizeof name, "%s.tmp.%ld.2", path, (long)getppid()); /* a running one */
+	write_all(name, "x", 1);
+	snprintf(name, sizeof name, "%s/best.safetensors.tmp.%ld.0", dir, (long)child);
+	write_all(name, "x", 1);
+	write_all(path, "x", 1);
+	ck_assert_int_eq(files_in_dir(), 10);
+	ck_assert_int_eq(nn_checkpoint_remove_temps(path), 2);
+	ck_assert_int_eq(files_in_dir(), 8);
+	for (int k = 0; k < 2; k++) {
+		snprintf(name, sizeof name, fmt_gone[k], path, (long)child);
+		ck_assert_msg(!exists(name), "%s left", name);
+	}
+	ck_assert_int_eq(nn_checkpoint_remove_temps(path), 0);
+	char none[256];
+	ck_assert_int_eq(nn_checkpoint_remove_temps(in_dir(none, "no/such.safetensors")), 0);
+	tu_assert_error(nn_checkpoint_remove_temps(NULL) < 0, TENSOR_ERR_ARG,
+			"nn_checkpoint_remove_temps", "no path");
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("nn_checkpoint_errors");
@@ -450,12 +636,15 @@ int main(void)
 	tcase_add_test(tc, test_corrupt_headers);
 	tcase_add_test(tc, test_corrupt_files);
 	tcase_add_test(tc, test_optimizer_mismatch);
+	tcase_add_test(tc, test_optimizer_state_values);
 	tcase_add_test(tc, test_load_refuses_tape_saved_parameter);
 	suite_add_tcase(s, tc);
 	tc = tcase("save");
 	tcase_add_test(tc, test_save_errors);
 	tcase_add_test(tc, test_save_to_missing_directory);
 	tcase_add_test(tc, test_failed_save_keeps_old_checkpoint);
+	tcase_add_test(tc, test_save_refuses_bad_values);
+	tcase_add_test(tc, test_remove_temps);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

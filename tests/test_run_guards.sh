@@ -3,12 +3,15 @@
 # fit in memory is refused before any work, naming the estimate and what is available (and
 # --no-mem-check overrides); an output directory that cannot be written is found at the start;
 # a step with NaN gradients (CFORMER_NAN_GRAD_AT) stops the run without saving, the last
-# checkpoint intact and resumable, or is skipped with --skip-nonfinite. Run from the build
-# directory (as `make check`); IMDB_STUDY and LINFORMER_MLM override the programs.
+# checkpoint intact and resumable, or is skipped with --skip-nonfinite; a corrupt saved state
+# (a negative AdamW second moment) is refused on --resume naming the tensor and element, and
+# a state that turns non-finite is never saved over the last good one. Run from the build
+# directory (as `make check`); IMDB_STUDY, LINFORMER_MLM and CKPT_POKE override the programs.
 set -u
 prog=${IMDB_STUDY:-study/imdb_study}
 mlm=${LINFORMER_MLM:-examples/linformer_mlm}
-for p in "$prog" "$mlm"; do
+ckpt_poke=${CKPT_POKE:-tests/ckpt_poke}
+for p in "$prog" "$mlm" "$ckpt_poke"; do
 	if [ ! -x "$p" ]; then
 		echo "test_run_guards: $p not built" >&2
 		exit 99
@@ -82,6 +85,37 @@ CFORMER_NAN_GRAD_AT=2 expect 1 "step 2: the gradients are not finite" "$tmp/mnan
 # shellcheck disable=SC2086
 CFORMER_NAN_GRAD_AT=2 expect 0 "1 steps skipped" "$tmp/mskip.out" "$mlm" $MLM --skip-nonfinite \
 	--log-dir "$tmp/mskip"
+
+# ---- a corrupt saved state: refused on --resume, never replacing the last good one ---------
+# a negative second moment (what a bad disk or tool might leave) is refused by name, the
+# file left as it was; a planted state whose next update overflows the weights (m huge,
+# v 0) makes the next save fail rather than write them, the files as they were
+poke() { "$ckpt_poke" "$@" >/dev/null || fail "ckpt_poke $*"; }
+# shellcheck disable=SC2086
+"$prog" $SMALL --log-dir "$tmp/neg" --stop-after 4 >/dev/null 2>&1 || fail "the run to corrupt"
+cp -R "$tmp/neg" "$tmp/big"
+poke "$tmp/neg/last.safetensors" optimizer.v.layers.0.attn.q_proj.bias 3 -1
+cp "$tmp/neg/last.safetensors" "$tmp/neg.bak"
+# shellcheck disable=SC2086
+expect 1 "last.safetensors: tensor 'optimizer.v.layers.0.attn.q_proj.bias' holds 1 negative values of 32, the first at \[3\]: -1" \
+	"$tmp/neg.out" "$prog" $SMALL --log-dir "$tmp/neg" --resume
+cmp -s "$tmp/neg.bak" "$tmp/neg/last.safetensors" || fail "the refused state was overwritten"
+poke "$tmp/big/last.safetensors" optimizer.m.layers.0.attn.q_proj.bias 3 3e38
+poke "$tmp/big/last.safetensors" optimizer.v.layers.0.attn.q_proj.bias 3 0
+cp "$tmp/big/last.safetensors" "$tmp/big.bak"
+# shellcheck disable=SC2086
+expect 1 "tensor 'layers.0.attn.q_proj.bias' holds 1 non-finite values (NaN or inf) of 32, the first at \[3\]: -inf; not saved" \
+	"$tmp/big.out" "$prog" $SMALL --log-dir "$tmp/big" --resume
+cmp -s "$tmp/big.bak" "$tmp/big/last.safetensors" && [ ! -e "$tmp/big/best.safetensors" ] ||
+	fail "a non-finite state was saved"
+# shellcheck disable=SC2086
+"$mlm" $MLM --log-dir "$tmp/mneg" --stop-after 3 >/dev/null 2>&1 || fail "the MLM run to corrupt"
+poke "$tmp/mneg/last.safetensors" optimizer.v.layers.0.norm1.weight 0 -0.5
+cp "$tmp/mneg/last.safetensors" "$tmp/mneg.bak"
+# shellcheck disable=SC2086
+expect 1 "tensor 'optimizer.v.layers.0.norm1.weight' holds 1 negative values of 32, the first at \[0\]: -0.5" \
+	"$tmp/mneg.out" "$mlm" $MLM --log-dir "$tmp/mneg" --resume --stop-after 5
+cmp -s "$tmp/mneg.bak" "$tmp/mneg/last.safetensors" || fail "the refused MLM state was overwritten"
 
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]

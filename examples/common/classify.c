@@ -20,58 +20,59 @@ static void *xmalloc(const char *prog, size_t n)
 	return p;
 }
 
-void logits_file_open(struct logits_file *o, const char *prog, const char *path, int64_t classes)
+void logits_file_open(struct logits_file *o, const char *prog, const char *path, int64_t classes,
+		      const struct outfile_input *inputs, int n)
 {
-	*o = (struct logits_file){ .path = path };
+	*o = (struct logits_file){ .file = { .path = path } };
 	if (!path)
 		return;
-	size_t n = strlen(path);
-	o->json = n > 6 && !strcmp(path + n - 6, ".jsonl");
-	o->f = fopen(path, "w");
-	if (!o->f)
-		flags_fail(prog, "output", "cannot create %s: %s", path, strerror(errno));
+	outfile_check(prog, "output", path, inputs, n);
+	size_t len = strlen(path);
+	o->json = len > 6 && !strcmp(path + len - 6, ".jsonl");
+	outfile_open(&o->file, prog, "output", path);
 	if (!o->json) {
-		fprintf(o->f, "review,label");
+		outfile_printf(&o->file, "review,label");
 		for (int64_t j = 0; j < classes; j++)
-			fprintf(o->f, ",logit_%lld", (long long)j);
-		fprintf(o->f, "\n");
+			outfile_printf(&o->file, ",logit_%lld", (long long)j);
+		outfile_printf(&o->file, "\n");
 	}
 }
 
 void logits_file_write(struct logits_file *o, const char *prog, const struct tensor *logits,
 		       const int64_t *review, const int64_t *label)
 {
-	if (!o || !o->f)
+	if (!o || !o->file.f)
 		return;
+	struct outfile *f = &o->file;
 	int64_t B = logits->shape[0], C = logits->shape[1];
 	float *v = xmalloc(prog, sizeof *v * (size_t)(B * C));
-	struct tensor *f = tensor_cast(logits, TENSOR_F32);
-	if (!f || tensor_to_host(f, v, sizeof *v * (size_t)(B * C)) < 0)
+	struct tensor *t = tensor_cast(logits, TENSOR_F32);
+	if (!t || tensor_to_host(t, v, sizeof *v * (size_t)(B * C)) < 0)
 		train_die(prog, "--output");
 	for (int64_t i = 0; i < B; i++) {
 		long long rv = (long long)review[i], lb = label ? (long long)label[i] : -1;
 		if (o->json)
-			fprintf(o->f, "{\"review\": %lld, \"label\": %lld, \"logits\": [", rv, lb);
+			outfile_printf(f, "{\"review\": %lld, \"label\": %lld, \"logits\": [", rv,
+				       lb);
 		else
-			fprintf(o->f, "%lld,%lld", rv, lb);
+			outfile_printf(f, "%lld,%lld", rv, lb);
 		for (int64_t j = 0; j < C; j++) /* float: %.9g gives them back exactly */
-			fprintf(o->f, "%s%.9g",
-				j == 0 && o->json ? ""
-				: o->json	  ? ", "
-						  : ",",
-				v[i * C + j]);
-		fprintf(o->f, o->json ? "]}\n" : "\n");
+			outfile_printf(f, "%s%.9g",
+				       j == 0 && o->json ? ""
+				       : o->json	 ? ", "
+							 : ",",
+				       v[i * C + j]);
+		outfile_printf(f, o->json ? "]}\n" : "\n");
 	}
 	free(v);
 }
 
 void logits_file_close(struct logits_file *o, const char *prog)
 {
-	if (o->f && (ferror(o->f) | fclose(o->f)))
-		flags_fail(prog, "output", "cannot write %s: %s", o->path, strerror(errno));
-	else if (o->f)
-		fprintf(stderr, "%s: logits written to %s\n", prog, o->path);
-	o->f = NULL;
+	if (!o->file.f)
+		return;
+	outfile_commit(&o->file, prog);
+	fprintf(stderr, "%s: logits written to %s\n", prog, o->file.path);
 }
 
 void classify_load_model(const char *prog, const char *path, int64_t batch, bool mem_check,
@@ -114,7 +115,7 @@ struct eval_result classify_evaluate(const char *prog, const struct model_classi
 	struct eval_result r = { 0 };
 	double loss = 0;
 	/* data-parallel: each rank takes every size-th batch (all of them with --output) */
-	bool shard = !(out && out->f);
+	bool shard = !(out && out->file.f);
 	int64_t first = shard ? nn_dist_rank() : 0, every = shard ? nn_dist_size() : 1;
 	nn_params_train(ps, false);
 	ag_no_grad_begin();
@@ -128,7 +129,7 @@ struct eval_result classify_evaluate(const char *prog, const struct model_classi
 		double acc = l ? nn_accuracy(logits, batch.labels, -1) : -1;
 		if (!l || acc < 0)
 			train_die(prog, "evaluation");
-		if (out && out->f) {
+		if (out && out->file.f) {
 			int64_t *lab = xmalloc(prog, sizeof *lab * (size_t)batch.size);
 			struct tensor *hl = tensor_to_device(batch.labels, TENSOR_CPU);
 			if (!hl || tensor_to_host(hl, lab, sizeof *lab * (size_t)batch.size) < 0)
@@ -303,11 +304,33 @@ void run_state_save(const char *prog, const char *path, const struct run_state *
 	cJSON_free(text);
 }
 
+/* Remove the temporary files of killed saves of path and of the names in saves beside it. */
+static void remove_temps(const char *prog, const char *path, const char *const *saves)
+{
+	if (nn_dist_rank() != 0)
+		return;
+	const char *slash = strrchr(path, '/');
+	int removed = nn_checkpoint_remove_temps(path);
+	for (const char *const *name = saves; removed >= 0 && name && *name; name++) {
+		char other[4200];
+		snprintf(other, sizeof other, "%.*s%s", slash ? (int)(slash - path) + 1 : 0, path,
+			 *name);
+		int rc = nn_checkpoint_remove_temps(other);
+		removed = rc < 0 ? rc : removed + rc;
+	}
+	if (removed < 0)
+		train_die(prog, "--resume");
+	if (removed)
+		printf("removed %d temporary file%s of interrupted saves\n", removed,
+		       removed == 1 ? "" : "s");
+}
+
 void run_state_load(const char *prog, const char *path, struct run_state *s, struct nn_params *ps,
 		    struct nn_adamw *o, struct nn_ema *ema)
 {
 	char err[1200], *text = NULL;
 	int64_t step;
+	remove_temps(prog, path, s->saves);
 	if (access(path, F_OK) != 0)
 		flags_fail(
 		    prog, "resume",

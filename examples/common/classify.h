@@ -13,23 +13,28 @@
 #include "csvlog.h"
 #include "flags.h"
 #include "models.h"
+#include "outfile.h"
 #include "tb.h"
 #include "text.h"
 
 /* --output FILE: each review's logits at full precision, as JSON lines
  * ({"review": i, "label": l, "logits": [..]}) if the name ends in .jsonl, else CSV
- * (review,label,logit_0,..); label -1 where there is none (predictions). */
+ * (review,label,logit_0,..); label -1 where there is none (predictions). Written
+ * atomically (outfile.h): the file appears, whole, at logits_file_close. */
 struct logits_file {
-	FILE *f; /* NULL: nothing is written */
+	struct outfile file; /* file.f NULL: nothing is written */
 	bool json;
-	const char *path;
 };
 
-/* Create path (NULL: a logits_file that writes nothing) for rows of `classes` logits. */
-void logits_file_open(struct logits_file *o, const char *prog, const char *path, int64_t classes);
+/* Open path (NULL: a logits_file that writes nothing) for rows of `classes` logits; refused
+ * (exit 1 naming --output) when it would replace one of the n inputs of the run or a
+ * checkpoint (outfile_check). */
+void logits_file_open(struct logits_file *o, const char *prog, const char *path, int64_t classes,
+		      const struct outfile_input *inputs, int n);
 /* The B x C logits of a batch: row i is review review[i] with label label[i] (label NULL: -1). */
 void logits_file_write(struct logits_file *o, const char *prog, const struct tensor *logits,
 		       const int64_t *review, const int64_t *label);
+/* Commit the file (exit 1 naming --output on any write error; nothing written then). */
 void logits_file_close(struct logits_file *o, const char *prog);
 
 /* The classifier of checkpoint path, rebuilt from the file alone (its config, then its weights)
@@ -86,20 +91,24 @@ void classify_log_close(struct classify_log *l);
 
 /* The run state saved in last.safetensors beside the weights, the optimizer (and a moving
  * average): the step, the best validation accuracy and its epoch, and the program's flags
- * (those in free_flags, NULL-terminated, may change on resume). */
+ * (those in free_flags, NULL-terminated, may change on resume). saves: the names of the
+ * other checkpoints the run writes beside it (NULL-terminated, or NULL). */
 struct run_state {
 	int64_t step, best_epoch;
 	double best_val;
 	const struct flag *flags;
 	int nflags;
 	const char *const *free_flags;
+	const char *const *saves;
 };
 /* Save the run to path (nn_checkpoint_save_run: one file, renamed into place). Exits naming
  * the file on error. */
 void run_state_save(const char *prog, const char *path, const struct run_state *s,
 		    const struct nn_params *ps, const struct nn_adamw *o, const struct nn_ema *ema,
 		    const char *cfg_json);
-/* --resume from path: weights, optimizer, ema (if not NULL), random stream and s->step,
+/* --resume from path: first remove the temporary files that killed saves of path and of
+ * s->saves left (nn_checkpoint_remove_temps; rank 0), saying how many; then weights,
+ * optimizer, ema (if not NULL), random stream and s->step,
  * s->best_val (kept as the caller set it where the run saved none: stopped before its first
  * validation), s->best_epoch. Exits naming --resume when path is missing or holds no run
  * state, or when a flag outside s->free_flags differs from this run's. */
