@@ -239,13 +239,11 @@ static void setup(struct run *r)
 	if (nn_params_init(&r->ps, TENSOR_F32, train_device, (uint64_t)opt.seed) < 0 ||
 	    model_classifier_init(&r->model, &r->ps, &r->cfg) < 0)
 		train_die(PROG, "building the model");
-	int copied = opt.init_from ? train_copy_encoder(opt.init_from, &r->ps)
-				   : train_init_embedding(&r->ps, &r->model.enc, 0.02);
-	if (copied < 0)
+	if ((opt.init_from ? train_copy_encoder(opt.init_from, &r->model.enc, &r->ps, stdout)
+			   : train_init_embedding(&r->ps, &r->model.enc, 0.02)) < 0)
 		train_die(PROG, opt.init_from ? "--init-from" : "building the model");
 	if (opt.init_from)
-		printf("encoder: %d tensors from %s (no embedding penalty)\n", copied,
-		       opt.init_from);
+		printf("no embedding penalty: the pretrained embedding keeps what it learnt\n");
 	if ((r->rc.proj_l2 > 0 && nn_anchor_init(&r->anchor, &r->ps, PROJ_WEIGHTS) < 0) ||
 	    nn_params_pack(&r->ps) < 0 ||
 	    nn_adamw_init(&r->adamw, &r->ps, opt.lr, 0.9, 0.999, 1e-8, 0.01) < 0 ||

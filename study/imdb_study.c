@@ -343,11 +343,9 @@ static int64_t setup(struct run *r)
 			   tensor_last_error());
 	/* with --embed-anchor a resumed run reads the encoder again: the anchor's values */
 	if (opt.init_from && (!opt.resume || opt.embed_anchor)) {
-		int copied = train_copy_encoder(opt.init_from, &r->ps);
-		if (copied < 0)
+		if (train_copy_encoder(opt.init_from, &r->model.enc, &r->ps,
+				       opt.resume ? NULL : stdout) < 0)
 			train_die(PROG, "--init-from");
-		if (!opt.resume)
-			printf("encoder: %d tensors from %s\n", copied, opt.init_from);
 	}
 	if (opt.embed_anchor && nn_anchor_init(&r->embed_anchor, &r->ps, "embed.weight") < 0)
 		train_die(PROG, "--embed-anchor");
