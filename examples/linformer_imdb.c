@@ -20,6 +20,7 @@
 #include "common/data.h"
 #include "common/flags.h"
 #include "common/progress.h"
+#include "common/reading.h"
 #include "common/train.h"
 #include "models.h"
 #include "text.h"
@@ -99,7 +100,7 @@ struct run {
 	struct text_dataset train, val, test;
 	struct text_batcher btrain, bval, btest;
 	struct model_config cfg;
-	char *cfg_json;
+	char *cfg_json, *text_json; /* the config and how the run reads text, in checkpoints */
 	struct nn_params ps;
 	struct model_classifier model;
 	struct nn_adamw adamw;
@@ -187,9 +188,11 @@ static void save(struct run *r, const char *name)
 	if (!train_sync_writer(PROG)) /* rank 0 writes, once every rank got here */
 		return;
 	if (last)
-		run_state_save(PROG, path, &r->state, &r->ps, &r->adamw, NULL, r->cfg_json);
-	else if (nn_checkpoint_save(path, &r->ps, &r->adamw, r->cfg_json, r->step) < 0)
-		train_die(PROG, "saving a checkpoint");
+		run_state_save(PROG, path, &r->state, &r->ps, &r->adamw, NULL, r->cfg_json,
+			       r->text_json);
+	else
+		train_save_checkpoint(PROG, path, &r->ps, &r->adamw, r->cfg_json, r->text_json,
+				      r->step);
 	r->saved = last ? r->step : r->saved;
 }
 
@@ -204,6 +207,9 @@ static void setup(struct run *r)
 	r->precision = strcmp(opt.precision, "bf16") ? TENSOR_F32 : TENSOR_BF16;
 	load_tokenizer(&r->tok, r->rc.keep_tail);
 	build_config(&r->cfg, r);
+	if (opt.init_from)
+		reading_check_tokenizer(PROG, opt.init_from, &r->tok, flags, NFLAGS, "init-from");
+	r->text_json = reading_json(PROG, &r->tok, opt.n);
 	bool learned = false; /* projections to hold near their start (not the Transformer's) */
 	for (int64_t i = 0; i < r->cfg.layers; i++)
 		learned |= r->cfg.attention[i] == NN_ATTN_LINEAR;
@@ -264,6 +270,7 @@ static void setup(struct run *r)
 	if (opt.resume) {
 		snprintf(path, sizeof path, "%s/last.safetensors", r->log_dir);
 		run_state_load(PROG, path, &r->state, &r->ps, &r->adamw, NULL);
+		reading_check_tokenizer(PROG, path, &r->tok, flags, NFLAGS, "resume");
 		r->step = r->state.step;
 		for (int64_t e = 0; e < r->step / r->spe; e++)
 			text_batcher_next_epoch(&r->btrain); /* its order: from (seed, epoch) */
@@ -293,6 +300,7 @@ static void run_free(struct run *r)
 {
 	classify_log_close(&r->log);
 	free(r->cfg_json);
+	free(r->text_json);
 	nn_adamw_free(&r->adamw);
 	nn_anchor_free(&r->anchor);
 	model_classifier_free(&r->model);
@@ -439,13 +447,14 @@ static int run_checkpoint(void)
 	int64_t step;
 	classify_load_model(PROG, opt.checkpoint, opt.batch, true, &c, &ps, &m, &step);
 	load_tokenizer(&tok, 0);
+	int64_t n = reading_follow(PROG, opt.checkpoint, &tok, c.max_len, flags, NFLAGS);
 	fprintf(stderr, "%s: %s (step %lld)\n", PROG, opt.checkpoint, (long long)step);
 	logits_file_open(&out, PROG, opt.output, c.num_classes);
 	if (opt.eval_only) {
 		struct text_dataset test;
 		struct text_batcher b;
 		load_split("test", opt.max_test, &test);
-		if (train_batcher_init(&b, &test, &tok, c.max_len, opt.batch, 0, false, true) < 0)
+		if (train_batcher_init(&b, &test, &tok, n, opt.batch, 0, false, true) < 0)
 			train_die(PROG, "tokenizing the test split");
 		struct eval_result r = classify_evaluate(PROG, &m, &ps, &b, &out);
 		classify_print_test(&r);

@@ -94,11 +94,12 @@ struct run_state {
 	int nflags;
 	const char *const *free_flags;
 };
-/* Save the run to path (nn_checkpoint_save_run: one file, renamed into place). Exits naming
- * the file on error. */
+/* Save the run to path (nn_checkpoint_save_run: one file, renamed into place), with the
+ * metadata "config" (cfg_json) and "text" (text_json: how the run read text,
+ * reading_json; NULL: none). Exits naming the file on error. */
 void run_state_save(const char *prog, const char *path, const struct run_state *s,
 		    const struct nn_params *ps, const struct nn_adamw *o, const struct nn_ema *ema,
-		    const char *cfg_json);
+		    const char *cfg_json, const char *text_json);
 /* --resume from path: weights, optimizer, ema (if not NULL), random stream and s->step,
  * s->best_val (kept as the caller set it where the run saved none: stopped before its first
  * validation), s->best_epoch. Exits naming --resume when path is missing or holds no run

@@ -371,6 +371,20 @@ static bool same_shape(const struct tensor *a, const struct tensor *b)
 	return true;
 }
 
+void train_save_checkpoint(const char *prog, const char *path, const struct nn_params *ps,
+			   const struct nn_adamw *o, const char *cfg_json, const char *text_json,
+			   int64_t step)
+{
+	struct nn_checkpoint_meta meta[2];
+	int n = 0;
+	if (cfg_json)
+		meta[n++] = (struct nn_checkpoint_meta){ "config", cfg_json };
+	if (text_json)
+		meta[n++] = (struct nn_checkpoint_meta){ "text", text_json };
+	if (nn_checkpoint_save_meta(path, ps, o, NULL, meta, n, step) < 0)
+		train_die(prog, "saving a checkpoint");
+}
+
 /* A checkpoint rebuilt as the model it holds: an MLM model, or a classifier. */
 struct pretrained {
 	struct nn_params ps;

@@ -102,6 +102,13 @@ void train_nonfinite(const char *prog, int64_t step, bool loss_finite, bool skip
  * (the library draws N(0, 1), as PyTorch; BERT-style models use 0.02). Returns a status. */
 int train_init_embedding(struct nn_params *ps, const struct model_encoder *enc, double std);
 
+/* Save the weights (and o's state, if not NULL) to path, the metadata "config" (cfg_json) and
+ * "text" (text_json: how the run read text, reading_json; NULL: none) beside them. Exits
+ * naming the file on error. */
+void train_save_checkpoint(const char *prog, const char *path, const struct nn_params *ps,
+			   const struct nn_adamw *o, const char *cfg_json, const char *text_json,
+			   int64_t step);
+
 /* Copy the encoder of checkpoint path -- an MLM or a classifier checkpoint -- into the
  * encoder enc of dst (a model built from the file's own encoder config): every parameter
  * model_encoder_has_param names (the embedding, the positions and their convolution, the
