@@ -60,13 +60,16 @@ static struct flag flags[] = {
 	FLAG_DEF_INT("max-test", &opt.max_test, 0, 1 << 30, "N", "use N test reviews (0: all)"),
 	FLAG_DEF_STRING("log-dir", &opt.log_dir, "DIR",
 			"logs and checkpoints (default: runs/<model>-n<N>-<time>)"),
-	FLAG_DEF_STRING("init-from", &opt.init_from, "CKPT",
-			"fine-tune the encoder of a linformer_mlm checkpoint (its shape too; "
-			"the recipe's dropout, no embedding penalty)"),
+	FLAG_DEF_STRING(
+	    "init-from", &opt.init_from, "CKPT",
+	    "fine-tune the encoder of a linformer_mlm checkpoint: its shape and every "
+	    "encoder tensor, those of the file left unused named (the recipe's dropout, "
+	    "no embedding penalty)"),
 	FLAG_DEF_BOOL("resume", &opt.resume,
 		      "continue the run of --log-dir from its last checkpoint"),
 	FLAG_DEF_INT("stop-after", &opt.stop_after, 0, 1e15, "S", "save and exit after step S"),
-	FLAG_DEF_BOOL("eval-only", &opt.eval_only, "evaluate --checkpoint on the test split"),
+	FLAG_DEF_BOOL("eval-only", &opt.eval_only,
+		      "evaluate --checkpoint on the test split, reading reviews as its run did"),
 	FLAG_DEF_STRING("checkpoint", &opt.checkpoint, "CKPT", "the model to evaluate or run"),
 	FLAG_DEF_STRING("predict", &opt.predict, "TEXT", "print P(neg) P(pos) of TEXT"),
 	FLAG_DEF_STRING("predict-file", &opt.predict_file, "FILE",
@@ -475,15 +478,17 @@ int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach a log file as they happen */
 	train_dist_init(PROG, &argc, &argv); /* a rank of mpirun -np N, or alone */
-	flags_parse(flags, NFLAGS, argc, argv, PROG,
-		    "usage: linformer_imdb [--flag VALUE]...\n"
-		    "Trains a sentiment classifier on the IMDB reviews, tests it, and saves "
-		    "checkpoints and logs.\nWith no flags: the bundled subset in about a minute. "
-		    "With --data DIR/aclImdb: the\nfull dataset with the best recipe of "
-		    "docs/results.md (the Linformer: 88% in about 20 min on 2 cores).",
-		    "Then: --eval-only --checkpoint DIR/best.safetensors, or --predict TEXT "
-		    "--checkpoint ...\nCtrl-C saves the run and prints the command that resumes "
-		    "it. Research flags: study/imdb_study.\n");
+	flags_parse(
+	    flags, NFLAGS, argc, argv, PROG,
+	    "usage: linformer_imdb [--flag VALUE]...\n"
+	    "Trains a sentiment classifier on the IMDB reviews, tests it, and saves "
+	    "checkpoints and logs.\nWith no flags: the bundled subset in about a minute. "
+	    "With --data DIR/aclImdb: the\nfull dataset with the best recipe of "
+	    "docs/results.md (the Linformer: 88% in about 20 min on 2 cores).",
+	    "Then: --eval-only --checkpoint DIR/best.safetensors, or --predict TEXT "
+	    "--checkpoint ...\n(a checkpoint remembers how its run read reviews: n, keep-tail, "
+	    "the vocabulary's hash).\nCtrl-C saves the run and prints the command that resumes "
+	    "it. Research flags: study/imdb_study.\n");
 	bool predicting = opt.predict || opt.predict_file;
 	if (opt.predict && opt.predict_file)
 		flags_fail(PROG, "predict", "give --predict or --predict-file, not both");

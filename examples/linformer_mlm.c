@@ -1,7 +1,7 @@
 /* linformer_mlm: masked-language-model pretraining of a Transformer, Linformer, Conv-Linformer
  * or any per-layer pattern on plain text (default: the IMDB training reviews, i.e. domain
  * pretraining), with train and validation perplexity, CSV and TensorBoard logs, and checkpoints
- * whose encoder ("embed.*", "pos.*", "layers.*", "norm.*", "proj.*") starts the IMDB classifier:
+ * whose encoder (every tensor but the MLM head's "mlm.*") starts the IMDB classifier:
  * examples/linformer_imdb --init-from DIR/best.safetensors (or study/imdb_study).
  * `linformer_mlm --help` lists every flag. */
 #define _POSIX_C_SOURCE 200809L
@@ -128,8 +128,8 @@ static struct flag flags[] = {
 	    "also save last.safetensors every S steps (0: at each epoch's end and when stopped), "
 	    "so that a run killed outright resumes from its last save"),
 	BOOL("eval-only", eval_only, "validation perplexity of --checkpoint, rebuilt from the file "
-				     "alone (the training run's data flags, --seed and --batch give "
-				     "its held-out text and masks)"),
+				     "alone and read at its n (the training run's data flags, --seed "
+				     "and --batch give its held-out text and masks)"),
 	STR("checkpoint", checkpoint, "CKPT", "the model of --eval-only"),
 };
 /* clang-format on */
