@@ -20,6 +20,7 @@
 #include "common/data.h"
 #include "common/flags.h"
 #include "common/progress.h"
+#include "common/reading.h"
 #include "common/train.h"
 #include "models.h"
 #include "text.h"
@@ -59,13 +60,16 @@ static struct flag flags[] = {
 	FLAG_DEF_INT("max-test", &opt.max_test, 0, 1 << 30, "N", "use N test reviews (0: all)"),
 	FLAG_DEF_STRING("log-dir", &opt.log_dir, "DIR",
 			"logs and checkpoints (default: runs/<model>-n<N>-<time>)"),
-	FLAG_DEF_STRING("init-from", &opt.init_from, "CKPT",
-			"fine-tune the encoder of a linformer_mlm checkpoint (its shape too; "
-			"the recipe's dropout, no embedding penalty)"),
+	FLAG_DEF_STRING(
+	    "init-from", &opt.init_from, "CKPT",
+	    "fine-tune the encoder of a linformer_mlm checkpoint: its shape and every "
+	    "encoder tensor, those of the file left unused named (the recipe's dropout, "
+	    "no embedding penalty)"),
 	FLAG_DEF_BOOL("resume", &opt.resume,
 		      "continue the run of --log-dir from its last checkpoint"),
 	FLAG_DEF_INT("stop-after", &opt.stop_after, 0, 1e15, "S", "save and exit after step S"),
-	FLAG_DEF_BOOL("eval-only", &opt.eval_only, "evaluate --checkpoint on the test split"),
+	FLAG_DEF_BOOL("eval-only", &opt.eval_only,
+		      "evaluate --checkpoint on the test split, reading reviews as its run did"),
 	FLAG_DEF_STRING("checkpoint", &opt.checkpoint, "CKPT", "the model to evaluate or run"),
 	FLAG_DEF_STRING("predict", &opt.predict, "TEXT", "print P(neg) P(pos) of TEXT"),
 	FLAG_DEF_STRING("predict-file", &opt.predict_file, "FILE",
@@ -102,7 +106,7 @@ struct run {
 	struct text_dataset train, val, test;
 	struct text_batcher btrain, bval, btest;
 	struct model_config cfg;
-	char *cfg_json;
+	char *cfg_json, *text_json; /* the config and how the run reads text, in checkpoints */
 	struct nn_params ps;
 	struct model_classifier model;
 	struct nn_adamw adamw;
@@ -190,9 +194,11 @@ static void save(struct run *r, const char *name)
 	if (!train_sync_writer(PROG)) /* rank 0 writes, once every rank got here */
 		return;
 	if (last)
-		run_state_save(PROG, path, &r->state, &r->ps, &r->adamw, NULL, r->cfg_json);
-	else if (nn_checkpoint_save(path, &r->ps, &r->adamw, r->cfg_json, r->step) < 0)
-		train_die(PROG, "saving a checkpoint");
+		run_state_save(PROG, path, &r->state, &r->ps, &r->adamw, NULL, r->cfg_json,
+			       r->text_json);
+	else
+		train_save_checkpoint(PROG, path, &r->ps, &r->adamw, r->cfg_json, r->text_json,
+				      r->step);
 	r->saved = last ? r->step : r->saved;
 }
 
@@ -207,6 +213,9 @@ static void setup(struct run *r)
 	r->precision = strcmp(opt.precision, "bf16") ? TENSOR_F32 : TENSOR_BF16;
 	load_tokenizer(&r->tok, r->rc.keep_tail);
 	build_config(&r->cfg, r);
+	if (opt.init_from)
+		reading_check_tokenizer(PROG, opt.init_from, &r->tok, flags, NFLAGS, "init-from");
+	r->text_json = reading_json(PROG, &r->tok, opt.n);
 	bool learned = false; /* projections to hold near their start (not the Transformer's) */
 	for (int64_t i = 0; i < r->cfg.layers; i++)
 		learned |= r->cfg.attention[i] == NN_ATTN_LINEAR;
@@ -242,13 +251,11 @@ static void setup(struct run *r)
 	if (nn_params_init(&r->ps, TENSOR_F32, train_device, (uint64_t)opt.seed) < 0 ||
 	    model_classifier_init(&r->model, &r->ps, &r->cfg) < 0)
 		train_die(PROG, "building the model");
-	int copied = opt.init_from ? train_copy_encoder(opt.init_from, &r->ps)
-				   : train_init_embedding(&r->ps, &r->model.enc, 0.02);
-	if (copied < 0)
+	if ((opt.init_from ? train_copy_encoder(opt.init_from, &r->model.enc, &r->ps, stdout)
+			   : train_init_embedding(&r->ps, &r->model.enc, 0.02)) < 0)
 		train_die(PROG, opt.init_from ? "--init-from" : "building the model");
 	if (opt.init_from)
-		printf("encoder: %d tensors from %s (no embedding penalty)\n", copied,
-		       opt.init_from);
+		printf("no embedding penalty: the pretrained embedding keeps what it learnt\n");
 	if ((r->rc.proj_l2 > 0 && nn_anchor_init(&r->anchor, &r->ps, PROJ_WEIGHTS) < 0) ||
 	    nn_params_pack(&r->ps) < 0 ||
 	    nn_adamw_init(&r->adamw, &r->ps, opt.lr, 0.9, 0.999, 1e-8, 0.01) < 0 ||
@@ -269,6 +276,7 @@ static void setup(struct run *r)
 	if (opt.resume) {
 		snprintf(path, sizeof path, "%s/last.safetensors", r->log_dir);
 		run_state_load(PROG, path, &r->state, &r->ps, &r->adamw, NULL);
+		reading_check_tokenizer(PROG, path, &r->tok, flags, NFLAGS, "resume");
 		r->step = r->state.step;
 		for (int64_t e = 0; e < r->step / r->spe; e++)
 			text_batcher_next_epoch(&r->btrain); /* its order: from (seed, epoch) */
@@ -298,6 +306,7 @@ static void run_free(struct run *r)
 {
 	classify_log_close(&r->log);
 	free(r->cfg_json);
+	free(r->text_json);
 	nn_adamw_free(&r->adamw);
 	nn_anchor_free(&r->anchor);
 	model_classifier_free(&r->model);
@@ -444,6 +453,7 @@ static int run_checkpoint(void)
 	int64_t step;
 	classify_load_model(PROG, opt.checkpoint, opt.batch, true, &c, &ps, &m, &step);
 	load_tokenizer(&tok, 0);
+	int64_t n = reading_follow(PROG, opt.checkpoint, &tok, c.max_len, flags, NFLAGS);
 	fprintf(stderr, "%s: %s (step %lld)\n", PROG, opt.checkpoint, (long long)step);
 	char vocab[4096]; /* what the run reads, which --output must not replace */
 	const struct outfile_input in[] = {
@@ -458,7 +468,7 @@ static int run_checkpoint(void)
 		struct text_dataset test;
 		struct text_batcher b;
 		load_split("test", opt.max_test, &test);
-		if (train_batcher_init(&b, &test, &tok, c.max_len, opt.batch, 0, false, true) < 0)
+		if (train_batcher_init(&b, &test, &tok, n, opt.batch, 0, false, true) < 0)
 			train_die(PROG, "tokenizing the test split");
 		struct eval_result r = classify_evaluate(PROG, &m, &ps, &b, &out);
 		classify_print_test(&r);
@@ -479,15 +489,17 @@ int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach a log file as they happen */
 	train_dist_init(PROG, &argc, &argv); /* a rank of mpirun -np N, or alone */
-	flags_parse(flags, NFLAGS, argc, argv, PROG,
-		    "usage: linformer_imdb [--flag VALUE]...\n"
-		    "Trains a sentiment classifier on the IMDB reviews, tests it, and saves "
-		    "checkpoints and logs.\nWith no flags: the bundled subset in about a minute. "
-		    "With --data DIR/aclImdb: the\nfull dataset with the best recipe of "
-		    "docs/results.md (the Linformer: 88% in about 20 min on 2 cores).",
-		    "Then: --eval-only --checkpoint DIR/best.safetensors, or --predict TEXT "
-		    "--checkpoint ...\nCtrl-C saves the run and prints the command that resumes "
-		    "it. Research flags: study/imdb_study.\n");
+	flags_parse(
+	    flags, NFLAGS, argc, argv, PROG,
+	    "usage: linformer_imdb [--flag VALUE]...\n"
+	    "Trains a sentiment classifier on the IMDB reviews, tests it, and saves "
+	    "checkpoints and logs.\nWith no flags: the bundled subset in about a minute. "
+	    "With --data DIR/aclImdb: the\nfull dataset with the best recipe of "
+	    "docs/results.md (the Linformer: 88% in about 20 min on 2 cores).",
+	    "Then: --eval-only --checkpoint DIR/best.safetensors, or --predict TEXT "
+	    "--checkpoint ...\n(a checkpoint remembers how its run read reviews: n, keep-tail, "
+	    "the vocabulary's hash).\nCtrl-C saves the run and prints the command that resumes "
+	    "it. Research flags: study/imdb_study.\n");
 	bool predicting = opt.predict || opt.predict_file;
 	if (opt.predict && opt.predict_file)
 		flags_fail(PROG, "predict", "give --predict or --predict-file, not both");

@@ -1,7 +1,7 @@
 /* linformer_mlm: masked-language-model pretraining of a Transformer, Linformer, Conv-Linformer
  * or any per-layer pattern on plain text (default: the IMDB training reviews, i.e. domain
  * pretraining), with train and validation perplexity, CSV and TensorBoard logs, and checkpoints
- * whose encoder ("embed.*", "pos.*", "layers.*", "norm.*", "proj.*") starts the IMDB classifier:
+ * whose encoder (every tensor but the MLM head's "mlm.*") starts the IMDB classifier:
  * examples/linformer_imdb --init-from DIR/best.safetensors (or study/imdb_study).
  * `linformer_mlm --help` lists every flag. */
 #define _POSIX_C_SOURCE 200809L
@@ -19,6 +19,7 @@
 #include "common/flags.h"
 #include "common/model_flags.h"
 #include "common/progress.h"
+#include "common/reading.h"
 #include "common/tb.h"
 #include "common/train.h"
 #include "models.h"
@@ -127,8 +128,8 @@ static struct flag flags[] = {
 	    "also save last.safetensors every S steps (0: at each epoch's end and when stopped), "
 	    "so that a run killed outright resumes from its last save"),
 	BOOL("eval-only", eval_only, "validation perplexity of --checkpoint, rebuilt from the file "
-				     "alone (the training run's data flags, --seed and --batch give "
-				     "its held-out text and masks)"),
+				     "alone and read at its n (the training run's data flags, --seed "
+				     "and --batch give its held-out text and masks)"),
 	STR("checkpoint", checkpoint, "CKPT", "the model of --eval-only"),
 };
 /* clang-format on */
@@ -442,9 +443,10 @@ static int run_eval_only(void)
 	if (nn_checkpoint_load(opt.checkpoint, &ps, NULL, &step) < 0)
 		train_die(PROG, what);
 	model_flags_tokenizer(&tok, &opt.enc, c.vocab_size, flags, NFLAGS, PROG);
+	int64_t n = reading_follow(PROG, opt.checkpoint, &tok, c.max_len, flags, NFLAGS);
 	model_summary(&c, nn_params_count(&ps), stdout);
-	load_data(&tok, c.max_len, &train, &val);
-	if (train_batcher_init(&b, &val, &tok, c.max_len, opt.batch, 0, false, !opt.no_bucket) < 0)
+	load_data(&tok, n, &train, &val);
+	if (train_batcher_init(&b, &val, &tok, n, opt.batch, 0, false, !opt.no_bucket) < 0)
 		train_die(PROG, "tokenizing the held-out text");
 	struct mlm_eval r = evaluate(&m, &ps, &b, &tok);
 	printf("%s (step %lld): validation loss %.4f perplexity %.3f (%lld predicted tokens)\n",
@@ -473,7 +475,7 @@ struct run {
 	struct csvlog csv;
 	struct tb_writer tb;
 	struct progress bar;
-	char *cfg_json;
+	char *cfg_json, *text_json; /* the config and how the run reads text, in checkpoints */
 	char log_dir[1024], ckpt_dir[1024];
 	int64_t nb, spe, total, epochs, best_epoch; /* batches and steps an epoch */
 	int64_t saved, skipped; /* the step last saved (-1: none); non-finite steps skipped */
@@ -501,9 +503,9 @@ static void save(struct run *r, const char *name, int64_t step)
 		step, r->best_epoch, r->best_val, flags, NFLAGS, RESUME_FREE, NULL
 	};
 	if (last)
-		run_state_save(PROG, path, &st, &r->ps, &r->adamw, NULL, r->cfg_json);
-	else if (nn_checkpoint_save(path, &r->ps, NULL, r->cfg_json, step) < 0)
-		train_die(PROG, "saving a checkpoint");
+		run_state_save(PROG, path, &st, &r->ps, &r->adamw, NULL, r->cfg_json, r->text_json);
+	else
+		train_save_checkpoint(PROG, path, &r->ps, NULL, r->cfg_json, r->text_json, step);
 }
 
 static void log_scalar(struct run *r, const char *tag, double v, int64_t step)
@@ -560,6 +562,7 @@ static void setup(struct run *r)
 	r->epochs = (r->total + r->spe - 1) / r->spe;
 	build_model(&r->model, &r->ps, &r->cfg, opt.embed_std);
 	if (opt.init_from) {
+		reading_check_tokenizer(PROG, opt.init_from, &r->tok, flags, NFLAGS, "init-from");
 		int kept = 0, copied = train_grow_pretrained(opt.init_from, &r->cfg, &r->ps, &kept);
 		if (copied < 0)
 			train_die(PROG, "--init-from");
@@ -576,6 +579,7 @@ static void setup(struct run *r)
 		flags_fail(PROG, "min-lr", "%s", tensor_last_error());
 	if (!(r->cfg_json = model_config_to_json(&r->cfg)))
 		train_die(PROG, "model config");
+	r->text_json = reading_json(PROG, &r->tok, opt.enc.n);
 
 	char err[1200], path[1100];
 	if (opt.log_dir) {
@@ -600,6 +604,7 @@ static void setup(struct run *r)
 					.free_flags = RESUME_FREE, .saves = SAVES };
 		snprintf(path, sizeof path, "%s/last.safetensors", r->ckpt_dir);
 		run_state_load(PROG, path, &st, &r->ps, &r->adamw, NULL);
+		reading_check_tokenizer(PROG, path, &r->tok, flags, NFLAGS, "resume");
 		r->step = r->saved = st.step;
 		r->best_val = st.best_val, r->best_epoch = st.best_epoch;
 		for (int64_t e = 0; e < r->step / r->spe; e++)
@@ -704,6 +709,7 @@ static void free_run(struct run *r)
 	csvlog_close(&r->csv);
 	tb_close(&r->tb);
 	free(r->cfg_json);
+	free(r->text_json);
 	nn_adamw_free(&r->adamw);
 	model_mlm_free(&r->model);
 	nn_params_free(&r->ps);

@@ -5,6 +5,7 @@
  * the blocked forward of encoder_infer.c, which shares the halves' norm and
  * residual code below. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "models_internal.h"
 #include "nn_internal.h"
@@ -124,6 +125,7 @@ int model_encoder_init(struct model_encoder *m, struct nn_params *ps,
 	if (rc < 0)
 		return rc;
 	m->cfg = c;
+	m->param_first = ps->n;
 	m->layers = tensor_host_calloc((size_t)c.layers, sizeof *m->layers);
 	if (!m->layers)
 		return tensor_error(TENSOR_ERR_NOMEM,
@@ -145,7 +147,21 @@ int model_encoder_init(struct model_encoder *m, struct nn_params *ps,
 		rc = norm_init(&c, &m->final_ln, &m->final_rms, ps, "", "norm");
 	if (rc < 0) /* parameters already registered stay owned by ps */
 		model_encoder_free(m);
+	else
+		m->param_count = ps->n - m->param_first;
 	return rc;
+}
+
+bool model_encoder_has_param(const struct model_encoder *m, const struct nn_params *ps,
+			     const char *name)
+{
+	if (!m || !ps || !name || !m->layers || m->param_first + m->param_count > ps->n ||
+	    ps->items[m->param_first].value != m->embed.weight) /* its first: the embedding */
+		return false;
+	for (int i = m->param_first; i < m->param_first + m->param_count; i++)
+		if (!strcmp(ps->items[i].name, name))
+			return true;
+	return false;
 }
 
 static struct tensor *attention_forward(const struct model_layer *l, struct tensor *x,

@@ -158,6 +158,7 @@ struct model_encoder {
 	struct nn_seq_proj shared_proj; /* layerwise sharing */
 	struct nn_layer_norm final_ln;
 	struct nn_rms_norm final_rms;
+	int param_first, param_count; /* its parameters: ps->items[param_first ..+ param_count) */
 };
 
 /* Parameters under "embed.", "pos.", "pos_conv.", "layers.<i>.{attn,norm1,norm2,ff}.",
@@ -179,6 +180,13 @@ struct tensor *model_encoder_forward(const struct model_encoder *m, const struct
  * same result with a lower peak memory without grad. Off after init. */
 void model_encoder_set_sequential_heads(struct model_encoder *m, bool on);
 void model_encoder_free(struct model_encoder *m);
+/* Whether the parameter called name is one of those model_encoder_init registered for m in
+ * ps, the list m was built in (the embedding, the positions and their convolution, the
+ * layers, the final norm, a layerwise projection) rather than a head's: the list of what a
+ * pretrained encoder hands on to a new model. false for m or ps NULL, m not initialised or
+ * not built in ps. */
+bool model_encoder_has_param(const struct model_encoder *m, const struct nn_params *ps,
+			     const char *name);
 
 /* Sequence classifier: encoder, pooling (masked mean, masked max per feature,
  * the first token, or attention with "head.pool.query"), "head.fc1" dim ->

@@ -897,27 +897,40 @@ int nn_checkpoint_load(const char *path, struct nn_params *ps, struct nn_adamw *
 
 /* ---- config --------------------------------------------------------------- */
 
+/* The __metadata__ string key of the header in buf: *value a malloc'd copy, NULL if absent. */
+static int meta_string(const char *op, const void *buf, size_t avail, size_t file_len,
+		       const char *name, const char *key, char **value)
+{
+	*value = NULL;
+	if (!buf || !key)
+		return nn_ckpt_fail(TENSOR_ERR_ARG, op, name, "%s is NULL", buf ? "key" : "buffer");
+	struct header h;
+	int rc = parse_header(op, name, buf, avail, file_len, &h);
+	if (rc < 0)
+		return rc;
+	const cJSON *v = h.meta ? cJSON_GetObjectItemCaseSensitive(h.meta, key) : NULL;
+	if (v && !(*value = tensor_host_strdup(v->valuestring)))
+		rc = nn_ckpt_fail(TENSOR_ERR_NOMEM, op, name, "out of memory");
+	header_free(&h);
+	return rc;
+}
+
 char *nn_checkpoint_config_buffer(const void *buf, size_t avail, size_t file_len, const char *name)
 {
 	const char *op = "nn_checkpoint_config";
-	if (!buf) {
-		nn_ckpt_fail(TENSOR_ERR_ARG, op, name, "buffer is NULL");
+	char *out;
+	if (meta_string(op, buf, avail, file_len, name, "config", &out) < 0)
 		return NULL;
-	}
-	struct header h;
-	if (parse_header(op, name, buf, avail, file_len, &h) < 0)
-		return NULL;
-	const cJSON *c = h.meta ? cJSON_GetObjectItemCaseSensitive(h.meta, "config") : NULL;
-	char *out = NULL;
-	cJSON *check = c ? cJSON_ParseWithOpts(c->valuestring, NULL, true) : NULL;
-	if (!c)
+	cJSON *check = out ? cJSON_ParseWithOpts(out, NULL, true) : NULL;
+	if (!out)
 		nn_ckpt_fail(TENSOR_ERR_ARG, op, name, "no \"config\" in __metadata__");
 	else if (!check)
 		nn_ckpt_fail(TENSOR_ERR_IO, op, name, "the \"config\" metadata is not valid JSON");
-	else if (!(out = tensor_host_strdup(c->valuestring)))
-		nn_ckpt_fail(TENSOR_ERR_NOMEM, op, name, "out of memory");
 	cJSON_Delete(check);
-	header_free(&h);
+	if (!check) {
+		free(out);
+		return NULL;
+	}
 	return out;
 }
 
@@ -948,6 +961,23 @@ char *nn_checkpoint_config(const char *path)
 	return out;
 }
 
+int nn_checkpoint_meta(const char *path, const char *key, char **value)
+{
+	const char *op = "nn_checkpoint_meta";
+	uint8_t *buf;
+	size_t n;
+	uint64_t len;
+	if (!value)
+		return nn_ckpt_fail(TENSOR_ERR_ARG, op, path, "value is NULL");
+	*value = NULL;
+	int rc = read_header(op, path, &buf, &n, &len);
+	if (rc < 0)
+		return rc;
+	rc = meta_string(op, buf, n, (size_t)len, path, key, value);
+	free(buf);
+	return rc;
+}
+
 /* ---- info --------------------------------------------------------------------- */
 
 int nn_checkpoint_info_buffer(const void *buf, size_t avail, size_t file_len, const char *name,
@@ -972,8 +1002,10 @@ int nn_checkpoint_info_buffer(const void *buf, size_t avail, size_t file_len, co
 		rc = nn_ckpt_fail(TENSOR_ERR_NOMEM, op, name, "out of memory");
 	for (int k = 0; rc == TENSOR_OK && k < h.n; k++) {
 		const struct entry *e = &h.e[k];
-		if (!strncmp(e->name, CKPT_OPT, strlen(CKPT_OPT)))
+		if (!strncmp(e->name, CKPT_OPT, strlen(CKPT_OPT))) {
+			info.optimizer_tensors++;
 			continue;
+		}
 		struct nn_checkpoint_tensor *t = &info.tensors[info.n];
 		if (strlen(e->name) >= sizeof t->name) {
 			rc = nn_ckpt_fail(TENSOR_ERR_ARG, op, name,

@@ -74,7 +74,8 @@ struct meta_in {
 	const struct nn_params *ps;
 	const struct nn_adamw *opt;
 	const struct nn_ema *ema;
-	const char *config, *run;
+	const struct nn_checkpoint_meta *meta; /* the caller's entries ("config", "run", ...) */
+	int n_meta;
 	int64_t step;
 };
 
@@ -85,9 +86,9 @@ static char *build_header(const struct meta_in *in, const struct item *it, int n
 	bool ok = meta && cJSON_AddStringToObject(meta, "format", "cformer") &&
 		  meta_add(meta, "step", "%" PRId64, in->step) &&
 		  meta_add(meta, "rng_counter", "%" PRIu64, in->ps->rng_counter) &&
-		  meta_add(meta, "seed", "%" PRIu64, in->ps->seed) &&
-		  (!in->config || cJSON_AddStringToObject(meta, "config", in->config)) &&
-		  (!in->run || cJSON_AddStringToObject(meta, "run", in->run));
+		  meta_add(meta, "seed", "%" PRIu64, in->ps->seed);
+	for (int i = 0; ok && i < in->n_meta; i++)
+		ok = cJSON_AddStringToObject(meta, in->meta[i].key, in->meta[i].value) != NULL;
 	const struct nn_adamw *opt = in->opt;
 	if (ok && opt)
 		ok = cJSON_AddStringToObject(meta, "optimizer", "adamw") &&
@@ -188,6 +189,52 @@ static void sync_dir(const char *path)
 	free(copy);
 }
 
+/* Whether key is one the library writes itself. */
+static bool reserved_key(const char *key)
+{
+	static const char *const own[] = { "format", "step", "rng_counter", "seed", "optimizer" };
+	for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+		if (!strcmp(key, own[i]))
+			return true;
+	return !strncmp(key, "optimizer_", 10) || !strncmp(key, "ema_", 4);
+}
+
+/* The caller's metadata entries: keys set, unique and not the library's; "config" and "run"
+ * valid JSON. */
+static int check_meta(const char *op, const char *path, const struct nn_checkpoint_meta *meta,
+		      int n)
+{
+	if (n < 0 || (n > 0 && !meta))
+		return nn_ckpt_fail(TENSOR_ERR_ARG, op, path, "%s",
+				    n < 0 ? "a negative number of metadata entries"
+					  : "meta is NULL with entries to write");
+	for (int i = 0; i < n; i++) {
+		const char *key = meta[i].key, *v = meta[i].value;
+		if (!key || !v)
+			return nn_ckpt_fail(TENSOR_ERR_ARG, op, path,
+					    "metadata entry %d: %s is NULL", i,
+					    key ? "the value" : "the key");
+		if (reserved_key(key))
+			return nn_ckpt_fail(TENSOR_ERR_ARG, op, path,
+					    "metadata key '%.100s' is the library's own", key);
+		for (int j = 0; j < i; j++)
+			if (!strcmp(meta[j].key, key))
+				return nn_ckpt_fail(TENSOR_ERR_ARG, op, path,
+						    "metadata key '%.100s' given twice", key);
+		if (strcmp(key, "config") && strcmp(key, "run"))
+			continue;
+		const char *end = NULL;
+		cJSON *c = cJSON_ParseWithOpts(v, &end, true);
+		cJSON_Delete(c);
+		if (!c)
+			return nn_ckpt_fail(TENSOR_ERR_ARG, op, path,
+					    "%s is not valid JSON (error near byte %td)",
+					    strcmp(key, "run") ? "config_json" : "run_json",
+					    end ? end - v : (ptrdiff_t)0);
+	}
+	return TENSOR_OK;
+}
+
 /* The arguments of a save: NULL or an error. */
 static int check_args(const char *op, const char *path, const struct meta_in *in)
 {
@@ -210,18 +257,9 @@ static int check_args(const char *op, const char *path, const struct meta_in *in
 				    ema->ps != ps  ? "belongs to another nn_params"
 				    : ema->swapped ? "is swapped in (nn_ema_swap back first)"
 						   : "is not initialised");
-	const char *json[2] = { in->config, in->run };
-	for (int k = 0; k < 2; k++) {
-		if (!json[k])
-			continue;
-		const char *end = NULL;
-		cJSON *c = cJSON_ParseWithOpts(json[k], &end, true);
-		cJSON_Delete(c);
-		if (!c)
-			return nn_ckpt_fail(
-			    TENSOR_ERR_ARG, op, path, "%s is not valid JSON (error near byte %td)",
-			    k ? "run_json" : "config_json", end ? end - json[k] : (ptrdiff_t)0);
-	}
+	int rc = check_meta(op, path, in->meta, in->n_meta);
+	if (rc < 0)
+		return rc;
 	for (int i = 0; i < ps->n; i++) {
 		const char *name = ps->items[i].name;
 		if (!strcmp(name, CKPT_META) || !strncmp(name, CKPT_OPT, strlen(CKPT_OPT)))
@@ -331,12 +369,12 @@ static int write_file(const char *op, const char *path, const char *json, const 
 	return rc;
 }
 
-int nn_checkpoint_save_run(const char *path, const struct nn_params *ps, const struct nn_adamw *opt,
-			   const struct nn_ema *ema, const char *config_json, const char *run_json,
-			   int64_t step)
+int nn_checkpoint_save_meta(const char *path, const struct nn_params *ps,
+			    const struct nn_adamw *opt, const struct nn_ema *ema,
+			    const struct nn_checkpoint_meta *meta, int n_meta, int64_t step)
 {
 	const char *op = "nn_checkpoint_save";
-	struct meta_in in = { ps, opt, ema, config_json, run_json, step };
+	struct meta_in in = { ps, opt, ema, meta, n_meta, step };
 	int rc = check_args(op, path, &in), n = 0;
 	struct item *it = rc == TENSOR_OK ? items_of(op, path, &in, &n) : NULL;
 	if (rc == TENSOR_OK && !it)
@@ -351,6 +389,19 @@ int nn_checkpoint_save_run(const char *path, const struct nn_params *ps, const s
 	cJSON_free(json);
 	free(it);
 	return rc;
+}
+
+int nn_checkpoint_save_run(const char *path, const struct nn_params *ps, const struct nn_adamw *opt,
+			   const struct nn_ema *ema, const char *config_json, const char *run_json,
+			   int64_t step)
+{
+	struct nn_checkpoint_meta meta[2];
+	int n = 0;
+	if (config_json)
+		meta[n++] = (struct nn_checkpoint_meta){ "config", config_json };
+	if (run_json)
+		meta[n++] = (struct nn_checkpoint_meta){ "run", run_json };
+	return nn_checkpoint_save_meta(path, ps, opt, ema, meta, n, step);
 }
 
 int nn_checkpoint_save(const char *path, const struct nn_params *ps, const struct nn_adamw *opt,

@@ -654,6 +654,20 @@ int nn_checkpoint_save(const char *path, const struct nn_params *ps,
 int nn_checkpoint_save_run(const char *path, const struct nn_params *ps,
 			   const struct nn_adamw *opt, const struct nn_ema *ema,
 			   const char *config_json, const char *run_json, int64_t step);
+/* An entry of a checkpoint's __metadata__: a key and its string value. */
+struct nn_checkpoint_meta {
+	const char *key, *value;
+};
+/* nn_checkpoint_save_run with the caller's own metadata: the n entries of meta (meta may be
+ * NULL when n is 0) go into __metadata__ beside the library's, so that a program can keep
+ * what it needs to read the file back as it was written (the model config as "config", the
+ * run state as "run", both valid JSON, or how the run read its text). Errors
+ * (TENSOR_ERR_ARG, nothing written): a NULL key or value, a key given twice, a key the
+ * library writes itself ("format", "step", "rng_counter", "seed", "optimizer" and
+ * "optimizer_*", "ema_*"); the others of nn_checkpoint_save_run. */
+int nn_checkpoint_save_meta(const char *path, const struct nn_params *ps,
+			    const struct nn_adamw *opt, const struct nn_ema *ema,
+			    const struct nn_checkpoint_meta *meta, int n, int64_t step);
 /* Load into existing parameters (and opt if not NULL and present in the
  * file; partial optimizer state is an error): every parameter must be present
  * with its exact shape and dtype (or, for an f32/f64 one, as BF16: converted
@@ -688,6 +702,11 @@ int nn_checkpoint_remove_temps(const char *path);
 /* The "config" metadata string of a checkpoint (malloc'd; free it), so a
  * model can be rebuilt from the file alone. NULL with an error if absent. */
 char *nn_checkpoint_config(const char *path);
+/* The __metadata__ entry key of the checkpoint at path, read from its header alone: *value
+ * receives a malloc'd copy (free it), or NULL when the file has no such entry, which is not
+ * an error (files of older versions or other tools). Errors: path unreadable, a malformed
+ * header, key or value NULL. */
+int nn_checkpoint_meta(const char *path, const char *key, char **value);
 
 /* What a checkpoint's header says, read without its data: the parameter
  * tensors ("optimizer.*" left out) sorted by name, their total element count
@@ -703,6 +722,7 @@ struct nn_checkpoint_info {
 	int n;
 	struct nn_checkpoint_tensor *tensors;
 	int64_t numel, step;
+	int optimizer_tensors; /* the "optimizer.*" tensors left out of tensors */
 };
 int nn_checkpoint_info(const char *path, struct nn_checkpoint_info *out);
 /* The tensor of info named name, or NULL. */

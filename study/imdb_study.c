@@ -15,6 +15,7 @@
 #include "common/flags.h"
 #include "common/model_flags.h"
 #include "common/progress.h"
+#include "common/reading.h"
 #include "common/train.h"
 #include "imdb_study.h"
 #include "models.h"
@@ -171,9 +172,10 @@ static int run_eval_only(void)
 	int64_t step;
 	load_model(opt.checkpoint, &c, &ps, &m, &step);
 	load_tokenizer(&tok, c.vocab_size);
+	int64_t n = reading_follow(PROG, opt.checkpoint, &tok, c.max_len, flags, NFLAGS);
 	model_summary(&c, nn_params_count(&ps), stdout);
 	load_data(NULL, &test);
-	if (train_batcher_init(&b, &test, &tok, c.max_len, opt.batch, 0, false, !opt.no_bucket) < 0)
+	if (train_batcher_init(&b, &test, &tok, n, opt.batch, 0, false, !opt.no_bucket) < 0)
 		train_die(PROG, "tokenizing the test split");
 	printf("%s (step %lld) on %lld test reviews of %s\n", opt.checkpoint, (long long)step,
 	       (long long)test.n, opt.data);
@@ -200,6 +202,7 @@ static int run_predict(void)
 	int64_t step;
 	load_model(opt.checkpoint, &c, &ps, &m, &step);
 	load_tokenizer(&tok, c.vocab_size);
+	reading_follow(PROG, opt.checkpoint, &tok, c.max_len, flags, NFLAGS);
 	fprintf(stderr, "%s: %s (step %lld): one line per review: P(neg) P(pos)\n", PROG,
 		opt.checkpoint, (long long)step);
 	struct logits_file out;
@@ -219,7 +222,7 @@ struct run {
 	struct text_dataset train, val, test;
 	struct text_batcher btrain, bval, btest;
 	struct model_config cfg;
-	char *cfg_json;
+	char *cfg_json, *text_json; /* the config and how the run reads text, in checkpoints */
 	struct nn_params ps;
 	struct model_classifier model;
 	struct nn_adamw adamw;
@@ -268,8 +271,7 @@ static void swap_ema(struct run *r)
 static void save_averages(struct run *r, const char *path, const struct nn_adamw *o, int64_t step)
 {
 	swap_ema(r);
-	if (nn_checkpoint_save(path, &r->ps, o, r->cfg_json, step) < 0)
-		train_die(PROG, "saving a checkpoint");
+	train_save_checkpoint(PROG, path, &r->ps, o, r->cfg_json, r->text_json, step);
 	swap_ema(r);
 }
 
@@ -288,7 +290,8 @@ static void save(struct run *r, const char *name, int64_t step)
 	struct run_state st = {
 		step, r->best_epoch, r->best_val, flags, NFLAGS, RESUME_FREE, NULL
 	};
-	run_state_save(PROG, path, &st, &r->ps, &r->adamw, opt.ema > 0 ? &r->ema : NULL, r->cfg_json);
+	run_state_save(PROG, path, &st, &r->ps, &r->adamw, opt.ema > 0 ? &r->ema : NULL,
+		       r->cfg_json, r->text_json);
 	if (opt.ema > 0) {
 		path_in(path, sizeof path, r->ckpt_dir, "last-ema.safetensors");
 		save_averages(r, path, NULL, step);
@@ -332,6 +335,7 @@ static int64_t resume(struct run *r)
 		.saves = (const char *const[]){ "best.safetensors", "last-ema.safetensors", NULL },
 	};
 	run_state_load(PROG, path, &st, &r->ps, &r->adamw, opt.ema > 0 ? &r->ema : NULL);
+	reading_check_tokenizer(PROG, path, &r->tok, flags, NFLAGS, "resume");
 	r->best_val = st.best_val;
 	r->best_epoch = st.best_epoch;
 	repair_last_ema(r, st.step);
@@ -348,6 +352,7 @@ static int64_t setup(struct run *r)
 		if (model_config_from_checkpoint(opt.init_from, &pre) < 0)
 			train_die(PROG, "--init-from");
 		adopt_encoder(&r->cfg, &pre);
+		reading_check_tokenizer(PROG, opt.init_from, &r->tok, flags, NFLAGS, "init-from");
 	}
 	struct text_dataset all;
 	load_data(&all, &r->test);
@@ -392,11 +397,9 @@ static int64_t setup(struct run *r)
 			   tensor_last_error());
 	/* with --embed-anchor a resumed run reads the encoder again: the anchor's values */
 	if (opt.init_from && (!opt.resume || opt.embed_anchor)) {
-		int copied = train_copy_encoder(opt.init_from, &r->ps);
-		if (copied < 0)
+		if (train_copy_encoder(opt.init_from, &r->model.enc, &r->ps,
+				       opt.resume ? NULL : stdout) < 0)
 			train_die(PROG, "--init-from");
-		if (!opt.resume)
-			printf("encoder: %d tensors from %s\n", copied, opt.init_from);
 	}
 	if (opt.embed_anchor && nn_anchor_init(&r->embed_anchor, &r->ps, "embed.weight") < 0)
 		train_die(PROG, "--embed-anchor");
@@ -415,6 +418,7 @@ static int64_t setup(struct run *r)
 		flags_fail(PROG, "warmup", "%s", tensor_last_error());
 	if (!(r->cfg_json = model_config_to_json(&r->cfg)))
 		train_die(PROG, "model config");
+	r->text_json = reading_json(PROG, &r->tok, n);
 
 	/* directories and logs */
 	char err[1200];
@@ -655,6 +659,7 @@ static int run_train(int argc, char **argv)
 out:
 	classify_log_close(&r.log);
 	free(r.cfg_json);
+	free(r.text_json);
 	nn_adamw_free(&r.adamw);
 	nn_ema_free(&r.ema);
 	nn_anchor_free(&r.anchor);

@@ -46,7 +46,8 @@ struct flag flags[] = {
 	MODEL_FLAGS_TOKENIZER(opt.enc),
 	INT("keep-tail", keep_tail, 0, 1 << 30, "T",
 	    "a review over n - 2 tokens keeps its last T tokens and the first ones before "
-	    "them (0: the first n - 2; pass it again with --eval-only and --predict)"),
+	    "them (0: the first n - 2; --eval-only and --predict read as the checkpoint's run "
+	    "did, unless given)"),
 	INT("batch", batch, 1, 1 << 16, "B", "reviews per batch"),
 	BOOL("no-bucket", no_bucket,
 	     "batches of n tokens in random order (default: reviews of similar length batched "
@@ -104,7 +105,8 @@ struct flag flags[] = {
 	BOOL("no-mem-check", no_mem_check,
 	     "run even when the estimated peak memory exceeds what the machine has available"),
 	STR("data", data, "DIR",
-	    "aclImdb directory (train/ and test/ with neg/ and pos/; default: the bundled subset of "
+	    "aclImdb directory (train/ and test/ with neg/ and pos/; default: the bundled subset "
+	    "of "
 	    "1,000 + 1,000 reviews)"),
 	DBL("val-fraction", val_fraction, 0, 0.5, FLAG_MIN_OPEN, "F",
 	    "training reviews held out for validation"),
@@ -127,8 +129,11 @@ struct flag flags[] = {
 	BOOL("resume", resume, "continue the run in --checkpoint-dir from last.safetensors"),
 	INT("stop-after", stop_after, 0, (double)(1LL << 40), "S",
 	    "stop after step S as on SIGINT: save and exit (to test --resume)"),
-	STR("init-from", init_from, "CKPT", "start from the encoder of a linformer_mlm checkpoint"),
-	BOOL("eval-only", eval_only, "evaluate --checkpoint on the test split"),
+	STR("init-from", init_from, "CKPT",
+	    "start from every encoder tensor of a linformer_mlm (or classifier) checkpoint, "
+	    "naming those of the file left unused"),
+	BOOL("eval-only", eval_only,
+	     "evaluate --checkpoint on the test split, reading reviews as its run did"),
 	STR("checkpoint", checkpoint, "CKPT", "the model of --eval-only and --predict"),
 	STR("predict", predict, "TEXT", "print P(neg) P(pos) of TEXT with --checkpoint"),
 	STR("predict-file", predict_file, "FILE", "print P(neg) P(pos) of each line of FILE"),
@@ -163,4 +168,5 @@ const char EPILOG[] =
     "Interrupt with Ctrl-C (or SIGTERM): the step finishes, last.safetensors is saved and the\n"
     "command to resume is printed; a resumed run ends exactly as an uninterrupted one (with\n"
     "the same --threads). Logs: tensorboard --logdir DIR. Then: --eval-only --checkpoint CKPT,\n"
-    "or --predict TEXT --checkpoint CKPT.\n";
+    "or --predict TEXT --checkpoint CKPT, which read text as the checkpoint's run did (its\n"
+    "tokenizer, n and keep-tail, kept in the file; another vocabulary is refused).\n";

@@ -7,8 +7,9 @@
 # test accuracy and byte-identical checkpoints as an uninterrupted run; SIGTERM saves and
 # exits 143; --ema evaluates averaged weights and resumes them exactly; --adv-eps trains twice;
 # --positions conv trains a convolution instead of a table; --eval-only reproduces
-# the run's test accuracy; --predict prints probabilities and --output writes the logits,
-# refusing to replace an input or a checkpoint;
+# the run's test accuracy, a --keep-tail run's included (the checkpoint says how its run read
+# text), and a contradicting --n is refused; --predict prints probabilities and --output
+# writes the logits, refusing to replace an input or a checkpoint;
 # --init-from takes an encoder; bad flags exit 1 naming the flag and the expected form.
 # Run from the build directory (as `make check` does); IMDB_STUDY and TB_DUMP override
 # the programs.
@@ -271,6 +272,30 @@ if check e2 "eval-only, one batch"; then
 	want=$(test_line "$tmp/e.out") got=$(test_line "$tmp/e2.out")
 	[ "$want" = "$got" ] || fail "eval-only with 1 batch '$got' differs from 6 batches '$want'"
 fi
+# the checkpoint remembers how its run read text: a --keep-tail run's test line, reproduced by
+# --eval-only without the flag; the flag given reads as it says (and says so); a --n that
+# contradicts the file is refused; a file from before checkpoints kept it reads as before,
+# with a notice
+# shellcheck disable=SC2086
+run kt $BASE --steps 6 --lr 3e-3 --keep-tail 20 --log-dir "$tmp/kt"
+if check kt "--keep-tail run"; then
+	run ke --eval-only --checkpoint "$tmp/kt/last.safetensors" --max-test 24 --batch 4 --threads 1
+	check ke "eval-only of the --keep-tail run" &&
+		{ [ "$(test_line "$tmp/kt.out")" = "$(test_line "$tmp/ke.out")" ] ||
+			fail "--keep-tail: eval-only '$(test_line "$tmp/ke.out")', run '$(test_line "$tmp/kt.out")'"; }
+	run k0 --eval-only --checkpoint "$tmp/kt/last.safetensors" --max-test 24 --batch 4 \
+		--threads 1 --keep-tail 0
+	if check k0 "eval-only --keep-tail 0 of the --keep-tail 20 run" &&
+		{ [ "$(test_line "$tmp/kt.out")" = "$(test_line "$tmp/k0.out")" ] ||
+			! grep -q "^imdb_study: --keep-tail 0: reading as the flag says, not as the run of $tmp/kt/last.safetensors did (keep-tail 20)$" "$tmp/k0.out"; }; then
+		fail "--keep-tail 0 at eval: '$(test_line "$tmp/k0.out")' with $(grep keep-tail "$tmp/k0.out")"
+	fi
+	expect 1 "^imdb_study: --n: 32 contradicts $tmp/kt/last.safetensors, whose run read 64 tokens per example" \
+		--eval-only --checkpoint "$tmp/kt/last.safetensors" --n 32
+fi
+expect 0 "^imdb_study: ${srcdir:-.}/tests/data/checkpoints/conv_linformer_v0.safetensors does not say how its run read text (saved before checkpoints kept it): reading at n 8, keep-tail 0, the vocabulary unchecked$" \
+	--eval-only --checkpoint "${srcdir:-.}/tests/data/checkpoints/conv_linformer_v0.safetensors" \
+	--max-test 8 --batch 4 --threads 1
 probs='^[01]\.[0-9]\{4\} [01]\.[0-9]\{4\}$'
 "$prog" --predict "A wonderful, moving film; I loved it." --checkpoint "$tmp/a/best.safetensors" \
 	--threads 1 >"$tmp/p.out" 2>"$tmp/p.err"
@@ -323,13 +348,15 @@ expect 1 "--output: $tmp/w/last.json is a checkpoint" --predict x --threads 1 \
 cmp -s "$tmp/reviews.txt" "$tmp/reviews.bak" && cmp -s "$tmp/w/last.safetensors" "$tmp/w/last.json" ||
 	fail "a refused --output changed its file"
 # --keep-tail: a review longer than n - 2 bytes is read by its end too; a short one as before
+# (the run read with keep-tail 0: the flag overrides what the checkpoint says)
 long="Slow, dull, and far too long at the start, it drags on and on. Yet the ending is superb!"
 short="Superb!"
 for t in 0 20; do
 	for txt in long short; do
 		eval "review=\$$txt"
 		"$prog" --predict "$review" --checkpoint "$tmp/a/best.safetensors" --keep-tail $t \
-			--threads 1 >"$tmp/kt-$txt-$t.out" 2>&1 || fail "--keep-tail $t: $(cat "$tmp/kt-$txt-$t.out")"
+			--threads 1 >"$tmp/kt-$txt-$t.out" 2>"$tmp/kt.err" ||
+			fail "--keep-tail $t: $(cat "$tmp/kt-$txt-$t.out" "$tmp/kt.err")"
 	done
 done
 if ! cmp -s "$tmp/kt-long-0.out" "$tmp/kt-long-20.out" &&

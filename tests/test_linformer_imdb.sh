@@ -6,6 +6,9 @@
 # movie) on a tiny aclImdb, again as imdb_study with its flags; a run stopped with
 # --stop-after and resumed with the command it prints ends as an uninterrupted one; SIGTERM
 # saves and exits 143;
+# --init-from takes a pretrained encoder whole and names what it leaves; a checkpoint remembers
+# how its run read text, so --eval-only on a keep-tail run's checkpoint reproduces the run's
+# test line and a contradicting flag or another vocabulary is refused;
 # --eval-only reproduces the run's test accuracy; --predict and --predict-file print
 # probabilities that are the softmax of the logits --output writes; --output refuses to
 # replace an input or a checkpoint and writes atomically, a failed write exiting 1; bad flags
@@ -105,17 +108,27 @@ cmp -s "$tmp/a.eval" "$tmp/r.eval" && cmp -s "$tmp/a/last.safetensors" "$tmp/r/l
 # SIGTERM finishes the step, saves, exits 143 and the run resumes from there
 sigterm_check 4000 "$tmp/t/metrics.csv" 3 "$prog" --max-train 64 --max-test 32 --epochs 1000 \
 	--batch 16 --threads 1 --log-dir "$tmp/t"
-# --init-from: a linformer_mlm checkpoint's encoder (its shape and its tensors) fine-tuned;
-# its shape flags and another vocabulary are refused
+# --init-from: a linformer_mlm checkpoint's encoder (its shape and its tensors, the position
+# convolution too) fine-tuned, the file's MLM head and optimizer state named as unused; its
+# shape flags, another tokenizer and another vocabulary are refused
 mlm=${LINFORMER_MLM:-examples/linformer_mlm}
 "$mlm" --n 64 --k 16 --dim 32 --heads 2 --layers 2 --ff 64 --steps 2 --batch 8 --threads 1 \
-	--max-docs 40 --dropout 0 --attn-dropout 0 --log-dir "$tmp/mlm" >"$tmp/mlm.out" 2>&1 ||
-	fail "pretraining exited $?"
+	--max-docs 40 --dropout 0 --attn-dropout 0 --positions conv --log-dir "$tmp/mlm" \
+	>"$tmp/mlm.out" 2>&1 || fail "pretraining exited $?"
 # shellcheck disable=SC2086
-expect 0 "encoder: [1-9][0-9]* tensors from $tmp/mlm/last.safetensors (no embedding penalty)" $SMALL \
+expect 0 "^encoder: [1-9][0-9]* tensors from $tmp/mlm/last.safetensors$" $SMALL \
 	--init-from "$tmp/mlm/last.safetensors" --log-dir "$tmp/ft"
-grep -q "n 64, dim 32, heads 2, layers 2" "$tmp/expect.out" ||
+grep -q "n 64, dim 32, heads 2, layers 2.*positions none + conv 3" "$tmp/expect.out" ||
 	fail "--init-from did not take the checkpoint's encoder: $(head -3 "$tmp/expect.out")"
+unused=$(grep '^  unused: ' "$tmp/expect.out" | cut -d' ' -f4 | tr '\n' ' ')
+if grep -q '^no embedding penalty' "$tmp/expect.out" &&
+	grep -q '^  unused: [1-9][0-9]* optimizer\.\* tensors (the pretraining' "$tmp/expect.out" &&
+	[ "$unused" = "mlm.dense.weight mlm.dense.bias mlm.norm.weight mlm.norm.bias mlm.decoder.bias $(
+		sed -n 's/^  unused: \([0-9]*\) optimizer.*/\1/p' "$tmp/expect.out") " ]; then
+	echo "ok: --init-from names the MLM head and the optimizer state as unused"
+else
+	fail "--init-from's report: $(grep -e '^encoder' -e '^  unused' "$tmp/expect.out")"
+fi
 # the pretraining's dropout 0 is not the fine-tuning's: the recipe's 0.1 (in the saved config)
 head -c 4096 "$tmp/ft/last.safetensors" | grep -a -q 'dropout\\":0.1,' ||
 	fail "--init-from kept the pretraining's dropout: $(head -c 4096 "$tmp/ft/last.safetensors" |
@@ -125,7 +138,59 @@ expect 1 "--n: comes from --init-from" --init-from "$tmp/mlm/last.safetensors" -
 	--batch 8 --threads 1 --max-docs 40 --log-dir "$tmp/mlmb" >"$tmp/mlmb.out" 2>&1 ||
 	fail "byte pretraining exited $?"
 expect 1 "has 261 token ids, BERT's vocabulary 30522" --init-from "$tmp/mlmb/last.safetensors"
+# a vocabulary of as many tokens, one of them another: its hash differs
+sed '2000s/.*/zzzzq/' "${srcdir:-.}/tests/data/tokenizer/bert-base-uncased-vocab.txt" \
+	>"$tmp/vocab2.txt"
+"$mlm" --vocab "$tmp/vocab2.txt" --n 64 --k 16 --dim 32 --heads 2 --layers 2 --ff 64 --steps 1 \
+	--batch 8 --threads 1 --max-docs 40 --log-dir "$tmp/mlmv" >"$tmp/mlmv.out" 2>&1 ||
+	fail "pretraining with another vocabulary exited $?"
+expect 1 "^linformer_imdb: $tmp/mlmv/last.safetensors was trained with another vocabulary (FNV-1a 64 [0-9a-f]*), not this one" \
+	--init-from "$tmp/mlmv/last.safetensors" --log-dir "$tmp/x"
 expect 1 "needs --log-dir" --resume
+
+# A checkpoint remembers how its run read text: --data's recipe keeps a long review's last
+# tokens (here all n - 2 it reads), and --eval-only on its checkpoint reads the reviews so,
+# reproducing the run's test line exactly; --predict reads a long text by its end too. The
+# data: a tiny aclImdb of long reviews (the bundled subset's, each its own movie).
+subset=${srcdir:-.}/examples/data/aclImdb_subset
+for split in train test; do
+	for label in neg pos; do
+		mkdir -p "$tmp/long/$split/$label"
+		i=0
+		for f in $(ls "$subset/$split/$label" | sort -n | head -n 16); do
+			cp "$subset/$split/$label/$f" "$tmp/long/$split/$label/${i}_${f#*_}"
+			echo "http://www.imdb.com/title/tt$label$i/" >>"$tmp/long/$split/urls_$label.txt"
+			i=$((i + 1))
+		done
+	done
+done
+ok "--data with a keep-tail recipe" "$prog" --data "$tmp/long" --n 64 --epochs 2 --batch 8 \
+	--threads 1 --log-dir "$tmp/kt"
+cp "$tmp/ok.out" "$tmp/kt.out"
+text=$(head -c 4096 "$tmp/kt/last.safetensors" | grep -a -o '"text":"[^}]*}' | sed 's/[0-9a-f]\{16\}/H/')
+[ "$text" = '"text":"{\"tokenizer\":\"wordpiece\",\"n\":64,\"keep_tail\":382,\"lowercase\":true,\"vocab_fnv1a64\":\"H\"}' ] &&
+	echo "ok: the checkpoint says how its run read text" ||
+	fail "the checkpoint's text metadata: $text"
+ok "--eval-only of the keep-tail run" "$prog" --eval-only --data "$tmp/long" \
+	--checkpoint "$tmp/kt/last.safetensors" --batch 8 --threads 1
+[ "$(grep '^test: ' "$tmp/ok.out")" = "$(grep '^test: ' "$tmp/kt.out")" ] &&
+	echo "ok: --eval-only reads as the keep-tail run did: $(grep '^test: ' "$tmp/ok.out")" ||
+	fail "--eval-only: '$(grep '^test: ' "$tmp/ok.out")' after training's '$(grep '^test: ' "$tmp/kt.out")'"
+review=$(cat "$tmp/long/test/pos/0_"*.txt)
+for start in Dreadful Wonderful; do
+	"$prog" --predict "$start, the start. $review" --checkpoint "$tmp/kt/last.safetensors" \
+		--output "$tmp/tail-$start.csv" >"$tmp/tail.out" 2>&1 ||
+		fail "--predict of a long review: $(cat "$tmp/tail.out")"
+done
+cmp -s "$tmp/tail-Dreadful.csv" "$tmp/tail-Wonderful.csv" &&
+	echo "ok: --predict reads a long review by its end, as the run did" ||
+	fail "--predict read the start of a long review: $(cat "$tmp/tail-Dreadful.csv" "$tmp/tail-Wonderful.csv")"
+expect 1 "^linformer_imdb: --n: 32 contradicts $tmp/kt/last.safetensors, whose run read 64 tokens per example: leave --n out" \
+	--eval-only --data "$tmp/long" --checkpoint "$tmp/kt/last.safetensors" --n 32
+"$study" --eval-only --data "$tmp/long" --checkpoint "$tmp/kt/last.safetensors" \
+	--vocab "$tmp/vocab2.txt" >"$tmp/v.out" 2>&1
+[ $? -eq 1 ] && grep -q "^imdb_study: --vocab: $tmp/kt/last.safetensors was trained with another vocabulary" "$tmp/v.out" &&
+	echo "ok: another vocabulary is refused" || fail "another vocabulary: $(cat "$tmp/v.out")"
 expect 1 "no saved state" --resume --log-dir "$tmp/empty"
 
 # the checkpoint: evaluation and prediction

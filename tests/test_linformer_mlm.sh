@@ -4,7 +4,8 @@
 # uninterrupted run's checkpoint (also one killed outright after a --save-every save), SIGTERM
 # saves and exits 143, the model learns from context (not only word frequencies), the
 # checkpoint rebuilds the model from its config alone and reproduces the validation perplexity,
-# --init-from continues it at a longer n, --precision bf16 ends near the f32 run's perplexity,
+# --eval-only refuses a --n that contradicts the checkpoint, --init-from continues it at a
+# longer n (and refuses another vocabulary), --precision bf16 ends near the f32 run's perplexity,
 # masked and full decoding agree, whole-word and span masking run, and bad flags exit 1 with a
 # clear message. Run from the build directory
 # (as `make check` does); LINFORMER_MLM overrides the program.
@@ -207,6 +208,15 @@ expect 1 "has 40 tensors, the model has 41 (different layouts)" $tr $data --n 32
 [ ! -e "$tmp/grow/last.safetensors" ] || fail "a refused --init-from wrote a checkpoint"
 expect 1 "--init-from: starts a training run" --eval-only --checkpoint "$ckpt" --init-from "$ckpt"
 expect 1 "--init-from: .*$tmp/none: .*cannot open" --init-from "$tmp/none" --corpus "$tmp/corpus.txt"
+# the checkpoint says how its run read text: --eval-only refuses a --n that contradicts it, and
+# a run grown from it another vocabulary of as many tokens
+expect 1 "^linformer_mlm: --n: 64 contradicts $ckpt, whose run read 32 tokens per example" \
+	--eval-only --checkpoint "$ckpt" --corpus "$tmp/corpus.txt" --n 64
+sed '2000s/.*/zzzzq/' "${srcdir:-.}/tests/data/tokenizer/bert-base-uncased-vocab.txt" \
+	>"$tmp/vocab2.txt"
+# shellcheck disable=SC2086
+expect 1 "^linformer_mlm: --vocab: $ckpt was trained with another vocabulary" $model $data \
+	--steps 1 --init-from "$ckpt" --vocab "$tmp/vocab2.txt" --log-dir "$tmp/grow"
 
 # ---- context: the masked word is only in the other positions --------------------------------
 # Lines of one word six times, 38 words: a model of word frequencies alone stays near perplexity

@@ -1,6 +1,6 @@
 /* The models' heads against plain-loop references: the classifier's four
  * poolings with and without a mask, the gradient through max and attention
- * pooling, and the MLM head's tied and untied decoder. */
+ * pooling, the MLM head's tied and untied decoder, and which parameters are the encoder's. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -210,6 +210,73 @@ START_TEST(test_mlm_tied_decoder)
 }
 END_TEST
 
+/* model_encoder_has_param: every parameter an encoder registered, in a classifier, an MLM
+ * model or alone, whatever its positions and layers; no head's; false where it cannot tell. */
+START_TEST(test_encoder_params)
+{
+	static const char *const presets[] = { "SS", "LL", "LC", "CM" };
+	for (int p = 0; p < 4; p++)
+		for (int pos = 0; pos < 4; pos++)
+			for (int kind = 0; kind < 3; kind++) {
+				struct model_config c = tiny(presets[p]);
+				c.positions = pos == 3 ? MODEL_POS_NONE : (enum model_positions)pos;
+				c.position_kernel = pos == 3 ? 3 : 0; /* convolutional */
+				c.sharing = p == 1 && kind == 0 ? NN_SHARE_LAYERWISE : c.sharing;
+				c.tie_embeddings = pos != 1;
+				c.pooling = pos == 2 ? MODEL_POOL_ATTENTION : MODEL_POOL_MEAN;
+				struct nn_params ps;
+				ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 1),
+						 TENSOR_OK);
+				struct model_classifier cls;
+				struct model_mlm mlm;
+				struct model_encoder alone;
+				const struct model_encoder *enc = kind == 0   ? &cls.enc
+								  : kind == 1 ? &mlm.enc
+									      : &alone;
+				int rc = kind == 0   ? model_classifier_init(&cls, &ps, &c)
+					 : kind == 1 ? model_mlm_init(&mlm, &ps, &c)
+						     : model_encoder_init(&alone, &ps, &c);
+				ck_assert_msg(rc == TENSOR_OK, "%s", tensor_last_error());
+				int heads = 0, conv = 0;
+				for (int i = 0; i < ps.n; i++) {
+					const char *name = ps.items[i].name;
+					bool head =
+					    !strncmp(name, "head.", 5) || !strncmp(name, "mlm.", 4);
+					heads += head;
+					conv += !strcmp(name, "pos_conv.weight");
+					ck_assert_msg(model_encoder_has_param(enc, &ps, name) ==
+							  !head,
+						      "%s (%s, positions %d, kind %d)", name,
+						      presets[p], pos, kind);
+				}
+				ck_assert_int_eq(conv, pos == 3);
+				ck_assert_int_eq(heads > 0, kind < 2);
+				ck_assert(!model_encoder_has_param(enc, &ps, "head.fc1.weight"));
+				ck_assert(!model_encoder_has_param(enc, &ps, "nope"));
+				ck_assert(!model_encoder_has_param(enc, NULL, "embed.weight"));
+				ck_assert(!model_encoder_has_param(NULL, &ps, "embed.weight"));
+				ck_assert(!model_encoder_has_param(enc, &ps, NULL));
+				/* another list of the same names is not the one it was built in */
+				struct nn_params other;
+				struct model_classifier o;
+				ck_assert_int_eq(nn_params_init(&other, TENSOR_F32, TENSOR_CPU, 1),
+						 TENSOR_OK);
+				ck_assert_int_eq(model_classifier_init(&o, &other, &c), TENSOR_OK);
+				ck_assert(!model_encoder_has_param(enc, &other, "embed.weight"));
+				model_classifier_free(&o);
+				drop_params(&other);
+				if (kind == 0)
+					model_classifier_free(&cls);
+				else if (kind == 1)
+					model_mlm_free(&mlm);
+				else
+					model_encoder_free(&alone);
+				ck_assert(!model_encoder_has_param(enc, &ps, "embed.weight"));
+				drop_params(&ps);
+			}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("models_heads");
@@ -217,6 +284,7 @@ int main(void)
 	tcase_add_test(tc, test_classifier_head_reference);
 	tcase_add_test(tc, test_classifier_pool_gradient);
 	tcase_add_test(tc, test_mlm_tied_decoder);
+	tcase_add_test(tc, test_encoder_params);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

@@ -386,6 +386,75 @@ START_TEST(test_config)
 }
 END_TEST
 
+/* The caller's metadata entries: written beside the library's, read back one by one (an
+ * absent one is NULL, not an error), and the file loads as any other; bad entries are refused
+ * before anything is written. */
+START_TEST(test_meta)
+{
+	char path[256];
+	in_dir(path, "meta.safetensors");
+	struct nn_params a, b;
+	model(&a, TENSOR_F32, 1);
+	model(&b, TENSOR_F32, 2);
+	const struct nn_checkpoint_meta meta[] = { { "config", "{\"dim\": 8}" },
+						   { "text", "{\"n\": 64, \"keep_tail\": 20}" },
+						   { "note", "not JSON: \"quoted\" \xc3\xa9" } };
+	ck_assert_int_eq(nn_checkpoint_save_meta(path, &a, NULL, NULL, meta, 3, 5), TENSOR_OK);
+	for (int i = 0; i < 3; i++) {
+		char *v = NULL;
+		ck_assert_int_eq(nn_checkpoint_meta(path, meta[i].key, &v), TENSOR_OK);
+		ck_assert_str_eq(v, meta[i].value);
+		free(v);
+	}
+	char *v = (char *)"x";
+	ck_assert_int_eq(nn_checkpoint_meta(path, "absent", &v), TENSOR_OK);
+	ck_assert_ptr_null(v);
+	ck_assert_int_eq(nn_checkpoint_meta(path, "step", &v), TENSOR_OK); /* the library's too */
+	ck_assert_str_eq(v, "5");
+	free(v);
+	char *cfg = nn_checkpoint_config(path);
+	ck_assert_str_eq(cfg, meta[0].value);
+	free(cfg);
+	int64_t step = 0;
+	ck_assert_int_eq(nn_checkpoint_load(path, &b, NULL, &step), TENSOR_OK);
+	ck_assert_int_eq(step, 5);
+	assert_same("parameters", state_of(&a, NULL), state_of(&b, NULL));
+	/* refused, and the file stays as it was */
+	struct blob before = file_blob(path);
+	const struct {
+		struct nn_checkpoint_meta m[2];
+		int n;
+		const char *msg;
+	} bad[] = {
+		{ { { "step", "7" } }, 1, "metadata key 'step' is the library's own" },
+		{ { { "optimizer_lr", "1" } }, 1, "'optimizer_lr' is the library's own" },
+		{ { { "ema_decay", "1" } }, 1, "'ema_decay' is the library's own" },
+		{ { { "format", "x" } }, 1, "'format' is the library's own" },
+		{ { { "text", "a" }, { "text", "b" } }, 2, "metadata key 'text' given twice" },
+		{ { { "text", NULL } }, 1, "metadata entry 0: the value is NULL" },
+		{ { { NULL, "x" } }, 1, "metadata entry 0: the key is NULL" },
+		{ { { "run", "{oops" } }, 1, "run_json is not valid JSON" },
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		tu_assert_error(
+		    nn_checkpoint_save_meta(path, &a, NULL, NULL, bad[i].m, bad[i].n, 6) < 0,
+		    TENSOR_ERR_ARG, path, bad[i].msg);
+	tu_assert_error(nn_checkpoint_save_meta(path, &a, NULL, NULL, NULL, 1, 6) < 0,
+			TENSOR_ERR_ARG, path, "meta is NULL");
+	assert_same("the file after refused saves", before, file_blob(path));
+	ck_assert_int_eq(files_in_dir(), 1);
+	/* errors of the reader name the file */
+	tu_assert_error(nn_checkpoint_meta(path, "text", NULL) < 0, TENSOR_ERR_ARG, path,
+			"value is NULL");
+	char missing[256];
+	tu_assert_error(nn_checkpoint_meta(in_dir(missing, "nope"), "text", &v) < 0, TENSOR_ERR_IO,
+			missing, "cannot open");
+	ck_assert_ptr_null(v);
+	nn_params_free(&a);
+	nn_params_free(&b);
+}
+END_TEST
+
 /* ---- a run's whole state in one file --------------------------------------------- */
 
 /* The bytes of every moving average of e. */
@@ -590,7 +659,8 @@ START_TEST(test_info)
 	ck_assert_int_eq(nn_checkpoint_save(path, &a, &oa, NULL, 12), TENSOR_OK);
 	struct nn_checkpoint_info info;
 	ck_assert_int_eq(nn_checkpoint_info(path, &info), TENSOR_OK);
-	ck_assert_int_eq(info.n, a.n); /* the optimizer's tensors left out */
+	ck_assert_int_eq(info.n, a.n); /* the optimizer's tensors left out, and counted */
+	ck_assert_int_eq(info.optimizer_tensors, 2 * a.n);
 	ck_assert_int_eq(info.numel, nn_params_count(&a));
 	ck_assert_int_eq(info.step, 12);
 	for (int i = 0; i < a.n; i++) {
@@ -666,6 +736,7 @@ int main(void)
 	tcase_add_test(tc, test_file_layout);
 	tcase_add_test(tc, test_alignment_mixed_dtypes);
 	tcase_add_test(tc, test_config);
+	tcase_add_test(tc, test_meta);
 	tcase_add_test(tc, test_bf16_file);
 	suite_add_tcase(s, tc);
 	tc = tcase("run_state");

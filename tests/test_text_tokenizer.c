@@ -681,6 +681,75 @@ START_TEST(test_byte_token_strings)
 }
 END_TEST
 
+/* ---- the vocabulary's fingerprint ------------------------------------------------------ */
+
+/* FNV-1a 64 of len bytes at p. */
+static uint64_t fnv1a(const char *p, size_t len)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (uint8_t)p[i]) * 0x100000001b3ull;
+	return h;
+}
+
+static uint64_t hash_of(const struct text_tokenizer *tok)
+{
+	uint64_t h = 0;
+	ck_assert_msg(text_tokenizer_hash(tok, &h) == TENSOR_OK, "%s", tensor_last_error());
+	return h;
+}
+
+START_TEST(test_tokenizer_hash)
+{
+	/* BERT's vocab.txt ('\n' line ends, a final newline): the hash of the file's bytes */
+	struct text_tokenizer bert, tok, bytes;
+	size_t len;
+	char *file = slurp(data_path("bert-base-uncased-vocab.txt"), &len);
+	load_bert(&bert);
+	ck_assert_uint_eq(hash_of(&bert), fnv1a(file, len));
+	free(file);
+	/* the same tokens with other line ends hash alike; one token changed or moved does not */
+	static const char *const same[] = {
+		"the\n[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n##s\n",
+		"the\r\n[PAD]\r\n[UNK]\r\n[CLS]\r\n[SEP]\r\n[MASK]\r\n##s\r\n",
+		"the\n[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n##s",
+	};
+	uint64_t want = fnv1a(same[0], strlen(same[0]));
+	for (size_t f = 0; f < 3; f++) {
+		load_small(&tok, same[f]);
+		ck_assert_uint_eq(hash_of(&tok), want);
+		text_tokenizer_free(&tok);
+	}
+	static const char *const other[] = {
+		"the\n[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n##t\n",
+		"[PAD]\nthe\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n##s\n",
+		"the\n[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n##s\nx\n",
+	};
+	for (size_t f = 0; f < 3; f++) {
+		load_small(&tok, other[f]);
+		ck_assert_uint_ne(hash_of(&tok), want);
+		text_tokenizer_free(&tok);
+	}
+	/* the byte tokenizer: its names, one a line */
+	char names[261 * 8], *o = names;
+	o += sprintf(o, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n");
+	for (int b = 0; b < 256; b++)
+		o += sprintf(o, "<0x%02X>\n", b);
+	ck_assert_int_eq(text_byte_init(&bytes), TENSOR_OK);
+	ck_assert_uint_eq(hash_of(&bytes), fnv1a(names, (size_t)(o - names)));
+	/* errors */
+	uint64_t h = 7;
+	tu_assert_error(text_tokenizer_hash(NULL, &h) < 0, TENSOR_ERR_ARG, "text_tokenizer_hash",
+			"tok is NULL");
+	tu_assert_error(text_tokenizer_hash(&bert, NULL) < 0, TENSOR_ERR_ARG, "text_tokenizer_hash",
+			"hash is NULL");
+	text_tokenizer_free(&bert);
+	tu_assert_error(text_tokenizer_hash(&bert, &h) < 0, TENSOR_ERR_ARG, "text_tokenizer_hash",
+			NULL);
+	ck_assert_uint_eq(h, 7);
+}
+END_TEST
+
 /* ---- vocabulary errors -------------------------------------------------------------- */
 
 /* Loading data must fail with an I/O error naming what is in sub1, sub2
@@ -858,6 +927,7 @@ int main(void)
 	tc = tu_tcase("byte");
 	tcase_add_test(tc, test_byte_tokenizer);
 	tcase_add_test(tc, test_byte_token_strings);
+	tcase_add_test(tc, test_tokenizer_hash);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("errors");
 	tcase_add_test(tc, test_vocab_errors);

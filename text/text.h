@@ -68,6 +68,12 @@ int text_encode(const struct text_tokenizer *tok, const char *text, size_t len, 
  * returns the vocabulary's string (owned by tok; buf unused); the byte
  * tokenizer writes "[PAD]"-style names or "<0xHH>" into buf (len >= 7). */
 const char *text_token_string(const struct text_tokenizer *tok, int32_t id, char *buf, size_t len);
+/* A fingerprint of tok's vocabulary into *hash: FNV-1a 64 of every id's token string
+ * (text_token_string) followed by '\n', in id order. For a WordPiece vocabulary it is the
+ * FNV-1a 64 of its vocab.txt's bytes when that file has '\n' line ends and a final newline,
+ * and the same for the same tokens in a file with other line ends; the byte tokenizer
+ * hashes its names ("[PAD]" .. "<0xff>"). Errors: tok or hash NULL, tok not loaded. */
+int text_tokenizer_hash(const struct text_tokenizer *tok, uint64_t *hash);
 
 /* ---- datasets (imdb.c, lines.c) -------------------------------------------- */
 

@@ -638,6 +638,27 @@ const char *text_token_string(const struct text_tokenizer *tok, int32_t id, char
 	return tok->vocab->tokens[id];
 }
 
+int text_tokenizer_hash(const struct text_tokenizer *tok, uint64_t *hash)
+{
+	if (!hash)
+		return tensor_error(TENSOR_ERR_ARG, "text_tokenizer_hash: hash is NULL");
+	int st = check_tok("text_tokenizer_hash", tok);
+	if (st)
+		return st;
+	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64: offset basis, then prime per byte */
+	char buf[16];
+	for (int32_t id = 0; id < tok->vocab_size; id++) {
+		const char *s = text_token_string(tok, id, buf, sizeof buf);
+		if (!s)
+			return tensor_last_status();
+		for (; *s; s++)
+			h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+		h = (h ^ (uint8_t)'\n') * 0x100000001b3ull;
+	}
+	*hash = h;
+	return TENSOR_OK;
+}
+
 void text_tokenizer_free(struct text_tokenizer *tok)
 {
 	if (!tok)

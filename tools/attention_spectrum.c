@@ -129,7 +129,7 @@ static void load(const char *path, struct model_config *cfg, struct nn_params *p
 {
 	if (model_config_from_checkpoint(path, cfg) < 0 || model_config_resolve(cfg) < 0 ||
 	    nn_params_init(ps, TENSOR_F32, TENSOR_CPU, cfg->seed) < 0 ||
-	    model_encoder_init(enc, ps, cfg) < 0 || train_copy_encoder(path, ps) < 0)
+	    model_encoder_init(enc, ps, cfg) < 0 || train_copy_encoder(path, enc, ps, NULL) < 0)
 		die("loading the checkpoint", NULL);
 	nn_params_train(ps, false);
 }

@@ -283,7 +283,7 @@ void classify_log_close(struct classify_log *l)
 
 void run_state_save(const char *prog, const char *path, const struct run_state *s,
 		    const struct nn_params *ps, const struct nn_adamw *o, const struct nn_ema *ema,
-		    const char *cfg_json)
+		    const char *cfg_json, const char *text_json)
 {
 	/* the flags as the same bytes after a resume */
 	char *fl = flags_to_json(s->flags, s->nflags, s->free_flags), *text = NULL;
@@ -299,7 +299,13 @@ void run_state_save(const char *prog, const char *path, const struct run_state *
 	free(fl);
 	if (!text)
 		tensor_error(TENSOR_ERR_NOMEM, "out of memory for the run state");
-	if (!text || nn_checkpoint_save_run(path, ps, o, ema, cfg_json, text, s->step) < 0)
+	struct nn_checkpoint_meta meta[3] = { { "run", text } };
+	int n = 1;
+	if (cfg_json)
+		meta[n++] = (struct nn_checkpoint_meta){ "config", cfg_json };
+	if (text_json)
+		meta[n++] = (struct nn_checkpoint_meta){ "text", text_json };
+	if (!text || nn_checkpoint_save_meta(path, ps, o, ema, meta, n, s->step) < 0)
 		train_die(prog, "saving a checkpoint");
 	cJSON_free(text);
 }

@@ -101,11 +101,12 @@ struct run_state {
 	const char *const *free_flags;
 	const char *const *saves;
 };
-/* Save the run to path (nn_checkpoint_save_run: one file, renamed into place). Exits naming
- * the file on error. */
+/* Save the run to path (nn_checkpoint_save_run: one file, renamed into place), with the
+ * metadata "config" (cfg_json) and "text" (text_json: how the run read text,
+ * reading_json; NULL: none). Exits naming the file on error. */
 void run_state_save(const char *prog, const char *path, const struct run_state *s,
 		    const struct nn_params *ps, const struct nn_adamw *o, const struct nn_ema *ema,
-		    const char *cfg_json);
+		    const char *cfg_json, const char *text_json);
 /* --resume from path: first remove the temporary files that killed saves of path and of
  * s->saves left (nn_checkpoint_remove_temps; rank 0), saying how many; then weights,
  * optimizer, ema (if not NULL), random stream and s->step,

@@ -361,15 +361,6 @@ int train_init_embedding(struct nn_params *ps, const struct model_encoder *enc, 
 
 /* ---- checkpoints ------------------------------------------------------------------------ */
 
-static bool is_encoder_name(const char *name)
-{
-	static const char *const prefixes[] = { "embed.", "pos.", "layers.", "norm.", "proj." };
-	for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
-		if (!strncmp(name, prefixes[i], strlen(prefixes[i])))
-			return true;
-	return false;
-}
-
 static bool same_shape(const struct tensor *a, const struct tensor *b)
 {
 	if (a->ndim != b->ndim || a->dtype != b->dtype)
@@ -380,30 +371,54 @@ static bool same_shape(const struct tensor *a, const struct tensor *b)
 	return true;
 }
 
-/* Load path into a fresh MLM model (or, failing that, a classifier) built
- * from its config; on success *ps holds its parameters. */
+void train_save_checkpoint(const char *prog, const char *path, const struct nn_params *ps,
+			   const struct nn_adamw *o, const char *cfg_json, const char *text_json,
+			   int64_t step)
+{
+	struct nn_checkpoint_meta meta[2];
+	int n = 0;
+	if (cfg_json)
+		meta[n++] = (struct nn_checkpoint_meta){ "config", cfg_json };
+	if (text_json)
+		meta[n++] = (struct nn_checkpoint_meta){ "text", text_json };
+	if (nn_checkpoint_save_meta(path, ps, o, NULL, meta, n, step) < 0)
+		train_die(prog, "saving a checkpoint");
+}
+
+/* A checkpoint rebuilt as the model it holds: an MLM model, or a classifier. */
+struct pretrained {
+	struct nn_params ps;
+	struct model_mlm mlm;
+	struct model_classifier cls;
+	bool is_mlm;
+};
+
+static void pretrained_free(struct pretrained *p)
+{
+	model_mlm_free(&p->mlm);
+	model_classifier_free(&p->cls);
+	nn_params_free(&p->ps);
+}
+
+/* Load path into a fresh MLM model (or, failing that, a classifier) built from its config
+ * cfg, with parameters of like's dtype and device. */
 static int load_pretrained(const char *path, const struct model_config *cfg,
-			   const struct nn_params *like, struct nn_params *ps)
+			   const struct nn_params *like, struct pretrained *p)
 {
 	char first[1024] = "";
 	for (int kind = 0; kind < 2; kind++) {
-		struct model_mlm mlm;
-		struct model_classifier cls;
-		int rc = nn_params_init(ps, like->dtype, like->device, cfg->seed);
+		*p = (struct pretrained){ .is_mlm = kind == 0 };
+		int rc = nn_params_init(&p->ps, like->dtype, like->device, cfg->seed);
 		if (rc == TENSOR_OK)
-			rc = kind == 0 ? model_mlm_init(&mlm, ps, cfg)
-				       : model_classifier_init(&cls, ps, cfg);
+			rc = kind == 0 ? model_mlm_init(&p->mlm, &p->ps, cfg)
+				       : model_classifier_init(&p->cls, &p->ps, cfg);
 		if (rc == TENSOR_OK)
-			rc = nn_checkpoint_load(path, ps, NULL, NULL);
-		if (kind == 0)
-			model_mlm_free(&mlm);
-		else
-			model_classifier_free(&cls);
+			rc = nn_checkpoint_load(path, &p->ps, NULL, NULL);
 		if (rc == TENSOR_OK) {
 			tensor_clear_error();
 			return TENSOR_OK;
 		}
-		nn_params_free(ps);
+		pretrained_free(p);
 		if (kind == 0)
 			snprintf(first, sizeof first, "%s", tensor_last_error());
 	}
@@ -411,39 +426,6 @@ static int load_pretrained(const char *path, const struct model_config *cfg,
 			    "%s: not an MLM or classifier checkpoint of its own config (as an MLM "
 			    "model: %s)",
 			    path, first);
-}
-
-/* A sequence projection (Linformer E/F, or the layerwise "proj"): its shape follows n. */
-static bool is_seq_proj(const char *name)
-{
-	return !strncmp(name, "proj.", 5) || strstr(name, ".attn.E.") || strstr(name, ".attn.F.");
-}
-
-/* The tensor of dst named like s is given s's values. Whole when the shapes agree; with grow,
- * a pos.weight of fewer rows fills the first rows, and a sequence projection of another shape
- * keeps its initialisation (*kept counts it). Anything else is an error naming both shapes. */
-static int copy_one(const char *path, struct nn_param *d, const struct nn_param *s, bool grow,
-		    int *kept)
-{
-	struct tensor *dv = d ? d->value : NULL, *sv = s->value;
-	if (dv && same_shape(dv, sv))
-		return tensor_copy_(dv, sv);
-	if (dv && grow && !strcmp(s->name, "pos.weight") && dv->ndim == 2 &&
-	    sv->shape[1] == dv->shape[1] && sv->shape[0] < dv->shape[0]) {
-		struct tensor *rows = tensor_narrow(dv, 0, 0, sv->shape[0]);
-		int rc = rows ? tensor_copy_(rows, sv) : tensor_last_status();
-		tensor_free(rows);
-		return rc;
-	}
-	if (dv && grow && is_seq_proj(s->name)) {
-		++*kept;
-		return TENSOR_OK;
-	}
-	char a[128] = "absent", b[128];
-	if (dv)
-		tensor_shape_str(dv, a, sizeof a);
-	return tensor_error(TENSOR_ERR_SHAPE, "%s: tensor %s %s does not fit the model (%s there)",
-			    path, s->name, tensor_shape_str(sv, b, sizeof b), a);
 }
 
 /* Whether a checkpoint's layer kinds (pattern a) can seed a model's (b): the same kinds, or,
@@ -458,13 +440,12 @@ static bool kinds_fit(const char *a, const char *b, bool grow)
 	return true;
 }
 
-/* train_copy_encoder (encoder tensors, exact shapes) and train_grow_pretrained (every tensor,
- * grow; like gives the layer kinds dst was built with). */
-static int copy_pretrained(const char *path, const struct model_config *like, struct nn_params *dst,
-			   bool grow, int *kept)
+/* The model of checkpoint path (load_pretrained, parameters like dst's), its layer kinds
+ * checked against like's (kinds_fit) when like is not NULL. */
+static int open_pretrained(const char *path, const struct model_config *like,
+			   const struct nn_params *dst, bool grow, struct pretrained *p)
 {
 	struct model_config cfg;
-	struct nn_params src;
 	int rc = model_config_from_checkpoint(path, &cfg);
 	if (rc == TENSOR_OK)
 		rc = model_config_resolve(&cfg);
@@ -475,42 +456,158 @@ static int copy_pretrained(const char *path, const struct model_config *like, st
 				  "%s: its layers are %s, the model's %s (the same kinds are "
 				  "needed, or standard layers where the model projects)",
 				  path, a, b);
-	if (rc == TENSOR_OK)
-		rc = load_pretrained(path, &cfg, dst, &src);
-	if (rc < 0)
-		return rc;
-	int copied = 0, wanted = 0, skipped = 0, fresh = 0;
-	for (int i = 0; i < dst->n; i++) {
-		const char *name = dst->items[i].name;
-		/* a projection where the checkpoint's layer had none */
-		bool absent = grow && is_seq_proj(name) && !nn_params_find(&src, name);
-		fresh += absent;
-		wanted += !absent && (grow || is_encoder_name(name));
-	}
-	for (int i = 0; rc == TENSOR_OK && i < src.n; i++) {
-		const struct nn_param *s = &src.items[i];
-		if (!grow && !is_encoder_name(s->name))
-			continue;
-		rc = copy_one(path, nn_params_find(dst, s->name), s, grow, &skipped);
-		copied++;
-	}
-	if (rc == TENSOR_OK && copied != wanted)
-		rc = tensor_error(TENSOR_ERR_SHAPE,
-				  "%s: has %d %stensors, the model has %d (different layouts)",
-				  path, copied, grow ? "" : "encoder ", wanted);
-	nn_params_free(&src);
-	if (kept)
-		*kept = skipped + fresh;
-	return rc < 0 ? rc : copied - skipped;
+	return rc == TENSOR_OK ? load_pretrained(path, &cfg, dst, p) : rc;
 }
 
-int train_copy_encoder(const char *path, struct nn_params *dst)
+/* "[2, 3] f32" of t into buf. */
+static const char *shape_dtype(const struct tensor *t, char *buf, size_t len)
 {
-	return copy_pretrained(path, NULL, dst, false, NULL);
+	char s[96];
+	snprintf(buf, len, "%s %s", tensor_shape_str(t, s, sizeof s), tensor_dtype_name(t->dtype));
+	return buf;
+}
+
+/* Every encoder tensor of the model (enc in dst) has its match in the file's encoder (senc in
+ * src), and the file's encoder has nothing more: the number of tensors, or an error naming
+ * the first that does not match. */
+static int match_encoders(const char *path, const struct model_encoder *enc,
+			  const struct nn_params *dst, const struct model_encoder *senc,
+			  const struct nn_params *src)
+{
+	char a[128], b[128];
+	int n = 0;
+	for (int i = 0; i < dst->n; i++) {
+		const struct nn_param *d = &dst->items[i];
+		if (!model_encoder_has_param(enc, dst, d->name))
+			continue;
+		const struct nn_param *s = nn_params_find(src, d->name);
+		if (!s || !model_encoder_has_param(senc, src, d->name))
+			return tensor_error(TENSOR_ERR_SHAPE,
+					    "%s lacks the encoder tensor %s (%s) of the model",
+					    path, d->name, shape_dtype(d->value, a, sizeof a));
+		if (!same_shape(s->value, d->value))
+			return tensor_error(
+			    TENSOR_ERR_SHAPE,
+			    "%s: the encoder tensor %s is %s there, %s in the model", path, d->name,
+			    shape_dtype(s->value, a, sizeof a), shape_dtype(d->value, b, sizeof b));
+		n++;
+	}
+	for (int i = 0; i < src->n; i++) {
+		const char *name = src->items[i].name;
+		if (model_encoder_has_param(senc, src, name) &&
+		    !model_encoder_has_param(enc, dst, name))
+			return tensor_error(TENSOR_ERR_SHAPE,
+					    "%s has the encoder tensor %s, which the model lacks",
+					    path, name);
+	}
+	return n;
+}
+
+/* train_copy_encoder's report: the tensors copied, then each one of the file left unused. */
+static void report_copy(FILE *f, const char *path, int copied, const struct pretrained *p,
+			const struct model_encoder *senc)
+{
+	if (!f)
+		return;
+	char a[128];
+	fprintf(f, "encoder: %d tensors from %s\n", copied, path);
+	for (int i = 0; i < p->ps.n; i++) {
+		const struct nn_param *s = &p->ps.items[i];
+		if (!model_encoder_has_param(senc, &p->ps, s->name))
+			fprintf(f, "  unused: %s %s (%s)\n", s->name,
+				shape_dtype(s->value, a, sizeof a),
+				p->is_mlm ? "the MLM head; the classifier's head starts fresh"
+					  : "the file's classifier head; this one starts fresh");
+	}
+	struct nn_checkpoint_info info;
+	if (nn_checkpoint_info(path, &info) == TENSOR_OK && info.optimizer_tensors)
+		fprintf(f,
+			"  unused: %d optimizer.* tensors (the pretraining's optimizer state; "
+			"fine-tuning starts its own)\n",
+			info.optimizer_tensors);
+	nn_checkpoint_info_free(&info);
+}
+
+int train_copy_encoder(const char *path, const struct model_encoder *enc, struct nn_params *dst,
+		       FILE *report)
+{
+	struct pretrained p;
+	int rc = open_pretrained(path, NULL, dst, false, &p);
+	if (rc < 0)
+		return rc;
+	const struct model_encoder *senc = p.is_mlm ? &p.mlm.enc : &p.cls.enc;
+	int n = match_encoders(path, enc, dst, senc, &p.ps);
+	rc = n < 0 ? n : TENSOR_OK;
+	for (int i = 0; rc == TENSOR_OK && i < dst->n; i++) {
+		struct nn_param *d = &dst->items[i];
+		if (model_encoder_has_param(enc, dst, d->name))
+			rc = tensor_copy_(d->value, nn_params_find(&p.ps, d->name)->value);
+	}
+	if (rc == TENSOR_OK)
+		report_copy(report, path, n, &p, senc);
+	pretrained_free(&p);
+	return rc < 0 ? rc : n;
+}
+
+/* A sequence projection (Linformer E/F, or the layerwise "proj"): its shape follows n. */
+static bool is_seq_proj(const char *name)
+{
+	return !strncmp(name, "proj.", 5) || strstr(name, ".attn.E.") || strstr(name, ".attn.F.");
+}
+
+/* The tensor of dst named like s is given s's values. Whole when the shapes agree; a
+ * pos.weight of fewer rows fills the first rows, and a sequence projection of another shape
+ * keeps its initialisation (*kept counts it). Anything else is an error naming both shapes. */
+static int grow_one(const char *path, struct nn_param *d, const struct nn_param *s, int *kept)
+{
+	struct tensor *dv = d ? d->value : NULL, *sv = s->value;
+	if (dv && same_shape(dv, sv))
+		return tensor_copy_(dv, sv);
+	if (dv && !strcmp(s->name, "pos.weight") && dv->ndim == 2 && sv->shape[1] == dv->shape[1] &&
+	    sv->shape[0] < dv->shape[0]) {
+		struct tensor *rows = tensor_narrow(dv, 0, 0, sv->shape[0]);
+		int rc = rows ? tensor_copy_(rows, sv) : tensor_last_status();
+		tensor_free(rows);
+		return rc;
+	}
+	if (dv && is_seq_proj(s->name)) {
+		++*kept;
+		return TENSOR_OK;
+	}
+	char a[128] = "absent", b[128];
+	if (dv)
+		tensor_shape_str(dv, a, sizeof a);
+	return tensor_error(TENSOR_ERR_SHAPE, "%s: tensor %s %s does not fit the model (%s there)",
+			    path, s->name, tensor_shape_str(sv, b, sizeof b), a);
 }
 
 int train_grow_pretrained(const char *path, const struct model_config *like, struct nn_params *dst,
 			  int *kept)
 {
-	return copy_pretrained(path, like, dst, true, kept);
+	struct pretrained p;
+	int rc = open_pretrained(path, like, dst, true, &p);
+	if (rc < 0)
+		return rc;
+	const struct nn_params *src = &p.ps;
+	int copied = 0, wanted = 0, skipped = 0, fresh = 0;
+	for (int i = 0; i < dst->n; i++) {
+		const char *name = dst->items[i].name;
+		/* a projection where the checkpoint's layer had none */
+		bool absent = is_seq_proj(name) && !nn_params_find(src, name);
+		fresh += absent;
+		wanted += !absent;
+	}
+	for (int i = 0; rc == TENSOR_OK && i < src->n; i++) {
+		const struct nn_param *s = &src->items[i];
+		rc = grow_one(path, nn_params_find(dst, s->name), s, &skipped);
+		copied++;
+	}
+	if (rc == TENSOR_OK && copied != wanted)
+		rc = tensor_error(TENSOR_ERR_SHAPE,
+				  "%s: has %d tensors, the model has %d (different layouts)", path,
+				  copied, wanted);
+	pretrained_free(&p);
+	if (kept)
+		*kept = skipped + fresh;
+	return rc < 0 ? rc : copied - skipped;
 }

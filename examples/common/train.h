@@ -102,14 +102,25 @@ void train_nonfinite(const char *prog, int64_t step, bool loss_finite, bool skip
  * (the library draws N(0, 1), as PyTorch; BERT-style models use 0.02). Returns a status. */
 int train_init_embedding(struct nn_params *ps, const struct model_encoder *enc, double std);
 
-/* Copy the encoder weights ("embed.*", "pos.*", "layers.*", "norm.*",
- * "proj.*") of checkpoint path — an MLM or a classifier checkpoint — into the
- * parameters of the same names in dst, which must all exist with the same
- * shapes, and every encoder parameter of dst must receive a value. The file is
- * loaded into a temporary model rebuilt from its own config, so it is fully
- * validated. Returns the number of tensors copied, or a negative status with
- * a message naming the file and the problem. */
-int train_copy_encoder(const char *path, struct nn_params *dst);
+/* Save the weights (and o's state, if not NULL) to path, the metadata "config" (cfg_json) and
+ * "text" (text_json: how the run read text, reading_json; NULL: none) beside them. Exits
+ * naming the file on error. */
+void train_save_checkpoint(const char *prog, const char *path, const struct nn_params *ps,
+			   const struct nn_adamw *o, const char *cfg_json, const char *text_json,
+			   int64_t step);
+
+/* Copy the encoder of checkpoint path -- an MLM or a classifier checkpoint -- into the
+ * encoder enc of dst (a model built from the file's own encoder config): every parameter
+ * model_encoder_has_param names (the embedding, the positions and their convolution, the
+ * layers, the final norm, a layerwise projection), whole, bit for bit. The file is loaded into
+ * a temporary model rebuilt from its config, so it is fully validated first. To report (NULL:
+ * nothing) goes "encoder: N tensors from PATH", then a line "  unused: NAME SHAPE DTYPE (why)"
+ * for each tensor of the file left out -- the MLM head, or a classifier's head -- and one for
+ * its optimizer state ("optimizer.*", counted). Returns N, or a negative status with a message
+ * naming the file and the tensor, dst unchanged, when the file lacks an encoder tensor of the
+ * model, has it with another shape or dtype, or has an encoder tensor the model lacks. */
+int train_copy_encoder(const char *path, const struct model_encoder *enc, struct nn_params *dst,
+		       FILE *report);
 /* Every tensor of the MLM checkpoint path into the parameters of the same names in dst, an
  * MLM model built from config like: the same layer kinds, or standard layers where like
  * projects (else an error naming both), width and vocabulary, to be trained on at a longer
