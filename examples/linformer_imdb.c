@@ -334,7 +334,8 @@ static void train_step(struct run *r, int64_t j, struct window *w)
 	/* the ranks' sums: the batch's loss, accuracy and tokens, and whether one must stop */
 	double sum[5] = { l * (double)b.size, acc * (double)b.size, (double)b.size,
 			  (double)(b.size * b.ids->shape[1]), train_stop_signal() != 0 };
-	if (nn_dist_average_grads(&r->ps, b.size, rows) < 0 || nn_dist_sum(sum, 5) < 0)
+	if (nn_dist_average_grads(&r->ps, b.size, rows) < 0 || nn_dist_sum(sum, 5) < 0 ||
+	    nn_dist_sync_rng(&r->ps) < 0)
 		train_die(PROG, "sharing the step between the ranks");
 	l = sum[0] / sum[2], r->stop = sum[4] > 0;
 	/* the embedding penalty grows from 0 over the first steps, so the embedding learns first */

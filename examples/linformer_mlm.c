@@ -631,6 +631,26 @@ struct window {
 	double loss, time;
 };
 
+/* Forward and backward of one batch's M > 0 predicted positions, its loss weighted by
+ * M / total (the step's predicted tokens); returns the loss times M, and counts a
+ * non-finite loss in *nonfinite. */
+static double backward_batch(struct run *r, struct tensor *inputs, struct tensor *mask,
+			     struct tensor *labels, int64_t M, double total, double *nonfinite)
+{
+	tensor_scope_begin();
+	struct tensor *loss = mlm_loss(&r->model, inputs, mask, labels, M);
+	struct tensor *scaled = ag_mul_scalar(loss, (double)M / total);
+	if (!scaled)
+		train_die(PROG, "training step");
+	/* read before backward releases the forward's memory */
+	double l = tensor_get(loss, NULL);
+	*nonfinite += !isfinite(l);
+	if (ag_backward_release(scaled, NULL) < 0)
+		train_die(PROG, "training step");
+	tensor_scope_end();
+	return l * (double)M;
+}
+
 /* One optimizer step over batches [first, last) of the epoch: every batch's masks first, so
  * that each batch's loss is weighted by its share of the step's predicted tokens (over every
  * rank's share of the batches under mpirun). */
@@ -659,19 +679,12 @@ static void train_step(struct run *r, int64_t step, int64_t first, int64_t last,
 	if (nn_dist_sum(&total, 1) < 0)
 		train_die(PROG, "sharing the step between the ranks");
 	for (int64_t i = 0; i < last - first && total; i++) {
-		if (!M[i])
-			continue;
-		tensor_scope_begin();
-		struct tensor *loss = mlm_loss(&r->model, in[i], batch[i].mask, lab[i], M[i]);
-		struct tensor *scaled = ag_mul_scalar(loss, (double)M[i] / total);
-		if (!scaled)
-			train_die(PROG, "training step");
-		/* read before backward releases the forward's memory */
-		double l = tensor_get(loss, NULL);
-		sum[1] += l * (double)M[i], sum[3] += !isfinite(l);
-		if (ag_backward_release(scaled, NULL) < 0)
-			train_die(PROG, "training step");
-		tensor_scope_end();
+		if (M[i])
+			sum[1] +=
+			    backward_batch(r, in[i], batch[i].mask, lab[i], M[i], total, &sum[3]);
+		/* a rank that predicts nothing of this batch drew no dropout masks */
+		if (nn_dist_sync_rng(&r->ps) < 0)
+			train_die(PROG, "sharing the step between the ranks");
 	}
 	ag_autocast_end();
 	/* each rank's loss is its share of the step's mean: the ranks' gradients add up */
