@@ -418,6 +418,29 @@ static struct mlm_eval evaluate(const struct model_mlm *m, struct nn_params *ps,
 	return r;
 }
 
+/* Refuse held-out text whose masks select no token (its loss would be 0/0): the predicted
+ * tokens of every validation batch, counted before any training or evaluation. */
+static void check_val_tokens(const struct text_batcher *b, const struct text_tokenizer *tok,
+			     int64_t sequences)
+{
+	int64_t tokens = 0;
+	for (int64_t i = 0; i < text_batcher_num_batches(b) && !tokens; i++) {
+		struct text_batch batch;
+		struct tensor *in, *lab;
+		tensor_scope_begin();
+		if (text_batcher_get(b, i, &batch) < 0)
+			train_die(PROG, "validation batch");
+		tokens += mask_batch(tok, &batch, val_mask_seed(i), &in, &lab);
+		tensor_scope_end();
+	}
+	if (!tokens)
+		flags_fail(PROG, "val-fraction",
+			   "the %lld held-out sequence(s) get no masked token to predict "
+			   "(--mask-prob %g, --seed %lld): hold out more text (--val-fraction, "
+			   "--val-docs) or draw another split (--split-seed)",
+			   (long long)sequences, opt.mask_prob, (long long)opt.seed);
+}
+
 /* ---- --eval-only ------------------------------------------------------------------------- */
 
 static int run_eval_only(void)
@@ -444,6 +467,7 @@ static int run_eval_only(void)
 	load_data(&tok, c.max_len, &train, &val);
 	if (train_batcher_init(&b, &val, &tok, c.max_len, opt.batch, 0, false, !opt.no_bucket) < 0)
 		train_die(PROG, "tokenizing the held-out text");
+	check_val_tokens(&b, &tok, val.n);
 	struct mlm_eval r = evaluate(&m, &ps, &b, &tok);
 	printf("%s (step %lld): validation loss %.4f perplexity %.3f (%lld predicted tokens)\n",
 	       opt.checkpoint, (long long)step, r.loss, exp(r.loss), (long long)r.tokens);
@@ -550,6 +574,7 @@ static void setup(struct run *r)
 	    train_batcher_init(&r->bval, &r->val, &r->tok, opt.enc.n, opt.batch, 0, false, bucket) <
 		0)
 		train_die(PROG, "tokenizing the text");
+	check_val_tokens(&r->bval, &r->tok, r->val.n);
 	r->nb = text_batcher_num_batches(&r->btrain);
 	r->spe = (r->nb + opt.accum - 1) / opt.accum;
 	r->total = opt.steps ? opt.steps : opt.epochs * r->spe;
