@@ -469,6 +469,9 @@ int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach a log file as they happen */
 	train_dist_init(PROG, &argc, &argv); /* a rank of mpirun -np N, or alone */
+	/* the showcase keeps its flags few: the research program has the override */
+	train_mem_override = "run it with study/imdb_study --no-mem-check (the recipe's flags: "
+			     "docs/examples.md)";
 	flags_parse(flags, NFLAGS, argc, argv, PROG,
 		    "usage: linformer_imdb [--flag VALUE]...\n"
 		    "Trains a sentiment classifier on the IMDB reviews, tests it, and saves "

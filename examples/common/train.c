@@ -142,6 +142,8 @@ static double host_available(void)
 	return kib < 0 ? -1 : kib * 1024;
 }
 
+const char *train_mem_override = "pass --no-mem-check to run anyway";
+
 void train_check_memory(const char *prog, double model_bytes, double data_bytes, const char *what)
 {
 	const double gib = 1024.0 * 1024 * 1024;
@@ -162,10 +164,10 @@ void train_check_memory(const char *prog, double model_bytes, double data_bytes,
 	bool on_dev = dev >= 0 && need_dev > dev && train_device != TENSOR_CPU;
 	flags_fail(prog, NULL,
 		   "%s needs about %.2f GiB (the model %.2f GiB, the tokenized text %.2f GiB) but "
-		   "%s has %.2f GiB available: lower --n or --batch, or pass --no-mem-check to run "
-		   "anyway",
+		   "%s has %.2f GiB available: lower --n or --batch, or %s",
 		   what, (model_bytes + data_bytes) / gib, model_bytes / gib, data_bytes / gib,
-		   on_dev ? "the GPU" : "the machine", (on_dev ? dev : host) / gib);
+		   on_dev ? "the GPU" : "the machine", (on_dev ? dev : host) / gib,
+		   train_mem_override);
 }
 
 void train_set_device(const char *prog, const char *name)

@@ -48,6 +48,9 @@ void train_set_device(const char *prog, const char *name);
  * the run ("training at n 512, batch 32"). Available memory: MemAvailable on
  * the CPU, the device's free memory. */
 void train_check_memory(const char *prog, double model_bytes, double data_bytes, const char *what);
+/* How a refused run may go on anyway: the end of train_check_memory's message ("pass
+ * --no-mem-check to run anyway", for the programs that have the flag). */
+extern const char *train_mem_override;
 /* Move a batch's tensors to train_device (the host ones are freed); a status. */
 int train_batch_to_device(struct text_batch *b);
 /* tensor_mem_stats(train_device).peak_bytes in MiB. */
