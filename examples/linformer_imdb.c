@@ -503,5 +503,5 @@ int main(int argc, char **argv)
 		opt.data = example_data_path("aclImdb_subset", subset, sizeof subset);
 	int rc = opt.checkpoint ? run_checkpoint() : run_train(argc, argv);
 	nn_dist_finalize();
-	return rc;
+	return train_close_stdout(PROG, rc);
 }

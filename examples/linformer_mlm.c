@@ -884,5 +884,5 @@ int main(int argc, char **argv)
 	train_set_device(PROG, opt.device);
 	int rc = opt.eval_only ? run_eval_only() : run_train(argc, argv);
 	nn_dist_finalize();
-	return rc;
+	return train_close_stdout(PROG, rc);
 }

@@ -663,9 +663,8 @@ int main(int argc, char **argv)
 		tensor_set_num_threads((int)opt.threads);
 	train_set_device(PROG, opt.device);
 	train_crash_hook_install();
-	if (predicting)
-		return run_predict();
-	if (opt.eval_only)
-		return run_eval_only();
-	return run_train(argc, argv);
+	int rc = predicting	 ? run_predict()
+		 : opt.eval_only ? run_eval_only()
+				 : run_train(argc, argv);
+	return train_close_stdout(PROG, rc);
 }

@@ -8,7 +8,7 @@
 # saves and exits 143;
 # --eval-only reproduces the run's test accuracy; --predict and --predict-file print
 # probabilities that are the softmax of the logits --output writes; bad flags exit 1 naming
-# the flag; a run too big for the memory is refused naming study/imdb_study --no-mem-check. Run from the build directory (as `make check` does);
+# the flag (stdout on a full disk exits 1); a run too big for the memory is refused naming study/imdb_study --no-mem-check. Run from the build directory (as `make check` does);
 # LINFORMER_IMDB and IMDB_STUDY override the programs.
 set -u
 prog=${LINFORMER_IMDB:-examples/linformer_imdb}
@@ -148,6 +148,8 @@ ok "--predict-file" "$prog" --predict-file "$tmp/lines.txt" --checkpoint "$ckpt"
 	echo "ok: three predictions and three CSV rows" || fail "--predict-file: $(cat "$tmp/ok.out")"
 
 # errors
+expect_full --predict "A wonderful film." --checkpoint "$ckpt"
+expect_full --eval-only --checkpoint "$ckpt" --max-test 8 --threads 1
 expect 1 "needs --checkpoint" --predict "x"
 expect 1 "needs --checkpoint" --eval-only
 expect 1 "goes with --eval-only" --checkpoint "$ckpt"

@@ -6,7 +6,8 @@
 # checkpoint rebuilds the model from its config alone and reproduces the validation perplexity,
 # --init-from continues it at a longer n, --precision bf16 ends near the f32 run's perplexity,
 # masked and full decoding agree, whole-word and span masking run, and bad flags (held-out
-# text with no masked token among them) exit 1 with a clear message. Run from the build directory
+# text with no masked token among them) exit 1 with a clear message, as --eval-only does with
+# its stdout on a full disk. Run from the build directory
 # (as `make check` does); LINFORMER_MLM overrides the program.
 set -u
 prog=${LINFORMER_MLM:-examples/linformer_mlm}
@@ -297,6 +298,8 @@ expect 0 "(1 tokens)" $tiny --split-seed 1 --steps 1 --log-dir "$tmp/val1"
 : >"$tmp/empty.txt"
 expect 1 "--corpus: .*empty.txt" --corpus "$tmp/empty.txt" --tokenizer byte
 expect 1 "--vocab: .*missing-vocab.txt" --vocab "$tmp/missing-vocab.txt"
+# shellcheck disable=SC2086
+expect_full --eval-only --checkpoint "$ckpt" $data
 expect 1 "--eval-only: needs --checkpoint CKPT" --eval-only
 expect 1 "--checkpoint: is the model of --eval-only" --checkpoint "$ckpt"
 expect 1 "loading $tmp/none: .*cannot open" --eval-only --checkpoint "$tmp/none"

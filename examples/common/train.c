@@ -101,6 +101,21 @@ void train_dist_report(const char *prog, struct nn_params *ps)
 	       (unsigned long long)sum);
 }
 
+int train_close_stdout(const char *prog, int rc)
+{
+	errno = 0;
+	bool failed = fflush(stdout) != 0, earlier = !failed && ferror(stdout);
+	int err = errno;
+	if (fclose(stdout) != 0 && !failed && !earlier)
+		failed = true, err = errno;
+	if (!failed && !earlier)
+		return rc;
+	fprintf(stderr, "%s: writing the standard output: %s%s\n", prog,
+		earlier ? "a write failed" : strerror(err),
+		earlier ? " (the output is incomplete)" : "");
+	return rc ? rc : 1;
+}
+
 double train_clock(void)
 {
 	struct timespec ts;

@@ -36,6 +36,10 @@ bool train_sync_writer(const char *prog);
 void train_dist_report(const char *prog, struct nn_params *ps);
 /* Seconds on a monotonic clock. */
 double train_clock(void);
+/* A program's exit status rc, checked against the fate of what it printed: stdout flushed
+ * and closed, and where a write failed (a full disk, say) an error line on stderr and 1
+ * in place of a 0. Call it last in main. */
+int train_close_stdout(const char *prog, int rc);
 /* The device the example runs on (TENSOR_CPU unless train_set_device chose
  * another). */
 extern enum tensor_device train_device;
