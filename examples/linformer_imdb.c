@@ -266,7 +266,7 @@ static void setup(struct run *r)
 	if (opt.resume) {
 		snprintf(path, sizeof path, "%s/last.safetensors", r->log_dir);
 		run_state_load(PROG, path, &r->state, &r->ps, &r->adamw, NULL);
-		r->step = r->state.step;
+		r->step = r->saved = r->state.step;
 		for (int64_t e = 0; e < r->step / r->spe; e++)
 			text_batcher_next_epoch(&r->btrain); /* its order: from (seed, epoch) */
 	}

@@ -719,8 +719,6 @@ static void train_step(struct run *r, int64_t step, int64_t first, int64_t last,
 	bool finite = sum[3] == 0;
 	w->predicted += (int64_t)sum[0], w->loss += sum[1], w->padded += (int64_t)sum[2];
 	r->stop = sum[4] > 0;
-	if (train_poison_gradients(&r->ps, step + 1) < 0)
-		train_die(PROG, "CFORMER_NAN_GRAD_AT");
 	double norm =
 	    finite ? train_optimizer_step(&r->ps, &r->adamw, &r->sched, step, opt.clip) : NAN;
 	if (norm < 0)

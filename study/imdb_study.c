@@ -506,8 +506,6 @@ static int run_train(int argc, char **argv)
 			train_die(PROG, "--pos-l2");
 		if (opt.proj_l2 > 0 && nn_anchor_l2_grad(&r.anchor, opt.proj_l2) < 0)
 			train_die(PROG, "--proj-l2");
-		if (train_poison_gradients(&r.ps, step + 1) < 0)
-			train_die(PROG, "CFORMER_NAN_GRAD_AT");
 		double norm =
 		    finite ? train_optimizer_step(&r.ps, &r.adamw, &r.sched, step, opt.clip) : NAN;
 		if (norm < 0)

@@ -321,23 +321,27 @@ int train_batcher_init(struct text_batcher *b, const struct text_dataset *ds,
 	return st;
 }
 
-double train_optimizer_step(struct nn_params *ps, struct nn_adamw *opt,
-			    const struct nn_schedule *sched, int64_t step, double clip)
-{
-	opt->lr = nn_schedule_lr(sched, step);
-	double norm = nn_clip_grad_norm(ps, clip > 0 ? clip : INFINITY);
-	if (norm < 0 || !isfinite(norm))
-		return norm < 0 ? norm : NAN; /* no update from NaN or inf gradients */
-	int rc = nn_adamw_step(opt);
-	return rc < 0 ? rc : norm;
-}
-
-int train_poison_gradients(struct nn_params *ps, int64_t step)
+/* CFORMER_NAN_GRAD_AT=S: the first parameter's gradient NaN at the 1-based step S. */
+static int poison_gradients(struct nn_params *ps, int64_t step)
 {
 	const char *env = getenv("CFORMER_NAN_GRAD_AT");
 	if (!env || strtoll(env, NULL, 10) != step || ps->n == 0 || !ps->items[0].value->grad)
 		return TENSOR_OK;
 	return tensor_fill_(ps->items[0].value->grad, NAN);
+}
+
+double train_optimizer_step(struct nn_params *ps, struct nn_adamw *opt,
+			    const struct nn_schedule *sched, int64_t step, double clip)
+{
+	int rc = poison_gradients(ps, step + 1);
+	if (rc < 0)
+		return rc;
+	opt->lr = nn_schedule_lr(sched, step);
+	double norm = nn_clip_grad_norm(ps, clip > 0 ? clip : INFINITY);
+	if (norm < 0 || !isfinite(norm))
+		return norm < 0 ? norm : NAN; /* no update from NaN or inf gradients */
+	rc = nn_adamw_step(opt);
+	return rc < 0 ? rc : norm;
 }
 
 void train_nonfinite(const char *prog, int64_t step, bool loss_finite, bool skip,

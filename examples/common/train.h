@@ -90,14 +90,13 @@ int train_batcher_init(struct text_batcher *b, const struct text_dataset *ds,
 		       bool train, bool bucket);
 
 /* One optimizer update from the accumulated gradients: opt->lr from the
- * schedule at step, gradients clipped to a global norm of clip (clip <= 0:
- * no clipping), then AdamW. Returns the gradient norm before clipping, or a
- * negative status. */
+ * schedule at step (0-based), gradients clipped to a global norm of clip (clip
+ * <= 0: no clipping), then AdamW. Returns the gradient norm before clipping,
+ * NaN (and no update) where the gradients are not finite, or a negative
+ * status. For tests of the NaN path: with CFORMER_NAN_GRAD_AT=S in the
+ * environment the first parameter's gradient becomes NaN at the 1-based step S. */
 double train_optimizer_step(struct nn_params *ps, struct nn_adamw *opt,
 			    const struct nn_schedule *sched, int64_t step, double clip);
-/* For tests of that: with CFORMER_NAN_GRAD_AT=step in the environment, the
- * first parameter's gradient becomes NaN at that (1-based) step. */
-int train_poison_gradients(struct nn_params *ps, int64_t step);
 /* A step whose loss (loss_finite false) or gradients (train_optimizer_step's
  * NaN) were not finite: with skip, count it and go on (the caller made no
  * update); else exit 1 naming the step and the last good state (saved: the
