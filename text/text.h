@@ -102,8 +102,8 @@ struct text_dataset {
  * split other than train/test/unsup is TENSOR_ERR_ARG. *out is written only on
  * success. */
 int text_imdb_load(const char *dir, const char *split, struct text_dataset *out);
-/* The most bytes of review and URL text text_imdb_load keeps: 1 GiB (aclImdb's three
- * splits hold about 130 MB). */
+/* The most bytes of review and URL text text_imdb_load keeps of a split: 1 GiB (aclImdb's
+ * three splits hold about 130 MB). */
 #define TEXT_IMDB_MAX_BYTES ((size_t)1 << 30)
 /* text_imdb_load keeping at most max_bytes: a file that would pass them is refused
  * (TENSOR_ERR_IO naming it, the total and the limit) before it is read, from its size in
