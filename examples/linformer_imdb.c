@@ -277,7 +277,7 @@ static void setup(struct run *r)
 		snprintf(path, sizeof path, "%s/last.safetensors", r->log_dir);
 		run_state_load(PROG, path, &r->state, &r->ps, &r->adamw, NULL);
 		reading_check_tokenizer(PROG, path, &r->tok, flags, NFLAGS, "resume");
-		r->step = r->state.step;
+		r->step = r->saved = r->state.step;
 		for (int64_t e = 0; e < r->step / r->spe; e++)
 			text_batcher_next_epoch(&r->btrain); /* its order: from (seed, epoch) */
 	}
@@ -346,7 +346,8 @@ static void train_step(struct run *r, int64_t j, struct window *w)
 	/* the ranks' sums: the batch's loss, accuracy and tokens, and whether one must stop */
 	double sum[5] = { l * (double)b.size, acc * (double)b.size, (double)b.size,
 			  (double)(b.size * b.ids->shape[1]), train_stop_signal() != 0 };
-	if (nn_dist_average_grads(&r->ps, b.size, rows) < 0 || nn_dist_sum(sum, 5) < 0)
+	if (nn_dist_average_grads(&r->ps, b.size, rows) < 0 || nn_dist_sum(sum, 5) < 0 ||
+	    nn_dist_sync_rng(&r->ps) < 0)
 		train_die(PROG, "sharing the step between the ranks");
 	l = sum[0] / sum[2], r->stop = sum[4] > 0;
 	/* the embedding penalty grows from 0 over the first steps, so the embedding learns first */
@@ -489,6 +490,9 @@ int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach a log file as they happen */
 	train_dist_init(PROG, &argc, &argv); /* a rank of mpirun -np N, or alone */
+	/* the showcase keeps its flags few: the research program has the override */
+	train_mem_override = "run it with study/imdb_study --no-mem-check (the recipe's flags: "
+			     "docs/examples.md)";
 	flags_parse(
 	    flags, NFLAGS, argc, argv, PROG,
 	    "usage: linformer_imdb [--flag VALUE]...\n"
@@ -522,5 +526,5 @@ int main(int argc, char **argv)
 		opt.data = example_data_path("aclImdb_subset", subset, sizeof subset);
 	int rc = opt.checkpoint ? run_checkpoint() : run_train(argc, argv);
 	nn_dist_finalize();
-	return rc;
+	return train_close_stdout(PROG, rc);
 }

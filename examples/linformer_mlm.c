@@ -421,6 +421,29 @@ static struct mlm_eval evaluate(const struct model_mlm *m, struct nn_params *ps,
 	return r;
 }
 
+/* Refuse held-out text whose masks select no token (its loss would be 0/0): the predicted
+ * tokens of every validation batch, counted before any training or evaluation. */
+static void check_val_tokens(const struct text_batcher *b, const struct text_tokenizer *tok,
+			     int64_t sequences)
+{
+	int64_t tokens = 0;
+	for (int64_t i = 0; i < text_batcher_num_batches(b) && !tokens; i++) {
+		struct text_batch batch;
+		struct tensor *in, *lab;
+		tensor_scope_begin();
+		if (text_batcher_get(b, i, &batch) < 0)
+			train_die(PROG, "validation batch");
+		tokens += mask_batch(tok, &batch, val_mask_seed(i), &in, &lab);
+		tensor_scope_end();
+	}
+	if (!tokens)
+		flags_fail(PROG, "val-fraction",
+			   "the %lld held-out sequence(s) get no masked token to predict "
+			   "(--mask-prob %g, --seed %lld): hold out more text (--val-fraction, "
+			   "--val-docs) or draw another split (--split-seed)",
+			   (long long)sequences, opt.mask_prob, (long long)opt.seed);
+}
+
 /* ---- --eval-only ------------------------------------------------------------------------- */
 
 static int run_eval_only(void)
@@ -448,6 +471,7 @@ static int run_eval_only(void)
 	load_data(&tok, n, &train, &val);
 	if (train_batcher_init(&b, &val, &tok, n, opt.batch, 0, false, !opt.no_bucket) < 0)
 		train_die(PROG, "tokenizing the held-out text");
+	check_val_tokens(&b, &tok, val.n);
 	struct mlm_eval r = evaluate(&m, &ps, &b, &tok);
 	printf("%s (step %lld): validation loss %.4f perplexity %.3f (%lld predicted tokens)\n",
 	       opt.checkpoint, (long long)step, r.loss, exp(r.loss), (long long)r.tokens);
@@ -556,6 +580,7 @@ static void setup(struct run *r)
 	    train_batcher_init(&r->bval, &r->val, &r->tok, opt.enc.n, opt.batch, 0, false, bucket) <
 		0)
 		train_die(PROG, "tokenizing the text");
+	check_val_tokens(&r->bval, &r->tok, r->val.n);
 	r->nb = text_batcher_num_batches(&r->btrain);
 	r->spe = (r->nb + opt.accum - 1) / opt.accum;
 	r->total = opt.steps ? opt.steps : opt.epochs * r->spe;
@@ -640,6 +665,26 @@ struct window {
 	double loss, time;
 };
 
+/* Forward and backward of one batch's M > 0 predicted positions, its loss weighted by
+ * M / total (the step's predicted tokens); returns the loss times M, and counts a
+ * non-finite loss in *nonfinite. */
+static double backward_batch(struct run *r, struct tensor *inputs, struct tensor *mask,
+			     struct tensor *labels, int64_t M, double total, double *nonfinite)
+{
+	tensor_scope_begin();
+	struct tensor *loss = mlm_loss(&r->model, inputs, mask, labels, M);
+	struct tensor *scaled = ag_mul_scalar(loss, (double)M / total);
+	if (!scaled)
+		train_die(PROG, "training step");
+	/* read before backward releases the forward's memory */
+	double l = tensor_get(loss, NULL);
+	*nonfinite += !isfinite(l);
+	if (ag_backward_release(scaled, NULL) < 0)
+		train_die(PROG, "training step");
+	tensor_scope_end();
+	return l * (double)M;
+}
+
 /* One optimizer step over batches [first, last) of the epoch: every batch's masks first, so
  * that each batch's loss is weighted by its share of the step's predicted tokens (over every
  * rank's share of the batches under mpirun). */
@@ -668,19 +713,12 @@ static void train_step(struct run *r, int64_t step, int64_t first, int64_t last,
 	if (nn_dist_sum(&total, 1) < 0)
 		train_die(PROG, "sharing the step between the ranks");
 	for (int64_t i = 0; i < last - first && total; i++) {
-		if (!M[i])
-			continue;
-		tensor_scope_begin();
-		struct tensor *loss = mlm_loss(&r->model, in[i], batch[i].mask, lab[i], M[i]);
-		struct tensor *scaled = ag_mul_scalar(loss, (double)M[i] / total);
-		if (!scaled)
-			train_die(PROG, "training step");
-		/* read before backward releases the forward's memory */
-		double l = tensor_get(loss, NULL);
-		sum[1] += l * (double)M[i], sum[3] += !isfinite(l);
-		if (ag_backward_release(scaled, NULL) < 0)
-			train_die(PROG, "training step");
-		tensor_scope_end();
+		if (M[i])
+			sum[1] +=
+			    backward_batch(r, in[i], batch[i].mask, lab[i], M[i], total, &sum[3]);
+		/* a rank that predicts nothing of this batch drew no dropout masks */
+		if (nn_dist_sync_rng(&r->ps) < 0)
+			train_die(PROG, "sharing the step between the ranks");
 	}
 	ag_autocast_end();
 	/* each rank's loss is its share of the step's mean: the ranks' gradients add up */
@@ -690,8 +728,6 @@ static void train_step(struct run *r, int64_t step, int64_t first, int64_t last,
 	bool finite = sum[3] == 0;
 	w->predicted += (int64_t)sum[0], w->loss += sum[1], w->padded += (int64_t)sum[2];
 	r->stop = sum[4] > 0;
-	if (train_poison_gradients(&r->ps, step + 1) < 0)
-		train_die(PROG, "CFORMER_NAN_GRAD_AT");
 	double norm =
 	    finite ? train_optimizer_step(&r->ps, &r->adamw, &r->sched, step, opt.clip) : NAN;
 	if (norm < 0)
@@ -856,5 +892,5 @@ int main(int argc, char **argv)
 	train_set_device(PROG, opt.device);
 	int rc = opt.eval_only ? run_eval_only() : run_train(argc, argv);
 	nn_dist_finalize();
-	return rc;
+	return train_close_stdout(PROG, rc);
 }

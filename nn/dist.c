@@ -158,6 +158,21 @@ int nn_dist_sum(double *v, int n)
 	return TENSOR_OK;
 }
 
+int nn_dist_sync_rng(struct nn_params *ps)
+{
+	if (!ps)
+		return tensor_error(TENSOR_ERR_ARG, "nn_dist_sync_rng: no parameters");
+#ifdef CFORMER_HAVE_MPI
+	if (dist_size > 1) {
+		int rc = MPI_Allreduce(MPI_IN_PLACE, &ps->rng_counter, 1, MPI_UINT64_T, MPI_MAX,
+				       MPI_COMM_WORLD);
+		if (rc != MPI_SUCCESS)
+			return mpi_fail("nn_dist_sync_rng", "MPI_Allreduce", rc);
+	}
+#endif
+	return TENSOR_OK;
+}
+
 /* The packed buffer t of ps (flat or flat_grad) checked for op: packed, float. */
 static int check_packed(const char *op, const struct nn_params *ps, const struct tensor *t)
 {

@@ -598,6 +598,11 @@ void nn_dist_share(int64_t rows, int64_t *lo, int64_t *hi);
  * rows / total_rows. TENSOR_ERR_STATE unpacked, TENSOR_ERR_ARG for rows outside
  * [0, total_rows]. */
 int nn_dist_average_grads(struct nn_params *ps, int64_t rows, int64_t total_rows);
+/* After a forward (or a step's forwards) that the ranks with an empty share of the
+ * batch skipped: every rank takes the furthest random stream (the largest
+ * ps->rng_counter; the ranks that ran drew alike), so that the next dropout masks
+ * are those one process would draw. Call it on every rank after each batch. */
+int nn_dist_sync_rng(struct nn_params *ps);
 /* Sum v[0..n) over the ranks in place (metrics, counts). */
 int nn_dist_sum(double *v, int n);
 /* Give every rank rank 0's packed parameters (ps->flat). */

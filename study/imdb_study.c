@@ -559,8 +559,6 @@ static int run_train(int argc, char **argv)
 			train_die(PROG, "--pos-l2");
 		if (opt.proj_l2 > 0 && nn_anchor_l2_grad(&r.anchor, opt.proj_l2) < 0)
 			train_die(PROG, "--proj-l2");
-		if (train_poison_gradients(&r.ps, step + 1) < 0)
-			train_die(PROG, "CFORMER_NAN_GRAD_AT");
 		double norm =
 		    finite ? train_optimizer_step(&r.ps, &r.adamw, &r.sched, step, opt.clip) : NAN;
 		if (norm < 0)
@@ -717,9 +715,8 @@ int main(int argc, char **argv)
 		tensor_set_num_threads((int)opt.threads);
 	train_set_device(PROG, opt.device);
 	train_crash_hook_install();
-	if (predicting)
-		return run_predict();
-	if (opt.eval_only)
-		return run_eval_only();
-	return run_train(argc, argv);
+	int rc = predicting	 ? run_predict()
+		 : opt.eval_only ? run_eval_only()
+				 : run_train(argc, argv);
+	return train_close_stdout(PROG, rc);
 }

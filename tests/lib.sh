@@ -26,6 +26,23 @@ expect() {
 	fi
 }
 
+# expect_full ARGS...: $prog ARGS with its standard output on a full disk (/dev/full) exits 1
+# and says so on stderr (left in $tmp/full.out); skipped where there is no /dev/full.
+expect_full() {
+	if [ ! -w /dev/full ]; then
+		echo "skip: no /dev/full for $prog $*"
+		return
+	fi
+	"$prog" "$@" >/dev/full 2>"$tmp/full.out"
+	rc=$?
+	if [ "$rc" -ne 1 ] || ! grep -q "writing the standard output: " "$tmp/full.out"; then
+		fail "$prog $* >/dev/full exited $rc (want 1 and an error line):"
+		sed 's/^/  | /' "$tmp/full.out"
+	else
+		echo "ok: $prog $* >/dev/full"
+	fi
+}
+
 # sigterm_run CSV ROWS PROGRAM ARGS...: run the program (not a shell function; its output in
 # $tmp/sigterm.out) until CSV has ROWS lines (at most 60 s), send it SIGTERM and leave its exit
 # status in rc.

@@ -10,7 +10,8 @@
 # the run's test accuracy, a --keep-tail run's included (the checkpoint says how its run read
 # text), and a contradicting --n is refused; --predict prints probabilities and --output
 # writes the logits, refusing to replace an input or a checkpoint;
-# --init-from takes an encoder; bad flags exit 1 naming the flag and the expected form.
+# --init-from takes an encoder; bad flags exit 1 naming the flag and the expected form, and
+# --predict with its stdout on a full disk exits 1.
 # Run from the build directory (as `make check` does); IMDB_STUDY and TB_DUMP override
 # the programs.
 set -u
@@ -326,6 +327,7 @@ if check eo "eval-only --output"; then
 		fail "--eval-only --output: $hits (rows, argmax hits), want $want"
 fi
 expect 1 "--output: goes with --predict" $BASE --steps 1 --output "$tmp/x.csv"
+expect_full --predict "A wonderful film." --checkpoint "$tmp/a/best.safetensors"
 printf 'Dreadful.\n\nOne of the best films of the decade.\n' >"$tmp/reviews.txt"
 "$prog" --predict-file "$tmp/reviews.txt" --checkpoint "$tmp/w/last.safetensors" --batch 2 \
 	--threads 1 >"$tmp/pf.out" 2>"$tmp/pf.err"

@@ -12,7 +12,8 @@
 # --eval-only reproduces the run's test accuracy; --predict and --predict-file print
 # probabilities that are the softmax of the logits --output writes; --output refuses to
 # replace an input or a checkpoint and writes atomically, a failed write exiting 1; bad flags
-# exit 1 naming the flag. Run from the build directory (as `make check` does);
+# exit 1 naming the flag (stdout on a full disk exits 1); a run too big for the memory is
+# refused naming study/imdb_study --no-mem-check. Run from the build directory (as `make check` does);
 # LINFORMER_IMDB and IMDB_STUDY override the programs.
 set -u
 prog=${LINFORMER_IMDB:-examples/linformer_imdb}
@@ -251,6 +252,8 @@ fi
 ls "$tmp"/*.tmp.* >/dev/null 2>&1 && fail "temporary files left: $(ls "$tmp"/*.tmp.*)"
 
 # errors
+expect_full --predict "A wonderful film." --checkpoint "$ckpt"
+expect_full --eval-only --checkpoint "$ckpt" --max-test 8 --threads 1
 expect 1 "needs --checkpoint" --predict "x"
 expect 1 "needs --checkpoint" --eval-only
 expect 1 "goes with --eval-only" --checkpoint "$ckpt"
@@ -260,6 +263,15 @@ expect 1 "cannot open" --predict-file "$tmp/none.txt" --checkpoint "$ckpt"
 expect 1 "none.safetensors: cannot open" --predict x --checkpoint "$tmp/none.safetensors"
 expect 1 "--data" --data "$tmp/nodata" --log-dir "$tmp/x"
 expect 1 "--model: expected one of" --model bert
+# a run that cannot fit is refused naming the real way around (the showcase has no
+# --no-mem-check), and that way runs it
+big="--model transformer --n 65536 --max-train 14 --max-test 8 --epochs 1 --batch 4 --threads 1"
+# shellcheck disable=SC2086
+expect 1 "GiB available: lower --n or --batch, or run it with study/imdb_study --no-mem-check (the recipe's flags: docs/examples.md)" \
+	$big --log-dir "$tmp/big"
+# shellcheck disable=SC2086
+ok "study/imdb_study --no-mem-check runs the refused run" "$study" $big --no-mem-check \
+	--log-dir "$tmp/big"
 expect 1 "--frobnicate" --frobnicate
 expect 0 "usage: linformer_imdb" --help
 

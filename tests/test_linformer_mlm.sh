@@ -6,8 +6,9 @@
 # checkpoint rebuilds the model from its config alone and reproduces the validation perplexity,
 # --eval-only refuses a --n that contradicts the checkpoint, --init-from continues it at a
 # longer n (and refuses another vocabulary), --precision bf16 ends near the f32 run's perplexity,
-# masked and full decoding agree, whole-word and span masking run, and bad flags exit 1 with a
-# clear message. Run from the build directory
+# masked and full decoding agree, whole-word and span masking run, and bad flags (held-out
+# text with no masked token among them) exit 1 with a clear message, as --eval-only does with
+# its stdout on a full disk. Run from the build directory
 # (as `make check` does); LINFORMER_MLM overrides the program.
 set -u
 prog=${LINFORMER_MLM:-examples/linformer_mlm}
@@ -293,9 +294,22 @@ expect 1 "--data: .*expected an aclImdb directory" --data "$tmp" --tokenizer byt
 # an aclImdb directory with train/unsup: the 7 training and 3 unlabelled reviews
 expect 0 "imdb_tiny/train and train/unsup (reviews; labels unused)" --data "${srcdir:-.}/tests/data/imdb_tiny" \
 	--tokenizer byte $model --batch 4 --steps 1 --threads 1 --log-dir "$tmp/unsup"
+# held-out text whose masks select no token (1 sequence of imdb_tiny at --split-seed 0): refused
+# before training (no log directory) and before --eval-only, naming the flags
+tiny="--data ${srcdir:-.}/tests/data/imdb_tiny --n 32 --k 8 --dim 32 --heads 2 --ff 64 --threads 1"
+novals="--val-fraction: the 1 held-out sequence(s) get no masked token to predict (--mask-prob 0.15, --seed 1): hold out more text"
+# shellcheck disable=SC2086
+expect 1 "$novals" $tiny --split-seed 0 --steps 1 --log-dir "$tmp/noval"
+[ ! -e "$tmp/noval" ] || fail "the refused run made its log directory"
+# shellcheck disable=SC2086
+expect 1 "$novals" $tiny --split-seed 0 --eval-only --checkpoint "$ckpt"
+# shellcheck disable=SC2086
+expect 0 "(1 tokens)" $tiny --split-seed 1 --steps 1 --log-dir "$tmp/val1"
 : >"$tmp/empty.txt"
 expect 1 "--corpus: .*empty.txt" --corpus "$tmp/empty.txt" --tokenizer byte
 expect 1 "--vocab: .*missing-vocab.txt" --vocab "$tmp/missing-vocab.txt"
+# shellcheck disable=SC2086
+expect_full --eval-only --checkpoint "$ckpt" $data
 expect 1 "--eval-only: needs --checkpoint CKPT" --eval-only
 expect 1 "--checkpoint: is the model of --eval-only" --checkpoint "$ckpt"
 expect 1 "loading $tmp/none: .*cannot open" --eval-only --checkpoint "$tmp/none"

@@ -100,6 +100,19 @@ START_TEST(test_average_grads)
 }
 END_TEST
 
+/* The ranks' random streams meet at the furthest counter (rank size - 1 drew most). */
+START_TEST(test_sync_rng)
+{
+	struct nn_params ps;
+	packed(&ps, TENSOR_F32);
+	ps.rng_counter = 7 + 3 * (uint64_t)rank;
+	ck_assert_int_eq(nn_dist_sync_rng(&ps), TENSOR_OK);
+	ck_assert_uint_eq(ps.rng_counter, 7 + 3 * (uint64_t)(size - 1));
+	tu_assert_error(nn_dist_sync_rng(NULL) < 0, TENSOR_ERR_ARG, "nn_dist_sync_rng", NULL);
+	nn_params_free(&ps);
+}
+END_TEST
+
 START_TEST(test_broadcast_params)
 {
 	struct nn_params ps;
@@ -177,6 +190,7 @@ int main(int argc, char **argv)
 	TCase *tc = tu_tcase("dist");
 	tcase_add_test(tc, test_group);
 	tcase_add_loop_test(tc, test_average_grads, 0, 2);
+	tcase_add_test(tc, test_sync_rng);
 	tcase_add_test(tc, test_broadcast_params);
 	tcase_add_test(tc, test_errors);
 	suite_add_tcase(s, tc);

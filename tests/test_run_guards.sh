@@ -1,17 +1,20 @@
 #!/bin/sh
-# What stops a run before it does harm, in imdb_study and linformer_mlm: a run that cannot
+# What stops a run before it does harm, in imdb_study and linformer_mlm (and for NaN
+# gradients linformer_imdb): a run that cannot
 # fit in memory is refused before any work, naming the estimate and what is available (and
 # --no-mem-check overrides); an output directory that cannot be written is found at the start;
 # a step with NaN gradients (CFORMER_NAN_GRAD_AT) stops the run without saving, the last
 # checkpoint intact and resumable, or is skipped with --skip-nonfinite; a corrupt saved state
 # (a negative AdamW second moment) is refused on --resume naming the tensor and element, and
 # a state that turns non-finite is never saved over the last good one. Run from the build
-# directory (as `make check`); IMDB_STUDY, LINFORMER_MLM and CKPT_POKE override the programs.
+# directory (as `make check`); IMDB_STUDY, LINFORMER_MLM, LINFORMER_IMDB and CKPT_POKE override
+# the programs.
 set -u
 prog=${IMDB_STUDY:-study/imdb_study}
 mlm=${LINFORMER_MLM:-examples/linformer_mlm}
+imdb=${LINFORMER_IMDB:-examples/linformer_imdb}
 ckpt_poke=${CKPT_POKE:-tests/ckpt_poke}
-for p in "$prog" "$mlm" "$ckpt_poke"; do
+for p in "$prog" "$mlm" "$imdb" "$ckpt_poke"; do
 	if [ ! -x "$p" ]; then
 		echo "test_run_guards: $p not built" >&2
 		exit 99
@@ -85,6 +88,21 @@ CFORMER_NAN_GRAD_AT=2 expect 1 "step 2: the gradients are not finite" "$tmp/mnan
 # shellcheck disable=SC2086
 CFORMER_NAN_GRAD_AT=2 expect 0 "1 steps skipped" "$tmp/mskip.out" "$mlm" $MLM --skip-nonfinite \
 	--log-dir "$tmp/mskip"
+# linformer_imdb (4 steps an epoch, saved at its end): stopped at step 6, step 4 kept, in a
+# run from the start and in one resumed at step 4
+IMDB="--max-train 14 --max-test 8 --epochs 2 --batch 4 --threads 1"
+# shellcheck disable=SC2086
+"$imdb" $IMDB --log-dir "$tmp/i4" --stop-after 4 >/dev/null 2>&1 || fail "linformer_imdb --stop-after 4"
+cp "$tmp/i4/last.safetensors" "$tmp/at4.safetensors"
+for how in "" --resume; do
+	d=$tmp/i4
+	[ -n "$how" ] || d=$tmp/inan
+	# shellcheck disable=SC2086
+	CFORMER_NAN_GRAD_AT=6 expect 1 "step 6: the gradients are not finite (NaN or inf); stopped without saving: $d/last.safetensors holds step 4" \
+		"$tmp/inan.out" "$imdb" $IMDB --log-dir "$d" $how
+	cmp -s "$tmp/at4.safetensors" "$d/last.safetensors" ||
+		fail "linformer_imdb $how: the last good checkpoint changed when the run stopped"
+done
 
 # ---- a corrupt saved state: refused on --resume, never replacing the last good one ---------
 # a negative second moment (what a bad disk or tool might leave) is refused by name, the

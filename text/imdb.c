@@ -335,33 +335,63 @@ static int dir_gather(const char *split_dir, const char *const *labels, int nl, 
 	return st;
 }
 
-/* The bytes of the archive's current entry, NUL-terminated (at most 1 GiB). */
-static int entry_bytes(struct archive *a, const char *where, char **out, size_t *len)
+/* Bytes kept from the files: used, of at most max. */
+struct budget {
+	size_t used, max;
+};
+
+/* TENSOR_ERR_IO: the file named what, of n bytes (at least), would pass b's limit. */
+static int budget_refuse(const struct budget *b, uint64_t n, const char *what)
 {
-	size_t n = 0, cap = 4096;
+	return tensor_error(TENSOR_ERR_IO,
+			    "text_imdb_load: '%s' (%llu bytes) would bring the text read to %llu "
+			    "bytes, over the limit of %zu (text_imdb_load_max)",
+			    what, (unsigned long long)n, (unsigned long long)(b->used + n), b->max);
+}
+
+/* The bytes of the archive's current entry e, NUL-terminated, kept within budget b: refused
+ * before any is read when the header's size passes it; where names the entry, and a failure
+ * of the file src (truncated, damaged) the file. */
+static int entry_bytes(struct archive *a, const struct text_archive_source *src,
+		       struct archive_entry *e, const char *where, struct budget *b, char **out,
+		       size_t *len)
+{
+	size_t left = b->max - b->used;
+	int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : -1;
+	if (size >= 0 && (uint64_t)size > left)
+		return budget_refuse(b, (uint64_t)size, where);
+	size_t n = 0, cap = size >= 0 ? (size_t)size + 1 : 4096;
 	char *buf = tensor_host_malloc(cap);
-	for (la_ssize_t r = 1; buf && r > 0;) {
-		if (cap - n < 4096 + 1) {
-			char *g = cap < ((size_t)1 << 30) ? tensor_host_realloc(buf, 2 * cap) : NULL;
-			if (!g) {
-				free(buf);
-				return cap < ((size_t)1 << 30)
-					   ? tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory")
-					   : tensor_error(TENSOR_ERR_IO, "text_imdb_load: '%s' passes 1 GiB",
-							  where);
-			}
-			buf = g, cap *= 2;
+	int st = buf ? TENSOR_OK : tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+	while (st == TENSOR_OK) {
+		char more;
+		bool full = n == cap - 1; /* then only the end may follow, or a byte to grow for */
+		la_ssize_t r = archive_read_data(a, full ? &more : buf + n, full ? 1 : cap - 1 - n);
+		if (r <= 0) {
+			if (r < 0 && (st = text_archive_check(src, "text_imdb_load")) == TENSOR_OK)
+				st = tensor_error(TENSOR_ERR_IO, "text_imdb_load: '%s': %s", where,
+						  text_archive_error(a));
+			break;
 		}
-		r = archive_read_data(a, buf + n, cap - n - 1);
-		if (r < 0) {
-			free(buf);
-			return tensor_error(TENSOR_ERR_IO, "text_imdb_load: '%s': %s", where,
-					    archive_error_string(a));
+		if (!full) {
+			n += (size_t)r;
+			continue;
 		}
-		n += (size_t)r;
+		char *g = n + 1 > left ? NULL : tensor_host_realloc(buf, 2 * cap);
+		if (!g)
+			st = n + 1 > left
+				 ? budget_refuse(b, n + 1, where)
+				 : tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+		else
+			buf = g, buf[n++] = more, cap *= 2;
 	}
-	if (!buf)
-		return tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
+	if (st == TENSOR_OK && n > left)
+		st = budget_refuse(b, n, where);
+	if (st != TENSOR_OK) {
+		free(buf);
+		return st;
+	}
+	b->used += n;
 	buf[n] = '\0';
 	*out = buf;
 	*len = n;
@@ -370,9 +400,10 @@ static int entry_bytes(struct archive *a, const char *where, char **out, size_t 
 
 /* The same from the archive at path (aclImdb_v1.tar.gz, or any tar libarchive reads), whose
  * entries TOP/<sub>/<label>/<file> and TOP/<sub>/urls_<label>.txt are read into memory
- * (TOP any one folder); *where receives "path:TOP/<sub>" for messages. */
+ * within budget b (TOP any one folder); *where receives "path:TOP/<sub>" for messages. The
+ * archive is read to its end, so that a gzip stream's checks run. */
 static int archive_gather(const char *path, const char *sub, const char *const *labels, int nl,
-			  bool unsup, struct imdb_file **files, size_t *nfiles,
+			  bool unsup, struct budget *b, struct imdb_file **files, size_t *nfiles,
 			  struct imdb_blob *urls, char **where)
 {
 	struct archive *a = archive_read_new();
@@ -380,15 +411,10 @@ static int archive_gather(const char *path, const char *sub, const char *const *
 		return tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
 	archive_read_support_filter_all(a);
 	archive_read_support_format_all(a);
-	if (archive_read_open_filename(a, path, 1 << 16) != ARCHIVE_OK) {
-		int st = tensor_error(TENSOR_ERR_IO, "text_imdb_load: cannot read archive '%s': %s",
-				      path, archive_error_string(a));
-		archive_read_free(a);
-		return st;
-	}
+	struct text_archive_source *src = NULL;
+	int st = text_archive_open(a, "text_imdb_load", path, &src), r = ARCHIVE_OK;
 	size_t cap[2] = { 0, 0 }, ls = strlen(sub);
 	struct archive_entry *e;
-	int st = TENSOR_OK, r;
 	while (st == TENSOR_OK && (r = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
 		const char *p = archive_entry_pathname(e), *q;
 		if (!p || archive_entry_filetype(e) != AE_IFREG)
@@ -407,30 +433,38 @@ static int archive_gather(const char *path, const char *sub, const char *const *
 		}
 		for (int l = 0; l < nl && st == TENSOR_OK; l++) {
 			size_t ll = strlen(labels[l]);
-			char urls_name[32], dir[4200];
+			char urls_name[32], dir[4200], entry[4200];
 			snprintf(urls_name, sizeof urls_name, "urls_%s.txt", labels[l]);
 			snprintf(dir, sizeof dir, "%s/%s", *where, labels[l]);
+			snprintf(entry, sizeof entry, "%s/%s", *where, q);
 			char *bytes;
 			size_t len;
 			if (!strncmp(q, labels[l], ll) && q[ll] == '/' && !strchr(q + ll + 1, '/') &&
 			    q[ll + 1] != '.') {
-				st = entry_bytes(a, p, &bytes, &len);
+				st = entry_bytes(a, src, e, entry, b, &bytes, &len);
 				if (st == TENSOR_OK)
 					st = add_file(&files[l], &nfiles[l], &cap[l], dir, q + ll + 1,
 						      unsup ? -1 : l, bytes, len);
 			} else if (!strcmp(q, urls_name)) {
 				free(urls[l].bytes);
-				st = entry_bytes(a, p, &urls[l].bytes, &urls[l].len);
+				urls[l].bytes = NULL;
+				st = entry_bytes(a, src, e, entry, b, &urls[l].bytes, &urls[l].len);
 				urls[l].present = st == TENSOR_OK;
 			}
 		}
 	}
-	if (st == TENSOR_OK && r != ARCHIVE_EOF)
+	if (st == TENSOR_OK && r == ARCHIVE_EOF)
+		text_archive_finish(src); /* the rest of the file, for the gzip checks */
+	int bad = text_archive_check(src, "text_imdb_load"); /* truncated, damaged */
+	if (bad < 0)
+		st = bad;
+	else if (st == TENSOR_OK && r != ARCHIVE_EOF)
 		st = tensor_error(TENSOR_ERR_IO,
 				  "text_imdb_load: '%s' is damaged or not an archive (expected a "
 				  "directory or aclImdb_v1.tar.gz): %s",
-				  path, archive_error_string(a));
+				  path, text_archive_error(a));
 	archive_read_free(a);
+	text_archive_source_free(src);
 	for (int l = 0; l < nl && st == TENSOR_OK; l++) {
 		if (!nfiles[l])
 			st = tensor_error(TENSOR_ERR_IO,
@@ -443,7 +477,25 @@ static int archive_gather(const char *path, const char *sub, const char *const *
 	return st;
 }
 
+/* A review file of a directory, its size checked against b before it is read. */
+static int read_review_file(struct imdb_file *f, struct budget *b, char **out)
+{
+	struct stat fs;
+	if (!f->bytes && stat(f->name, &fs) == 0 && S_ISREG(fs.st_mode)) {
+		if ((uint64_t)fs.st_size > b->max - b->used)
+			return budget_refuse(b, (uint64_t)fs.st_size, f->name);
+		b->used += (size_t)fs.st_size;
+	}
+	return read_review(f, out);
+}
+
 int text_imdb_load(const char *dir, const char *split, struct text_dataset *out)
+{
+	return text_imdb_load_max(dir, split, TEXT_IMDB_MAX_BYTES, out);
+}
+
+int text_imdb_load_max(const char *dir, const char *split, size_t max_bytes,
+		       struct text_dataset *out)
 {
 	if (!dir || !split || !out)
 		return tensor_error(TENSOR_ERR_ARG,
@@ -463,13 +515,14 @@ int text_imdb_load(const char *dir, const char *split, struct text_dataset *out)
 	struct imdb_file *files[2] = { NULL, NULL };
 	size_t nfiles[2] = { 0, 0 };
 	struct imdb_blob urls[2] = { { 0 }, { 0 } };
+	struct budget b = { 0, max_bytes };
 	struct stat sb;
 	bool archive = stat(dir, &sb) == 0 && S_ISREG(sb.st_mode);
 	char *split_dir = archive ? NULL : path_join(dir, sub, NULL);
 	int st = archive || split_dir ? TENSOR_OK
 				      : tensor_error(TENSOR_ERR_NOMEM, "text_imdb_load: out of memory");
 	if (st == TENSOR_OK)
-		st = archive ? archive_gather(dir, sub, labels, nl, unsup, files, nfiles, urls,
+		st = archive ? archive_gather(dir, sub, labels, nl, unsup, &b, files, nfiles, urls,
 					      &split_dir)
 			     : dir_gather(split_dir, labels, nl, unsup, files, nfiles);
 
@@ -483,7 +536,7 @@ int text_imdb_load(const char *dir, const char *split, struct text_dataset *out)
 	for (int l = 0; l < nl && st == TENSOR_OK; l++)
 		for (size_t i = 0; i < nfiles[l] && st == TENSOR_OK; i++) {
 			struct text_example *ex = &ds.items[ds.n];
-			st = read_review(&files[l][i], &ex->text);
+			st = read_review_file(&files[l][i], &b, &ex->text);
 			if (st == TENSOR_OK) {
 				ex->label = unsup ? -1 : l;
 				ex->rating = files[l][i].rating;

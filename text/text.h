@@ -93,9 +93,10 @@ struct text_dataset {
  * or "test", or the unlabelled reviews dir/train/unsup/<id>_0.txt, split "unsup"
  * (label -1, rating 0, groups from train/urls_unsup.txt). dir may also be the
  * original archive, aclImdb_v1.tar.gz (any tar, compressed or not, with one top
- * folder holding that layout), read as it is, without unpacking; its errors name
- * "ARCHIVE:TOP/<path>" and an archive that cannot be read or lacks a label folder
- * is TENSOR_ERR_IO. Labels neg 0 / pos 1;
+ * folder holding that layout), read as it is, without unpacking and to its end: a
+ * gzip stream's CRC-32 and length are checked (zlib), other compressions as libarchive
+ * checks them. Its errors name "ARCHIVE:TOP/<path>"; an archive that cannot be read, is
+ * truncated, fails a check or lacks a label folder is TENSOR_ERR_IO. Labels neg 0 / pos 1;
  * <id> and <rating> decimal without leading zeros, rating 1-4 in neg and 7-10 in pos; "<br />", "<br/>", "<br>" (any
  * case) become one space; other bytes are kept (no UTF-8 check); dot-files
  * are skipped; order: neg then pos, each by numeric id. Each review's group
@@ -107,6 +108,14 @@ struct text_dataset {
  * split other than train/test/unsup is TENSOR_ERR_ARG. *out is written only on
  * success. */
 int text_imdb_load(const char *dir, const char *split, struct text_dataset *out);
+/* The most bytes of review and URL text text_imdb_load keeps of a split: 1 GiB (aclImdb's
+ * three splits hold about 130 MB). */
+#define TEXT_IMDB_MAX_BYTES ((size_t)1 << 30)
+/* text_imdb_load keeping at most max_bytes: a file that would pass them is refused
+ * (TENSOR_ERR_IO naming it, the total and the limit) before it is read, from its size in
+ * the directory or in the archive's header. */
+int text_imdb_load_max(const char *dir, const char *split, size_t max_bytes,
+		       struct text_dataset *out);
 /* Plain text. A file: one document per non-blank line (a trailing \r is
  * dropped). A directory: one document per *.txt file in it (not recursive,
  * hidden and blank files skipped, sorted by name bytewise, whole content); a

@@ -101,6 +101,21 @@ void train_dist_report(const char *prog, struct nn_params *ps)
 	       (unsigned long long)sum);
 }
 
+int train_close_stdout(const char *prog, int rc)
+{
+	errno = 0;
+	bool failed = fflush(stdout) != 0, earlier = !failed && ferror(stdout);
+	int err = errno;
+	if (fclose(stdout) != 0 && !failed && !earlier)
+		failed = true, err = errno;
+	if (!failed && !earlier)
+		return rc;
+	fprintf(stderr, "%s: writing the standard output: %s%s\n", prog,
+		earlier ? "a write failed" : strerror(err),
+		earlier ? " (the output is incomplete)" : "");
+	return rc ? rc : 1;
+}
+
 double train_clock(void)
 {
 	struct timespec ts;
@@ -142,6 +157,8 @@ static double host_available(void)
 	return kib < 0 ? -1 : kib * 1024;
 }
 
+const char *train_mem_override = "pass --no-mem-check to run anyway";
+
 void train_check_memory(const char *prog, double model_bytes, double data_bytes, const char *what)
 {
 	const double gib = 1024.0 * 1024 * 1024;
@@ -162,10 +179,10 @@ void train_check_memory(const char *prog, double model_bytes, double data_bytes,
 	bool on_dev = dev >= 0 && need_dev > dev && train_device != TENSOR_CPU;
 	flags_fail(prog, NULL,
 		   "%s needs about %.2f GiB (the model %.2f GiB, the tokenized text %.2f GiB) but "
-		   "%s has %.2f GiB available: lower --n or --batch, or pass --no-mem-check to run "
-		   "anyway",
+		   "%s has %.2f GiB available: lower --n or --batch, or %s",
 		   what, (model_bytes + data_bytes) / gib, model_bytes / gib, data_bytes / gib,
-		   on_dev ? "the GPU" : "the machine", (on_dev ? dev : host) / gib);
+		   on_dev ? "the GPU" : "the machine", (on_dev ? dev : host) / gib,
+		   train_mem_override);
 }
 
 void train_set_device(const char *prog, const char *name)
@@ -304,23 +321,27 @@ int train_batcher_init(struct text_batcher *b, const struct text_dataset *ds,
 	return st;
 }
 
-double train_optimizer_step(struct nn_params *ps, struct nn_adamw *opt,
-			    const struct nn_schedule *sched, int64_t step, double clip)
-{
-	opt->lr = nn_schedule_lr(sched, step);
-	double norm = nn_clip_grad_norm(ps, clip > 0 ? clip : INFINITY);
-	if (norm < 0 || !isfinite(norm))
-		return norm < 0 ? norm : NAN; /* no update from NaN or inf gradients */
-	int rc = nn_adamw_step(opt);
-	return rc < 0 ? rc : norm;
-}
-
-int train_poison_gradients(struct nn_params *ps, int64_t step)
+/* CFORMER_NAN_GRAD_AT=S: the first parameter's gradient NaN at the 1-based step S. */
+static int poison_gradients(struct nn_params *ps, int64_t step)
 {
 	const char *env = getenv("CFORMER_NAN_GRAD_AT");
 	if (!env || strtoll(env, NULL, 10) != step || ps->n == 0 || !ps->items[0].value->grad)
 		return TENSOR_OK;
 	return tensor_fill_(ps->items[0].value->grad, NAN);
+}
+
+double train_optimizer_step(struct nn_params *ps, struct nn_adamw *opt,
+			    const struct nn_schedule *sched, int64_t step, double clip)
+{
+	int rc = poison_gradients(ps, step + 1);
+	if (rc < 0)
+		return rc;
+	opt->lr = nn_schedule_lr(sched, step);
+	double norm = nn_clip_grad_norm(ps, clip > 0 ? clip : INFINITY);
+	if (norm < 0 || !isfinite(norm))
+		return norm < 0 ? norm : NAN; /* no update from NaN or inf gradients */
+	rc = nn_adamw_step(opt);
+	return rc < 0 ? rc : norm;
 }
 
 void train_nonfinite(const char *prog, int64_t step, bool loss_finite, bool skip,

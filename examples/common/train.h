@@ -36,6 +36,10 @@ bool train_sync_writer(const char *prog);
 void train_dist_report(const char *prog, struct nn_params *ps);
 /* Seconds on a monotonic clock. */
 double train_clock(void);
+/* A program's exit status rc, checked against the fate of what it printed: stdout flushed
+ * and closed, and where a write failed (a full disk, say) an error line on stderr and 1
+ * in place of a 0. Call it last in main. */
+int train_close_stdout(const char *prog, int rc);
 /* The device the example runs on (TENSOR_CPU unless train_set_device chose
  * another). */
 extern enum tensor_device train_device;
@@ -48,6 +52,9 @@ void train_set_device(const char *prog, const char *name);
  * the run ("training at n 512, batch 32"). Available memory: MemAvailable on
  * the CPU, the device's free memory. */
 void train_check_memory(const char *prog, double model_bytes, double data_bytes, const char *what);
+/* How a refused run may go on anyway: the end of train_check_memory's message ("pass
+ * --no-mem-check to run anyway", for the programs that have the flag). */
+extern const char *train_mem_override;
 /* Move a batch's tensors to train_device (the host ones are freed); a status. */
 int train_batch_to_device(struct text_batch *b);
 /* tensor_mem_stats(train_device).peak_bytes in MiB. */
@@ -83,14 +90,13 @@ int train_batcher_init(struct text_batcher *b, const struct text_dataset *ds,
 		       bool train, bool bucket);
 
 /* One optimizer update from the accumulated gradients: opt->lr from the
- * schedule at step, gradients clipped to a global norm of clip (clip <= 0:
- * no clipping), then AdamW. Returns the gradient norm before clipping, or a
- * negative status. */
+ * schedule at step (0-based), gradients clipped to a global norm of clip (clip
+ * <= 0: no clipping), then AdamW. Returns the gradient norm before clipping,
+ * NaN (and no update) where the gradients are not finite, or a negative
+ * status. For tests of the NaN path: with CFORMER_NAN_GRAD_AT=S in the
+ * environment the first parameter's gradient becomes NaN at the 1-based step S. */
 double train_optimizer_step(struct nn_params *ps, struct nn_adamw *opt,
 			    const struct nn_schedule *sched, int64_t step, double clip);
-/* For tests of that: with CFORMER_NAN_GRAD_AT=step in the environment, the
- * first parameter's gradient becomes NaN at that (1-based) step. */
-int train_poison_gradients(struct nn_params *ps, int64_t step);
 /* A step whose loss (loss_finite false) or gradients (train_optimizer_step's
  * NaN) were not finite: with skip, count it and go on (the caller made no
  * update); else exit 1 naming the step and the last good state (saved: the
