@@ -202,7 +202,7 @@ static void sample_docs(struct text_dataset *docs, int64_t n, uint64_t seed, con
 	*docs = keep;
 }
 
-/* The documents of --corpus (IMDB-style "<br />" line breaks become spaces) or of the train
+/* The documents of --corpus (IMDB-style "<br />" line breaks become a space, as in aclImdb) or of the train
  * split of --data (and its train/unsup where present), cut to a seeded sample of --max-docs. */
 static void load_docs(struct text_dataset *docs, char *desc, size_t desc_len)
 {
@@ -213,11 +213,7 @@ static void load_docs(struct text_dataset *docs, char *desc, size_t desc_len)
 		if (text_lines_load(opt.corpus, docs) < 0)
 			flags_fail(PROG, "corpus", "%s", tensor_last_error());
 		for (int64_t i = 0; i < docs->n; i++)
-			for (char *b = docs->items[i].text; (b = strstr(b, "<br"));)
-				b += !strncmp(b, "<br />", 6)  ? (memset(b, ' ', 6), 6)
-				     : !strncmp(b, "<br/>", 5) ? (memset(b, ' ', 5), 5)
-				     : !strncmp(b, "<br>", 4)  ? (memset(b, ' ', 4), 4)
-							       : 3;
+			text_replace_line_breaks(docs->items[i].text);
 		snprintf(desc, desc_len, "%s", opt.corpus);
 	} else {
 		if (text_imdb_load(data, "train", docs) < 0)

@@ -209,10 +209,15 @@ awk 'NF == 2 && $1 >= 0 && $2 >= 0 && ($1 + $2 - 1) ^ 2 < 1e-6 { n++ } END { exi
 sed 's/.*\[\(.*\), \(.*\)\]}/\1 \2/' "$tmp/p.jsonl" | paste -d' ' - "$tmp/p.txt" |
 	awk '{ e = exp($2 - $1); p = e / (1 + e); d = p - $4; exit !(d * d < 1e-8) }' &&
 	echo "ok: --output's logits give the probabilities" || fail "logits $(cat "$tmp/p.jsonl") vs $(cat "$tmp/p.txt")"
-printf 'Dull.\nGreat fun.\nAwful acting.\n' >"$tmp/lines.txt"
+printf 'Dull.\nGreat fun.\nAwful acting.\nGreat<br />fun.\n' >"$tmp/lines.txt"
 ok "--predict-file" "$prog" --predict-file "$tmp/lines.txt" --checkpoint "$ckpt" --output "$tmp/p.csv"
-[ "$(grep -c '^[0-9.]* [0-9.]*$' "$tmp/ok.out")" = 3 ] && [ "$(wc -l <"$tmp/p.csv")" = 4 ] &&
-	echo "ok: three predictions and three CSV rows" || fail "--predict-file: $(cat "$tmp/ok.out")"
+[ "$(grep -c '^[0-9.]* [0-9.]*$' "$tmp/ok.out")" = 4 ] && [ "$(wc -l <"$tmp/p.csv")" = 5 ] &&
+	echo "ok: four predictions and four CSV rows" || fail "--predict-file: $(cat "$tmp/ok.out")"
+# a line break reads as the aclImdb reader reads it: one space
+[ "$(grep '^[0-9.]* [0-9.]*$' "$tmp/ok.out" | sed -n 2p)" = \
+	"$(grep '^[0-9.]* [0-9.]*$' "$tmp/ok.out" | sed -n 4p)" ] &&
+	echo "ok: --predict-file reads <br /> as a space" ||
+	fail "--predict-file: 'Great<br />fun.' and 'Great fun.' differ: $(cat "$tmp/ok.out")"
 
 # --output refuses to replace an input of the run or a checkpoint (compared as files, not
 # names), and writes atomically: a failed write (a file size limit standing in for a full

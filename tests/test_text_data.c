@@ -678,6 +678,26 @@ END_TEST
 
 /* ---- plain-text reader ------------------------------------------------------ */
 
+/* Line breaks as the aclImdb reader replaces them: each tag one space, in place. */
+START_TEST(test_replace_line_breaks)
+{
+	static const char *const cases[][2] = {
+		{ "a<br />b<BR>c<br  />d<br/>e<bR / >f", "a b c d e<bR / >f" },
+		{ "<br /><br />", "  " },
+		{ "x<br", "x<br" },
+		{ "<b>bold</b> <brr>", "<b>bold</b> <brr>" },
+		{ "", "" },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char buf[64];
+		strcpy(buf, cases[i][0]);
+		size_t n = text_replace_line_breaks(buf);
+		ck_assert_str_eq(buf, cases[i][1]);
+		ck_assert_uint_eq(n, strlen(cases[i][1]));
+	}
+}
+END_TEST
+
 START_TEST(test_lines_file)
 {
 	static const struct expect e[] = {
@@ -784,6 +804,7 @@ int main(void)
 	tcase_add_test(tc, test_chunk);
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("lines");
+	tcase_add_test(tc, test_replace_line_breaks);
 	tcase_add_test(tc, test_lines_file);
 	tcase_add_test(tc, test_lines_dir);
 	tcase_add_test(tc, test_lines_errors);

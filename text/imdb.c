@@ -182,6 +182,22 @@ static size_t br_len(const char *s, const char *end)
 	return 0;
 }
 
+size_t text_replace_line_breaks(char *s)
+{
+	size_t n = strlen(s), w = 0;
+	for (size_t r = 0; r < n;) {
+		size_t k = s[r] == '<' ? br_len(s + r, s + n) : 0;
+		if (k) {
+			s[w++] = ' ';
+			r += k;
+		} else {
+			s[w++] = s[r++];
+		}
+	}
+	s[w] = '\0';
+	return w;
+}
+
 /* The bytes of a review with line breaks replaced by spaces, NUL-terminated: an archive's
  * (taken from f) or the file's. */
 static int read_review(struct imdb_file *f, char **out)
@@ -201,17 +217,8 @@ static int read_review(struct imdb_file *f, char **out)
 				    "expected text",
 				    path, at);
 	}
-	size_t w = 0;
-	for (size_t r = 0; r < n;) {
-		size_t k = buf[r] == '<' ? br_len(buf + r, buf + n) : 0;
-		if (k) {
-			buf[w++] = ' ';
-			r += k;
-		} else {
-			buf[w++] = buf[r++];
-		}
-	}
-	buf[w] = '\0';
+	buf[n] = '\0';
+	size_t w = text_replace_line_breaks(buf);
 	char *fit = tensor_host_realloc(buf, w + 1);
 	*out = fit ? fit : buf;
 	return TENSOR_OK;

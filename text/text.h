@@ -116,6 +116,11 @@ int text_imdb_load(const char *dir, const char *split, struct text_dataset *out)
  * the directory or in the archive's header. */
 int text_imdb_load_max(const char *dir, const char *split, size_t max_bytes,
 		       struct text_dataset *out);
+/* The HTML line breaks of the NUL-terminated s ("<br />", "<br/>", "<br>", any case, any
+ * spaces before the slash) each replaced by one space, in place, as text_imdb_load does to
+ * every review; returns the new length. The example programs read every text this way:
+ * --corpus documents and the reviews of --predict and --predict-file too. */
+size_t text_replace_line_breaks(char *s);
 /* Plain text. A file: one document per non-blank line (a trailing \r is
  * dropped). A directory: one document per *.txt file in it (not recursive,
  * hidden and blank files skipped, sorted by name bytewise, whole content); a

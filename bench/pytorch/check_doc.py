@@ -139,9 +139,9 @@ def check_text(ns, build, vocab):
     ok &= good
     print(f"{'ok  ' if good else 'FAIL'} WordPiece reads <br /> as < br / > (1026 7987 1013 1028)")
     br = ns["imdb_review_text"]("a<br />b<BR>c<br  />d<br/>e<br / >f")
-    good = br == "a b c d e<br / >f" and ns["corpus_text"]("a<br />b") == "a      b"
+    good = br == "a b c d e<br / >f"
     ok &= good
-    print(f"{'ok  ' if good else 'FAIL'} imdb_review_text, corpus_text")
+    print(f"{'ok  ' if good else 'FAIL'} imdb_review_text")
     try:
         import transformers  # noqa: F401
     except ImportError:

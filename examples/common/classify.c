@@ -159,7 +159,8 @@ void classify_print_test(const struct eval_result *r)
 	       (long long)r->correct, (long long)r->n);
 }
 
-/* The reviews to predict: text alone, or each line of file. */
+/* The reviews to predict: text alone, or each line of file, their line breaks replaced as
+ * the aclImdb reader does (text_replace_line_breaks). */
 static char **read_lines(const char *prog, const char *text, const char *file, int64_t *n)
 {
 	char **lines = NULL;
@@ -167,6 +168,7 @@ static char **read_lines(const char *prog, const char *text, const char *file, i
 	if (text) {
 		lines = xmalloc(prog, sizeof *lines);
 		lines[(*n)++] = strcpy(xmalloc(prog, strlen(text) + 1), text);
+		text_replace_line_breaks(lines[0]);
 		return lines;
 	}
 	FILE *f = fopen(file, "r");
@@ -181,6 +183,7 @@ static char **read_lines(const char *prog, const char *text, const char *file, i
 			flags_fail(prog, "predict-file", "out of memory");
 		lines = more;
 		lines[(*n)++] = strcpy(xmalloc(prog, strlen(line) + 1), line);
+		text_replace_line_breaks(lines[*n - 1]);
 	}
 	free(line);
 	fclose(f);
