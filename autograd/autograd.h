@@ -70,7 +70,8 @@ bool ag_grad_enabled(void);
  * optimizers) is untouched, and f64 products are never rounded (the gradient
  * checks stay exact). Regions nest (16 deep); the innermost dtype holds
  * (TENSOR_F32: f32 products), and ending one restores the precision before
- * it. CPU only: CUDA refuses bf16 products (TENSOR_ERR_UNSUPPORTED).
+ * it. On CUDA the operands are rounded to bf16 copies and the products run on
+ * the tensor cores (cuBLAS, f32 accumulation).
  * Errors: dt not bf16 or f32 (TENSOR_ERR_DTYPE), more than 16 levels
  * (TENSOR_ERR_STATE). */
 int ag_autocast_begin(enum tensor_dtype dt);

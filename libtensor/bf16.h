@@ -16,6 +16,9 @@
  *   last bit when inexact), which keeps 16 more bits than bf16 needs, so the
  *   second rounding cannot land on a false tie. A plain (float) cast first
  *   would round twice (1 + 2^-8 + 2^-40 would go to 1 instead of 1 + 2^-7).
+ *
+ * The same functions serve the CUDA kernels (host and device functions under nvcc), so
+ * both devices convert bit for bit alike.
  */
 #ifndef CFORMER_BF16_H
 #define CFORMER_BF16_H
@@ -24,7 +27,13 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline uint32_t bf16_f32_bits(float f)
+#ifdef __CUDACC__
+#define BF16_FN static inline __host__ __device__
+#else
+#define BF16_FN static inline
+#endif
+
+BF16_FN uint32_t bf16_f32_bits(float f)
 {
 	uint32_t u;
 	memcpy(&u, &f, sizeof u);
@@ -32,19 +41,19 @@ static inline uint32_t bf16_f32_bits(float f)
 }
 
 /* Round the f32 bit pattern u to bf16 (NaN handled by the caller). */
-static inline uint16_t bf16_round_bits(uint32_t u)
+BF16_FN uint16_t bf16_round_bits(uint32_t u)
 {
 	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-static inline uint16_t bf16_from_f32(float f)
+BF16_FN uint16_t bf16_from_f32(float f)
 {
 	uint32_t u = bf16_f32_bits(f);
 	uint16_t nan = (uint16_t)((u >> 16) | 0x0040u), r = bf16_round_bits(u);
 	return (u & 0x7fffffffu) > 0x7f800000u ? nan : r; /* a select: loops vectorise */
 }
 
-static inline float bf16_to_f32(uint16_t h)
+BF16_FN float bf16_to_f32(uint16_t h)
 {
 	uint32_t u = (uint32_t)h << 16;
 	float f;
@@ -52,12 +61,12 @@ static inline float bf16_to_f32(uint16_t h)
 	return f;
 }
 
-static inline double bf16_to_f64(uint16_t h)
+BF16_FN double bf16_to_f64(uint16_t h)
 {
 	return (double)bf16_to_f32(h);
 }
 
-static inline uint16_t bf16_from_f64(double d)
+BF16_FN uint16_t bf16_from_f64(double d)
 {
 	if (isnan(d)) {
 		uint64_t v;

@@ -306,12 +306,6 @@ static int matmul_check(const struct tensor *a, const struct tensor *b, enum ten
 				    tensor_dtype_name(b->dtype), tensor_dtype_name(out_dt),
 				    tensor_dtype_name(product_dtype(a, b)),
 				    a->dtype == TENSOR_BF16 && !mixed_pair(a, b) ? " or f32" : "");
-	if (tensor_matmul_in_bf16(a, b) && a->storage->device != TENSOR_CPU)
-		return tensor_error(TENSOR_ERR_UNSUPPORTED,
-				    "matmul: %s x %s: bf16 products (bf16 operands, or f32 ones "
-				    "under tensor_set_matmul_precision(bf16)) run on the CPU only, "
-				    "not on %s",
-				    ba, bb, tensor_device_name(a->storage->device));
 	if (a->ndim == 0 || b->ndim == 0)
 		return tensor_error(TENSOR_ERR_SHAPE,
 				    "matmul: 0-d operand: %s x %s, expected at least 1-d", ba, bb);

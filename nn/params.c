@@ -209,11 +209,6 @@ int nn_params_autocast_begin(struct nn_params *ps, enum tensor_dtype dt)
 {
 	if (!ps)
 		return tensor_error(TENSOR_ERR_ARG, "nn_params_autocast_begin: ps is NULL");
-	if (dt == TENSOR_BF16 && ps->device != TENSOR_CPU)
-		return tensor_error(TENSOR_ERR_UNSUPPORTED,
-				    "nn_params_autocast_begin: bf16 products run on the CPU only "
-				    "(the parameters are on %s)",
-				    tensor_device_name(ps->device));
 	int rc = ag_autocast_begin(dt);
 	if (rc < 0 || dt != TENSOR_BF16 || !ps->flat || ps->flat->dtype != TENSOR_F32)
 		return rc;

@@ -1,6 +1,6 @@
 /* The models on CUDA against the CPU: a training step of each preset (f64
  * within 1e-9; f32 within 2e-4 relative, the weights after three steps within
- * lr / 10), the masked cross-entropy, a steady training step that calls no cudaMalloc and waits for nothing, checkpoints
+ * lr / 10; with bf16 products close to the CPU's and to f32), the masked cross-entropy, a steady training step that calls no cudaMalloc and waits for nothing, checkpoints
  * that move between devices, and every allocation of a device step failing
  * cleanly. Skipped (exit 77) without a GPU. */
 #include <math.h>
@@ -143,6 +143,76 @@ START_TEST(test_train_parity)
 	ck_assert_int_eq(cpu.ps.rng_counter, gpu.ps.rng_counter);
 	teardown(&cpu);
 	teardown(&gpu);
+}
+END_TEST
+
+/* ||a - b|| / ||b||, both tensors moved to the host. */
+static double rel_diff(const struct tensor *a, const struct tensor *b)
+{
+	tensor_scope_begin();
+	struct tensor *h = tensor_to_device(a, TENSOR_CPU), *hb = tensor_to_device(b, TENSOR_CPU);
+	ck_assert_msg(h && hb, "%s", tensor_last_error());
+	double *x = tu_values(h), *y = tu_values(hb), d = 0, n = 0;
+	for (int64_t i = 0; i < tensor_numel(hb); i++) {
+		d += (x[i] - y[i]) * (x[i] - y[i]);
+		n += y[i] * y[i];
+	}
+	free(x);
+	free(y);
+	tensor_scope_end();
+	return sqrt(d / (n > 0 ? n : 1));
+}
+
+/* A first step's loss and gradients with bf16 products (nn_params_autocast_begin) in *loss
+ * and a heap copy of the flat gradient. */
+static struct tensor *bf16_step(struct run *r, double *loss)
+{
+	tensor_scope_begin();
+	ck_assert_msg(nn_params_autocast_begin(&r->ps, TENSOR_BF16) == TENSOR_OK, "%s",
+		      tensor_last_error());
+	*loss = tensor_get(forward_backward(r), NULL);
+	ag_autocast_end();
+	ag_tape_reset();
+	tensor_scope_end();
+	tensor_heap_begin();
+	struct tensor *g = tensor_clone(r->ps.flat_grad);
+	tensor_heap_end();
+	ck_assert(g != NULL);
+	return g;
+}
+
+/* Each preset's first step with bf16 products (operands rounded to bf16, f32
+ * accumulation) on the device: its loss and gradients close to the CPU's bf16 step
+ * (the two devices round the same operands; their sums run in other orders) and to the
+ * device's own f32 step (bf16's rounding, 2^-9 relative an operand). */
+START_TEST(test_train_bf16)
+{
+	const char *preset = presets[_i];
+	struct run cpu, gpu, f32;
+	setup(&cpu, preset, TENSOR_F32, TENSOR_CPU);
+	setup(&gpu, preset, TENSOR_F32, dev);
+	setup(&f32, preset, TENSOR_F32, dev);
+	double lc, lg;
+	struct tensor *gc = bf16_step(&cpu, &lc), *gg = bf16_step(&gpu, &lg);
+	tensor_scope_begin();
+	double lf = tensor_get(forward_backward(&f32), NULL);
+	ag_tape_reset();
+	double dev_cpu = rel_diff(gg, gc), dev_f32 = rel_diff(gg, f32.ps.flat_grad);
+	tensor_scope_end();
+	printf("%s bf16 step: loss %.6f (cpu bf16 %.6f, f32 %.6f); gradients %.2e from the "
+	       "cpu's bf16, %.2e from f32\n",
+	       preset, lg, lc, lf, dev_cpu, dev_f32);
+	ck_assert_msg(fabs(lg - lc) <= 1e-3 * fabs(lc), "%s: loss %.8g, cpu bf16 %.8g", preset, lg,
+		      lc);
+	ck_assert_msg(fabs(lg - lf) <= 1e-2 * fabs(lf), "%s: loss %.8g, f32 %.8g", preset, lg, lf);
+	ck_assert_msg(dev_cpu <= 1e-2, "%s: bf16 gradients %.3g from the cpu's", preset, dev_cpu);
+	ck_assert_msg(dev_f32 <= 5e-2, "%s: bf16 gradients %.3g from f32", preset, dev_f32);
+	ck_assert_msg(dev == TENSOR_CPU || dev_f32 > 0, "%s: bf16 gradients equal f32's", preset);
+	tensor_free(gc);
+	tensor_free(gg);
+	teardown(&cpu);
+	teardown(&gpu);
+	teardown(&f32);
 }
 END_TEST
 
@@ -351,6 +421,7 @@ int main(void)
 	TCase *tc = tu_tcase("models");
 	int np = (int)(sizeof presets / sizeof presets[0]);
 	tcase_add_loop_test(tc, test_train_parity, 0, 2 * np);
+	tcase_add_loop_test(tc, test_train_bf16, 0, np);
 	tcase_add_test(tc, test_masked_cross_entropy);
 	if (dev == TENSOR_CUDA)
 		tcase_add_loop_test(tc, test_step_no_malloc_no_sync, 0, np);

@@ -429,17 +429,6 @@ static void geom_merge(struct cuda_geom *g, int n)
 	}
 }
 
-/* bf16 on CUDA is storage only for now: contiguous copies of one dtype (and
- * the host transfers) move its bytes; conversions, strided copies and fills
- * are refused. */
-static int cuda_refuse_bf16(const char *op, enum tensor_dtype dst, enum tensor_dtype src)
-{
-	return tensor_error(TENSOR_ERR_DTYPE,
-			    "%s: bf16 on cuda supports only contiguous copies of one dtype, got "
-			    "%s -> %s (convert on the cpu)",
-			    op, tensor_dtype_name(src), tensor_dtype_name(dst));
-}
-
 static int cuda_copy(struct tensor *dst, const struct tensor *src)
 {
 	int64_t n = tensor_numel(dst);
@@ -449,8 +438,6 @@ static int cuda_copy(struct tensor *dst, const struct tensor *src)
 		return cuda_status(cudaMemcpyAsync(cuda_ptr(dst), cuda_ptr(src), tensor_nbytes(dst),
 						   cudaMemcpyDeviceToDevice, cuda_stream()),
 				   "copy");
-	if (dst->dtype == TENSOR_BF16 || src->dtype == TENSOR_BF16)
-		return cuda_refuse_bf16("copy", dst->dtype, src->dtype);
 	struct cuda_geom g[2] = { cuda_geom_of(dst), cuda_geom_of(src) };
 	geom_merge(g, 2);
 	int nd = g[0].ndim;
@@ -471,8 +458,6 @@ static int cuda_fill(struct tensor *dst, double value)
 	int64_t n = tensor_numel(dst);
 	if (!n)
 		return TENSOR_OK;
-	if (dst->dtype == TENSOR_BF16)
-		return cuda_refuse_bf16("fill", dst->dtype, dst->dtype);
 	struct cuda_geom g = cuda_geom_of(dst);
 	geom_merge(&g, 1);
 	return cuda_status(cuda_launch_fill(g, n, value, 0.0), "fill");
@@ -481,8 +466,6 @@ static int cuda_fill(struct tensor *dst, double value)
 static int cuda_arange(struct tensor *dst, double start, double step)
 {
 	int64_t n = tensor_numel(dst);
-	if (dst->dtype == TENSOR_BF16)
-		return cuda_refuse_bf16("arange", dst->dtype, dst->dtype);
 	return n ? cuda_status(cuda_launch_fill(cuda_geom_of(dst), n, start, step), "arange")
 		 : TENSOR_OK;
 }

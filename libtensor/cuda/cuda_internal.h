@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "../backend.h"
+#include "../bf16.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -141,13 +142,15 @@ __device__ static inline int64_t cuda_offset(const cuda_geom &g, int64_t i)
 	return off;
 }
 
-/* Element i of an operand of any dtype, through double (exact for f32, f64
- * and integers below 2^53), and the store back. */
+/* Element i of an operand of any dtype, through double (exact for f32, f64, bf16
+ * and integers below 2^53), and the store back (to bf16 correctly rounded, as the
+ * CPU converts: bf16.h). */
 __device__ static inline double cuda_load(const void *base, int dtype, int64_t off)
 {
 	switch (dtype) {
 	case TENSOR_F32: return ((const float *)base)[off];
 	case TENSOR_F64: return ((const double *)base)[off];
+	case TENSOR_BF16: return bf16_to_f64(((const uint16_t *)base)[off]);
 	case TENSOR_I32: return ((const int32_t *)base)[off];
 	default: return (double)((const int64_t *)base)[off];
 	}
@@ -158,6 +161,7 @@ __device__ static inline void cuda_store(void *base, int dtype, int64_t off, dou
 	switch (dtype) {
 	case TENSOR_F32: ((float *)base)[off] = (float)v; break;
 	case TENSOR_F64: ((double *)base)[off] = v; break;
+	case TENSOR_BF16: ((uint16_t *)base)[off] = bf16_from_f64(v); break;
 	case TENSOR_I32: ((int32_t *)base)[off] = (int32_t)v; break;
 	default: ((int64_t *)base)[off] = (int64_t)v; break;
 	}
