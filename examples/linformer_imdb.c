@@ -53,8 +53,9 @@ static struct flag flags[] = {
 		     "seed of the weights, dropout and batch order"),
 	FLAG_DEF_INT("threads", &opt.threads, 0, 4096, "T", "CPU threads (0: the cores not busy)"),
 	FLAG_DEF_CHOICE("device", &opt.device, "cpu|cuda", "where the model trains and runs"),
-	FLAG_DEF_CHOICE("precision", &opt.precision, "f32|bf16",
-			"bf16: train with bf16 products (f32 weights, checkpoints, evaluation)"),
+	FLAG_DEF_CHOICE("precision", &opt.precision, "f32|bf16|tf32",
+			"bf16: train with bf16 products (f32 weights, checkpoints, evaluation); "
+			"tf32: f32 products on the GPU's tensor cores"),
 	FLAG_DEF_INT("max-train", &opt.max_train, 0, 1 << 30, "N",
 		     "use N training reviews (0: all)"),
 	FLAG_DEF_INT("max-test", &opt.max_test, 0, 1 << 30, "N", "use N test reviews (0: all)"),
@@ -210,7 +211,7 @@ static void setup(struct run *r)
 		opt.n = r->rc.n;
 	if (!opt.epochs)
 		opt.epochs = r->rc.epochs;
-	r->precision = strcmp(opt.precision, "bf16") ? TENSOR_F32 : TENSOR_BF16;
+	r->precision = train_precision;
 	load_tokenizer(&r->tok, r->rc.keep_tail);
 	build_config(&r->cfg, r);
 	if (opt.init_from)
@@ -289,7 +290,8 @@ static void setup(struct run *r)
 	       (long long)r->total, (long long)opt.epochs, r->log_dir);
 	if (r->precision == TENSOR_BF16)
 		printf("precision bf16: products in bf16 (kernel %s), the rest in f32\n",
-		       tensor_bf16_gemm_kernel());
+		       train_device == TENSOR_CUDA ? "cuBLAS on tensor cores"
+						   : tensor_bf16_gemm_kernel());
 	if (r->step)
 		printf("resumed at step %lld\n", (long long)r->step);
 }
@@ -520,6 +522,7 @@ int main(int argc, char **argv)
 	if (opt.threads)
 		tensor_set_num_threads((int)opt.threads);
 	train_set_device(PROG, opt.device);
+	train_set_precision(PROG, opt.precision);
 	train_crash_hook_install();
 	char subset[4096];
 	if (!opt.data)

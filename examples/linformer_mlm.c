@@ -104,8 +104,9 @@ static struct flag flags[] = {
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, dropout, order and masks"),
 	INT("threads", threads, 0, 4096, "T", "threads (0: the cores no other process keeps busy)"),
 	CHO("device", device, "cpu|cuda", "where the model trains"),
-	CHO("precision", precision, "f32|bf16",
-	    "bf16: train with bf16 products (f32 weights, checkpoints, evaluation)"),
+	CHO("precision", precision, "f32|bf16|tf32",
+	    "bf16: train with bf16 products (f32 weights, checkpoints, evaluation); tf32: f32 "
+	    "products on the GPU's tensor cores"),
 	BOOL("skip-nonfinite", skip_nonfinite,
 	     "skip a step whose loss or gradients are NaN or inf (default: stop the run)"),
 	BOOL("no-mem-check", no_mem_check,
@@ -692,8 +693,7 @@ static void train_step(struct run *r, int64_t step, int64_t first, int64_t last,
 	double sum[5] = { 0 }; /* the ranks' predicted tokens, loss sum, tokens, non-finite, stop */
 	tensor_scope_begin();
 	if (nn_params_zero_grad(&r->ps) < 0 ||
-	    nn_params_autocast_begin(&r->ps, strcmp(opt.precision, "bf16") ? TENSOR_F32
-									   : TENSOR_BF16) < 0)
+	    nn_params_autocast_begin(&r->ps, train_precision) < 0)
 		train_die(PROG, "step setup");
 	for (int64_t mb = first; mb < last; mb++) {
 		if (text_batcher_get(&r->btrain, mb, &batch[mb - first]) < 0)
@@ -886,6 +886,7 @@ int main(int argc, char **argv)
 	if (opt.threads)
 		tensor_set_num_threads((int)opt.threads);
 	train_set_device(PROG, opt.device);
+	train_set_precision(PROG, opt.precision);
 	int rc = opt.eval_only ? run_eval_only() : run_train(argc, argv);
 	nn_dist_finalize();
 	return train_close_stdout(PROG, rc);

@@ -474,8 +474,7 @@ struct window {
 static bool accumulate(struct run *r, const struct text_batch *group, struct window *w)
 {
 	bool finite = true;
-	if (nn_params_autocast_begin(&r->ps, strcmp(opt.precision, "bf16") ? TENSOR_F32
-									    : TENSOR_BF16) < 0)
+	if (nn_params_autocast_begin(&r->ps, train_precision) < 0)
 		train_die(PROG, "--precision");
 	for (int64_t s0 = 0; s0 < group->size; s0 += opt.batch) {
 		int64_t size = group->size - s0 < opt.batch ? group->size - s0 : opt.batch;
@@ -714,6 +713,7 @@ int main(int argc, char **argv)
 	if (opt.threads)
 		tensor_set_num_threads((int)opt.threads);
 	train_set_device(PROG, opt.device);
+	train_set_precision(PROG, opt.precision);
 	train_crash_hook_install();
 	int rc = predicting	 ? run_predict()
 		 : opt.eval_only ? run_eval_only()

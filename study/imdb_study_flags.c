@@ -97,8 +97,9 @@ struct flag flags[] = {
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, dropout and batch order"),
 	INT("threads", threads, 0, 4096, "T", "threads (0: the cores no other process keeps busy)"),
 	CHO("device", device, "cpu|cuda", "where the model trains and runs"),
-	CHO("precision", precision, "f32|bf16",
-	    "bf16: train with bf16 products (f32 weights, checkpoints, evaluation)"),
+	CHO("precision", precision, "f32|bf16|tf32",
+	    "bf16: train with bf16 products (f32 weights, checkpoints, evaluation); tf32: f32 "
+	    "products on the GPU's tensor cores"),
 	BOOL("skip-nonfinite", skip_nonfinite,
 	     "skip a step whose loss or gradients are NaN or inf (default: stop the run, the last "
 	     "checkpoint intact)"),

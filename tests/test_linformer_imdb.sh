@@ -67,7 +67,8 @@ awk -v a="$(first_loss "$tmp/a")" -v b="$(first_loss "$tmp/b")" \
 	fail "bf16 training loss $(first_loss "$tmp/b") vs f32 $(first_loss "$tmp/a")"
 ok "--eval-only of the bf16 run's checkpoint" "$prog" --eval-only \
 	--checkpoint "$tmp/b/last.safetensors" --max-test 32 --threads 1
-expect 1 "expected one of f32|bf16" --precision f16
+expect 1 "expected one of f32|bf16|tf32" --precision f16
+expect 1 "tf32 is the GPU's tensor-core mode: use it with --device cuda" --precision tf32
 
 # the bundled recipe is imdb_study's flags, to the bit
 # shellcheck disable=SC2086

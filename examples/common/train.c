@@ -197,6 +197,20 @@ void train_set_device(const char *prog, const char *name)
 	train_device = TENSOR_CUDA;
 }
 
+enum tensor_dtype train_precision = TENSOR_F32;
+
+void train_set_precision(const char *prog, const char *name)
+{
+	train_precision = strcmp(name, "bf16") ? TENSOR_F32 : TENSOR_BF16;
+	if (strcmp(name, "tf32"))
+		return;
+	if (train_device != TENSOR_CUDA)
+		flags_fail(prog, "precision", "tf32 is the GPU's tensor-core mode: use it with "
+			   "--device cuda (on the CPU: f32 or bf16)");
+	if (tensor_cuda_set_tf32(true) < 0)
+		flags_fail(prog, "precision", "%s", tensor_last_error());
+}
+
 /* *t moved to train_device. */
 static int move(struct tensor **t)
 {

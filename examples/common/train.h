@@ -46,6 +46,14 @@ extern enum tensor_device train_device;
 /* Set train_device from a --device value ("cpu" or "cuda"); exits 2 naming the
  * flag when that device is not available. */
 void train_set_device(const char *prog, const char *name);
+/* The precision of the training step's products (nn_params_autocast_begin): TENSOR_F32
+ * unless train_set_precision chose bf16. */
+extern enum tensor_dtype train_precision;
+/* Set train_precision from a --precision value, after train_set_device: "f32", "bf16"
+ * (bf16 products, f32 accumulation, on either device) or "tf32" (f32 products on the
+ * GPU's tensor cores with TF32 inputs: --device cuda only; else exits 2 naming the
+ * flag). */
+void train_set_precision(const char *prog, const char *name);
 /* Exit (status 1, naming the estimate and what is available) when a run
  * cannot fit: model_bytes (model_estimate_bytes) on train_device, data_bytes
  * (the tokenized text) in host memory (both on the CPU alone); what names
