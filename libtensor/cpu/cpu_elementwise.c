@@ -8,45 +8,8 @@
 
 #define EW_INLINE static inline __attribute__((always_inline))
 
-#define SQRT_2_OVER_PI 0.79788456080286535588
-#define SQRT_1_2 0.70710678118654752440
-#define INV_SQRT_2PI 0.39894228040143267794
-#define GELU_TANH_C 0.044715
 
-/* ---- scalar math ----------------------------------------------------------- */
-
-/* Double forms of cpu_math.h's float ones (libm: f64 keeps full precision). */
-static inline double sigmoid_d(double x)
-{
-	return 1.0 / (1.0 + exp(-x));
-}
-
-static inline double gelu_d(double x)
-{
-	return 0.5 * x * erfc(-x * SQRT_1_2);
-}
-
-static inline double gelu_tanh_u(double x)
-{
-	return SQRT_2_OVER_PI * (x + GELU_TANH_C * x * x * x);
-}
-
-static inline double gelu_tanh_d(double x)
-{
-	return x * sigmoid_d(2.0 * gelu_tanh_u(x));
-}
-
-static inline double gelu_tanh_grad_d(double x)
-{
-	double s = sigmoid_d(2.0 * gelu_tanh_u(x));
-	return s + 2.0 * x * s * (1.0 - s) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_TANH_C * x * x);
-}
-
-static inline double silu_grad_d(double x)
-{
-	double s = sigmoid_d(x);
-	return s * (1.0 + x * (1.0 - s));
-}
+/* ---- scalar math (../scalar_math.h) ------------------------------------- */
 
 static double unary_d(enum tensor_unary_op op, double x, double alpha)
 {
@@ -63,7 +26,7 @@ static double unary_d(enum tensor_unary_op op, double x, double alpha)
 	case TENSOR_GELU: return gelu_d(x);
 	case TENSOR_GELU_TANH: return gelu_tanh_d(x);
 	case TENSOR_GELU_GRAD:
-		return 0.5 * erfc(-x * SQRT_1_2) + x * INV_SQRT_2PI * exp(-0.5 * x * x);
+		return gelu_grad_d(x);
 	case TENSOR_GELU_TANH_GRAD: return gelu_tanh_grad_d(x);
 	case TENSOR_SILU_GRAD: return silu_grad_d(x);
 	case TENSOR_SILU: return x * sigmoid_d(x);

@@ -1,6 +1,6 @@
 // CUDA elementwise kernels: the unary, binary and where slots. The same
-// functions as the CPU's (cpu_elementwise.c): f32 in float with ports of
-// cpu_math.h's exp and erfc, f64 in double, integers wrapping through unsigned
+// functions as the CPU's (cpu_elementwise.c), from the same scalar math
+// (../scalar_math.h): f32 in float, f64 in double, integers wrapping through unsigned
 // arithmetic, where moving elements bitwise (out may be b, or a for binary).
 //
 // The host merges dims as cpu_loop_init does (size-1 dims dropped, dims that
@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "../scalar_math.h"
 #include "cuda_internal.h"
 
 #define EW_THREADS 256
@@ -79,104 +80,13 @@ __device__ static __forceinline__ void ew_offsets(const ew_geo &g, int nd, int64
 	}
 }
 
-/* ---- scalar math: ports of cpu_math.h (f32) and of the CPU's f64 forms ------ */
-/* erfc and GELU take f_exp for exp(-z^2) where the CPU takes its one-scale exp_nonpos_f32:
- * the same to 1 ulp down to FLT_MIN, below which the CPU flushes to 0. */
-
-#define EW_SQRT_1_2 0.70710678118654752440
-#define EW_INV_SQRT_2PI 0.39894228040143267794
-#define EW_SQRT_2_OVER_PI 0.79788456080286535588
-#define EW_GELU_TANH_C 0.044715
-
-/* exp_f32 of cpu_math.h: Cephes' polynomial on x - n ln2, 2^n as two factors. */
-__device__ static __forceinline__ float f_exp(float x)
-{
-	bool above = x > -104.0f; /* false for NaN */
-	float xc = above ? x : -104.0f;
-	xc = xc < 89.0f ? xc : 89.0f;
-	float t = xc * 1.44269504088896341f;
-	int n = (int)(t + copysignf(0.5f, t)); /* rounded half away from zero */
-	float fn = (float)n;
-	float r = xc - fn * 0.693359375f + fn * 2.12194440e-4f;
-	float p = 1.9875691500e-4f;
-	p = p * r + 1.3981999507e-3f;
-	p = p * r + 8.3334519073e-3f;
-	p = p * r + 4.1665795894e-2f;
-	p = p * r + 1.6666665459e-1f;
-	p = p * r + 5.0000001201e-1f;
-	p = p * r * r + r + 1.0f;
-	int n1 = n / 2;
-	float y =
-	    p * __int_as_float((n1 + 127) * (1 << 23)) * __int_as_float((n - n1 + 127) * (1 << 23));
-	return x != x ? x : (above ? y : 0.0f);
-}
-
-/* erfc_q of cpu_math.h: erfc(z) exp(z^2) / t, t = 1 / (1 + z / 2). */
-__device__ static __forceinline__ float f_erfc_q(float t)
-{
-	float t2 = t * t, t4 = t2 * t2, t8 = t4 * t4;
-	float a = (2.820947948e-01f + 2.820938501e-01f * t) +
-		  (2.468806940e-01f + 1.753750786e-01f * t) * t2;
-	float b = (9.301484630e-02f - 5.729812255e-02f * t) +
-		  (1.272705107e-01f - 4.472818381e-01f * t) * t2;
-	float c = (4.864837790e-01f - 2.310245783e-01f * t) + 4.239097725e-02f * t2;
-	return a + b * t4 + c * t8;
-}
-
-/* erfc(z) for z >= 0 given e = exp(-z^2). */
-__device__ static __forceinline__ float f_erfc_abs(float z, float e)
-{
-	float t = 1.0f / (1.0f + 0.5f * z);
-	return t * e * f_erfc_q(t);
-}
-
-__device__ static __forceinline__ float f_sigmoid(float x)
-{
-	return 1.0f / (1.0f + f_exp(-x));
-}
-
-__device__ static __forceinline__ float f_erfc(float x)
-{
-	float z = fabsf(x), e = f_erfc_abs(z, f_exp(-z * z));
-	return x < 0 ? 2.0f - e : e;
-}
-
-__device__ static __forceinline__ float f_gelu(float x)
-{
-	return 0.5f * x * f_erfc(-x * (float)EW_SQRT_1_2);
-}
-
-__device__ static __forceinline__ float f_gelu_grad(float x)
-{
-	float z = fabsf(x) * (float)EW_SQRT_1_2, e = f_exp(-z * z), c = f_erfc_abs(z, e);
-	return 0.5f * (x > 0 ? 2.0f - c : c) + x * (float)EW_INV_SQRT_2PI * e;
-}
-
-__device__ static __forceinline__ float f_gelu_tanh(float x)
-{
-	return x *
-	       f_sigmoid(2.0f * (float)EW_SQRT_2_OVER_PI * (x + (float)EW_GELU_TANH_C * x * x * x));
-}
-
-__device__ static __forceinline__ float f_gelu_tanh_grad(float x)
-{
-	float s =
-	    f_sigmoid(2.0f * (float)EW_SQRT_2_OVER_PI * (x + (float)EW_GELU_TANH_C * x * x * x));
-	float du = (float)EW_SQRT_2_OVER_PI * (1.0f + 3.0f * (float)EW_GELU_TANH_C * x * x);
-	return s + 2.0f * x * s * (1.0f - s) * du;
-}
-
-__device__ static __forceinline__ float f_silu_grad(float x)
-{
-	float s = f_sigmoid(x);
-	return s * (1.0f + x * (1.0f - s));
-}
+/* ---- scalar math: ../scalar_math.h, the CPU's own ------------------------- */
 
 __device__ static __forceinline__ float unary_fl(int op, float x, float al)
 {
 	switch (op) {
 	case TENSOR_NEG: return -x;
-	case TENSOR_EXP: return f_exp(x);
+	case TENSOR_EXP: return exp_f32(x);
 	case TENSOR_LOG: return logf(x);
 	case TENSOR_SQRT: return sqrtf(x);
 	case TENSOR_RSQRT: return 1.0f / sqrtf(x);
@@ -184,30 +94,24 @@ __device__ static __forceinline__ float unary_fl(int op, float x, float al)
 	case TENSOR_ERF: return erff(x);
 	case TENSOR_ABS: return fabsf(x);
 	case TENSOR_RELU: return x < 0 ? 0.0f : x;
-	case TENSOR_GELU: return f_gelu(x);
-	case TENSOR_GELU_TANH: return f_gelu_tanh(x);
-	case TENSOR_SILU: return x * f_sigmoid(x);
-	case TENSOR_SIGMOID: return f_sigmoid(x);
+	case TENSOR_GELU: return gelu_f(x);
+	case TENSOR_GELU_TANH: return gelu_tanh_f(x);
+	case TENSOR_SILU: return x * sigmoid_f(x);
+	case TENSOR_SIGMOID: return sigmoid_f(x);
 	case TENSOR_SQUARE: return x * x;
 	case TENSOR_RECIPROCAL: return 1.0f / x;
 	case TENSOR_ADD_SCALAR: return x + al;
 	case TENSOR_MUL_SCALAR: return x * al;
 	case TENSOR_POW_SCALAR: return al == 2.0f ? x * x : powf(x, al);
-	case TENSOR_GELU_GRAD: return f_gelu_grad(x);
-	case TENSOR_GELU_TANH_GRAD: return f_gelu_tanh_grad(x);
-	case TENSOR_SILU_GRAD: return f_silu_grad(x);
+	case TENSOR_GELU_GRAD: return gelu_grad_f(x);
+	case TENSOR_GELU_TANH_GRAD: return gelu_tanh_grad_f(x);
+	case TENSOR_SILU_GRAD: return silu_grad_f(x);
 	default: return 0.0f;
 	}
 }
 
-__device__ static __forceinline__ double d_sigmoid(double x)
-{
-	return 1.0 / (1.0 + exp(-x));
-}
-
 __device__ static __forceinline__ double unary_fl(int op, double x, double al)
 {
-	double u = EW_SQRT_2_OVER_PI * (x + EW_GELU_TANH_C * x * x * x), s;
 	switch (op) {
 	case TENSOR_NEG: return -x;
 	case TENSOR_EXP: return exp(x);
@@ -218,22 +122,18 @@ __device__ static __forceinline__ double unary_fl(int op, double x, double al)
 	case TENSOR_ERF: return erf(x);
 	case TENSOR_ABS: return fabs(x);
 	case TENSOR_RELU: return x < 0 ? 0.0 : x;
-	case TENSOR_GELU: return 0.5 * x * erfc(-x * EW_SQRT_1_2);
-	case TENSOR_GELU_TANH: return x * d_sigmoid(2.0 * u);
-	case TENSOR_SILU: return x * d_sigmoid(x);
-	case TENSOR_SIGMOID: return d_sigmoid(x);
+	case TENSOR_GELU: return gelu_d(x);
+	case TENSOR_GELU_TANH: return gelu_tanh_d(x);
+	case TENSOR_SILU: return x * sigmoid_d(x);
+	case TENSOR_SIGMOID: return sigmoid_d(x);
 	case TENSOR_SQUARE: return x * x;
 	case TENSOR_RECIPROCAL: return 1.0 / x;
 	case TENSOR_ADD_SCALAR: return x + al;
 	case TENSOR_MUL_SCALAR: return x * al;
 	case TENSOR_POW_SCALAR: return al == 2.0 ? x * x : pow(x, al);
-	case TENSOR_GELU_GRAD:
-		return 0.5 * erfc(-x * EW_SQRT_1_2) + x * EW_INV_SQRT_2PI * exp(-0.5 * x * x);
-	case TENSOR_GELU_TANH_GRAD:
-		s = d_sigmoid(2.0 * u);
-		return s + 2.0 * x * s * (1.0 - s) * EW_SQRT_2_OVER_PI *
-			       (1.0 + 3.0 * EW_GELU_TANH_C * x * x);
-	case TENSOR_SILU_GRAD: s = d_sigmoid(x); return s * (1.0 + x * (1.0 - s));
+	case TENSOR_GELU_GRAD: return gelu_grad_d(x);
+	case TENSOR_GELU_TANH_GRAD: return gelu_tanh_grad_d(x);
+	case TENSOR_SILU_GRAD: return silu_grad_d(x);
 	default: return 0.0;
 	}
 }
