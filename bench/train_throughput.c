@@ -67,8 +67,9 @@ static struct flag flags[] = {
 	CHO("sharing", sharing, "none|headwise|kv|layerwise",
 	    "projection sharing of the Linformer (conv-linformer: not layerwise)"),
 	CHO("device", device, "cpu|cuda", "where the model trains"),
-	CHO("precision", precision, "f32|bf16",
-	    "bf16: mixed precision (products in bf16 with f32 accumulation, the rest f32)"),
+	CHO("precision", precision, "f32|bf16|tf32",
+	    "bf16: mixed precision (products in bf16 with f32 accumulation, the rest f32); tf32: "
+	    "f32 products on the GPU's tensor cores (--device cuda)"),
 	CHO("attention", attention, "fused|composed",
 	    "the attention core: the fused kernel where the device has one, or products and a "
 	    "softmax (nn_attention_set_fused)"),
@@ -422,6 +423,9 @@ int main(int argc, char **argv)
 	FILE *csv = nn_dist_rank() == 0 ? bench_csv_open(PROG, opt.csv, CSV_HEADER) : NULL;
 	dev = (enum tensor_device)bench_device_parse(PROG, opt.device);
 	precision = strcmp(opt.precision, "bf16") ? TENSOR_F32 : TENSOR_BF16;
+	if (!strcmp(opt.precision, "tf32") && (dev != TENSOR_CUDA || tensor_cuda_set_tf32(true) < 0))
+		flags_fail(PROG, "precision", "tf32 runs on --device cuda only%s%s",
+			   dev == TENSOR_CUDA ? ": " : "", dev == TENSOR_CUDA ? tensor_last_error() : "");
 	nn_attention_set_fused(!strcmp(opt.attention, "fused"));
 	tensor_set_num_threads((int)opt.threads);
 	double sgemm = bench_sgemm_gflops(dev, opt.sgemm_size, 5);
@@ -438,7 +442,8 @@ int main(int argc, char **argv)
 	       (long long)opt.k, opt.sharing);
 	printf("- attention %s; precision %s%s%s\n", opt.attention, opt.precision,
 	       precision == TENSOR_BF16 ? ": products in bf16 (f32 accumulation), kernel " : "",
-	       precision == TENSOR_BF16 ? tensor_bf16_gemm_kernel() : "");
+	       precision == TENSOR_BF16 ? (dev == TENSOR_CUDA ? "cuBLAS" : tensor_bf16_gemm_kernel())
+					: "");
 	printf("- %d rank%s (mpirun), threads %lld each (OpenMP wait policy %s), BLIS kernels %s, "
 	       "load average at start %.2f; sgemm %lld^3 (tensor_matmul, one rank): %.1f GFLOP/s\n",
 	       nn_dist_size(), nn_dist_size() > 1 ? "s" : "",

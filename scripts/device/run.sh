@@ -91,8 +91,16 @@ benchmarks() {
 	bench train_cuda 14 ${BENCH_LIMIT:-150} ./bench/train_throughput --device cuda \
 		--n 512,2048,4096 --sgemm-size 8192 --warmup 3 --reps 10 --max-seconds 20 \
 		--csv "$W/train_cuda.csv"
-	bench train_torch 14 ${BENCH_LIMIT:-150} env PYTHONUNBUFFERED=1 python3 \
-		"$root/bench/pytorch/train_cuda.py" --n 512,2048,4096 --csv "$W/train_torch.csv"
+	for p in bf16 tf32; do
+		bench train_cuda_$p 14 ${BENCH_LIMIT:-150} ./bench/train_throughput --device cuda \
+			--n 512,2048,4096 --precision $p --warmup 3 --reps 10 --max-seconds 20 \
+			--csv "$W/train_cuda_$p.csv"
+	done
+	# PyTorch at its strongest: f32, tf32 and bf16 autocast, eager and compiled (the
+	# fastest of each reported; max-autotune's tuning takes minutes a shape: TORCH_COMPILE)
+	bench train_torch 20 ${TORCH_LIMIT:-300} env PYTHONUNBUFFERED=1 python3 \
+		"$root/bench/pytorch/train_cuda.py" --n 512,2048,4096 --precision f32,tf32,bf16 \
+		--compile "${TORCH_COMPILE:-none,default}" --csv "$W/train_torch.csv"
 	bench table_cuda 16 ${BENCH_LIMIT:-150} ./bench/linformer_table --device cuda \
 		--n 4096,8192,16384,32768,65536 --k 128,256 --batches 1,max --reps 1 --sgemm-size 8192 \
 		--max-seconds 15 --csv "$W/table_cuda.csv"
