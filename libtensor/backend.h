@@ -90,6 +90,8 @@ struct tensor_backend {
 	 * stride in its last dim). */
 	int (*attention)(struct tensor *out, struct tensor *lse,
 			 const struct tensor_attention_args *a);
+	/* The largest head dims (d and dv) the attention kernel takes; 0: any. */
+	int64_t attention_dmax;
 	int (*attention_backward)(struct tensor *dq, struct tensor *dk, struct tensor *dv,
 				  const struct tensor_attention_args *a, const struct tensor *lse,
 				  const struct tensor *dout);

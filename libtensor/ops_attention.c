@@ -186,8 +186,9 @@ int tensor_attention_backward(const struct tensor_attention_args *a, const struc
 
 bool tensor_attention_supported(const struct tensor *q)
 {
-	if (!q || (q->dtype != TENSOR_F32 && q->dtype != TENSOR_F64))
+	if (!q || (q->dtype != TENSOR_F32 && q->dtype != TENSOR_F64) || q->ndim != 4)
 		return false;
 	const struct tensor_backend *be = tensor_backend_get(q->storage->device);
-	return be && be->attention && be->attention_backward;
+	return be && be->attention && be->attention_backward &&
+	       (!be->attention_dmax || q->shape[3] <= be->attention_dmax);
 }

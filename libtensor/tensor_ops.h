@@ -291,7 +291,8 @@ struct tensor *tensor_attention(const struct tensor_attention_args *a, struct te
 int tensor_attention_backward(const struct tensor_attention_args *a, const struct tensor *lse,
 			      const struct tensor *dout, struct tensor **dq, struct tensor **dk,
 			      struct tensor **dv);
-/* Whether tensor_attention runs for q: f32 or f64 on a device with the kernel. */
+/* Whether tensor_attention runs for q: f32 or f64 on a device with the kernel, within its
+ * head dims (CUDA's: up to 128). */
 bool tensor_attention_supported(const struct tensor *q);
 
 /* Dropout in one pass: x * keep / (1 - p) at row-major index i, keep[i] = (word(seed, i)

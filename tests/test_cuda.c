@@ -73,8 +73,8 @@ START_TEST(test_parity)
 			continue;
 		/* bf16 inputs: f32 results as the row's f32 ones; bf16 results below */
 		double ulps = dt == TENSOR_F32 || dt == TENSOR_BF16 ? r->ulps32
-			      : dt == TENSOR_F64			? r->ulps64
-									: 0;
+			      : dt == TENSOR_F64		    ? r->ulps64
+								    : 0;
 		/* a row that states its accuracy against the exact result (an ill-conditioned
 		 * one, such as a norm of rows far from zero) lets two devices, each within
 		 * it, differ by twice that */
@@ -107,13 +107,88 @@ START_TEST(test_parity)
 					 op_layout_name(l));
 				/* a bf16 result: each device rounds its f32 sum once, in
 				 * orders that differ: one bf16 ulp (2 x 2^-8 relative) */
-				assert_near(what, got, want,
-					    want->dtype == TENSOR_BF16 ? 2 : ulps);
+				assert_near(what, got, want, want->dtype == TENSOR_BF16 ? 2 : ulps);
 				ck_assert_int_eq(tensor_last_status(), TENSOR_OK);
 				tensor_scope_end();
 			}
 		}
 	}
+}
+END_TEST
+
+/* ---- the fused attention against the CPU's -------------------------------------- */
+
+/* The device's tensor_attention and its backward against the CPU's kernel, on the same
+ * inputs: f32 and f64; T and S off the kernel's tiles (64 rows, 32 keys), T != S; hidden
+ * keys, causal rows, both; the probabilities' dropout; head dims from 16 to the CUDA
+ * kernel's 128, d != dv; a batch entry whose keys are all hidden (its rows give 0, lse
+ * +inf, no gradient). */
+START_TEST(test_attention_parity)
+{
+	static const struct {
+		int64_t b, h, t, s, d, dv;
+		bool causal, hidden;
+		double drop;
+	} cases[] = {
+		{ 2, 3, 70, 70, 16, 24, true, false, 0 },
+		{ 2, 2, 130, 37, 64, 64, false, true, 0 },
+		{ 2, 1, 33, 100, 100, 40, false, true, 0.2 },
+		{ 1, 2, 65, 65, 128, 128, true, true, 0.1 },
+	};
+	const enum tensor_dtype dts[] = { TENSOR_F32, TENSOR_F64 };
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+		for (int k = 0; k < 2; k++) {
+			tensor_scope_begin();
+			enum tensor_dtype dt = dts[k];
+			int64_t b = cases[c].b, h = cases[c].h, t = cases[c].t, s = cases[c].s;
+			struct tensor *cq = tu_rand(dt, 4, (int64_t[]){ b, h, t, cases[c].d }, 1);
+			struct tensor *ck = tu_rand(dt, 4, (int64_t[]){ b, h, s, cases[c].d }, 2);
+			struct tensor *cv = tu_rand(dt, 4, (int64_t[]){ b, h, s, cases[c].dv }, 3);
+			struct tensor *cg = tu_rand(dt, 4, (int64_t[]){ b, h, t, cases[c].dv }, 4);
+			struct tensor *ch = NULL;
+			if (cases[c].hidden) { /* every 5th key hidden; batch entry 1 sees none */
+				double flags[2 * 130];
+				for (int64_t i = 0; i < b * s; i++)
+					flags[i] = i % 5 == 0 || i >= s;
+				ch = tensor_cast(tensor_from_data(TENSOR_F64, TENSOR_CPU, 2,
+								  (int64_t[]){ b, s }, flags),
+						 dt);
+			}
+			struct tensor_attention_args ca = { .q = cq,
+							    .k = ck,
+							    .v = cv,
+							    .hidden = ch,
+							    .causal = cases[c].causal,
+							    .scale = 0.3,
+							    .dropout = cases[c].drop,
+							    .seed = 5,
+							    .first = 11 };
+			struct tensor_attention_args ga = ca;
+			ga.q = to_cuda(cq);
+			ga.k = to_cuda(ck);
+			ga.v = to_cuda(cv);
+			ga.hidden = ch ? to_cuda(ch) : NULL;
+			struct tensor *cl, *gl, *cdq, *cdk, *cdv, *gdq, *gdk, *gdv;
+			struct tensor *co = tensor_attention(&ca, &cl),
+				      *go = tensor_attention(&ga, &gl);
+			ck_assert_msg(co && go, "attention case %zu: %s", c, tensor_last_error());
+			ck_assert_int_eq(tensor_attention_backward(&ca, cl, cg, &cdq, &cdk, &cdv),
+					 TENSOR_OK);
+			ck_assert_msg(tensor_attention_backward(&ga, gl, to_cuda(cg), &gdq, &gdk,
+								&gdv) == TENSOR_OK,
+				      "attention backward case %zu: %s", c, tensor_last_error());
+			double ulps = dt == TENSOR_F32 ? 256 : 4096; /* sums over up to 130 keys */
+			char what[64];
+			const char *names[5] = { "out", "lse", "dq", "dk", "dv" };
+			struct tensor *got[5] = { go, gl, gdq, gdk, gdv },
+				      *want[5] = { co, cl, cdq, cdk, cdv };
+			for (int i = 0; i < 5; i++) {
+				snprintf(what, sizeof what, "attention case %zu %s %s", c,
+					 tensor_dtype_name(dt), names[i]);
+				assert_near(what, got[i], want[i], ulps);
+			}
+			tensor_scope_end();
+		}
 }
 END_TEST
 
@@ -258,8 +333,8 @@ START_TEST(test_sum_across_one)
 		ck_assert_int_eq(tensor_cuda_sum_across(t), TENSOR_OK);
 		assert_near("sum across one process", t, want, 0);
 	}
-	tu_assert_error(tensor_cuda_sum_across(tensor_transpose(to_cuda(tu_rand(
-			    TENSOR_F32, 2, (int64_t[]){ 3, 4 }, 7)), 0, 1)) < 0,
+	tu_assert_error(tensor_cuda_sum_across(tensor_transpose(
+			    to_cuda(tu_rand(TENSOR_F32, 2, (int64_t[]){ 3, 4 }, 7)), 0, 1)) < 0,
 			TENSOR_ERR_ARG, "contiguous", NULL);
 	tensor_cuda_comm_free();
 }
@@ -304,6 +379,7 @@ int main(void)
 	rows = op_rows(&nrows);
 	tcase_add_loop_test(tc, test_parity, 0, nrows);
 	tcase_add_test(tc, test_random_parity);
+	tcase_add_test(tc, test_attention_parity);
 	suite_add_tcase(s, tc);
 	if (dev == TENSOR_CUDA) {
 		TCase *own = tu_tcase("device");

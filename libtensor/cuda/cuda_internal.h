@@ -114,6 +114,13 @@ int cuda_norm_backward(struct tensor *dx, struct tensor *dw, struct tensor *db,
 int cuda_adamw(struct tensor *p, struct tensor *m, struct tensor *v, const struct tensor *g,
 	       const double *h);
 int cuda_sgd(struct tensor *p, struct tensor *buf, const struct tensor *g, const double *h);
+/* cuda_attention.cu: tensor_attention's slots (f32, f64; head dims up to
+ * CUDA_ATTENTION_DMAX, else TENSOR_ERR_UNSUPPORTED) */
+#define CUDA_ATTENTION_DMAX 128
+int cuda_attention(struct tensor *out, struct tensor *lse, const struct tensor_attention_args *a);
+int cuda_attention_backward(struct tensor *dq, struct tensor *dk, struct tensor *dv,
+			    const struct tensor_attention_args *a, const struct tensor *lse,
+			    const struct tensor *dout);
 /* cuda_index.cu */
 int cuda_index_select(struct tensor *out, const struct tensor *src, int dim,
 		      const struct tensor *idx);
