@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/data.h" /* where the bundled langid.tsv is */
-#include "nn.h"
+#include <cformer/nn.h>
+#include <cformer/text.h> /* text_data_path: where `make install` put langid.tsv */
 
 #define MAX_LEN 256	  /* bytes kept of each sentence */
 #define BATCH 32	  /* sentences per training step */
@@ -127,7 +127,10 @@ static struct example *load_data(const char *path, int *n)
 {
 	FILE *f = fopen(path, "r");
 	if (!f) {
-		fprintf(stderr, "nn_tutorial: cannot open %s: %s\n", path, strerror(errno));
+		fprintf(stderr,
+			"nn_tutorial: cannot open %s: %s (give --data PATH, or set CFORMER_DATA_DIR to "
+			"the directory of langid.tsv)\n",
+			path, strerror(errno));
 		exit(1);
 	}
 	struct example *ex = NULL;
@@ -260,7 +263,7 @@ int main(int argc, char **argv)
 {
 	long steps = 300, seed = 1, threads = 0;
 	char bundled[4096];
-	const char *data = example_data_path("langid.tsv", bundled, sizeof bundled), *save = NULL;
+	const char *data = text_data_path("langid.tsv", bundled, sizeof bundled), *save = NULL;
 	int check = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *flag = argv[i], *val = i + 1 < argc ? argv[i + 1] : "";
@@ -282,6 +285,8 @@ int main(int argc, char **argv)
 			usage(flag, *val ? "unknown flag" : "unknown flag or missing value");
 		i++;
 	}
+	if (!data)
+		die("the bundled data's path");
 	if (threads)
 		tensor_set_num_threads((int)threads);
 

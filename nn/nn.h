@@ -433,6 +433,38 @@ struct tensor *nn_linformer_attend(const struct nn_linformer *m, struct tensor *
 				   const struct nn_linformer_kv *kv, int64_t b0);
 void nn_linformer_free(struct nn_linformer *m);
 
+/* ---- cached keys and values for generation (kv_cache.c) ------------------- */
+/* A causal decoder generating text one token at a time: the keys and values
+ * of the tokens already read do not change, so each layer keeps them in a
+ * cache, and a step computes the projections of the new tokens only and
+ * attends from them to the cache (O(len) a token instead of rerunning the
+ * window). Inference only. */
+struct nn_kv_cache {
+	struct tensor *k, *v; /* [B, H, max_len, d] heap tensors; rows [0, len) are filled */
+	int64_t len, max_len;
+};
+/* An empty cache for the module m (its heads, head size, dtype and device)
+ * and batch sequences of up to max_len tokens. Errors: m NULL or not
+ * initialised, batch or max_len < 1 (TENSOR_ERR_ARG), allocation. */
+int nn_kv_cache_init(struct nn_kv_cache *c, const struct nn_mha *m, int64_t batch,
+		     int64_t max_len);
+/* Forget the cached tokens (len = 0) to start new sequences; keeps the buffers. */
+void nn_kv_cache_reset(struct nn_kv_cache *c);
+/* Free the buffers (safe on a zeroed or freed cache, and on NULL). */
+void nn_kv_cache_free(struct nn_kv_cache *c);
+/* Causal self-attention of m for the next T tokens x [B, T, dim], at
+ * positions c->len .. c->len+T-1 of the sequences whose earlier keys and
+ * values c holds: their keys and values are appended to c (len += T) and the
+ * result [B, T, dim] is the rows of nn_mha_forward(m, whole sequence, NULL,
+ * true) for those positions in eval mode, up to rounding. Feed a prompt in one
+ * call and then one token a call. Errors, which leave c as it was: gradients
+ * enabled (call between ag_no_grad_begin and ag_no_grad_end:
+ * TENSOR_ERR_STATE); c->len + T > c->max_len (TENSOR_ERR_ARG); x not [B, T,
+ * dim] with the cache's B, a cache of another module's shape
+ * (TENSOR_ERR_SHAPE); m or c NULL or not initialised; outside a scope. */
+struct tensor *nn_mha_forward_cached(const struct nn_mha *m, struct tensor *x,
+				     struct nn_kv_cache *c);
+
 /* ---- losses and metrics (loss.c) ------------------------------------------ */
 
 /* Mean cross-entropy of logits [N, C] against targets [N] (i32/i64) over the

@@ -11,6 +11,9 @@ if [ ! -x "$prog" ]; then
 fi
 test_name=nn_tutorial
 . "${srcdir:-.}/tests/lib.sh"
+# the bundled sentences of the source tree (installed, the program finds them by itself)
+CFORMER_DATA_DIR=${CFORMER_DATA_DIR:-${srcdir:-.}/examples/data}
+export CFORMER_DATA_DIR
 
 # Training reaches the bound; the checkpoint reloads into a model that agrees.
 expect 0 "held-out loss" --check --steps "$steps" --threads 2
@@ -26,6 +29,8 @@ expect 1 "needs a positive integer" --steps 0
 expect 1 "needs a positive integer" --steps 12x
 expect 1 "unknown flag or missing value" --data
 expect 1 "cannot open $tmp/missing.tsv" --data "$tmp/missing.tsv"
+mkdir "$tmp/data" && printf 'en\tOne.\nfr\tDeux.\nes\tTres.\nde\tVier.\nen\tFive.\n' >"$tmp/data/langid.tsv"
+CFORMER_DATA_DIR=$tmp/data expect 0 "5 sentences (4 train, 1 held out) from $tmp/data/langid.tsv" --steps 1
 printf 'en\tHello there.\nfr Bonjour sans tabulation.\n' >"$tmp/notab.tsv"
 expect 1 "notab.tsv:2: no TAB after the label" --data "$tmp/notab.tsv"
 printf 'en\tHello there.\n\nxx\tUnknown language.\n' >"$tmp/label.tsv"

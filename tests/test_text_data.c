@@ -780,6 +780,37 @@ START_TEST(test_lines_errors)
 }
 END_TEST
 
+/* ---- the bundled data's place ----------------------------------------------- */
+
+START_TEST(test_data_path)
+{
+	char buf[512], want[512];
+	char *root = tree_new();
+	put_text(root, "langid.tsv", "en\tHello.\n");
+	snprintf(want, sizeof want, "%s/langid.tsv", CFORMER_PKGDATADIR);
+	/* without CFORMER_DATA_DIR: the installed place */
+	ck_assert_int_eq(unsetenv("CFORMER_DATA_DIR"), 0);
+	ck_assert_str_eq(text_data_path("langid.tsv", buf, sizeof buf), want);
+	/* with it: its file when there, else the installed place */
+	ck_assert_int_eq(setenv("CFORMER_DATA_DIR", root, 1), 0);
+	char here[512];
+	snprintf(here, sizeof here, "%s/langid.tsv", root);
+	ck_assert_str_eq(text_data_path("langid.tsv", buf, sizeof buf), here);
+	snprintf(want, sizeof want, "%s/coast.txt", CFORMER_PKGDATADIR);
+	ck_assert_str_eq(text_data_path("coast.txt", buf, sizeof buf), want);
+	ck_assert_int_eq(setenv("CFORMER_DATA_DIR", "", 1), 0);
+	ck_assert_str_eq(text_data_path("coast.txt", buf, sizeof buf), want);
+	/* errors */
+	tu_assert_error(!text_data_path("langid.tsv", buf, 4), TENSOR_ERR_ARG, "text_data_path",
+			"does not fit in 4 bytes");
+	tu_assert_error(!text_data_path(NULL, buf, sizeof buf), TENSOR_ERR_ARG, "text_data_path",
+			"must not be NULL");
+	tu_assert_error(!text_data_path("x", NULL, 8), TENSOR_ERR_ARG, "text_data_path", NULL);
+	ck_assert_int_eq(unsetenv("CFORMER_DATA_DIR"), 0);
+	tree_remove(root);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("text_data");
@@ -808,6 +839,7 @@ int main(void)
 	tcase_add_test(tc, test_lines_file);
 	tcase_add_test(tc, test_lines_dir);
 	tcase_add_test(tc, test_lines_errors);
+	tcase_add_test(tc, test_data_path);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

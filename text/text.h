@@ -157,6 +157,18 @@ int text_dataset_concat(const struct text_dataset *a, const struct text_dataset 
 int text_dataset_chunk(const struct text_dataset *in, const struct text_tokenizer *tok,
 		       int64_t budget, struct text_dataset *out);
 
+/* ---- the bundled data (data_path.c) ----------------------------------------- */
+
+/* The path of a file or directory that `make install` puts in the data directory
+ * ($(datadir)/cformer, `pkg-config --variable=pkgdatadir cformer`): the IMDB review
+ * subset "aclImdb_subset", the tutorial's "langid.tsv", char_lm's "coast.txt" and
+ * "bert-base-uncased-vocab.txt". Writes $CFORMER_DATA_DIR/name into buf (len bytes) when
+ * that variable is set and the file is there (say, CFORMER_DATA_DIR=examples/data in a
+ * source tree), else the installed path, and returns buf; whether the file exists is
+ * the caller's to find out (its open then names the path). NULL with TENSOR_ERR_ARG if
+ * name or buf is NULL or the path does not fit. */
+const char *text_data_path(const char *name, char *buf, size_t len);
+
 /* ---- batching (batch.c) ---------------------------------------------------- */
 
 /* A batch of B sequences of length w: ids [B, w] i64, mask [B, w] i64 (1 =
