@@ -162,11 +162,13 @@ int text_dataset_chunk(const struct text_dataset *in, const struct text_tokenize
 /* The path of a file or directory that `make install` puts in the data directory
  * ($(datadir)/cformer, `pkg-config --variable=pkgdatadir cformer`): the IMDB review
  * subset "aclImdb_subset", the tutorial's "langid.tsv", char_lm's "coast.txt" and
- * "bert-base-uncased-vocab.txt". Writes $CFORMER_DATA_DIR/name into buf (len bytes) when
- * that variable is set and the file is there (say, CFORMER_DATA_DIR=examples/data in a
- * source tree), else the installed path, and returns buf; whether the file exists is
- * the caller's to find out (its open then names the path). NULL with TENSOR_ERR_ARG if
- * name or buf is NULL or the path does not fit. */
+ * "bert-base-uncased-vocab.txt". Writes into buf (len bytes) the first of these where the
+ * file is: $CFORMER_DATA_DIR/name; data/name beside the running program (a program of a
+ * build tree, such as examples/nn_tutorial with examples/data); ../share/cformer/name
+ * from the program's directory (an installed tree moved elsewhere); else the installed
+ * path. Returns buf; whether the file exists is the caller's to find out (its open then
+ * names the path). NULL with TENSOR_ERR_ARG if name or buf is NULL or the path does not
+ * fit. */
 const char *text_data_path(const char *name, char *buf, size_t len);
 
 /* ---- batching (batch.c) ---------------------------------------------------- */
