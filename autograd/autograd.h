@@ -9,8 +9,12 @@
  * Memory: nodes and intermediate gradients live in the current scope (a
  * training step is one scope); leaf gradients (t->grad of tensors marked with
  * ag_requires_grad) are persistent heap tensors that accumulate (+=) across
- * backward calls until ag_zero_grad(). Ending a scope drops the nodes it
- * recorded. Errors follow libtensor: NULL in, NULL out, first error kept.
+ * backward calls until ag_zero_grad(). A leaf's gradient belongs to the leaf:
+ * tensor_free(t) of a heap leaf frees it too, and the gradient of a leaf made
+ * in a scope is freed when that scope ends (nn_params_free frees parameters
+ * and their gradients); never free t->grad on its own while t holds it.
+ * Ending a scope drops the nodes it recorded. Errors follow libtensor: NULL
+ * in, NULL out, first error kept.
  */
 #ifndef CFORMER_AUTOGRAD_H
 #define CFORMER_AUTOGRAD_H

@@ -286,6 +286,19 @@ int tensor_scope_depth(void)
 	return depth;
 }
 
+int tensor_scope_of(const struct tensor *t)
+{
+	if (!t || !t->in_arena)
+		return 0;
+	int open = depth < MAX_SCOPES ? depth : MAX_SCOPES;
+	for (int i = open - 1; i >= 0; i--)
+		for (struct block *b = scopes[i].chain[HOST]; b; b = b->next)
+			if ((const char *)t >= (char *)b->data &&
+			    (const char *)t < (char *)b->data + b->size)
+				return i + 1;
+	return 0;
+}
+
 void tensor_scope_set_end_hook(void (*hook)(int depth))
 {
 	atomic_store(&end_hook, hook);

@@ -190,6 +190,7 @@ void tensor_free(struct tensor *t)
 {
 	if (!t || t->in_arena)
 		return;
+	tensor_free(t->grad); /* a leaf's gradient belongs to it */
 	tensor_storage_release(t->storage);
 	free(t);
 }

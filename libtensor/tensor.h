@@ -188,8 +188,10 @@ int tensor_normal_(struct tensor *t, uint64_t seed, double mean, double std);
  * Every in-place op (tensor_*_) checks this. */
 int tensor_check_writable(const char *op, const struct tensor *t);
 
-/* Release a heap tensor (drops its storage reference); no-op on NULL and on
- * scope-allocated tensors. Does not free t->grad (autograd owns it). */
+/* Release a heap tensor (drops its storage reference) and its gradient t->grad
+ * if it has one: a leaf's gradient belongs to the leaf, and this is the one way
+ * to free it (never free t->grad on its own; a scoped leaf's gradient goes when
+ * the leaf's scope ends). No-op on NULL and on scope-allocated tensors. */
 void tensor_free(struct tensor *t);
 
 /* ---- views (share storage, never copy) ------------------------------------ */

@@ -45,10 +45,8 @@ void nn_params_free(struct nn_params *ps)
 	if (!ps)
 		return;
 	ag_tape_reset();
-	for (int i = 0; i < ps->n; i++) {
-		tensor_free(ps->items[i].value->grad);
-		tensor_free(ps->items[i].value);
-	}
+	for (int i = 0; i < ps->n; i++)
+		tensor_free(ps->items[i].value); /* and its gradient */
 	free(ps->items);
 	tensor_free(ps->flat);
 	tensor_free(ps->flat_grad);

@@ -37,8 +37,6 @@ START_TEST(test_simple_backward)
 	free(va);
 	free(vb);
 	gc_assert("mul_add", f_mul_add, NULL, 2, (struct tensor *[]){ a, b });
-	tensor_free(a->grad);
-	tensor_free(b->grad);
 }
 END_TEST
 
@@ -60,8 +58,6 @@ START_TEST(test_accumulation_equals_summed_loss)
 	tu_assert_close(b->grad, g1b, 12, 1e-12, 1e-12);
 	free(g1a);
 	free(g1b);
-	tensor_free(a->grad);
-	tensor_free(b->grad);
 }
 END_TEST
 
@@ -83,7 +79,6 @@ START_TEST(test_explicit_dout_and_leaf_output)
 		ck_assert(fabs(g[i] - 4 * v[i]) < 1e-12);
 	free(g);
 	free(v);
-	tensor_free(a->grad);
 }
 END_TEST
 
@@ -126,7 +121,6 @@ START_TEST(test_scope_end_drops_nodes)
 		w[i] = exp(va[i]);
 	free(va);
 	tu_assert_close(a->grad, w, 12, 1e-12, 1e-12);
-	tensor_free(a->grad);
 }
 END_TEST
 
@@ -192,7 +186,6 @@ START_TEST(test_lost_node_refused)
 	ck_assert_int_eq(ag_backward(ag_sum(a, 0, NULL, false), NULL), TENSOR_OK);
 	double ones[12] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
 	tu_assert_close(a->grad, ones, 12, 0, 0);
-	tensor_free(a->grad);
 }
 END_TEST
 
@@ -216,7 +209,6 @@ START_TEST(test_grad_used_in_graph)
 		want[i] = 2 * g1[i];
 	tu_assert_close(a->grad, want, 12, 1e-12, 0);
 	free(g1);
-	tensor_free(a->grad);
 }
 END_TEST
 
@@ -243,6 +235,37 @@ START_TEST(test_backward_frees_as_it_goes)
 	ck_assert(x->grad != NULL && h->grad == NULL);
 	tensor_free(x->grad);
 	x->grad = NULL;
+}
+END_TEST
+
+/* A leaf's gradient belongs to the leaf: tensor_free of a heap leaf frees it, and the end
+ * of a scoped leaf's scope frees it (LeakSanitizer checks the same under ASan). */
+START_TEST(test_leaf_owns_grad)
+{
+	size_t live0 = tensor_mem_stats(TENSOR_CPU).live_bytes;
+	tensor_heap_begin();
+	struct tensor *w = tensor_rand_normal(TENSOR_F32, TENSOR_CPU, 2, S34, 1, 0, 1);
+	tensor_heap_end();
+	ck_assert_int_eq(ag_requires_grad(w, true), TENSOR_OK);
+	tensor_scope_begin();
+	struct tensor *x = tensor_rand_normal(TENSOR_F32, TENSOR_CPU, 2, S34, 2, 0, 1);
+	ck_assert_int_eq(ag_requires_grad(x, true), TENSOR_OK);
+	struct tensor *loss = ag_sum(ag_mul(w, x), 0, NULL, false);
+	size_t live1 = tensor_mem_stats(TENSOR_CPU).live_bytes;
+	ck_assert_int_eq(ag_backward(loss, NULL), TENSOR_OK);
+	ck_assert(w->grad && x->grad && !w->grad->in_arena && !x->grad->in_arena);
+	tu_assert_same(w->grad, x, 0);
+	tu_assert_same(x->grad, w, 0);
+	/* the two gradients are all backward left */
+	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes, live1 + 2 * tensor_nbytes(x));
+	tensor_scope_begin(); /* an inner scope's end leaves an outer leaf's gradient */
+	tensor_scope_end();
+	ck_assert_ptr_nonnull(x->grad);
+	tensor_scope_end(); /* x's scope: x and its gradient */
+	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes,
+			  live0 + 2 * tensor_nbytes(w));
+	tensor_free(w); /* w and its gradient */
+	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes, live0);
 }
 END_TEST
 
@@ -407,7 +430,6 @@ START_TEST(test_memory_flat_across_steps)
 	ck_assert_uint_eq(live[0], live0 + 2 * 32 * 64 * sizeof(float));
 	ck_assert_uint_eq(live[1], live[0]);
 	ck_assert_uint_eq(live[3], live[0]);
-	tensor_free(w->grad);
 	tensor_free(w);
 	tensor_mem_trim();
 	tensor_scope_begin();
@@ -470,7 +492,6 @@ START_TEST(test_backward_release_scopes)
 	tu_assert_close(x->grad, want, 12, 1e-14, 0);
 	for (int i = 0; i < 12; i++)
 		ck_assert(tensor_get(y, (int64_t[]){ i / 4, i % 4 }) == 3 * vx[i]);
-	tensor_free(x->grad);
 	ck_assert_int_eq(tensor_scope_end(), TENSOR_OK); /* no scope: heap tensors */
 	x = tensor_from_data(TENSOR_F64, TENSOR_CPU, 2, S34, vx);
 	ag_requires_grad(x, true);
@@ -488,7 +509,6 @@ START_TEST(test_backward_release_scopes)
 	ag_tape_reset();
 	tensor_free(w);
 	tensor_free(c);
-	tensor_free(x->grad);
 	tensor_free(x);
 	free(vx);
 	free(vy);
@@ -621,8 +641,6 @@ START_TEST(test_mlp_trains)
 		tensor_scope_end();
 	}
 	ck_assert_msg(last < 0.01 && last < first / 10, "loss %g -> %g", first, last);
-	for (int k = 0; k < 4; k++)
-		tensor_free(p[k]->grad);
 }
 END_TEST
 
@@ -639,6 +657,7 @@ int main(void)
 	tcase_add_test(tc, test_grad_used_in_graph);
 	tcase_add_test(tc, test_lost_node_refused);
 	tcase_add_test(tc, test_backward_frees_as_it_goes);
+	tcase_add_test(tc, test_leaf_owns_grad);
 	tcase_add_test(tc, test_accumulate_take);
 	tcase_add_test(tc, test_accumulate_shares);
 	tcase_add_test(tc, test_matmul_grad_layout);

@@ -535,7 +535,6 @@ START_TEST(test_gradients)
 			    strstr(pn, ".E.") || strstr(pn, ".F.") || strncmp(pn, "proj.", 5) == 0;
 			ck_assert(v->requires_grad == !(c.kind == NN_ATTN_RANDOM && is_proj));
 		}
-		tensor_free(x->grad);
 		lf_drop(&f);
 	}
 }
