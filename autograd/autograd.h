@@ -97,6 +97,17 @@ int ag_autocast_storage(const struct tensor *src, const struct tensor *copy);
 /* A view of t that shares its data but is cut from the graph. */
 struct tensor *ag_detach(const struct tensor *t);
 
+/* Between these calls (they nest, per thread) tensor_ ops may read tensors that require
+ * grad while the tape records: the forward of an op written with ag_record, which computes
+ * its result with tensor_ ops and records it (every ag_ op does this inside). Elsewhere a
+ * tensor_ op that returns a new tensor (or view) given a tensor that requires grad, with
+ * grad mode on, fails with TENSOR_ERR_STATE naming the ag_ op to use: its result would be
+ * cut from the graph and backward would leave the gradient silently 0. Comparisons,
+ * argmax, casts to integers, index and mask operands, in-place ops and reads (tensor_get,
+ * tensor_to_host, tensor_data) are not checked. */
+void ag_op_begin(void);
+void ag_op_end(void);
+
 /* ---- writing ops (for ag_<family>.c and for user-defined ops) -------------- */
 
 #define AG_MAX_INPUTS 4

@@ -5,6 +5,7 @@
 
 #include "autograd.h"
 #include "ag_internal.h"
+#include "guard.h"
 #include "mem.h"
 
 #define CHUNK 256
@@ -138,12 +139,25 @@ static int own_scoped_grad(struct tensor *t)
 void ag_no_grad_begin(void)
 {
 	no_grad++;
+	tensor_tracked_allow_begin(); /* nothing records: no result can be cut off */
 }
 
 void ag_no_grad_end(void)
 {
-	if (no_grad > 0)
+	if (no_grad > 0) {
 		no_grad--;
+		tensor_tracked_allow_end();
+	}
+}
+
+void ag_op_begin(void)
+{
+	tensor_tracked_allow_begin();
+}
+
+void ag_op_end(void)
+{
+	tensor_tracked_allow_end();
 }
 
 bool ag_grad_enabled(void)
@@ -209,7 +223,9 @@ struct tensor *ag_save(struct ag_node *n, struct tensor *t)
 			     AG_MAX_SAVED);
 		return NULL;
 	}
+	ag_op_begin();
 	struct tensor *alias = tensor_alias(t); /* keeps heap storage alive */
+	ag_op_end();
 	if (!alias) {
 		lose(n->depth);
 		return NULL;
@@ -251,7 +267,9 @@ int ag_zero_grad(struct tensor *t)
 
 struct tensor *ag_detach(const struct tensor *t)
 {
+	ag_op_begin();
 	struct tensor *v = tensor_alias(t);
+	ag_op_end();
 	if (v) {
 		v->requires_grad = false;
 		v->node = NULL;

@@ -464,6 +464,8 @@ struct tensor *tensor_scope_keep(const struct tensor *t)
 		tensor_error(TENSOR_ERR_STATE, "tensor_scope_keep: no scope is open");
 		return NULL;
 	}
+	if (tensor_check_operand("scope_keep", NULL, "t", t) < 0)
+		return NULL;
 	/* Allocate the copy as if the innermost scope were already closed. */
 	int saved = depth;
 	depth--;

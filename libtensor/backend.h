@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 
+#include "guard.h"
 #include "tensor.h"
 
 #ifdef __cplusplus
@@ -200,6 +201,9 @@ struct tensor *tensor_new_laid_out(enum tensor_dtype dt, enum tensor_device dev,
 /* A view header sharing t's storage with the given geometry. */
 struct tensor *tensor_new_view(const struct tensor *t, int ndim, const int64_t *shape,
 			       const int64_t *strides, size_t offset);
+/* tensor_expand without the operand check (tensor_check_operand), for front-ends that
+ * broadcast operands they have checked or that need no check (in-place ops, comparisons). */
+struct tensor *tensor_broadcast_to(const struct tensor *t, int ndim, const int64_t *shape);
 /* Broadcast shapes of a and b into out (returns ndim) or -1 with an error
  * naming op. */
 int tensor_broadcast_shape(const char *op, const struct tensor *a, const struct tensor *b,

@@ -53,7 +53,7 @@ bool tensor_is_contiguous(const struct tensor *t)
 
 void *tensor_data(const struct tensor *t)
 {
-	if (!t || t->storage->device != TENSOR_CPU)
+	if (!t || tensor_check_live("data", "t", t) < 0 || t->storage->device != TENSOR_CPU)
 		return NULL;
 	return (char *)t->storage->data + t->offset * tensor_dtype_size(t->dtype);
 }

@@ -314,6 +314,21 @@ void tensor_mem_trim(void);
  * can tell whether the failure fired (more than n). */
 int64_t tensor_mem_inject_failure(int64_t n);
 
+/* ---- debug mode ----------------------------------------------------------- */
+
+/* The debug mode, for developing a model (CFORMER_DEBUG=1 in the environment, read at
+ * first use, or tensor_set_debug): memory released by a scope's end (or by
+ * tensor_scope_release_since) is poisoned, so that a tensor read after its scope ended
+ * shows it: its header fails every op and read with TENSOR_ERR_STATE ("... is a tensor of
+ * a scope that has ended"), and its CPU data reads as NaN (-1 in integers); the blocks of
+ * an ended scope are not reused until the next outermost scope ends. It also reports, on
+ * stderr, a step that leaves heap tensors behind: when the count of live heap tensors
+ * (tensor_mem_stats) has grown at each of 4 outermost tensor_scope_begin() calls in a row,
+ * the usual sign of a batch made before the step's scope and never freed. It costs a
+ * memset of every released block. */
+void tensor_set_debug(bool on);
+bool tensor_debug(void);
+
 /* ---- threads and CPU backend info ----------------------------------------- */
 
 /* Threads for BLIS and OpenMP kernels; n <= 0 restores the default: the

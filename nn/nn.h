@@ -281,7 +281,8 @@ void nn_attention_set_fused(bool on);
  * heads one at a time splits a layer's p over several calls, and so do the
  * projected layers without gradients at T > 1024 (blocks of up to 1024
  * query rows, in row order). A nonzero return from fn is the forward's
- * error (fn sets it with tensor_error). One observer per process; NULL
+ * error (fn sets it with tensor_error). fn runs in a no-grad region (p
+ * is no part of the graph). One observer per process; NULL
  * removes it. Not for use while several threads run forwards. */
 typedef int (*nn_attention_observer)(void *ctx, const struct tensor *p);
 void nn_set_attention_observer(nn_attention_observer fn, void *ctx);

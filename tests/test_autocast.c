@@ -83,7 +83,7 @@ START_TEST(test_matmul_bf16)
 	ag_autocast_end(); /* backward after the region: the node keeps its precision */
 	ck_assert_int_eq(ag_autocast_dtype(), TENSOR_F32);
 	ck_assert_msg(y && y->dtype == TENSOR_F32, "%s", tensor_last_error());
-	struct tensor *yc = tensor_contiguous(y);
+	struct tensor *yc = tensor_contiguous(ag_detach(y));
 	check_product(tensor_data(yc), N, a, K, 1, b, N, 1, M, N, K, "y");
 	check_not_f32(tensor_data(yc), a, b, K, N);
 	ok(ag_backward(y, r));
@@ -209,7 +209,7 @@ static void linear_attention_step(struct nn_params *ps, const struct nn_linear *
 	struct tensor *loss = ag_sum(ag_mul(o, o), 0, NULL, false);
 	ag_autocast_end();
 	ck_assert_msg(loss != NULL, "%s", tensor_last_error());
-	struct tensor *oc = tensor_contiguous(o);
+	struct tensor *oc = tensor_contiguous(ag_detach(o));
 	s->nout = (int)tensor_numel(oc);
 	for (int i = 0; i < s->nout; i++)
 		s->out[i] = ((float *)tensor_data(oc))[i];
