@@ -226,8 +226,9 @@ struct tensor *tensor_op_result(struct tensor *out, int rc);
 /* Arena / heap allocation of device memory for a storage (arena.c). */
 struct tensor_storage *tensor_storage_alloc(enum tensor_device dev, size_t nbytes);
 void tensor_storage_release(struct tensor_storage *s);
-/* Allocate a tensor header (arena or heap). */
+/* Allocate a tensor header (arena or heap), and free a heap one (an arena one: nothing). */
 struct tensor *tensor_header_alloc(void);
+void tensor_header_free(struct tensor *t);
 
 #ifdef __cplusplus
 }

@@ -50,8 +50,7 @@ int tensor_check_live(const char *name, const char *arg, const struct tensor *t)
 	return TENSOR_OK;
 }
 
-int tensor_check_operand(const char *name, const char *use, const char *arg,
-			 const struct tensor *t)
+int tensor_check_operand(const char *name, const char *use, const char *arg, const struct tensor *t)
 {
 	if (!t)
 		return TENSOR_OK;

@@ -143,8 +143,7 @@ struct tensor *tensor_new(enum tensor_dtype dt, enum tensor_device dev, int ndim
 	}
 	t->storage = tensor_storage_alloc(dev, (size_t)stride * tensor_dtype_size(dt));
 	if (!t->storage) {
-		if (!t->in_arena)
-			free(t);
+		tensor_header_free(t);
 		return NULL;
 	}
 	return t;
@@ -192,7 +191,7 @@ void tensor_free(struct tensor *t)
 		return;
 	tensor_free(t->grad); /* a leaf's gradient belongs to it */
 	tensor_storage_release(t->storage);
-	free(t);
+	tensor_header_free(t);
 }
 
 struct tensor *tensor_empty(enum tensor_dtype dt, enum tensor_device dev, int ndim,

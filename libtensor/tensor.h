@@ -307,6 +307,10 @@ void tensor_mem_reset_peak(enum tensor_device dev);
  * heap tensors), and what a device's caching allocator holds, to the device;
  * blocks in use stay. */
 void tensor_mem_trim(void);
+/* The heap tensors alive now, in all threads: those made outside any scope (or under
+ * tensor_heap_begin) and not yet freed with tensor_free. A count that grows from one
+ * training step to the next is a leak (the debug mode reports it, tensor_set_debug). */
+int64_t tensor_heap_tensors(void);
 /* For tests of the error paths: make the n-th allocation of this thread (a
  * tensor's header or data, or one of the library's own heap buffers; n = 0:
  * the next one) fail once as out of memory, or disarm with n < 0. Returns the
