@@ -108,6 +108,36 @@ struct tensor *ag_detach(const struct tensor *t);
 void ag_op_begin(void);
 void ag_op_end(void);
 
+/* ---- gradient check (gradcheck.c) ----------------------------------------- */
+
+/* The function checked: its output, built from the inputs with ag_ ops (or ops written with
+ * ag_record), in the caller's scope. */
+typedef struct tensor *(*ag_gradcheck_fn)(struct tensor *const *inputs, void *ctx);
+/* The bound of a check (set before; 0 takes the default) and what it found. */
+struct ag_gradcheck {
+	double h;	   /* the central differences' step (default 1e-6) */
+	double atol, rtol; /* an element passes when |analytic - numeric| <= atol + rtol |numeric|
+			      (defaults 1e-7 and 1e-5) */
+	/* the largest |analytic - numeric| / (atol + rtol |numeric|) over every element of
+	 * every input that requires grad: <= 1 passes (INFINITY for a NaN) */
+	double max_error;
+	int input;			 /* the worst element: its input (-1: none) */
+	int64_t element;		 /* and its row-major index */
+	double analytic, numeric; /* its two gradients */
+};
+/* Check the gradients of f: ag_backward of L = sum(f(inputs) * R), R a fixed random tensor
+ * of f's output shape (normal, seed 12345), against central differences of L computed in
+ * f64 without the tape, (L(x + h) - L(x - h)) / 2h, for every element of every input that
+ * requires grad. Those inputs are f64 CPU leaves (any strides; the others, index tensors
+ * say, are left as they are and may be of any kind); each element is moved by
+ * +-h in place and restored, and afterwards the inputs' gradients hold the analytic ones.
+ * Opens its own scopes. Returns TENSOR_OK when the check ran, c holding its bound and
+ * result (passed: c->max_error <= 1); errors: f or c NULL, no inputs (TENSOR_ERR_ARG), an
+ * input that requires grad not an f64 CPU leaf (TENSOR_ERR_DTYPE, _ARG), f's or backward's
+ * errors (f returning NULL: its error). */
+int ag_gradcheck(ag_gradcheck_fn f, void *ctx, int n, struct tensor *const *inputs,
+		 struct ag_gradcheck *c);
+
 /* ---- writing ops (for ag_<family>.c and for user-defined ops) -------------- */
 
 #define AG_MAX_INPUTS 4

@@ -589,13 +589,48 @@ static struct tensor *f_softmax_sum(struct tensor *const *in, void *ctx)
 START_TEST(test_checker_catches_wrong_backward)
 {
 	struct tensor *x = gc_input(2, S34, 10, 0.5, 1.5, false);
-	char worst[256];
-	double e = gc_error(f_wrong_square, NULL, 1, &x, 1e-6, 1e-7, 1e-5, worst, sizeof worst);
-	ck_assert_msg(e > 100, "the planted wrong backward passed the check (%g)", e);
-	ck_assert_msg(strstr(worst, "analytic"), "%s", worst);
-	tensor_free(x->grad);
-	x->grad = NULL;
-	(void)f_softmax_sum;
+	struct ag_gradcheck c = { 0 };
+	ck_assert_int_eq(ag_gradcheck(f_wrong_square, NULL, 1, &x, &c), TENSOR_OK);
+	ck_assert_msg(c.max_error > 100, "the planted wrong backward passed the check (%g)",
+		      c.max_error);
+	/* the bound it used, and the worst element: analytic 3 x r against numeric 2 x r */
+	ck_assert(c.h == 1e-6 && c.atol == 1e-7 && c.rtol == 1e-5);
+	ck_assert(c.input == 0 && c.element >= 0 && c.element < 12);
+	ck_assert_msg(fabs(c.analytic - 1.5 * c.numeric) < 1e-6 * fabs(c.analytic), "%g vs %g",
+		      c.analytic, c.numeric);
+	/* the right backward passes, on the same inputs */
+	struct ag_gradcheck ok = { 0 };
+	ck_assert_int_eq(ag_gradcheck(f_softmax_sum, NULL, 1, &x, &ok), TENSOR_OK);
+	ck_assert_msg(ok.max_error <= 1, "%g", ok.max_error);
+}
+END_TEST
+
+/* ag_gradcheck's errors: what it cannot check, and f's failure. */
+static struct tensor *f_fails(struct tensor *const *in, void *ctx)
+{
+	(void)ctx;
+	return ag_matmul(in[0], in[0]); /* [3,4] x [3,4] */
+}
+
+START_TEST(test_checker_errors)
+{
+	struct tensor *x = gc_input(2, S34, 12, -1, 1, false);
+	struct ag_gradcheck c = { 0 };
+	tu_assert_error(ag_gradcheck(f_fails, NULL, 1, &x, &c) == TENSOR_ERR_SHAPE,
+			TENSOR_ERR_SHAPE, "matmul", "[3,4] x [3,4]");
+	ck_assert(isinf(c.max_error));
+	tu_assert_error(ag_gradcheck(f_softmax_sum, NULL, 0, &x, &c) < 0, TENSOR_ERR_ARG,
+			"ag_gradcheck", "no inputs");
+	tu_assert_error(ag_gradcheck(NULL, NULL, 1, &x, &c) < 0, TENSOR_ERR_ARG, "ag_gradcheck",
+			NULL);
+	struct tensor *f32 = tu_rand(TENSOR_F32, 2, S34, 13);
+	ck_assert_int_eq(ag_requires_grad(f32, true), TENSOR_OK);
+	tu_assert_error(ag_gradcheck(f_softmax_sum, NULL, 1, &f32, &c) < 0, TENSOR_ERR_DTYPE,
+			"input 0 [3,4] is f32", "f64");
+	struct tensor *y = ag_exp(x);
+	tu_assert_error(ag_gradcheck(f_softmax_sum, NULL, 1, &y, &c) < 0, TENSOR_ERR_ARG,
+			"not a leaf", NULL);
+	ag_tape_reset();
 }
 END_TEST
 
@@ -674,6 +709,7 @@ int main(void)
 	tcase_add_test(tc, test_backward_release_scopes);
 	tcase_add_test(tc, test_dout_take);
 	tcase_add_test(tc, test_checker_catches_wrong_backward);
+	tcase_add_test(tc, test_checker_errors);
 	tcase_add_test(tc, test_mlp_trains);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
