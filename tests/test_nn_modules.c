@@ -488,11 +488,12 @@ START_TEST(test_position_sinusoidal)
 		tu_assert_close(nn_position_forward(&m, xl), want_tab, L * dim, tol(dt), 0);
 		free(vx);
 		size_t live1 = tensor_mem_stats(TENSOR_CPU).live_bytes;
-		nn_position_free(&m);
+		nn_position_free(&m); /* forgets the table, which ps keeps */
 		ck_assert_ptr_null(m.weight);
-		/* the table is freed */
+		ck_assert_int_eq(ps.nkept, 1);
+		ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes, live1);
+		nn_params_free(&ps); /* frees it */
 		ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes, live1 - table_bytes);
-		free_params(&ps);
 	}
 }
 END_TEST
