@@ -14,9 +14,9 @@ static inline void ag_op_cleanup(const int *unused)
 	(void)unused;
 	ag_op_end();
 }
-#define AG_OP_REGION                                                                  \
-	ag_op_begin();                                                                \
-	__attribute__((cleanup(ag_op_cleanup))) const int ag_op_region_ = 0;          \
+#define AG_OP_REGION                                                         \
+	ag_op_begin();                                                       \
+	__attribute__((cleanup(ag_op_cleanup))) const int ag_op_region_ = 0; \
 	(void)ag_op_region_
 /* The same with a no-grad region: the first statement of a function that reads tensors
  * that may require grad but is no part of the graph (metrics, initialisation). */
@@ -25,8 +25,8 @@ static inline void ag_no_grad_cleanup(const int *unused)
 	(void)unused;
 	ag_no_grad_end();
 }
-#define AG_NO_GRAD_REGION                                                             \
-	ag_no_grad_begin();                                                           \
+#define AG_NO_GRAD_REGION                                                              \
+	ag_no_grad_begin();                                                            \
 	__attribute__((cleanup(ag_no_grad_cleanup))) const int ag_no_grad_region_ = 0; \
 	(void)ag_no_grad_region_
 

@@ -121,8 +121,8 @@ struct ag_gradcheck {
 	/* the largest |analytic - numeric| / (atol + rtol |numeric|) over every element of
 	 * every input that requires grad: <= 1 passes (INFINITY for a NaN) */
 	double max_error;
-	int input;			 /* the worst element: its input (-1: none) */
-	int64_t element;		 /* and its row-major index */
+	int input;		  /* the worst element: its input (-1: none) */
+	int64_t element;	  /* and its row-major index */
 	double analytic, numeric; /* its two gradients */
 };
 /* Check the gradients of f: ag_backward of L = sum(f(inputs) * R), R a fixed random tensor

@@ -124,7 +124,8 @@ static int own_scoped_grad(struct tensor *t)
 	}
 	if (nscoped == scoped_cap) {
 		int cap = scoped_cap ? 2 * scoped_cap : 16;
-		struct scoped_leaf *grown = tensor_host_realloc(scoped, sizeof *scoped * (size_t)cap);
+		struct scoped_leaf *grown =
+		    tensor_host_realloc(scoped, sizeof *scoped * (size_t)cap);
 		if (!grown)
 			return tensor_error(TENSOR_ERR_NOMEM,
 					    "backward: cannot record a scoped leaf's gradient");

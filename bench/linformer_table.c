@@ -69,8 +69,8 @@ static struct flag flags[48] = {
 	{ "device", FLAG_CHOICE, &opt.device, 0, 0, 0, "cpu|cuda", NULL, "where the encoder runs",
 	  NULL, false },
 	{ "precision", FLAG_CHOICE, &opt.precision, 0, 0, 0, "f32|bf16", NULL,
-	  "bf16: products in bf16 with f32 accumulation (weights rounded once), the rest f32",
-	  NULL, false },
+	  "bf16: products in bf16 with f32 accumulation (weights rounded once), the rest f32", NULL,
+	  false },
 	{ "attention", FLAG_CHOICE, &opt.attention, 0, 0, 0, "fused|composed", NULL,
 	  "the attention core: the fused kernel where the device has one, or products and a "
 	  "softmax (nn_attention_set_fused)",
@@ -89,7 +89,8 @@ static struct flag flags[48] = {
 	     "compute all heads at once (default: one head at a time, the lower peak)"),
 	INT("reps", reps, 1, 1000, "R", "timed forward passes after one warm-up; the best counts"),
 	INT("threads", threads, 0, 4096, "T",
-	    "BLIS and OpenMP threads (0: the library's default, the CPUs no other process keeps busy)"),
+	    "BLIS and OpenMP threads (0: the library's default, the CPUs no other process keeps "
+	    "busy)"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of the weights and the input ids"),
 	INT("sgemm-size", sgemm_size, 64, 8192, "S",
 	    "size of the square sgemm whose rate the GFLOP/s are set against"),

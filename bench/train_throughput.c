@@ -31,11 +31,10 @@ struct options {
 };
 
 /* The model flags this benchmark takes, the examples' (models/model_config_fields.h). */
-static const char *const MODEL_FIELDS[] = {
-	"dim",	   "heads",	     "layers",	"ff_hidden",	"activation",	  "swiglu",
-	"dropout", "attn_dropout", "k_first", "sharing",	"conv_dense", "shared_kv_head",
-	NULL
-};
+static const char *const MODEL_FIELDS[] = { "dim",	  "heads",   "layers",	   "ff_hidden",
+					    "activation", "swiglu",  "dropout",	   "attn_dropout",
+					    "k_first",	  "sharing", "conv_dense", "shared_kv_head",
+					    NULL };
 
 static struct options opt = {
 	.n_list = "128,512,2048",
@@ -87,7 +86,8 @@ static struct flag flags[48] = {
 	    "run only what is estimated to fit in F x the machine's available memory"),
 	INT("sgemm-size", sgemm_size, 64, 8192, "S", "size of the square sgemm for the MFU"),
 	INT("threads", threads, 0, 4096, "T",
-	    "BLIS and OpenMP threads (0: the library's default, the CPUs no other process keeps busy)"),
+	    "BLIS and OpenMP threads (0: the library's default, the CPUs no other process keeps "
+	    "busy)"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, ids and labels"),
 	INT("gemm-profile", gemm_profile, 0, 1000, "R",
 	    "also list the R costliest product shapes of the timed steps (tensor_gemm_profile: "
@@ -442,14 +442,15 @@ int main(int argc, char **argv)
 
 	printf("# Training throughput (cformer, %s)\n\n", tensor_device_name(dev));
 	printf("- device: %s\n", tensor_device_describe(dev, about, sizeof about));
-	printf("- classifier: vocab %lld, dim %lld, %lld heads, %lld layers, ff %lld%s, batch %lld, "
-	       "dropout %g, attention dropout %g, AdamW; Linformer k %lld (min(k, n)), sharing "
-	       "%s\n",
-	       (long long)opt.vocab, (long long)opt.cfg.dim, (long long)opt.cfg.heads,
-	       (long long)opt.cfg.layers, (long long)opt.cfg.ff_hidden,
-	       opt.cfg.swiglu ? " (SwiGLU)" : "", (long long)opt.batch, opt.cfg.dropout,
-	       opt.cfg.attn_dropout, (long long)opt.cfg.k_first,
-	       nn_proj_sharing_name(opt.cfg.sharing));
+	printf(
+	    "- classifier: vocab %lld, dim %lld, %lld heads, %lld layers, ff %lld%s, batch %lld, "
+	    "dropout %g, attention dropout %g, AdamW; Linformer k %lld (min(k, n)), sharing "
+	    "%s\n",
+	    (long long)opt.vocab, (long long)opt.cfg.dim, (long long)opt.cfg.heads,
+	    (long long)opt.cfg.layers, (long long)opt.cfg.ff_hidden,
+	    opt.cfg.swiglu ? " (SwiGLU)" : "", (long long)opt.batch, opt.cfg.dropout,
+	    opt.cfg.attn_dropout, (long long)opt.cfg.k_first,
+	    nn_proj_sharing_name(opt.cfg.sharing));
 	printf("- attention %s; precision %s%s%s\n", opt.attention, opt.precision,
 	       precision == TENSOR_BF16 ? ": products in bf16 (f32 accumulation), kernel " : "",
 	       precision == TENSOR_BF16 ? tensor_bf16_gemm_kernel() : "");

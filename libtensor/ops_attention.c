@@ -20,8 +20,8 @@ static const struct tensor_backend *attention_check(const char *op,
 		return NULL;
 	}
 	const char *use = strcmp(op, "attention") ? NULL : "nn_attention";
-	if (tensor_check_operand(op, use, "q", q) < 0 || tensor_check_operand(op, use, "k", k) < 0 ||
-	    tensor_check_operand(op, use, "v", v) < 0)
+	if (tensor_check_operand(op, use, "q", q) < 0 ||
+	    tensor_check_operand(op, use, "k", k) < 0 || tensor_check_operand(op, use, "v", v) < 0)
 		return NULL;
 	char bq[128], bk[128], bv[128], bh[128];
 	tensor_shape_str(q, bq, sizeof bq);

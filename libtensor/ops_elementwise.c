@@ -148,7 +148,10 @@ struct tensor *tensor_unary(enum tensor_unary_op op, const struct tensor *x, dou
 	}
 	const char *name = unary_name[op];
 	bool generic = op == TENSOR_SQUARE || op == TENSOR_RECIPROCAL; /* no ag_<name> */
-	if (tensor_check_operand(name, generic ? "ag_unary" : op < TENSOR_GELU_GRAD ? "" : NULL,
+	if (tensor_check_operand(name,
+				 generic		 ? "ag_unary"
+				 : op < TENSOR_GELU_GRAD ? ""
+							 : NULL,
 				 "x", x) < 0)
 		return NULL;
 	char bx[128];

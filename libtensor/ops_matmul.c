@@ -363,7 +363,10 @@ static struct tensor *matmul_impl(const struct tensor *a, const struct tensor *b
 	if (!a || !b)
 		return NULL;
 	/* the differentiable form of each public entry */
-	const char *name = sum ? "matmul_sum_to" : add ? "matmul_add" : order ? "matmul_laid_out" : "matmul";
+	const char *name = sum	   ? "matmul_sum_to"
+			   : add   ? "matmul_add"
+			   : order ? "matmul_laid_out"
+				   : "matmul";
 	const char *use = sum ? NULL : add ? "nn_linear_forward or ag_add(ag_matmul(a, b), c)" : "";
 	if (tensor_check_operand(name, use, "a", a) < 0 ||
 	    tensor_check_operand(name, use, "b", b) < 0 ||

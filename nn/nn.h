@@ -57,7 +57,7 @@ struct nn_params {
 				      dropout draws the whole batch's masks for it */
 	struct tensor *flat, *flat_grad; /* after nn_params_pack: one buffer each */
 	struct tensor *flat_lowp;        /* flat rounded to bf16 (nn_params_autocast_begin) */
-	struct tensor **kept;            /* modules' buffers that are no parameters (nn_params_keep) */
+	struct tensor **kept; /* modules' buffers that are no parameters (nn_params_keep) */
 	int nkept, kept_cap;
 };
 

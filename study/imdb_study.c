@@ -46,9 +46,8 @@ static void build_config(struct model_config *c, const struct text_tokenizer *to
 static void adopt_encoder(struct model_config *c, const struct model_config *p)
 {
 	/* the fields this run takes from its own flags; the tokenizer's vocabulary below */
-	static const char *const kept[] = { "vocab_size", "dropout",	 "attn_dropout",
-					    "num_classes", "head_hidden", "pooling",
-					    "seed",	   NULL };
+	static const char *const kept[] = { "vocab_size",  "dropout", "attn_dropout", "num_classes",
+					    "head_hidden", "pooling", "seed",	      NULL };
 	const char *flag = model_flags_conflict(c, p, kept, flags, NFLAGS);
 	if (flag)
 		flags_fail(PROG, flag,

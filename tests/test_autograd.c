@@ -264,8 +264,7 @@ START_TEST(test_leaf_owns_grad)
 	tensor_scope_end();
 	ck_assert_ptr_nonnull(x->grad);
 	tensor_scope_end(); /* x's scope: x and its gradient */
-	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes,
-			  live0 + 2 * tensor_nbytes(w));
+	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes, live0 + 2 * tensor_nbytes(w));
 	tensor_free(w); /* w and its gradient */
 	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes, live0);
 }

@@ -155,8 +155,8 @@ END_TEST
  * generated or hand-written, the kept fields left out. */
 START_TEST(test_conflict)
 {
-	char *argv[] = { "test", "--dim", "32", "--model", "linformer", "--positions", "conv",
-			 "--dropout", "0.3" };
+	char *argv[] = { "test",	"--dim", "32",	      "--model", "linformer",
+			 "--positions", "conv",	 "--dropout", "0.3" };
 	flags_parse(flags, NFLAGS, 9, argv, "test", "usage", NULL);
 	struct text_tokenizer tok;
 	ck_assert_int_eq(text_byte_init(&tok), TENSOR_OK);

@@ -319,7 +319,7 @@ START_TEST(test_equiv_kernel1)
 					(struct cfg){ dim, H, n, n, cases[ci].kind,
 						      NN_SHARE_HEADWISE, cases[ci].dense,
 						      cases[ci].skv, 0.0, 5 });
-				ag_no_grad_begin(); /* the weights, set off the graph */
+				ag_no_grad_begin();  /* the weights, set off the graph */
 				if (cases[ci].skv) { /* one k/v head: compare with its copy */
 					ck_assert_int_eq(
 					    tensor_copy_(f.m.q_proj.weight, a.q_proj.weight),
@@ -412,7 +412,8 @@ START_TEST(test_equiv_padded_batch)
 						struct tensor *yb =
 						    nn_linformer_forward(&f.m, xb, NULL);
 						struct tensor *real = tensor_narrow(
-						    tensor_narrow(ag_detach(y), 0, b, 1), 1, 0, len);
+						    tensor_narrow(ag_detach(y), 0, b, 1), 1, 0,
+						    len);
 						ck_assert_msg(yb != NULL, "%s", name);
 						double *w = tu_values(yb);
 						double *g = tu_values(real);

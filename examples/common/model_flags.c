@@ -91,8 +91,7 @@ static bool given(struct flag *flags, int nflags, const char *name, size_t len)
 
 /* The first given flag of field f ("--a --b" of model_flags_by_hand, or its generated one),
  * or NULL. */
-static const char *given_flag_of(const struct model_config_field *f, struct flag *flags,
-				 int nflags)
+static const char *given_flag_of(const struct model_config_field *f, struct flag *flags, int nflags)
 {
 	if (f->flag)
 		return flags_given(flags, nflags, f->flag) ? f->flag : NULL;
@@ -122,7 +121,8 @@ const char *model_flags_conflict(const struct model_config *c, const struct mode
 		bool kept = false;
 		for (const char *const *k = keep; k && *k && !kept; k++)
 			kept = !strcmp(*k, f->name);
-		if (kept || !memcmp((const char *)c + f->offset, (const char *)p + f->offset, f->size))
+		if (kept ||
+		    !memcmp((const char *)c + f->offset, (const char *)p + f->offset, f->size))
 			continue;
 		const char *flag = given_flag_of(f, flags, nflags);
 		if (flag)
