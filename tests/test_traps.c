@@ -209,9 +209,11 @@ START_TEST(test_tracked_operand_allowed)
 			ck_assert_int_eq(ag_requires_grad(o.w, false), TENSOR_OK);
 			ck_assert_int_eq(ag_requires_grad(o.x3, false), TENSOR_OK);
 		}
+		tensor_scope_begin(); /* scope_keep's copy goes to the fixture's scope */
 		for (int i = 0; i < NOPS; i++)
 			ck_assert_msg(ops[i].fn(&d) != NULL, "mode %d: %s: %s", mode, ops[i].op,
 				      tensor_last_error());
+		tensor_scope_end();
 		if (mode == 0)
 			ag_no_grad_end();
 		if (mode == 2)
