@@ -81,6 +81,7 @@ static int unary_backward(struct ag_node *n, const struct tensor *dout)
 
 struct tensor *ag_unary(enum tensor_unary_op op, struct tensor *x, double alpha)
 {
+	AG_OP_REGION;
 	struct tensor *y = tensor_unary(op, x, alpha);
 	struct ag_node *n = ag_record("unary", y, unary_backward, 1, &x);
 	if (n) {
@@ -141,6 +142,7 @@ static int binary_backward(struct ag_node *n, const struct tensor *g)
 
 struct tensor *ag_binary(enum tensor_binary_op op, struct tensor *a, struct tensor *b)
 {
+	AG_OP_REGION;
 	struct tensor *y = tensor_binary(op, a, b);
 	if (op >= TENSOR_EQ) /* comparisons are not differentiable */
 		return y;
@@ -162,6 +164,7 @@ struct tensor *ag_binary(enum tensor_binary_op op, struct tensor *a, struct tens
 
 struct tensor *ag_add_reuse(struct tensor *a, struct tensor *b)
 {
+	AG_OP_REGION;
 	if (!a || !b)
 		return NULL;
 	/* a leaf that requires grad (a parameter) or a tensor the tape saved keeps
@@ -297,6 +300,7 @@ static int where_backward(struct ag_node *n, const struct tensor *g)
 
 struct tensor *ag_where(const struct tensor *cond, struct tensor *a, struct tensor *b)
 {
+	AG_OP_REGION;
 	struct tensor *y = tensor_where(cond, a, b);
 	struct tensor *in[2] = { a, b };
 	struct ag_node *n = ag_record("where", y, where_backward, 2, in);
@@ -315,6 +319,7 @@ static int masked_fill_backward(struct ag_node *n, const struct tensor *g)
 
 struct tensor *ag_masked_fill(struct tensor *x, const struct tensor *mask, double value)
 {
+	AG_OP_REGION;
 	struct tensor *y = tensor_masked_fill(x, mask, value);
 	struct ag_node *n = ag_record("masked_fill", y, masked_fill_backward, 1, &x);
 	if (n)
@@ -332,6 +337,7 @@ static int cast_backward(struct ag_node *n, const struct tensor *g)
 
 struct tensor *ag_cast(struct tensor *x, enum tensor_dtype dt)
 {
+	AG_OP_REGION;
 	if (x && dt == TENSOR_BF16 && x->requires_grad && ag_grad_enabled()) {
 		char b[128];
 		tensor_error(TENSOR_ERR_DTYPE,
@@ -377,6 +383,7 @@ struct tensor *ag_dropout(struct tensor *x, double p, uint64_t seed, bool traini
 struct tensor *ag_dropout_at(struct tensor *x, double p, uint64_t seed, uint64_t first,
 			     bool training)
 {
+	AG_OP_REGION;
 	if (!x)
 		return NULL;
 	if (!(p >= 0 && p < 1)) {

@@ -50,12 +50,14 @@ static struct tensor *record_indexed(const char *op, struct tensor *src, int dim
 
 struct tensor *ag_index_select(struct tensor *src, int dim, const struct tensor *idx)
 {
+	AG_OP_REGION;
 	struct tensor *y = tensor_index_select(src, dim, idx);
 	return record_indexed("index_select", src, dim, idx, y, 0);
 }
 
 struct tensor *ag_gather(struct tensor *src, int dim, const struct tensor *idx)
 {
+	AG_OP_REGION;
 	struct tensor *y = tensor_gather(src, dim, idx);
 	return record_indexed("gather", src, dim, idx, y, 1);
 }
@@ -141,6 +143,7 @@ static bool join_needs_grad(int n, struct tensor *const *ts)
 
 struct tensor *ag_concat(int n, struct tensor *const *ts, int dim)
 {
+	AG_OP_REGION;
 	struct tensor *y = tensor_concat(n, ts, dim);
 	if (y && join_needs_grad(n, ts))
 		record_join("concat", y, n, ts, tensor_dim_wrap("concat", dim, y->ndim), false);
@@ -149,6 +152,7 @@ struct tensor *ag_concat(int n, struct tensor *const *ts, int dim)
 
 struct tensor *ag_stack(int n, struct tensor *const *ts, int dim)
 {
+	AG_OP_REGION;
 	struct tensor *y = tensor_stack(n, ts, dim);
 	if (y && join_needs_grad(n, ts))
 		record_join("stack", y, n, ts, tensor_dim_wrap("stack", dim, y->ndim), true);
@@ -161,6 +165,7 @@ struct tensor *ag_stack(int n, struct tensor *const *ts, int dim)
  * backward adds its gradient into t's through the same window. */
 int ag_split(struct tensor *t, int dim, int n, const int64_t *sizes, struct tensor **out)
 {
+	AG_OP_REGION;
 	int rc = tensor_split(t, dim, n, sizes, out);
 	if (rc < 0 || !ag_grad_enabled() || !t->requires_grad)
 		return rc;

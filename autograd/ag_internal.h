@@ -6,6 +6,30 @@
 
 #include "autograd.h"
 
+/* The first statement of an ag_ op whose forward calls tensor_ ops on its inputs: the
+ * region of ag_op_begin() up to the function's return (whichever), in which those ops may
+ * read tensors that require grad. */
+static inline void ag_op_cleanup(const int *unused)
+{
+	(void)unused;
+	ag_op_end();
+}
+#define AG_OP_REGION                                                         \
+	ag_op_begin();                                                       \
+	__attribute__((cleanup(ag_op_cleanup))) const int ag_op_region_ = 0; \
+	(void)ag_op_region_
+/* The same with a no-grad region: the first statement of a function that reads tensors
+ * that may require grad but is no part of the graph (metrics, initialisation). */
+static inline void ag_no_grad_cleanup(const int *unused)
+{
+	(void)unused;
+	ag_no_grad_end();
+}
+#define AG_NO_GRAD_REGION                                                              \
+	ag_no_grad_begin();                                                            \
+	__attribute__((cleanup(ag_no_grad_cleanup))) const int ag_no_grad_region_ = 0; \
+	(void)ag_no_grad_region_
+
 /* a + b (b broadcast to a) written into a's buffer, as ag_add otherwise: for a
  * branch whose value is used once, like a residual's, so that the sum takes
  * no memory of its own. a must not be read afterwards. Falls back to ag_add

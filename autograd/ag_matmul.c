@@ -146,6 +146,7 @@ static struct tensor *matmul_record(struct tensor *y, struct tensor *a, struct t
 
 struct tensor *ag_matmul(struct tensor *a, struct tensor *b)
 {
+	AG_OP_REGION;
 	struct tensor *ra = a, *rb = b;
 	ag_autocast_pair(&ra, &rb);
 	return matmul_record(mm(ra, rb), a, b, ra, rb);
@@ -153,6 +154,7 @@ struct tensor *ag_matmul(struct tensor *a, struct tensor *b)
 
 struct tensor *ag_matmul_laid_out(struct tensor *a, struct tensor *b, const int *order)
 {
+	AG_OP_REGION;
 	struct tensor *ra = a, *rb = b;
 	ag_autocast_pair(&ra, &rb);
 	return matmul_record(ra ? tensor_matmul_laid_out_to(ra, rb, order, ag_product_dtype(ra))
@@ -168,6 +170,7 @@ struct tensor *ag_matmul_laid_out(struct tensor *a, struct tensor *b, const int 
 struct tensor *ag_conv1d(struct tensor *x, struct tensor *w, struct tensor *bias, int64_t stride,
 			 int64_t padding)
 {
+	AG_OP_REGION;
 	if (!x || !w)
 		return NULL;
 	bool grad = x->requires_grad || w->requires_grad || (bias && bias->requires_grad);

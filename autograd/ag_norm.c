@@ -82,6 +82,7 @@ static bool norm_needs_grad(const struct tensor *x, const struct tensor *w, cons
 
 struct tensor *ag_layer_norm(struct tensor *x, struct tensor *w, struct tensor *b, double eps)
 {
+	AG_OP_REGION;
 	struct tensor *mean = NULL, *rstd = NULL;
 	bool grad = norm_needs_grad(x, w, b);
 	struct tensor *y =
@@ -102,6 +103,7 @@ struct tensor *ag_layer_norm(struct tensor *x, struct tensor *w, struct tensor *
 
 struct tensor *ag_rms_norm(struct tensor *x, struct tensor *w, double eps)
 {
+	AG_OP_REGION;
 	struct tensor *rstd = NULL;
 	bool grad = norm_needs_grad(x, w, NULL);
 	struct tensor *y = tensor_rms_norm(x, w, eps, grad ? &rstd : NULL);

@@ -1,5 +1,6 @@
 /* Reductions and softmax with their backward. */
 #include "autograd.h"
+#include "ag_internal.h"
 
 /* Node params for reductions: i[0] = number of reduced dims (0 = all),
  * i[1..] = the dims; f[0] = variance correction. */
@@ -49,12 +50,14 @@ static struct tensor *reduce_record(const char *op, struct tensor *x, struct ten
 
 struct tensor *ag_sum(struct tensor *x, int ndims, const int *dims, bool keepdim)
 {
+	AG_OP_REGION;
 	return reduce_record("sum", x, tensor_sum(x, ndims, dims, keepdim), sum_backward, ndims,
 			     dims);
 }
 
 struct tensor *ag_mean(struct tensor *x, int ndims, const int *dims, bool keepdim)
 {
+	AG_OP_REGION;
 	struct tensor *y = tensor_mean(x, ndims, dims, keepdim);
 	struct ag_node *n = ag_record("mean", y, sum_backward, 1, &x);
 	if (n) {
@@ -93,11 +96,13 @@ static struct tensor *extreme(const char *op, struct tensor *x, struct tensor *y
 
 struct tensor *ag_max(struct tensor *x, int ndims, const int *dims, bool keepdim)
 {
+	AG_OP_REGION;
 	return extreme("max", x, tensor_max(x, ndims, dims, keepdim), ndims, dims);
 }
 
 struct tensor *ag_min(struct tensor *x, int ndims, const int *dims, bool keepdim)
 {
+	AG_OP_REGION;
 	return extreme("min", x, tensor_min(x, ndims, dims, keepdim), ndims, dims);
 }
 
@@ -117,6 +122,7 @@ static int var_backward(struct ag_node *n, const struct tensor *g)
 
 struct tensor *ag_var(struct tensor *x, int ndims, const int *dims, int correction, bool keepdim)
 {
+	AG_OP_REGION;
 	struct tensor *y = tensor_var(x, ndims, dims, correction, keepdim);
 	struct ag_node *n = ag_record("var", y, var_backward, 1, &x);
 	if (n) {
@@ -163,10 +169,12 @@ static struct tensor *softmax_record(const char *op, struct tensor *x, struct te
 
 struct tensor *ag_softmax(struct tensor *x, int dim)
 {
+	AG_OP_REGION;
 	return softmax_record("softmax", x, tensor_softmax(x, dim), dim, false);
 }
 
 struct tensor *ag_log_softmax(struct tensor *x, int dim)
 {
+	AG_OP_REGION;
 	return softmax_record("log_softmax", x, tensor_log_softmax(x, dim), dim, true);
 }

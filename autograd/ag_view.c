@@ -20,26 +20,31 @@ static struct tensor *record_reshape(const char *op, struct tensor *x, struct te
 
 struct tensor *ag_view(struct tensor *t, int ndim, const int64_t *shape)
 {
+	AG_OP_REGION;
 	return record_reshape("view", t, tensor_view(t, ndim, shape));
 }
 
 struct tensor *ag_reshape(struct tensor *t, int ndim, const int64_t *shape)
 {
+	AG_OP_REGION;
 	return record_reshape("reshape", t, tensor_reshape(t, ndim, shape));
 }
 
 struct tensor *ag_squeeze(struct tensor *t, int dim)
 {
+	AG_OP_REGION;
 	return record_reshape("squeeze", t, tensor_squeeze(t, dim));
 }
 
 struct tensor *ag_unsqueeze(struct tensor *t, int dim)
 {
+	AG_OP_REGION;
 	return record_reshape("unsqueeze", t, tensor_unsqueeze(t, dim));
 }
 
 struct tensor *ag_contiguous(struct tensor *t)
 {
+	AG_OP_REGION;
 	return record_reshape("contiguous", t, tensor_contiguous(t));
 }
 
@@ -53,6 +58,7 @@ static int permute_backward(struct ag_node *n, const struct tensor *g)
 
 struct tensor *ag_permute(struct tensor *t, const int *perm)
 {
+	AG_OP_REGION;
 	struct tensor *y = tensor_permute(t, perm);
 	struct ag_node *n = ag_record("permute", y, permute_backward, 1, &t);
 	for (int i = 0; n && i < t->ndim; i++)
@@ -62,6 +68,7 @@ struct tensor *ag_permute(struct tensor *t, const int *perm)
 
 struct tensor *ag_transpose(struct tensor *t, int d0, int d1)
 {
+	AG_OP_REGION;
 	if (!t)
 		return NULL;
 	int a = tensor_dim_wrap("transpose", d0, t->ndim);
@@ -83,6 +90,7 @@ static int expand_backward(struct ag_node *n, const struct tensor *g)
 
 struct tensor *ag_expand(struct tensor *t, int ndim, const int64_t *shape)
 {
+	AG_OP_REGION;
 	struct tensor *y = tensor_expand(t, ndim, shape);
 	ag_record("expand", y, expand_backward, 1, &t);
 	return y;
@@ -144,6 +152,7 @@ static struct tensor *record_window(const char *op, struct tensor *t, struct ten
 
 struct tensor *ag_slice(struct tensor *t, int dim, int64_t start, int64_t end, int64_t step)
 {
+	AG_OP_REGION;
 	struct tensor *y = tensor_slice(t, dim, start, end, step);
 	if (!y)
 		return NULL;
@@ -155,12 +164,14 @@ struct tensor *ag_slice(struct tensor *t, int dim, int64_t start, int64_t end, i
 
 struct tensor *ag_narrow(struct tensor *t, int dim, int64_t start, int64_t len)
 {
+	AG_OP_REGION;
 	struct tensor *y = tensor_narrow(t, dim, start, len);
 	return y ? record_window("narrow", t, y, dim, start, 1, 0, 0) : NULL;
 }
 
 struct tensor *ag_select(struct tensor *t, int dim, int64_t index)
 {
+	AG_OP_REGION;
 	struct tensor *y = tensor_select(t, dim, index);
 	if (!y)
 		return NULL;
@@ -170,6 +181,7 @@ struct tensor *ag_select(struct tensor *t, int dim, int64_t index)
 
 struct tensor *ag_unfold(struct tensor *t, int dim, int64_t size, int64_t step)
 {
+	AG_OP_REGION;
 	struct tensor *y = tensor_unfold(t, dim, size, step);
 	return y ? record_window("unfold", t, y, dim, 0, step, 2, size) : NULL;
 }

@@ -9,8 +9,12 @@
  * Memory: nodes and intermediate gradients live in the current scope (a
  * training step is one scope); leaf gradients (t->grad of tensors marked with
  * ag_requires_grad) are persistent heap tensors that accumulate (+=) across
- * backward calls until ag_zero_grad(). Ending a scope drops the nodes it
- * recorded. Errors follow libtensor: NULL in, NULL out, first error kept.
+ * backward calls until ag_zero_grad(). A leaf's gradient belongs to the leaf:
+ * tensor_free(t) of a heap leaf frees it too, and the gradient of a leaf made
+ * in a scope is freed when that scope ends (nn_params_free frees parameters
+ * and their gradients); never free t->grad on its own while t holds it.
+ * Ending a scope drops the nodes it recorded. Errors follow libtensor: NULL
+ * in, NULL out, first error kept.
  */
 #ifndef CFORMER_AUTOGRAD_H
 #define CFORMER_AUTOGRAD_H
@@ -93,6 +97,47 @@ int ag_autocast_storage(const struct tensor *src, const struct tensor *copy);
 
 /* A view of t that shares its data but is cut from the graph. */
 struct tensor *ag_detach(const struct tensor *t);
+
+/* Between these calls (they nest, per thread) tensor_ ops may read tensors that require
+ * grad while the tape records: the forward of an op written with ag_record, which computes
+ * its result with tensor_ ops and records it (every ag_ op does this inside). Elsewhere a
+ * tensor_ op that returns a new tensor (or view) given a tensor that requires grad, with
+ * grad mode on, fails with TENSOR_ERR_STATE naming the ag_ op to use: its result would be
+ * cut from the graph and backward would leave the gradient silently 0. Comparisons,
+ * argmax, casts to integers, index and mask operands, in-place ops and reads (tensor_get,
+ * tensor_to_host, tensor_data) are not checked. */
+void ag_op_begin(void);
+void ag_op_end(void);
+
+/* ---- gradient check (gradcheck.c) ----------------------------------------- */
+
+/* The function checked: its output, built from the inputs with ag_ ops (or ops written with
+ * ag_record), in the caller's scope. */
+typedef struct tensor *(*ag_gradcheck_fn)(struct tensor *const *inputs, void *ctx);
+/* The bound of a check (set before; 0 takes the default) and what it found. */
+struct ag_gradcheck {
+	double h;	   /* the central differences' step (default 1e-6) */
+	double atol, rtol; /* an element passes when |analytic - numeric| <= atol + rtol |numeric|
+			      (defaults 1e-7 and 1e-5) */
+	/* the largest |analytic - numeric| / (atol + rtol |numeric|) over every element of
+	 * every input that requires grad: <= 1 passes (INFINITY for a NaN) */
+	double max_error;
+	int input;		  /* the worst element: its input (-1: none) */
+	int64_t element;	  /* and its row-major index */
+	double analytic, numeric; /* its two gradients */
+};
+/* Check the gradients of f: ag_backward of L = sum(f(inputs) * R), R a fixed random tensor
+ * of f's output shape (normal, seed 12345), against central differences of L computed in
+ * f64 without the tape, (L(x + h) - L(x - h)) / 2h, for every element of every input that
+ * requires grad. Those inputs are f64 CPU leaves (any strides; the others, index tensors
+ * say, are left as they are and may be of any kind); each element is moved by
+ * +-h in place and restored, and afterwards the inputs' gradients hold the analytic ones.
+ * Opens its own scopes. Returns TENSOR_OK when the check ran, c holding its bound and
+ * result (passed: c->max_error <= 1); errors: f or c NULL, no inputs (TENSOR_ERR_ARG), an
+ * input that requires grad not an f64 CPU leaf (TENSOR_ERR_DTYPE, _ARG), f's or backward's
+ * errors (f returning NULL: its error). */
+int ag_gradcheck(ag_gradcheck_fn f, void *ctx, int n, struct tensor *const *inputs,
+		 struct ag_gradcheck *c);
 
 /* ---- writing ops (for ag_<family>.c and for user-defined ops) -------------- */
 

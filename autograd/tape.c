@@ -5,6 +5,7 @@
 
 #include "autograd.h"
 #include "ag_internal.h"
+#include "guard.h"
 #include "mem.h"
 
 #define CHUNK 256
@@ -19,6 +20,15 @@ static _Thread_local int no_grad;
  * would compute a wrong one, so backward refuses until that scope ends or the
  * tape is reset. */
 static _Thread_local int lost_depth = -1;
+
+/* Leaves made in a scope whose gradient exists: the gradient (a heap tensor) is
+ * freed when the leaf's scope ends, as tensor_free frees a heap leaf's. */
+struct scoped_leaf {
+	struct tensor *t;
+	int depth; /* the scope whose end releases t (tensor_scope_of) */
+};
+static _Thread_local struct scoped_leaf *scoped;
+static _Thread_local int nscoped, scoped_cap;
 
 static void lose(int depth)
 {
@@ -66,13 +76,28 @@ int ag_tape_size(void)
 	return size;
 }
 
-/* Scope-end hook: nodes recorded in the ending scope go with its memory. */
+/* The gradients of the leaves of scopes from depth on. */
+static void free_scoped_grads(int depth)
+{
+	int kept = 0;
+	for (int i = 0; i < nscoped; i++) {
+		if (scoped[i].depth >= depth)
+			drop_grad(scoped[i].t);
+		else
+			scoped[kept++] = scoped[i];
+	}
+	nscoped = kept;
+}
+
+/* Scope-end hook: nodes recorded in the ending scope go with its memory, and
+ * so do the gradients of its leaves. */
 static void on_scope_end(int depth)
 {
 	while (size > 0 && node_at(size - 1)->depth >= depth)
 		pop();
 	if (lost_depth >= depth)
 		lost_depth = -1;
+	free_scoped_grads(depth);
 }
 
 static void install_hook(void)
@@ -80,15 +105,60 @@ static void install_hook(void)
 	tensor_scope_set_end_hook(on_scope_end);
 }
 
+static void ensure_hook(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, install_hook);
+}
+
+/* Register the new gradient of t, a leaf made in a scope, to be freed when
+ * that scope ends. */
+static int own_scoped_grad(struct tensor *t)
+{
+	int depth = tensor_scope_of(t);
+	if (depth == 0) {
+		char b[128];
+		return tensor_error(TENSOR_ERR_STATE,
+				    "backward: leaf %s belongs to a scope that has ended",
+				    tensor_shape_str(t, b, sizeof b));
+	}
+	if (nscoped == scoped_cap) {
+		int cap = scoped_cap ? 2 * scoped_cap : 16;
+		struct scoped_leaf *grown =
+		    tensor_host_realloc(scoped, sizeof *scoped * (size_t)cap);
+		if (!grown)
+			return tensor_error(TENSOR_ERR_NOMEM,
+					    "backward: cannot record a scoped leaf's gradient");
+		scoped = grown;
+		scoped_cap = cap;
+	}
+	ensure_hook();
+	scoped[nscoped++] = (struct scoped_leaf){ t, depth };
+	return TENSOR_OK;
+}
+
 void ag_no_grad_begin(void)
 {
 	no_grad++;
+	tensor_tracked_allow_begin(); /* nothing records: no result can be cut off */
 }
 
 void ag_no_grad_end(void)
 {
-	if (no_grad > 0)
+	if (no_grad > 0) {
 		no_grad--;
+		tensor_tracked_allow_end();
+	}
+}
+
+void ag_op_begin(void)
+{
+	tensor_tracked_allow_begin();
+}
+
+void ag_op_end(void)
+{
+	tensor_tracked_allow_end();
 }
 
 bool ag_grad_enabled(void)
@@ -112,8 +182,7 @@ struct ag_node *ag_record(const char *op, struct tensor *out, ag_backward_fn bac
 		any = any || (inputs[i] && inputs[i]->requires_grad);
 	if (!any)
 		return NULL;
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
-	pthread_once(&once, install_hook);
+	ensure_hook();
 	if (size == nchunks * CHUNK) {
 		struct ag_node **grown =
 		    tensor_host_realloc(chunks, sizeof *chunks * (size_t)(nchunks + 1));
@@ -155,7 +224,9 @@ struct tensor *ag_save(struct ag_node *n, struct tensor *t)
 			     AG_MAX_SAVED);
 		return NULL;
 	}
+	ag_op_begin();
 	struct tensor *alias = tensor_alias(t); /* keeps heap storage alive */
+	ag_op_end();
 	if (!alias) {
 		lose(n->depth);
 		return NULL;
@@ -197,7 +268,9 @@ int ag_zero_grad(struct tensor *t)
 
 struct tensor *ag_detach(const struct tensor *t)
 {
+	ag_op_begin();
 	struct tensor *v = tensor_alias(t);
+	ag_op_end();
 	if (v) {
 		v->requires_grad = false;
 		v->node = NULL;
@@ -252,12 +325,17 @@ int ag_accumulate(struct tensor *t, const struct tensor *g)
 		t->grad = sum;
 		return TENSOR_OK;
 	}
-	if (!t->grad) { /* leaf: a persistent gradient */
+	if (!t->grad) { /* leaf: a persistent gradient, freed with the leaf */
 		tensor_heap_begin();
 		t->grad = tensor_zeros(t->dtype, t->storage->device, t->ndim, t->shape);
 		tensor_heap_end();
 		if (!t->grad)
 			return tensor_last_status();
+		int rc = t->in_arena ? own_scoped_grad(t) : TENSOR_OK;
+		if (rc < 0) {
+			drop_grad(t);
+			return rc;
+		}
 	}
 	if (t->grad->storage->tape_refs > 0) { /* an op of this graph read the gradient */
 		char b[128];

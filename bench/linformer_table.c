@@ -14,6 +14,7 @@
 
 #include "bench_common.h"
 #include "common/flags.h"
+#include "common/model_flags.h"
 #include "models.h"
 
 static const char PROG[] = "linformer_table";
@@ -23,10 +24,16 @@ static const char CSV_HEADER[] =
 
 struct options {
 	const char *n_list, *k_list, *models, *batches, *csv, *device, *precision, *attention;
-	int64_t threads, reps, dim, heads, layers, ff, vocab, max_batch, seed, sgemm_size;
+	int64_t threads, reps, vocab, max_batch, seed, sgemm_size;
 	double budget_gib, max_seconds, mem_fraction;
 	bool batched_heads;
+	struct model_config cfg; /* the model flags' fields (MODEL_FIELDS) */
 };
+
+/* The model flags this table takes, the examples' (models/model_config_fields.h); the
+ * Linformer's projection (k, layerwise sharing) is the table's. */
+static const char *const MODEL_FIELDS[] = { "dim",	  "heads",  "layers",	      "ff_hidden",
+					    "activation", "swiglu", "shared_kv_head", NULL };
 
 static struct options opt = {
 	.n_list = "512,1024,2048,4096,8192,16384,32768,65536",
@@ -38,10 +45,6 @@ static struct options opt = {
 	.attention = "fused",
 	.threads = 0,
 	.reps = 3,
-	.dim = 256,
-	.heads = 4,
-	.layers = 4,
-	.ff = 1024,
 	.vocab = 30522,
 	.seed = 1,
 	.sgemm_size = 1024,
@@ -57,7 +60,8 @@ static struct options opt = {
 #define STR(nm, var, mv, h) { nm, FLAG_STRING, &opt.var, 0, 0, 0, NULL, mv, h, NULL, false }
 #define BOOL(nm, var, h) { nm, FLAG_BOOL, &opt.var, 0, 0, 0, NULL, NULL, h, NULL, false }
 /* clang-format on */
-static struct flag flags[] = {
+/* this table's flags, then (added by add_model_flags) the model flags */
+static struct flag flags[48] = {
 	STR("n", n_list, "N1,N2,..", "sequence lengths"),
 	STR("k", k_list, "K1,K2,..",
 	    "Linformer projected lengths (a k >= n is left out, as in the paper)"),
@@ -65,8 +69,8 @@ static struct flag flags[] = {
 	{ "device", FLAG_CHOICE, &opt.device, 0, 0, 0, "cpu|cuda", NULL, "where the encoder runs",
 	  NULL, false },
 	{ "precision", FLAG_CHOICE, &opt.precision, 0, 0, 0, "f32|bf16", NULL,
-	  "bf16: products in bf16 with f32 accumulation (weights rounded once), the rest f32",
-	  NULL, false },
+	  "bf16: products in bf16 with f32 accumulation (weights rounded once), the rest f32", NULL,
+	  false },
 	{ "attention", FLAG_CHOICE, &opt.attention, 0, 0, 0, "fused|composed", NULL,
 	  "the attention core: the fused kernel where the device has one, or products and a "
 	  "softmax (nn_attention_set_fused)",
@@ -80,22 +84,19 @@ static struct flag flags[] = {
 	    "a batch estimated longer is not run, and repetitions stop after S"),
 	DBL("mem-fraction", mem_fraction, 0, 1, FLAG_MIN_OPEN, "F",
 	    "run only what is estimated to fit in F x the machine's available memory"),
-	INT("dim", dim, 1, 1 << 16, "D", "model width"),
-	INT("heads", heads, 1, 1024, "H", "attention heads (must divide --dim)"),
-	INT("layers", layers, 1, MODEL_MAX_LAYERS, "L", "encoder layers"),
-	INT("ff", ff, 1, 1 << 20, "F", "feed-forward hidden width"),
 	INT("vocab", vocab, 2, 1 << 24, "V", "vocabulary size (token embedding rows)"),
 	BOOL("batched-heads", batched_heads,
 	     "compute all heads at once (default: one head at a time, the lower peak)"),
 	INT("reps", reps, 1, 1000, "R", "timed forward passes after one warm-up; the best counts"),
 	INT("threads", threads, 0, 4096, "T",
-	    "BLIS and OpenMP threads (0: the library's default, the CPUs no other process keeps busy)"),
+	    "BLIS and OpenMP threads (0: the library's default, the CPUs no other process keeps "
+	    "busy)"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of the weights and the input ids"),
 	INT("sgemm-size", sgemm_size, 64, 8192, "S",
 	    "size of the square sgemm whose rate the GFLOP/s are set against"),
 	STR("csv", csv, "FILE", "also write the rows as CSV (impl,model,n,k,batch,...)"),
 };
-enum { NFLAGS = sizeof flags / sizeof flags[0] };
+static int nflags;
 
 static const char SYNOPSIS[] =
     "usage: linformer_table [--flag VALUE]...\n"
@@ -159,12 +160,11 @@ static struct row *add_row(struct table *t, enum model_kind m, int64_t n, int64_
 
 static void build_config(struct model_config *c, enum model_kind m, int64_t n, int64_t k)
 {
-	if (model_config_preset(c, MODEL_NAME[m], opt.vocab, n) < 0)
+	char preset[32];
+	snprintf(preset, sizeof preset, "%s:%lld", MODEL_NAME[m], (long long)opt.cfg.layers);
+	if (model_config_preset(c, preset, opt.vocab, n) < 0)
 		bench_die(PROG, "model preset");
-	c->dim = opt.dim;
-	c->heads = opt.heads;
-	c->layers = opt.layers;
-	c->ff_hidden = opt.ff;
+	model_flags_copy(c, &opt.cfg, MODEL_FIELDS);
 	c->dropout = c->attn_dropout = 0;
 	c->seed = (uint64_t)opt.seed;
 	if (m == LINFORMER) {
@@ -500,13 +500,13 @@ static void print_header(void)
 	printf("# Linformer inference table (cformer, %s)\n\n", tensor_device_name(dev));
 	printf("- device: %s\n", tensor_device_describe(dev, about, sizeof about));
 	printf("- encoder forward pass without gradients, %s, attention %s: dim %lld, %lld heads "
-	       "(%s), %lld "
-	       "layers, ff %lld, vocab %lld, dropout 0; Linformer: learned E = F shared by "
-	       "every layer (layerwise)\n",
+	       "(%s), %lld layers, ff %lld%s, vocab %lld, dropout 0; Linformer: learned E = F "
+	       "shared by every layer (layerwise)\n",
 	       strcmp(opt.precision, "bf16") ? "f32" : "bf16 products (f32 accumulation)",
-	       opt.attention, (long long)opt.dim, (long long)opt.heads,
-	       opt.batched_heads ? "batched" : "one at a time", (long long)opt.layers,
-	       (long long)opt.ff, (long long)opt.vocab);
+	       opt.attention, (long long)opt.cfg.dim, (long long)opt.cfg.heads,
+	       opt.batched_heads ? "batched" : "one at a time", (long long)opt.cfg.layers,
+	       (long long)opt.cfg.ff_hidden, opt.cfg.swiglu ? " (SwiGLU)" : "",
+	       (long long)opt.vocab);
 	printf("- threads %lld (OpenMP wait policy %s), BLIS kernels %s; load average at start "
 	       "%.2f; available memory %.1f GiB; sgemm %lld^3 (tensor_matmul): %.1f GFLOP/s\n",
 	       (long long)(opt.threads ? opt.threads : tensor_get_num_threads()), bench_wait_policy(), tensor_blas_arch(),
@@ -520,19 +520,33 @@ static void print_header(void)
 	fflush(stdout);
 }
 
+/* The model flags (the examples', from models/model_config_fields.h) after the table's own,
+ * with the config's defaults (dim 256, 4 heads, 4 layers, ff 1024). */
+static void add_model_flags(void)
+{
+	if (model_config_preset(&opt.cfg, "transformer", opt.vocab, 512) < 0)
+		bench_die(PROG, "model defaults");
+	int own = 0, max = (int)(sizeof flags / sizeof flags[0]);
+	while (flags[own].name)
+		own++;
+	nflags = own + model_flags_select(flags + own, max - own, &opt.cfg, MODEL_FIELDS,
+					  "model (the examples' flags)", PROG);
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	flags_parse(flags, NFLAGS, argc, argv, PROG, SYNOPSIS, EPILOG);
+	add_model_flags();
+	flags_parse(flags, nflags, argc, argv, PROG, SYNOPSIS, EPILOG);
 	int64_t ns[BENCH_MAX_LIST], ks[BENCH_MAX_LIST];
 	char models[2][BENCH_WORD_MAX], batches[2][BENCH_WORD_MAX];
 	int nn = bench_parse_ints(PROG, "n", opt.n_list, ns, BENCH_MAX_LIST, 2, 1 << 24);
 	int nk = bench_parse_ints(PROG, "k", opt.k_list, ks, BENCH_MAX_LIST, 1, 1 << 24);
 	int nm = bench_parse_words(PROG, "models", opt.models, models, 2, "transformer|linformer");
 	int nb = bench_parse_words(PROG, "batches", opt.batches, batches, 2, "1|max");
-	if (opt.dim % opt.heads != 0)
+	if (opt.cfg.dim % opt.cfg.heads != 0)
 		flags_fail(PROG, "heads", "%lld heads do not divide --dim %lld",
-			   (long long)opt.heads, (long long)opt.dim);
+			   (long long)opt.cfg.heads, (long long)opt.cfg.dim);
 	bool want1 = false, want_max = false;
 	for (int i = 0; i < nb; i++)
 		*(strcmp(batches[i], "1") ? &want_max : &want1) = true;

@@ -12,6 +12,7 @@
 
 #include "bench_common.h"
 #include "common/flags.h"
+#include "common/model_flags.h"
 #include "models.h"
 
 static const char PROG[] = "train_throughput";
@@ -22,29 +23,30 @@ static const char CSV_HEADER[] = "impl,model,n,k,batch,tokens_per_s,step_seconds
 				 "backward_s,optimizer_s,ranks,allreduce_s";
 
 struct options {
-	const char *n_list, *models, *sharing, *csv, *backward, *device, *precision, *attention;
-	int64_t k, batch, warmup, reps, threads, dim, heads, layers, ff, vocab, sgemm_size, seed;
+	const char *n_list, *models, *csv, *backward, *device, *precision, *attention;
+	int64_t batch, warmup, reps, threads, vocab, sgemm_size, seed;
 	int64_t gemm_profile;
-	double max_seconds, lr, mem_fraction, dropout;
+	double max_seconds, lr, mem_fraction;
+	struct model_config cfg; /* the model flags' fields (MODEL_FIELDS) */
 };
+
+/* The model flags this benchmark takes, the examples' (models/model_config_fields.h). */
+static const char *const MODEL_FIELDS[] = { "dim",	  "heads",   "layers",	   "ff_hidden",
+					    "activation", "swiglu",  "dropout",	   "attn_dropout",
+					    "k_first",	  "sharing", "conv_dense", "shared_kv_head",
+					    NULL };
 
 static struct options opt = {
 	.n_list = "128,512,2048",
 	.models = "transformer,linformer,conv-linformer",
-	.sharing = "headwise",
 	.backward = "release",
 	.device = "cpu",
 	.precision = "f32",
 	.attention = "fused",
-	.k = 128,
 	.batch = 16,
 	.warmup = 2,
 	.reps = 5,
 	.threads = 0,
-	.dim = 256,
-	.heads = 4,
-	.layers = 4,
-	.ff = 1024,
 	.vocab = 30522,
 	.sgemm_size = 1024,
 	.seed = 1,
@@ -60,12 +62,10 @@ static struct options opt = {
 #define STR(nm, var, mv, h) { nm, FLAG_STRING, &opt.var, 0, 0, 0, NULL, mv, h, NULL, false }
 #define CHO(nm, var, ch, h) { nm, FLAG_CHOICE, &opt.var, 0, 0, 0, ch, NULL, h, NULL, false }
 /* clang-format on */
-static struct flag flags[] = {
+/* this benchmark's flags, then (added by add_model_flags) the model flags */
+static struct flag flags[48] = {
 	STR("n", n_list, "N1,N2,..", "sequence lengths"),
 	STR("models", models, "M1,M2,..", "transformer, linformer and/or conv-linformer"),
-	INT("k", k, 1, 1 << 24, "K", "projected length of the Linformer layers (at most n)"),
-	CHO("sharing", sharing, "none|headwise|kv|layerwise",
-	    "projection sharing of the Linformer (conv-linformer: not layerwise)"),
 	CHO("device", device, "cpu|cuda", "where the model trains"),
 	CHO("precision", precision, "f32|bf16|tf32",
 	    "bf16: mixed precision (products in bf16 with f32 accumulation, the rest f32); tf32: "
@@ -76,14 +76,8 @@ static struct flag flags[] = {
 	CHO("backward", backward, "release|keep",
 	    "ag_backward_release (activations freed during backward) or ag_backward"),
 	INT("batch", batch, 1, 1 << 16, "B", "sequences per step"),
-	INT("dim", dim, 1, 1 << 16, "D", "model width"),
-	INT("heads", heads, 1, 1024, "H", "attention heads (must divide --dim)"),
-	INT("layers", layers, 1, MODEL_MAX_LAYERS, "L", "encoder layers"),
-	INT("ff", ff, 1, 1 << 20, "F", "feed-forward hidden width"),
 	INT("vocab", vocab, 2, 1 << 24, "V", "vocabulary size (token embedding rows)"),
 	DBL("lr", lr, 0, 1, FLAG_MIN_OPEN, "RATE", "AdamW learning rate (constant)"),
-	DBL("dropout", dropout, 0, 1, FLAG_MAX_OPEN, "P",
-	    "dropout and attention dropout (default 0; the examples' recipe trains with 0.1)"),
 	INT("warmup", warmup, 0, 1000, "W", "untimed steps first"),
 	INT("reps", reps, 1, 100000, "R",
 	    "timed steps (fewer past --max-seconds); their mean is the step time"),
@@ -93,7 +87,8 @@ static struct flag flags[] = {
 	    "run only what is estimated to fit in F x the machine's available memory"),
 	INT("sgemm-size", sgemm_size, 64, 8192, "S", "size of the square sgemm for the MFU"),
 	INT("threads", threads, 0, 4096, "T",
-	    "BLIS and OpenMP threads (0: the library's default, the CPUs no other process keeps busy)"),
+	    "BLIS and OpenMP threads (0: the library's default, the CPUs no other process keeps "
+	    "busy)"),
 	INT("seed", seed, 0, 9007199254740992.0, "S", "seed of weights, ids and labels"),
 	INT("gemm-profile", gemm_profile, 0, 1000, "R",
 	    "also list the R costliest product shapes of the timed steps (tensor_gemm_profile: "
@@ -102,7 +97,7 @@ static struct flag flags[] = {
 	    "also write the rows as CSV (impl,model,n,k,batch,...; impl \"cformer\" or "
 	    "\"cformer bf16\")"),
 };
-enum { NFLAGS = sizeof flags / sizeof flags[0] };
+static int nflags;
 
 static const char SYNOPSIS[] =
     "usage: train_throughput [--flag VALUE]...\n"
@@ -196,18 +191,15 @@ static void print_profile(const char *model, int64_t n, const struct result *r)
 static void build_config(struct model_config *c, const char *model, int64_t n)
 {
 	char preset[BENCH_WORD_MAX + 16]; /* "conv-linformer:6": the pattern for that depth */
-	snprintf(preset, sizeof preset, "%s:%lld", model, (long long)opt.layers);
+	snprintf(preset, sizeof preset, "%s:%lld", model, (long long)opt.cfg.layers);
 	if (model_config_preset(c, preset, opt.vocab, n) < 0)
 		bench_die(PROG, "model preset");
-	c->dim = opt.dim;
-	c->heads = opt.heads;
-	c->ff_hidden = opt.ff;
-	c->dropout = c->attn_dropout = opt.dropout;
+	model_flags_copy(c, &opt.cfg, MODEL_FIELDS);
 	c->num_classes = 2;
 	c->seed = (uint64_t)opt.seed;
 	c->k_schedule = MODEL_K_CONSTANT;
-	c->k_first = opt.k < n ? opt.k : n;
-	c->sharing = (enum nn_proj_sharing)nn_proj_sharing_parse(opt.sharing);
+	int64_t k = c->k_first ? c->k_first : n / 2 < 128 ? n / 2 : 128; /* --k 0: derived */
+	c->k_first = k < n ? k : n;
 	if (!strcmp(model, "transformer"))
 		c->sharing = NN_SHARE_HEADWISE; /* unused; keeps resolve quiet */
 	if (model_config_resolve(c) < 0)
@@ -401,6 +393,24 @@ static void print_result(const char *model, int64_t n, const struct result *r, d
 		    nn_dist_size(), r->phase_s[COMM]);
 }
 
+/* The model flags (the examples', from models/model_config_fields.h) after this
+ * benchmark's own: the config's defaults at the IMDB classifier's sizes, no dropout (the
+ * examples' recipe trains with 0.1), k 128 (at most n). */
+static void add_model_flags(void)
+{
+	if (model_config_preset(&opt.cfg, "transformer", opt.vocab, 512) < 0)
+		bench_die(PROG, "model defaults");
+	opt.cfg.dropout = opt.cfg.attn_dropout = 0;
+	opt.cfg.k_first = 128;
+	int own = 0, max = (int)(sizeof flags / sizeof flags[0]);
+	while (flags[own].name)
+		own++;
+	nflags = own + model_flags_select(flags + own, max - own, &opt.cfg, MODEL_FIELDS,
+					  "model (the examples' flags; --k at most n, 0: min(128, "
+					  "n/2); --sharing: the Linformer layers')",
+					  PROG);
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -408,7 +418,8 @@ int main(int argc, char **argv)
 		bench_die(PROG, "joining the ranks");
 	if (nn_dist_rank() != 0 && !freopen("/dev/null", "w", stdout)) /* rank 0 prints */
 		bench_die(PROG, "silencing stdout");
-	flags_parse(flags, NFLAGS, argc, argv, PROG, SYNOPSIS, EPILOG);
+	add_model_flags();
+	flags_parse(flags, nflags, argc, argv, PROG, SYNOPSIS, EPILOG);
 	if (opt.batch < nn_dist_size())
 		flags_fail(PROG, "batch", "%lld rows cannot be shared by %d ranks",
 			   (long long)opt.batch, nn_dist_size());
@@ -417,9 +428,9 @@ int main(int argc, char **argv)
 	int nn = bench_parse_ints(PROG, "n", opt.n_list, ns, BENCH_MAX_LIST, 2, 1 << 24);
 	int nm = bench_parse_words(PROG, "models", opt.models, models, 3,
 				   "transformer|linformer|conv-linformer");
-	if (opt.dim % opt.heads != 0)
+	if (opt.cfg.dim % opt.cfg.heads != 0)
 		flags_fail(PROG, "heads", "%lld heads do not divide --dim %lld",
-			   (long long)opt.heads, (long long)opt.dim);
+			   (long long)opt.cfg.heads, (long long)opt.cfg.dim);
 	FILE *csv = nn_dist_rank() == 0 ? bench_csv_open(PROG, opt.csv, CSV_HEADER) : NULL;
 	dev = (enum tensor_device)bench_device_parse(PROG, opt.device);
 	precision = strcmp(opt.precision, "bf16") ? TENSOR_F32 : TENSOR_BF16;
@@ -435,11 +446,15 @@ int main(int argc, char **argv)
 
 	printf("# Training throughput (cformer, %s)\n\n", tensor_device_name(dev));
 	printf("- device: %s\n", tensor_device_describe(dev, about, sizeof about));
-	printf("- classifier: vocab %lld, dim %lld, %lld heads, %lld layers, ff %lld, batch %lld, "
-	       "dropout %g, AdamW; Linformer k %lld (min(k, n)), sharing %s\n",
-	       (long long)opt.vocab, (long long)opt.dim, (long long)opt.heads,
-	       (long long)opt.layers, (long long)opt.ff, (long long)opt.batch, opt.dropout,
-	       (long long)opt.k, opt.sharing);
+	printf(
+	    "- classifier: vocab %lld, dim %lld, %lld heads, %lld layers, ff %lld%s, batch %lld, "
+	    "dropout %g, attention dropout %g, AdamW; Linformer k %lld (min(k, n)), sharing "
+	    "%s\n",
+	    (long long)opt.vocab, (long long)opt.cfg.dim, (long long)opt.cfg.heads,
+	    (long long)opt.cfg.layers, (long long)opt.cfg.ff_hidden,
+	    opt.cfg.swiglu ? " (SwiGLU)" : "", (long long)opt.batch, opt.cfg.dropout,
+	    opt.cfg.attn_dropout, (long long)opt.cfg.k_first,
+	    nn_proj_sharing_name(opt.cfg.sharing));
 	printf("- attention %s; precision %s%s%s\n", opt.attention, opt.precision,
 	       precision == TENSOR_BF16 ? ": products in bf16 (f32 accumulation), kernel " : "",
 	       precision == TENSOR_BF16 ? (dev == TENSOR_CUDA ? "cuBLAS" : tensor_bf16_gemm_kernel())

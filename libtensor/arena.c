@@ -15,6 +15,7 @@
  * blocks held, in use or cached (what the process really holds, tails of
  * partly filled blocks included); both have a peak. */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +54,18 @@ static _Thread_local int heap_mode;
  * one to fail (-1: none). */
 static _Thread_local int64_t allocs_seen, fail_at = -1;
 static void (*_Atomic end_hook)(int depth);
+/* Heap tensor headers alive, all threads (tensor_heap_tensors). */
+static atomic_llong heap_headers;
+/* The debug mode (tensor_set_debug): blocks released by scope ends, poisoned, wait in
+ * quarantine: those since the last outermost end (fresh), and those of the step before
+ * (aged), which go back to the cache at the next outermost end. And the watch for steps
+ * that leave heap tensors behind: the count at the last outermost begin, how many
+ * outermost begins in a row saw it grow, whether this thread has said so. */
+static _Thread_local struct block *fresh[NCHAINS], *aged[NCHAINS];
+static _Thread_local long long last_heap_count = -1;
+static _Thread_local int growth_streak;
+static _Thread_local bool growth_reported;
+#define GROWTH_STEPS 4
 
 /* Heap storage, with the cached block its data came from (NULL: raw_alloc). */
 struct heap_storage {
@@ -231,6 +244,16 @@ static void *scope_alloc(struct scope *s, int chain, size_t n)
 	return p;
 }
 
+/* The debug mode's poison over a block's used bytes: headers on the host chain, data on
+ * the CPU's (another device's data is left as it is). */
+static void poison(int chain, struct block *b)
+{
+	if (chain == HOST)
+		memset(b->data, TENSOR_POISON_HEADER, b->used);
+	else if (chain == TENSOR_CPU)
+		memset(b->data, TENSOR_POISON_DATA, b->used);
+}
+
 /* Unlink the blocks of a chain from `first` on that hold none of keep's data
  * and hand them back. */
 static void chain_release(struct block **pp, int chain, uint64_t first,
@@ -250,18 +273,71 @@ static void chain_release(struct block **pp, int chain, uint64_t first,
 		*pp = b->next;
 		if (chain != HOST)
 			count_live((enum tensor_device)chain, 0, b->used);
+		if (tensor_debug())
+			poison(chain, b);
 		block_put(chain, b);
 	}
 }
 
-static void scope_release(struct scope *s)
+/* Hand a quarantine list's blocks to the cache. */
+static void unquarantine(struct block **list, int chain)
 {
-	for (int c = 0; c < NCHAINS; c++)
-		chain_release(&s->chain[c], c, 0, NULL, 0);
+	while (*list) {
+		struct block *b = *list;
+		*list = b->next;
+		block_put(chain, b);
+	}
+}
+
+/* The end of scope s: its blocks go back to the cache, or in the debug mode are poisoned
+ * and kept out of use until the next outermost scope end (outermost: this one is). */
+static void scope_release(struct scope *s, bool outermost)
+{
+	if (!tensor_debug()) {
+		for (int c = 0; c < NCHAINS; c++)
+			chain_release(&s->chain[c], c, 0, NULL, 0);
+		return;
+	}
+	for (int c = 0; c < NCHAINS; c++) {
+		while (s->chain[c]) {
+			struct block *b = s->chain[c];
+			s->chain[c] = b->next;
+			if (c != HOST)
+				count_live((enum tensor_device)c, 0, b->used);
+			poison(c, b);
+			b->next = fresh[c];
+			fresh[c] = b;
+		}
+		if (outermost) {
+			unquarantine(&aged[c], c);
+			aged[c] = fresh[c];
+			fresh[c] = NULL;
+		}
+	}
+}
+
+/* The debug mode's watch at an outermost tensor_scope_begin: a report when the heap
+ * tensors alive have grown at GROWTH_STEPS of them in a row (once a thread). */
+static void watch_heap_growth(void)
+{
+	long long now = atomic_load(&heap_headers);
+	growth_streak = last_heap_count >= 0 && now > last_heap_count ? growth_streak + 1 : 0;
+	if (growth_streak == GROWTH_STEPS && !growth_reported) {
+		growth_reported = true;
+		fprintf(stderr,
+			"cformer debug: %d outermost scopes in a row began with more heap tensors "
+			"alive than the one before (%lld now): a tensor made outside the step's "
+			"scope (a batch, say) is not freed; make it inside the scope or "
+			"tensor_free it\n",
+			GROWTH_STEPS, now);
+	}
+	last_heap_count = now;
 }
 
 void tensor_scope_begin(void)
 {
+	if (depth == 0 && tensor_debug())
+		watch_heap_growth();
 	/* Past MAX_SCOPES nesting, inner scopes share the deepest arena. */
 	if (depth < MAX_SCOPES)
 		memset(&scopes[depth], 0, sizeof scopes[depth]);
@@ -277,13 +353,26 @@ int tensor_scope_end(void)
 		hook(depth);
 	depth--;
 	if (depth < MAX_SCOPES)
-		scope_release(&scopes[depth]);
+		scope_release(&scopes[depth], depth == 0);
 	return TENSOR_OK;
 }
 
 int tensor_scope_depth(void)
 {
 	return depth;
+}
+
+int tensor_scope_of(const struct tensor *t)
+{
+	if (!t || !t->in_arena)
+		return 0;
+	int open = depth < MAX_SCOPES ? depth : MAX_SCOPES;
+	for (int i = open - 1; i >= 0; i--)
+		for (struct block *b = scopes[i].chain[HOST]; b; b = b->next)
+			if ((const char *)t >= (char *)b->data &&
+			    (const char *)t < (char *)b->data + b->size)
+				return i + 1;
+	return 0;
 }
 
 void tensor_scope_set_end_hook(void (*hook)(int depth))
@@ -375,7 +464,22 @@ struct tensor *tensor_header_alloc(void)
 	}
 	memset(t, 0, sizeof *t);
 	t->in_arena = s != NULL;
+	if (!s)
+		atomic_fetch_add(&heap_headers, 1);
 	return t;
+}
+
+void tensor_header_free(struct tensor *t)
+{
+	if (t && !t->in_arena) {
+		atomic_fetch_sub(&heap_headers, 1);
+		free(t);
+	}
+}
+
+int64_t tensor_heap_tensors(void)
+{
+	return atomic_load(&heap_headers);
 }
 
 /* Heap storage: big data in a cached block of at most twice its size (or a
@@ -451,6 +555,8 @@ struct tensor *tensor_scope_keep(const struct tensor *t)
 		tensor_error(TENSOR_ERR_STATE, "tensor_scope_keep: no scope is open");
 		return NULL;
 	}
+	if (tensor_check_operand("scope_keep", NULL, "t", t) < 0)
+		return NULL;
 	/* Allocate the copy as if the innermost scope were already closed. */
 	int saved = depth;
 	depth--;
@@ -489,6 +595,8 @@ void tensor_mem_reset_peak(enum tensor_device dev)
 void tensor_mem_trim(void)
 {
 	for (int c = 0; c < NCHAINS; c++) {
+		unquarantine(&fresh[c], c);
+		unquarantine(&aged[c], c);
 		while (cache[c]) {
 			struct block *b = cache[c];
 			cache[c] = b->next;

@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 
+#include "guard.h"
 #include "tensor.h"
 
 #ifdef __cplusplus
@@ -202,6 +203,9 @@ struct tensor *tensor_new_laid_out(enum tensor_dtype dt, enum tensor_device dev,
 /* A view header sharing t's storage with the given geometry. */
 struct tensor *tensor_new_view(const struct tensor *t, int ndim, const int64_t *shape,
 			       const int64_t *strides, size_t offset);
+/* tensor_expand without the operand check (tensor_check_operand), for front-ends that
+ * broadcast operands they have checked or that need no check (in-place ops, comparisons). */
+struct tensor *tensor_broadcast_to(const struct tensor *t, int ndim, const int64_t *shape);
 /* Broadcast shapes of a and b into out (returns ndim) or -1 with an error
  * naming op. */
 int tensor_broadcast_shape(const char *op, const struct tensor *a, const struct tensor *b,
@@ -224,8 +228,9 @@ struct tensor *tensor_op_result(struct tensor *out, int rc);
 /* Arena / heap allocation of device memory for a storage (arena.c). */
 struct tensor_storage *tensor_storage_alloc(enum tensor_device dev, size_t nbytes);
 void tensor_storage_release(struct tensor_storage *s);
-/* Allocate a tensor header (arena or heap). */
+/* Allocate a tensor header (arena or heap), and free a heap one (an arena one: nothing). */
 struct tensor *tensor_header_alloc(void);
+void tensor_header_free(struct tensor *t);
 
 #ifdef __cplusplus
 }

@@ -30,7 +30,7 @@ int tensor_copy_(struct tensor *dst, const struct tensor *src)
 			return tensor_error(TENSOR_ERR_SHAPE, "copy_: cannot broadcast %s into %s",
 					    tensor_shape_str(src, bs, sizeof bs),
 					    tensor_shape_str(dst, bd, sizeof bd));
-		s = tensor_expand(src, dst->ndim, dst->shape);
+		s = tensor_broadcast_to(src, dst->ndim, dst->shape);
 		if (!s)
 			return tensor_last_status();
 	}
@@ -51,18 +51,26 @@ static struct tensor *copy_as(const struct tensor *t, enum tensor_dtype dt)
 	return out;
 }
 
-struct tensor *tensor_contiguous(const struct tensor *t)
+/* tensor_contiguous without the operand check: reads (to_host) take any tensor. */
+static struct tensor *contiguous_of(const struct tensor *t)
 {
-	if (!t)
-		return NULL;
 	if (tensor_is_contiguous(t))
 		return tensor_new_view(t, t->ndim, t->shape, t->strides, t->offset);
 	return copy_as(t, t->dtype);
 }
 
+struct tensor *tensor_contiguous(const struct tensor *t)
+{
+	if (!t || tensor_check_operand("contiguous", "ag_contiguous", "t", t) < 0)
+		return NULL;
+	return contiguous_of(t);
+}
+
 struct tensor *tensor_clone(const struct tensor *t)
 {
-	return t ? copy_as(t, t->dtype) : NULL;
+	if (!t || tensor_check_operand("clone", NULL, "t", t) < 0)
+		return NULL;
+	return copy_as(t, t->dtype);
 }
 
 struct tensor *tensor_cast(const struct tensor *x, enum tensor_dtype dt)
@@ -73,6 +81,9 @@ struct tensor *tensor_cast(const struct tensor *x, enum tensor_dtype dt)
 		tensor_error(TENSOR_ERR_DTYPE, "cast: invalid dtype %d", (int)dt);
 		return NULL;
 	}
+	bool integer = dt == TENSOR_I32 || dt == TENSOR_I64; /* no gradient to lose */
+	if (!integer && tensor_check_operand("cast", "", "x", x) < 0)
+		return NULL;
 	return copy_as(x, dt);
 }
 
@@ -124,10 +135,12 @@ int tensor_to_host(const struct tensor *t, void *dst, size_t nbytes)
 {
 	if (!t || !dst)
 		return tensor_error(TENSOR_ERR_ARG, "to_host: input is NULL");
+	if (tensor_check_live("to_host", "t", t) < 0)
+		return TENSOR_ERR_STATE;
 	if (nbytes != tensor_nbytes(t))
 		return tensor_error(TENSOR_ERR_ARG, "to_host: buffer has %zu bytes, tensor %zu",
 				    nbytes, tensor_nbytes(t));
-	struct tensor *c = tensor_contiguous(t);
+	struct tensor *c = contiguous_of(t);
 	if (!c)
 		return tensor_last_status();
 	const struct tensor_backend *be = tensor_backend_get(c->storage->device);
@@ -139,7 +152,7 @@ int tensor_to_host(const struct tensor *t, void *dst, size_t nbytes)
 
 struct tensor *tensor_to_device(const struct tensor *t, enum tensor_device dev)
 {
-	if (!t)
+	if (!t || tensor_check_operand("to_device", NULL, "t", t) < 0)
 		return NULL;
 	if (t->storage->device == dev)
 		return tensor_clone(t);
@@ -186,6 +199,8 @@ double tensor_get(const struct tensor *t, const int64_t *index)
 		tensor_error(TENSOR_ERR_ARG, "get: input is NULL");
 		return 0;
 	}
+	if (tensor_check_live("get", "t", t) < 0)
+		return 0;
 	int64_t off = (int64_t)t->offset;
 	for (int i = 0; i < t->ndim; i++) {
 		if (index[i] < 0 || index[i] >= t->shape[i]) {

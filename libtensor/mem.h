@@ -19,4 +19,10 @@ char *tensor_host_strdup(const char *s);
  * made on the heap even inside a scope). */
 bool tensor_heap_mode(void);
 
+/* The depth (1 = outermost) of the open scope whose arena holds t's header, whose end
+ * releases it; 0 for a heap header (or one of no open scope). A search of the open scopes'
+ * header blocks: for rare calls (autograd registers scoped leaves with it). */
+struct tensor;
+int tensor_scope_of(const struct tensor *t);
+
 #endif

@@ -1,5 +1,6 @@
 /* Fused scaled dot-product attention (tensor_attention) and its backward: front-ends. */
 #include <math.h>
+#include <string.h>
 
 #include "backend.h"
 
@@ -18,6 +19,10 @@ static const struct tensor_backend *attention_check(const char *op,
 			tensor_error(TENSOR_ERR_ARG, "%s: q, k or v is NULL", op);
 		return NULL;
 	}
+	const char *use = strcmp(op, "attention") ? NULL : "nn_attention";
+	if (tensor_check_operand(op, use, "q", q) < 0 ||
+	    tensor_check_operand(op, use, "k", k) < 0 || tensor_check_operand(op, use, "v", v) < 0)
+		return NULL;
 	char bq[128], bk[128], bv[128], bh[128];
 	tensor_shape_str(q, bq, sizeof bq);
 	tensor_shape_str(k, bk, sizeof bk);

@@ -61,6 +61,10 @@ struct tensor *tensor_conv1d(const struct tensor *x, const struct tensor *w,
 {
 	if (!x || !w)
 		return NULL;
+	if (tensor_check_operand("conv1d", "", "x", x) < 0 ||
+	    tensor_check_operand("conv1d", "", "w", w) < 0 ||
+	    tensor_check_operand("conv1d", "", "bias", bias) < 0)
+		return NULL;
 	if (tensor_check_conv1d(x, w, bias, stride, padding) < 0)
 		return NULL;
 	int64_t nb = x->shape[0], cin = x->shape[1], cout = w->shape[0], kw = w->shape[2];

@@ -96,7 +96,7 @@ static struct tensor *expand_to(const struct tensor *t, int nd, const int64_t *s
 	memcpy(tmp.shape, shape, sizeof(int64_t) * (size_t)nd);
 	if (tensor_same_shape(t, &tmp))
 		return (struct tensor *)t;
-	return tensor_expand(t, nd, shape);
+	return tensor_broadcast_to(t, nd, shape);
 }
 
 static void drop_expanded(struct tensor *v, const struct tensor *t)
@@ -147,6 +147,13 @@ struct tensor *tensor_unary(enum tensor_unary_op op, const struct tensor *x, dou
 		return NULL;
 	}
 	const char *name = unary_name[op];
+	bool generic = op == TENSOR_SQUARE || op == TENSOR_RECIPROCAL; /* no ag_<name> */
+	if (tensor_check_operand(name,
+				 generic		 ? "ag_unary"
+				 : op < TENSOR_GELU_GRAD ? ""
+							 : NULL,
+				 "x", x) < 0)
+		return NULL;
 	char bx[128];
 	tensor_shape_str(x, bx, sizeof bx);
 	if (tensor_check_not_bf16(name, x) < 0)
@@ -268,6 +275,10 @@ struct tensor *tensor_binary(enum tensor_binary_op op, const struct tensor *a,
 		return NULL;
 	}
 	const char *name = binary_name[op];
+	const char *use = op < TENSOR_MUL_GELU_GRAD ? "" : NULL; /* comparisons: no gradient */
+	if (op < TENSOR_EQ && (tensor_check_operand(name, use, "a", a) < 0 ||
+			       tensor_check_operand(name, use, "b", b) < 0))
+		return NULL;
 	if (check_same(name, "inputs", a, b) < 0 || tensor_check_not_bf16(name, a) < 0)
 		return NULL;
 	if (check_binary_dtype(op, a, b) < 0)
@@ -429,6 +440,9 @@ struct tensor *tensor_where(const struct tensor *cond, const struct tensor *a,
 {
 	if (!cond || !a || !b)
 		return NULL;
+	if (tensor_check_operand("where", "", "a", a) < 0 ||
+	    tensor_check_operand("where", "", "b", b) < 0)
+		return NULL;
 	if (check_same("where", "a and b", a, b) < 0 || tensor_check_not_bf16("where", a) < 0 ||
 	    tensor_check_not_bf16("where", cond) < 0)
 		return NULL;
@@ -497,7 +511,7 @@ static const struct tensor_backend *masked_fill_check(const char *name, const st
 
 struct tensor *tensor_masked_fill(const struct tensor *x, const struct tensor *mask, double value)
 {
-	if (!x || !mask)
+	if (!x || !mask || tensor_check_operand("masked_fill", "", "x", x) < 0)
 		return NULL;
 	const struct tensor_backend *be = masked_fill_check("masked_fill", x, mask, value);
 	struct tensor *fill = be ? tensor_full(x->dtype, x->storage->device, 0, NULL, value) : NULL;

@@ -165,6 +165,8 @@ struct tensor *tensor_index_select(const struct tensor *src, int dim, const stru
 		null_input(op);
 		return NULL;
 	}
+	if (tensor_check_operand(op, "", "src", src) < 0)
+		return NULL;
 	int d = tensor_dim_wrap(op, dim, src->ndim);
 	int64_t shape[TENSOR_MAX_DIMS];
 	int nd = d < 0 ? -1 : indexed_shape(op, src, d, idx, shape);
@@ -246,6 +248,8 @@ struct tensor *tensor_gather(const struct tensor *src, int dim, const struct ten
 		null_input(op);
 		return NULL;
 	}
+	if (tensor_check_operand(op, "", "src", src) < 0)
+		return NULL;
 	int d = tensor_dim_wrap(op, dim, src->ndim);
 	if (d < 0 || check_index_tensor(op, src, idx) < 0 ||
 	    check_gather_shape(op, "src", src, d, idx, false) < 0 ||
@@ -294,6 +298,9 @@ static int check_list(const char *op, int n, struct tensor *const *ts)
 	for (int i = 0; i < n; i++)
 		if (!ts[i])
 			return null_input(op);
+	for (int i = 0; i < n; i++)
+		if (tensor_check_operand(op, "", "an input", ts[i]) < 0)
+			return TENSOR_ERR_STATE;
 	const struct tensor *a = ts[0];
 	for (int i = 1; i < n; i++) {
 		const struct tensor *b = ts[i];
@@ -411,6 +418,8 @@ int tensor_split(const struct tensor *t, int dim, int n, const int64_t *sizes, s
 		memset(out, 0, sizeof *out * (size_t)n);
 	if (!t)
 		return null_input(op);
+	if (tensor_check_operand(op, "", "t", t) < 0)
+		return TENSOR_ERR_STATE;
 	if (n < 1 || !sizes || !out)
 		return tensor_error(TENSOR_ERR_ARG,
 				    "split: need n >= 1 sizes and outputs, got n = %d%s", n,

@@ -356,6 +356,16 @@ static struct tensor *matmul_impl(const struct tensor *a, const struct tensor *b
 {
 	if (!a || !b)
 		return NULL;
+	/* the differentiable form of each public entry */
+	const char *name = sum	   ? "matmul_sum_to"
+			   : add   ? "matmul_add"
+			   : order ? "matmul_laid_out"
+				   : "matmul";
+	const char *use = sum ? NULL : add ? "nn_linear_forward or ag_add(ag_matmul(a, b), c)" : "";
+	if (tensor_check_operand(name, use, "a", a) < 0 ||
+	    tensor_check_operand(name, use, "b", b) < 0 ||
+	    tensor_check_operand(name, use, "c", add) < 0)
+		return NULL;
 	if (matmul_check(a, b, out_dt) < 0)
 		return NULL;
 	if (sum && (a->ndim < 2 || b->ndim < 2)) {
@@ -418,10 +428,10 @@ static struct tensor *matmul_impl(const struct tensor *a, const struct tensor *b
 
 	sh[nbat] = m;
 	sh[nbat + 1] = k;
-	ae = tensor_expand(am, nbat + 2, sh);
+	ae = tensor_broadcast_to(am, nbat + 2, sh);
 	sh[nbat] = k;
 	sh[nbat + 1] = n;
-	bme = tensor_expand(bm, nbat + 2, sh);
+	bme = tensor_broadcast_to(bm, nbat + 2, sh);
 	sh[nbat] = m;
 	int64_t stride = 1;
 	for (int d = nbat + 1; d >= 0; d--) {

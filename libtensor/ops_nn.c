@@ -26,7 +26,7 @@ static struct tensor *softmax_last(const struct tensor_backend *be, const struct
 static struct tensor *softmax_op(const char *op, const struct tensor *x, int dim, bool log)
 {
 	char bx[128];
-	if (!x || check_float_x(op, x) < 0)
+	if (!x || tensor_check_operand(op, "", "x", x) < 0 || check_float_x(op, x) < 0)
 		return NULL;
 	int nd = x->ndim, lim = nd > 0 ? nd : 1;
 	int d = dim < 0 ? dim + lim : dim;
@@ -106,7 +106,8 @@ static const struct tensor_backend *softmax_backward_check(const char *name, con
 
 struct tensor *tensor_softmax_backward(const struct tensor *y, const struct tensor *g)
 {
-	if (!y || !g)
+	if (!y || !g || tensor_check_operand("softmax_backward", NULL, "y", y) < 0 ||
+	    tensor_check_operand("softmax_backward", NULL, "g", g) < 0)
 		return NULL;
 	const struct tensor_backend *be = softmax_backward_check("softmax_backward", y, g);
 	if (!be)
@@ -201,6 +202,8 @@ struct tensor *tensor_dropout_at(const struct tensor *x, double p, uint64_t seed
 		tensor_error(TENSOR_ERR_ARG, "tensor_dropout: x is NULL");
 		return NULL;
 	}
+	if (tensor_check_operand("dropout", "", "x", x) < 0)
+		return NULL;
 	const struct tensor_backend *be = dropout_check("tensor_dropout", x, p);
 	struct tensor *xc = be ? tensor_contiguous(x) : NULL;
 	struct tensor *out =
@@ -294,7 +297,10 @@ static struct tensor *norm_op(const char *op, bool rms, const struct tensor *x,
 		*mean = NULL;
 	if (rstd)
 		*rstd = NULL;
-	if (!x || check_norm_x(op, x, eps) < 0 || check_param(op, "w", w, x) < 0 ||
+	if (!x || tensor_check_operand(op, "", "x", x) < 0 ||
+	    tensor_check_operand(op, "", "w", w) < 0 || tensor_check_operand(op, "", "b", b) < 0)
+		return NULL;
+	if (check_norm_x(op, x, eps) < 0 || check_param(op, "w", w, x) < 0 ||
 	    check_param(op, "b", b, x) < 0)
 		return NULL;
 	enum tensor_device dev = x->storage->device;
@@ -395,6 +401,9 @@ int tensor_norm_backward(const struct tensor *g, const struct tensor *x, const s
 		if (outs[k])
 			*outs[k] = NULL;
 	int rc = check_norm_backward(op, g, x, mean, rstd, w);
+	for (int k = 0; k < 3 && rc == TENSOR_OK; k++)
+		rc = tensor_check_operand(op, NULL, (const char *[]){ "g", "x", "w" }[k],
+					  (const struct tensor *[]){ g, x, w }[k]);
 	if (rc < 0)
 		return rc;
 	const struct tensor_backend *be = tensor_backend_get(x->storage->device);

@@ -156,7 +156,8 @@ static struct tensor *reduce_op(const char *op, enum tensor_reduce_op rop, const
 				int ndims, const int *dims, bool keepdim)
 {
 	struct red_dims rd;
-	if (!x || tensor_check_not_bf16(op, x) < 0 || parse_dims(op, x, ndims, dims, &rd) < 0)
+	if (!x || tensor_check_operand(op, "", "x", x) < 0 || tensor_check_not_bf16(op, x) < 0 ||
+	    parse_dims(op, x, ndims, dims, &rd) < 0)
 		return NULL;
 	if (rop != TENSOR_RED_SUM && check_nonempty(op, x, &rd) < 0)
 		return NULL;
@@ -192,7 +193,8 @@ static struct tensor *mean_keep(const char *op, const struct tensor *x, const st
 struct tensor *tensor_mean(const struct tensor *x, int ndims, const int *dims, bool keepdim)
 {
 	struct red_dims rd;
-	if (!x || check_float("mean", x) < 0 || parse_dims("mean", x, ndims, dims, &rd) < 0)
+	if (!x || tensor_check_operand("mean", "", "x", x) < 0 || check_float("mean", x) < 0 ||
+	    parse_dims("mean", x, ndims, dims, &rd) < 0)
 		return NULL;
 	return finish(mean_keep("mean", x, &rd), &rd, keepdim);
 }
@@ -203,7 +205,8 @@ struct tensor *tensor_var(const struct tensor *x, int ndims, const int *dims, in
 			  bool keepdim)
 {
 	struct red_dims rd;
-	if (!x || check_float("var", x) < 0 || parse_dims("var", x, ndims, dims, &rd) < 0)
+	if (!x || tensor_check_operand("var", "", "x", x) < 0 || check_float("var", x) < 0 ||
+	    parse_dims("var", x, ndims, dims, &rd) < 0)
 		return NULL;
 	struct tensor *m = mean_keep("var", x, &rd);
 	struct tensor *d = m ? tensor_sub(x, m) : NULL;

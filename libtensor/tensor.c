@@ -53,7 +53,7 @@ bool tensor_is_contiguous(const struct tensor *t)
 
 void *tensor_data(const struct tensor *t)
 {
-	if (!t || t->storage->device != TENSOR_CPU)
+	if (!t || tensor_check_live("data", "t", t) < 0 || t->storage->device != TENSOR_CPU)
 		return NULL;
 	return (char *)t->storage->data + t->offset * tensor_dtype_size(t->dtype);
 }
@@ -143,8 +143,7 @@ struct tensor *tensor_new(enum tensor_dtype dt, enum tensor_device dev, int ndim
 	}
 	t->storage = tensor_storage_alloc(dev, (size_t)stride * tensor_dtype_size(dt));
 	if (!t->storage) {
-		if (!t->in_arena)
-			free(t);
+		tensor_header_free(t);
 		return NULL;
 	}
 	return t;
@@ -190,8 +189,9 @@ void tensor_free(struct tensor *t)
 {
 	if (!t || t->in_arena)
 		return;
+	tensor_free(t->grad); /* a leaf's gradient belongs to it */
 	tensor_storage_release(t->storage);
-	free(t);
+	tensor_header_free(t);
 }
 
 struct tensor *tensor_empty(enum tensor_dtype dt, enum tensor_device dev, int ndim,

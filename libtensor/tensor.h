@@ -188,8 +188,10 @@ int tensor_normal_(struct tensor *t, uint64_t seed, double mean, double std);
  * Every in-place op (tensor_*_) checks this. */
 int tensor_check_writable(const char *op, const struct tensor *t);
 
-/* Release a heap tensor (drops its storage reference); no-op on NULL and on
- * scope-allocated tensors. Does not free t->grad (autograd owns it). */
+/* Release a heap tensor (drops its storage reference) and its gradient t->grad
+ * if it has one: a leaf's gradient belongs to the leaf, and this is the one way
+ * to free it (never free t->grad on its own; a scoped leaf's gradient goes when
+ * the leaf's scope ends). No-op on NULL and on scope-allocated tensors. */
 void tensor_free(struct tensor *t);
 
 /* ---- views (share storage, never copy) ------------------------------------ */
@@ -305,12 +307,31 @@ void tensor_mem_reset_peak(enum tensor_device dev);
  * heap tensors), and what a device's caching allocator holds, to the device;
  * blocks in use stay. */
 void tensor_mem_trim(void);
+/* The heap tensors alive now, in all threads: those made outside any scope (or under
+ * tensor_heap_begin) and not yet freed with tensor_free. A count that grows from one
+ * training step to the next is a leak (the debug mode reports it, tensor_set_debug). */
+int64_t tensor_heap_tensors(void);
 /* For tests of the error paths: make the n-th allocation of this thread (a
  * tensor's header or data, or one of the library's own heap buffers; n = 0:
  * the next one) fail once as out of memory, or disarm with n < 0. Returns the
  * number of allocations this thread made since the previous call, so a caller
  * can tell whether the failure fired (more than n). */
 int64_t tensor_mem_inject_failure(int64_t n);
+
+/* ---- debug mode ----------------------------------------------------------- */
+
+/* The debug mode, for developing a model (CFORMER_DEBUG=1 in the environment, read at
+ * first use, or tensor_set_debug): memory released by a scope's end (or by
+ * tensor_scope_release_since) is poisoned, so that a tensor read after its scope ended
+ * shows it: its header fails every op and read with TENSOR_ERR_STATE ("... is a tensor of
+ * a scope that has ended"), and its CPU data reads as NaN (-1 in integers); the blocks of
+ * an ended scope are not reused until the next outermost scope ends. It also reports, on
+ * stderr, a step that leaves heap tensors behind: when the count of live heap tensors
+ * (tensor_mem_stats) has grown at each of 4 outermost tensor_scope_begin() calls in a row,
+ * the usual sign of a batch made before the step's scope and never freed. It costs a
+ * memset of every released block. */
+void tensor_set_debug(bool on);
+bool tensor_debug(void);
 
 /* ---- threads and CPU backend info ----------------------------------------- */
 

@@ -13,6 +13,12 @@
  *   returns NULL with a message naming the op, the shapes and what was
  *   expected (tensor_last_error()).
  * - Results are new contiguous tensors (scoped inside a scope, else heap).
+ * - An op that returns a new tensor (or a view, tensor.h) refuses an operand
+ *   that requires grad while autograd records (grad mode on, outside the
+ *   ag_ ops; TENSOR_ERR_STATE naming the ag_ op to use): its result would be
+ *   cut from the graph. Comparisons, argmax, casts to integers, index and
+ *   mask operands, in-place ops and reads take any tensor (autograd.h,
+ *   ag_op_begin).
  */
 #ifndef CFORMER_TENSOR_OPS_H
 #define CFORMER_TENSOR_OPS_H

@@ -5,12 +5,14 @@
 
 struct tensor *tensor_alias(const struct tensor *t)
 {
-	return t ? tensor_new_view(t, t->ndim, t->shape, t->strides, t->offset) : NULL;
+	if (!t || tensor_check_operand("alias", NULL, "t", t) < 0)
+		return NULL;
+	return tensor_new_view(t, t->ndim, t->shape, t->strides, t->offset);
 }
 
 struct tensor *tensor_view(const struct tensor *t, int ndim, const int64_t *shape)
 {
-	if (!t)
+	if (!t || tensor_check_operand("view", "", "t", t) < 0)
 		return NULL;
 	char bt[128];
 	if (ndim < 0 || ndim > TENSOR_MAX_DIMS || (ndim > 0 && !shape)) {
@@ -65,7 +67,7 @@ struct tensor *tensor_view(const struct tensor *t, int ndim, const int64_t *shap
 
 struct tensor *tensor_reshape(const struct tensor *t, int ndim, const int64_t *shape)
 {
-	if (!t)
+	if (!t || tensor_check_operand("reshape", "", "t", t) < 0)
 		return NULL;
 	if (tensor_is_contiguous(t))
 		return tensor_view(t, ndim, shape);
@@ -92,7 +94,7 @@ bool tensor_dim_order(const struct tensor *t, int *order)
 
 struct tensor *tensor_permute(const struct tensor *t, const int *perm)
 {
-	if (!t)
+	if (!t || tensor_check_operand("permute", "", "t", t) < 0)
 		return NULL;
 	if (!perm && t->ndim > 0) {
 		tensor_error(TENSOR_ERR_ARG, "permute: perm is NULL");
@@ -117,7 +119,7 @@ struct tensor *tensor_permute(const struct tensor *t, const int *perm)
 
 struct tensor *tensor_transpose(const struct tensor *t, int d0, int d1)
 {
-	if (!t)
+	if (!t || tensor_check_operand("transpose", "", "t", t) < 0)
 		return NULL;
 	int a = tensor_dim_wrap("transpose", d0, t->ndim);
 	int b = a < 0 ? -1 : tensor_dim_wrap("transpose", d1, t->ndim);
@@ -134,7 +136,7 @@ struct tensor *tensor_transpose(const struct tensor *t, int d0, int d1)
 struct tensor *tensor_slice(const struct tensor *t, int dim, int64_t start, int64_t end,
 			    int64_t step)
 {
-	if (!t)
+	if (!t || tensor_check_operand("slice", "", "t", t) < 0)
 		return NULL;
 	int d = tensor_dim_wrap("slice", dim, t->ndim);
 	if (d < 0)
@@ -160,7 +162,7 @@ struct tensor *tensor_slice(const struct tensor *t, int dim, int64_t start, int6
 
 struct tensor *tensor_narrow(const struct tensor *t, int dim, int64_t start, int64_t len)
 {
-	if (!t)
+	if (!t || tensor_check_operand("narrow", "", "t", t) < 0)
 		return NULL;
 	int d = tensor_dim_wrap("narrow", dim, t->ndim);
 	if (d < 0)
@@ -177,7 +179,7 @@ struct tensor *tensor_narrow(const struct tensor *t, int dim, int64_t start, int
 
 struct tensor *tensor_select(const struct tensor *t, int dim, int64_t index)
 {
-	if (!t)
+	if (!t || tensor_check_operand("select", "", "t", t) < 0)
 		return NULL;
 	int d = tensor_dim_wrap("select", dim, t->ndim);
 	if (d < 0)
@@ -202,6 +204,13 @@ struct tensor *tensor_select(const struct tensor *t, int dim, int64_t index)
 }
 
 struct tensor *tensor_expand(const struct tensor *t, int ndim, const int64_t *shape)
+{
+	if (!t || tensor_check_operand("expand", "", "t", t) < 0)
+		return NULL;
+	return tensor_broadcast_to(t, ndim, shape);
+}
+
+struct tensor *tensor_broadcast_to(const struct tensor *t, int ndim, const int64_t *shape)
 {
 	if (!t)
 		return NULL;
@@ -243,7 +252,7 @@ bad:;
 
 struct tensor *tensor_squeeze(const struct tensor *t, int dim)
 {
-	if (!t)
+	if (!t || tensor_check_operand("squeeze", "", "t", t) < 0)
 		return NULL;
 	int d = tensor_dim_wrap("squeeze", dim, t->ndim);
 	if (d < 0)
@@ -259,7 +268,7 @@ struct tensor *tensor_squeeze(const struct tensor *t, int dim)
 
 struct tensor *tensor_unsqueeze(const struct tensor *t, int dim)
 {
-	if (!t)
+	if (!t || tensor_check_operand("unsqueeze", "", "t", t) < 0)
 		return NULL;
 	if (t->ndim == TENSOR_MAX_DIMS) {
 		tensor_error(TENSOR_ERR_SHAPE, "unsqueeze: already %d dims", TENSOR_MAX_DIMS);
@@ -283,7 +292,7 @@ struct tensor *tensor_unsqueeze(const struct tensor *t, int dim)
 
 struct tensor *tensor_unfold(const struct tensor *t, int dim, int64_t size, int64_t step)
 {
-	if (!t)
+	if (!t || tensor_check_operand("unfold", "", "t", t) < 0)
 		return NULL;
 	int d = tensor_dim_wrap("unfold", dim, t->ndim);
 	if (d < 0)

@@ -179,6 +179,8 @@ struct tensor *model_encoder_forward(const struct model_encoder *m, const struct
  * attention one head at a time (nn_mha / nn_linformer sequential_heads), the
  * same result with a lower peak memory without grad. Off after init. */
 void model_encoder_set_sequential_heads(struct model_encoder *m, bool on);
+/* Free the layer array (the parameters are ps's: nn_params_free frees them and every
+ * table the modules keep, so a model is freed by this call and nn_params_free). */
 void model_encoder_free(struct model_encoder *m);
 /* Whether the parameter called name is one of those model_encoder_init registered for m in
  * ps, the list m was built in (the embedding, the positions and their convolution, the
@@ -203,7 +205,7 @@ int model_classifier_init(struct model_classifier *m, struct nn_params *ps,
  * model_encoder_forward's; classifier not initialised. */
 struct tensor *model_classifier_forward(const struct model_classifier *m,
 					const struct tensor *ids, const struct tensor *mask);
-void model_classifier_free(struct model_classifier *m);
+void model_classifier_free(struct model_classifier *m); /* as model_encoder_free */
 
 /* Masked-language-model head: "mlm.dense" dim -> dim, activation, "mlm.norm",
  * decoder to the vocabulary (tied to "embed.weight" by default, else
@@ -219,7 +221,7 @@ int model_mlm_init(struct model_mlm *m, struct nn_params *ps, const struct model
  * as model_encoder_forward's; model not initialised. */
 struct tensor *model_mlm_forward(const struct model_mlm *m, const struct tensor *ids,
 				 const struct tensor *mask);
-void model_mlm_free(struct model_mlm *m);
+void model_mlm_free(struct model_mlm *m); /* as model_encoder_free */
 
 /* The parameter count predicted by the formulas of docs/models.md (encoder,
  * plus the classifier head if with_classifier, plus the MLM head if with_mlm),

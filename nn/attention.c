@@ -138,6 +138,7 @@ static int probs_backward(struct ag_node *n, const struct tensor *g)
 static struct tensor *attention_probs(struct tensor *q, struct tensor *k, double scale,
 				      struct tensor *masked)
 {
+	AG_OP_REGION;
 	struct tensor *rq = q, *rk = k;
 	ag_autocast_pair(&rq, &rk);
 	struct tensor *s = rk ? tensor_matmul_to(rq, tensor_transpose(rk, 2, 3), /* k^T: a view */
@@ -204,6 +205,7 @@ static struct tensor *attention_fused(struct tensor *q, struct tensor *k, struct
 				      const struct tensor *mask, bool causal, double scale,
 				      const struct nn_dropout *drop)
 {
+	AG_OP_REGION;
 	struct tensor *hidden = mask ? nn_mask_compare(mask, q->dtype, true) : NULL, *lse;
 	if (mask && !hidden)
 		return NULL;
@@ -288,7 +290,9 @@ struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v
 		k = ag_mul_scalar(k, scale);
 	struct tensor *p = attention_probs(q, k, on == ON_SCORES ? scale : 1, masked);
 	if (p && observer) {
+		ag_no_grad_begin(); /* what it reads is no part of the graph */
 		int rc = observer(observer_ctx, p);
+		ag_no_grad_end();
 		if (rc != TENSOR_OK) {
 			if (tensor_last_status() == TENSOR_OK)
 				tensor_error(TENSOR_ERR_ARG,

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "nn_internal.h"
+#include "ag_internal.h"
 
 int nn_embedding_init(struct nn_embedding *m, struct nn_params *ps, const char *name, int64_t num,
 		      int64_t dim, int64_t padding_idx)
@@ -29,7 +30,9 @@ int nn_embedding_init(struct nn_embedding *m, struct nn_params *ps, const char *
 			       : NULL;
 	int rc = w ? nn_init_normal(w, 0, 1, nn_param_seed(ps, full)) : tensor_last_status();
 	if (rc == TENSOR_OK && padding_idx >= 0) {
+		ag_no_grad_begin(); /* initialisation is not part of the graph */
 		struct tensor *row = tensor_select(w, 0, padding_idx);
+		ag_no_grad_end();
 		rc = row ? tensor_fill_(row, 0.0) : tensor_last_status();
 		tensor_free(row);
 	}
@@ -88,7 +91,9 @@ struct tensor *nn_embedding_forward(const struct nn_embedding *m, const struct t
 		return NULL;
 	}
 	int before = tensor_last_status();
+	ag_op_begin(); /* recorded below as one node */
 	struct tensor *y = tensor_index_select(m->weight, 0, ids);
+	ag_op_end();
 	if (!y) {
 		if (before == TENSOR_OK) { /* our error: restate it naming the module */
 			char msg[512];

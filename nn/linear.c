@@ -60,6 +60,7 @@ static int linear_bias_backward(struct ag_node *n, const struct tensor *g)
 
 static struct tensor *linear_bias(struct tensor *h, struct tensor *w, struct tensor *b)
 {
+	AG_OP_REGION;
 	struct tensor *rh = h, *rw = w;
 	ag_autocast_pair(&rh, &rw);
 	struct tensor *y = rw ? tensor_matmul_add(rh, tensor_transpose(rw, 0, 1), b) : NULL;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "nn_internal.h"
+#include "ag_internal.h"
 #include "mem.h"
 
 /* The n values of a 1-d integer tensor (any device, any strides) as a
@@ -174,6 +175,7 @@ struct tensor *nn_cross_entropy(struct tensor *logits, const struct tensor *targ
 double nn_accuracy(const struct tensor *logits, const struct tensor *targets, int64_t ignore_index)
 {
 	static const char op[] = "nn_accuracy";
+	AG_NO_GRAD_REGION; /* logits may come from a taped forward */
 	int rc = check_class_args(op, logits, targets);
 	if (rc < 0)
 		return rc;
@@ -206,6 +208,7 @@ double nn_accuracy(const struct tensor *logits, const struct tensor *targets, in
 double nn_binary_accuracy(const struct tensor *logits, const struct tensor *targets)
 {
 	static const char op[] = "nn_binary_accuracy";
+	AG_NO_GRAD_REGION;
 	char bl[128], bt[128];
 	if (!logits || !targets)
 		return tensor_error(TENSOR_ERR_ARG, "%s: %s is NULL", op,

@@ -17,6 +17,13 @@
  * called outside a scope, or between tensor_heap_begin() and
  * tensor_heap_end(), returns NULL (keys_values: the status) with
  * TENSOR_ERR_STATE naming it, before allocating anything.
+ *
+ * Freeing a model: its nn_params owns all of its modules' memory (parameters,
+ * gradients, fixed tables), so nn_params_free(&ps) frees a model made of nn
+ * modules in one call; the modules' *_free functions only forget their
+ * pointers and may be left out. A model struct holding its modules and its
+ * nn_params is freed by nn_params_free(&model.ps); the models of models.h
+ * have one call more for their own arrays (model_classifier_free, ...).
  */
 #ifndef CFORMER_NN_H
 #define CFORMER_NN_H
@@ -50,15 +57,24 @@ struct nn_params {
 				      dropout draws the whole batch's masks for it */
 	struct tensor *flat, *flat_grad; /* after nn_params_pack: one buffer each */
 	struct tensor *flat_lowp;        /* flat rounded to bf16 (nn_params_autocast_begin) */
+	struct tensor **kept; /* modules' buffers that are no parameters (nn_params_keep) */
+	int nkept, kept_cap;
 };
 
 /* An empty list creating parameters of dtype on device, seeded by seed, in
  * training mode. */
 int nn_params_init(struct nn_params *ps, enum tensor_dtype dtype, enum tensor_device device,
 		   uint64_t seed);
-/* Free every parameter, its gradient and the flat buffers. Resets this
- * thread's autograd tape first (its nodes may point at the parameters). */
+/* Free every parameter, its gradient, the flat buffers and the tensors kept
+ * with nn_params_keep: all the memory of a model's modules (see "Freeing a
+ * model" above). Resets this thread's autograd tape first (its nodes may
+ * point at the parameters). */
 void nn_params_free(struct nn_params *ps);
+/* Hand ps a module's heap tensor that is no parameter (a fixed table, a cached
+ * mask: saved in no checkpoint, touched by no optimizer), to be freed by
+ * nn_params_free. Errors (t not kept; it stays the caller's): ps or t NULL, t
+ * made in a scope (TENSOR_ERR_ARG), no memory (TENSOR_ERR_NOMEM). */
+int nn_params_keep(struct nn_params *ps, struct tensor *t);
 /* Create, register and return a zero parameter [shape] named name (unique,
  * < NN_NAME_MAX chars). Errors: duplicate or bad name, after packing
  * (TENSOR_ERR_STATE), allocation. */
@@ -168,7 +184,8 @@ void nn_embedding_free(struct nn_embedding *m);
  * [B, T, dim] (T <= max_len, else an error; outside a scope: an error). */
 struct nn_position {
 	bool learned;
-	struct tensor *weight; /* learned: the parameter; sinusoidal: a fixed heap table */
+	struct tensor *weight; /* learned: the parameter; sinusoidal: a fixed table kept by
+				  ps (nn_params_keep) */
 	int64_t max_len, dim;
 };
 int nn_position_init(struct nn_position *m, struct nn_params *ps, const char *name,
@@ -281,7 +298,8 @@ void nn_attention_set_fused(bool on);
  * heads one at a time splits a layer's p over several calls, and so do the
  * projected layers without gradients at T > 1024 (blocks of up to 1024
  * query rows, in row order). A nonzero return from fn is the forward's
- * error (fn sets it with tensor_error). One observer per process; NULL
+ * error (fn sets it with tensor_error). fn runs in a no-grad region (p
+ * is no part of the graph). One observer per process; NULL
  * removes it. Not for use while several threads run forwards. */
 typedef int (*nn_attention_observer)(void *ctx, const struct tensor *p);
 void nn_set_attention_observer(nn_attention_observer fn, void *ctx);

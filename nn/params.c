@@ -45,15 +45,37 @@ void nn_params_free(struct nn_params *ps)
 	if (!ps)
 		return;
 	ag_tape_reset();
-	for (int i = 0; i < ps->n; i++) {
-		tensor_free(ps->items[i].value->grad);
-		tensor_free(ps->items[i].value);
-	}
+	for (int i = 0; i < ps->n; i++)
+		tensor_free(ps->items[i].value); /* and its gradient */
 	free(ps->items);
+	for (int i = 0; i < ps->nkept; i++)
+		tensor_free(ps->kept[i]);
+	free(ps->kept);
 	tensor_free(ps->flat);
 	tensor_free(ps->flat_grad);
 	tensor_free(ps->flat_lowp);
 	*ps = (struct nn_params){ 0 };
+}
+
+int nn_params_keep(struct nn_params *ps, struct tensor *t)
+{
+	if (!ps || !t)
+		return tensor_error(TENSOR_ERR_ARG, "nn_params_keep: %s is NULL",
+				    ps ? "the tensor" : "ps");
+	if (t->in_arena)
+		return tensor_error(TENSOR_ERR_ARG,
+				    "nn_params_keep: the tensor was made in a scope, which frees "
+				    "it (make it under tensor_heap_begin)");
+	if (ps->nkept == ps->kept_cap) {
+		int cap = ps->kept_cap ? 2 * ps->kept_cap : 4;
+		struct tensor **grown = tensor_host_realloc(ps->kept, sizeof *grown * (size_t)cap);
+		if (!grown)
+			return tensor_error(TENSOR_ERR_NOMEM, "nn_params_keep: no memory");
+		ps->kept = grown;
+		ps->kept_cap = cap;
+	}
+	ps->kept[ps->nkept++] = t;
+	return TENSOR_OK;
 }
 
 char *nn_name(char *buf, const char *prefix, const char *suffix)

@@ -34,7 +34,7 @@ static struct tensor *sinusoid_table(enum tensor_dtype dt, enum tensor_device de
 				((float *)pe)[pos * dim + j] = (float)v;
 		}
 	}
-	tensor_heap_begin(); /* outlives every scope; freed by nn_position_free */
+	tensor_heap_begin(); /* outlives every scope; freed by nn_params_free */
 	struct tensor *t = tensor_from_data(dt, dev, 2, (int64_t[]){ max_len, dim }, pe);
 	tensor_heap_end();
 	free(pe);
@@ -62,6 +62,10 @@ int nn_position_init(struct nn_position *m, struct nn_params *ps, const char *na
 			return tensor_last_status();
 	} else {
 		w = sinusoid_table(ps->dtype, ps->device, max_len, dim);
+		if (w && nn_params_keep(ps, w) < 0) {
+			tensor_free(w);
+			return tensor_last_status();
+		}
 	}
 	if (!w)
 		return tensor_last_status();
@@ -122,11 +126,8 @@ struct tensor *nn_position_forward_reuse(const struct nn_position *m, struct ten
 
 void nn_position_free(struct nn_position *m)
 {
-	if (!m)
-		return;
-	if (!m->learned)
-		tensor_free(m->weight);
-	*m = (struct nn_position){ 0 };
+	if (m)
+		*m = (struct nn_position){ 0 };
 }
 
 int nn_conv_position_init(struct nn_conv_position *m, struct nn_params *ps, const char *name,

@@ -45,42 +45,15 @@ static void build_config(struct model_config *c, const struct text_tokenizer *to
  * disagrees with it is an error. The classifier's own settings stay. */
 static void adopt_encoder(struct model_config *c, const struct model_config *p)
 {
-	bool kinds = c->layers != p->layers, ks = kinds;
-	for (int64_t i = 0; i < c->layers && i < p->layers; i++) {
-		kinds |= c->attention[i] != p->attention[i];
-		ks |= c->k[i] != p->k[i];
-	}
-	const struct {
-		const char *flag;
-		bool differs;
-	} arch[] = {
-		{ "n", c->max_len != p->max_len },
-		{ "dim", c->dim != p->dim },
-		{ "heads", c->heads != p->heads },
-		{ "layers", c->layers != p->layers },
-		{ "ff", c->ff_hidden != p->ff_hidden },
-		{ "model", kinds },
-		{ "proj", kinds },
-		{ "k", ks },
-		{ "k-last", ks },
-		{ "k-list", ks },
-		{ "k-schedule", ks },
-		{ "sharing", c->sharing != p->sharing },
-		{ "activation", c->activation != p->activation },
-		{ "swiglu", c->swiglu != p->swiglu },
-		{ "norm", c->rms_norm != p->rms_norm },
-		{ "post-norm", c->pre_norm != p->pre_norm },
-		{ "positions",
-		  c->positions != p->positions || c->position_kernel != p->position_kernel },
-		{ "conv-dense", c->conv_dense != p->conv_dense },
-		{ "shared-kv-head", c->shared_kv_head != p->shared_kv_head },
-	};
-	for (size_t i = 0; i < sizeof arch / sizeof arch[0]; i++)
-		if (arch[i].differs && flags_given(flags, NFLAGS, arch[i].flag))
-			flags_fail(PROG, arch[i].flag,
-				   "conflicts with the encoder of --init-from %s (its shape comes "
-				   "from the checkpoint): leave the flag out",
-				   opt.init_from);
+	/* the fields this run takes from its own flags; the tokenizer's vocabulary below */
+	static const char *const kept[] = { "vocab_size",  "dropout", "attn_dropout", "num_classes",
+					    "head_hidden", "pooling", "seed",	      NULL };
+	const char *flag = model_flags_conflict(c, p, kept, flags, NFLAGS);
+	if (flag)
+		flags_fail(PROG, flag,
+			   "conflicts with the encoder of --init-from %s (its shape comes from the "
+			   "checkpoint): leave the flag out",
+			   opt.init_from);
 	if (c->vocab_size != p->vocab_size)
 		flags_fail(PROG, "init-from",
 			   "%s has a vocabulary of %lld ids, the tokenizer %lld: "

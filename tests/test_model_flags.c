@@ -110,6 +110,79 @@ START_TEST(test_other_fields_by_hand)
 }
 END_TEST
 
+/* model_flags_select makes, at run time, the entries the macros generate: for every
+ * generated field the same flag but for the config it is bound to, a section on the first. */
+START_TEST(test_select_matches_generated)
+{
+	static struct model_config cfg;
+	const char *names[64];
+	int n = 0;
+	for (int i = 0; i < model_config_field_count(); i++)
+		if (generated(model_config_field(i)))
+			names[n++] = model_config_field(i)->name;
+	names[n] = NULL;
+	struct flag got[64];
+	ck_assert_int_eq(model_flags_select(got, 64, &cfg, names, "model", "test"), n);
+	for (int i = 0; i < n; i++) {
+		const struct model_config_field *f = model_config_field_find(names[i]);
+		const struct flag *want = flags_find(flags, NFLAGS, f->flag);
+		ck_assert_str_eq(got[i].name, want->name);
+		ck_assert_int_eq(got[i].type, want->type);
+		ck_assert(got[i].min == want->min && got[i].max == want->max);
+		ck_assert_int_eq(got[i].open, want->open);
+		ck_assert(!got[i].choices == !want->choices &&
+			  (!want->choices || !strcmp(got[i].choices, want->choices)));
+		ck_assert(!got[i].metavar == !want->metavar &&
+			  (!want->metavar || !strcmp(got[i].metavar, want->metavar)));
+		ck_assert_str_eq(got[i].help, want->help);
+		ck_assert_ptr_eq(got[i].value, (char *)&cfg + f->offset);
+		ck_assert(i == 0 ? !strcmp(got[i].section, "model") : got[i].section == NULL);
+	}
+}
+END_TEST
+
+/* A field without a generated flag is the program's error: exit 1. */
+START_TEST(test_select_refuses_other_fields)
+{
+	static struct model_config cfg;
+	struct flag out[2];
+	model_flags_select(out, 2, &cfg, (const char *const[]){ "dim", "pad_id", NULL }, NULL,
+			   "test");
+}
+END_TEST
+
+/* model_flags_conflict: the first given flag whose field differs from the other config's,
+ * generated or hand-written, the kept fields left out. */
+START_TEST(test_conflict)
+{
+	char *argv[] = { "test",	"--dim", "32",	      "--model", "linformer",
+			 "--positions", "conv",	 "--dropout", "0.3" };
+	flags_parse(flags, NFLAGS, 9, argv, "test", "usage", NULL);
+	struct text_tokenizer tok;
+	ck_assert_int_eq(text_byte_init(&tok), TENSOR_OK);
+	struct model_config c, p;
+	model_flags_config(&c, &mf, &tok, flags, NFLAGS, "test");
+	c.num_classes = 2;
+	ck_assert_int_eq(model_config_resolve(&c), TENSOR_OK);
+	p = c;
+	ck_assert_ptr_null(model_flags_conflict(&c, &p, NULL, flags, NFLAGS));
+	p.heads = 2; /* no --heads given */
+	ck_assert_ptr_null(model_flags_conflict(&c, &p, NULL, flags, NFLAGS));
+	p.dropout = 0.1; /* --dropout given, but kept */
+	const char *const kept[] = { "dropout", NULL };
+	ck_assert_ptr_null(model_flags_conflict(&c, &p, kept, flags, NFLAGS));
+	ck_assert_str_eq(model_flags_conflict(&c, &p, NULL, flags, NFLAGS), "dropout");
+	p.attention[0] = NN_ATTN_CONV; /* --model sets the kinds */
+	ck_assert_str_eq(model_flags_conflict(&c, &p, kept, flags, NFLAGS), "model");
+	p = c;
+	p.position_kernel = 5; /* --positions conv set it to 3 */
+	ck_assert_str_eq(model_flags_conflict(&c, &p, NULL, flags, NFLAGS), "positions");
+	p.dim = 64; /* dim comes first in the field list */
+	ck_assert_str_eq(model_flags_conflict(&c, &p, NULL, flags, NFLAGS), "dim");
+	text_tokenizer_free(&tok);
+}
+END_TEST
+
 /* Every generated flag given a value unlike its default reaches its field of the config. */
 START_TEST(test_flags_reach_config)
 {
@@ -255,6 +328,9 @@ int main(void)
 	tcase_add_test(tc, test_generated_flags_match_fields);
 	tcase_add_test(tc, test_other_fields_by_hand);
 	tcase_add_test(tc, test_flags_reach_config);
+	tcase_add_test(tc, test_select_matches_generated);
+	tcase_add_exit_test(tc, test_select_refuses_other_fields, 1);
+	tcase_add_test(tc, test_conflict);
 	tcase_add_test(tc, test_compare_json);
 	tcase_add_exit_test(tc, test_flag_defined_twice_exits, 1);
 	tcase_add_loop_exit_test(tc, test_bad_value_exits, 1, 0, valued_flag(-1, NULL));

@@ -428,7 +428,7 @@ static size_t forward_peak(const struct model_classifier *m, const struct tensor
 	struct tensor *y = model_classifier_forward(m, ids, NULL);
 	ck_assert_msg(y != NULL, "%s", tensor_last_error());
 	size_t peak = tensor_mem_stats(TENSOR_CPU).peak_bytes - base;
-	*keep = tensor_scope_keep(y);
+	*keep = tensor_scope_keep(ag_detach(y));
 	ag_tape_reset();
 	tensor_scope_end();
 	if (!grad)

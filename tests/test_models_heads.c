@@ -106,14 +106,14 @@ static void check_grad(struct model_classifier *m, struct tensor *p, const struc
 	for (int64_t i = 0; i < n; i += 3) {
 		double v[2];
 		for (int s = 0; s < 2; s++) {
+			ag_no_grad_begin();
 			struct tensor *e = tensor_narrow(tensor_reshape(p, 1, &n), 0, i, 1);
 			double x0 = tensor_get(e, (int64_t[]){ 0 });
 			tensor_fill_(e, x0 + (s ? eps : -eps));
-			ag_no_grad_begin();
 			struct tensor *y = model_classifier_forward(m, ids, mask);
 			v[s] = tensor_get(tensor_sum(tensor_mul(y, r), 0, NULL, false), NULL);
-			ag_no_grad_end();
 			tensor_fill_(e, x0);
+			ag_no_grad_end();
 		}
 		ck_assert_msg(fabs((v[1] - v[0]) / (2 * eps) - g[i]) < 1e-6,
 			      "element %lld: %g vs %g", (long long)i, (v[1] - v[0]) / (2 * eps),

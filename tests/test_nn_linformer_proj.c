@@ -419,7 +419,8 @@ START_TEST(test_conv_dense_vs_per_head)
 	struct tensor *kin = tu_rand(TENSOR_F32, 4, (int64_t[]){ 1, 1, n, dim }, 2);
 	struct tensor *k2 = tensor_clone(kin);
 	ck_assert_int_eq(tensor_fill_(tensor_narrow(k2, 3, 0, d), 0.0), TENSOR_OK);
-	struct tensor *a = nn_seq_proj_forward(&de.m.e, kin), *b = nn_seq_proj_forward(&de.m.e, k2);
+	struct tensor *a = ag_detach(nn_seq_proj_forward(&de.m.e, kin)),
+		      *b = ag_detach(nn_seq_proj_forward(&de.m.e, k2));
 	double *va = tu_values(tensor_narrow(a, 3, d, dim - d)),
 	       *vb = tu_values(tensor_narrow(b, 3, d, dim - d));
 	bool moved = false;
@@ -445,7 +446,8 @@ START_TEST(test_shared_kv_head)
 		tu_assert_shape(f.m.k_proj.weight, 2, (int64_t[]){ d, dim });
 		tu_assert_shape(f.m.v_proj.weight, 2, (int64_t[]){ d, dim });
 		struct tensor *x = tu_rand(TENSOR_F64, 3, (int64_t[]){ B, T, dim }, 14);
-		/* out_proj = identity exposes the merged heads */
+		/* out_proj = identity exposes the merged heads (weights set off the graph) */
+		ag_no_grad_begin();
 		struct tensor *ow = f.m.out_proj.weight;
 		ck_assert_int_eq(tensor_fill_(ow, 0), TENSOR_OK);
 		ck_assert_int_eq(tensor_fill_(f.m.out_proj.bias, 0), TENSOR_OK);
@@ -463,8 +465,10 @@ START_TEST(test_shared_kv_head)
 						 TENSOR_OK);
 			}
 		}
-		struct tensor *y = nn_linformer_forward(&f.m, x, NULL);
+		ag_no_grad_end();
+		struct tensor *y = ag_detach(nn_linformer_forward(&f.m, x, NULL));
 		ag_tape_reset(); /* the weights may change now */
+		ag_no_grad_begin();
 		struct tensor *qw = tensor_clone(f.m.q_proj.weight),
 			      *qb = tensor_clone(f.m.q_proj.bias);
 		ck_assert_int_eq(tensor_copy_(tensor_narrow(f.m.q_proj.weight, 0, 0, d),
@@ -479,7 +483,8 @@ START_TEST(test_shared_kv_head)
 		ck_assert_int_eq(tensor_copy_(tensor_narrow(f.m.q_proj.bias, 0, d, d),
 					      tensor_narrow(qb, 0, 0, d)),
 				 TENSOR_OK);
-		struct tensor *y2 = nn_linformer_forward(&f.m, x, NULL);
+		ag_no_grad_end();
+		struct tensor *y2 = ag_detach(nn_linformer_forward(&f.m, x, NULL));
 		tu_assert_same(tensor_narrow(y2, 2, 0, d), tensor_narrow(y, 2, d, d), 1e-12);
 		tu_assert_same(tensor_narrow(y2, 2, d, d), tensor_narrow(y, 2, 0, d), 1e-12);
 		lf_drop(&f);
@@ -537,8 +542,9 @@ START_TEST(test_random_fixed_under_adamw)
 	lf_make(&f, TENSOR_F32,
 		(struct cfg){ 8, 2, 8, 4, NN_ATTN_RANDOM, NN_SHARE_NONE, false, false, 0, 26 });
 	ck_assert_int_eq(nn_params_pack(&f.ps), TENSOR_OK);
-	struct tensor *e0 = tensor_clone(f.m.e.weight), *f0 = tensor_clone(f.m.f.weight);
-	struct tensor *q0 = tensor_clone(f.m.q_proj.weight);
+	struct tensor *e0 = tensor_clone(ag_detach(f.m.e.weight)),
+		      *f0 = tensor_clone(ag_detach(f.m.f.weight));
+	struct tensor *q0 = tensor_clone(ag_detach(f.m.q_proj.weight));
 	struct nn_adamw opt;
 	ck_assert_int_eq(nn_adamw_init(&opt, &f.ps, 0.1, 0.9, 0.999, 1e-8, 0.1), TENSOR_OK);
 	opt.decay_all = true;

@@ -249,7 +249,7 @@ START_TEST(test_adamw_packed_equals_unpacked)
 	}
 	struct tensor *init[7];
 	for (int k = 0; k < 7; k++)
-		init[k] = tensor_clone(ps[0].items[k].value);
+		init[k] = tensor_clone(ag_detach(ps[0].items[k].value));
 	ck_assert(o[0].flat_m == NULL && o[1].flat_m != NULL && o[2].flat_m == NULL);
 	ck_assert(o[1].m[0]->storage == o[1].flat_m->storage); /* state views the flat buffer */
 	ck_assert(o[1].v[5]->storage == o[1].flat_v->storage);
@@ -492,7 +492,7 @@ START_TEST(test_sgd_packed_equals_unpacked)
 				ck_assert_int_eq(nn_params_pack(&ps[j]), TENSOR_OK);
 			ck_assert_int_eq(nn_sgd_init(&o[j], &ps[j], 0.1, mu, 0.02), TENSOR_OK);
 		}
-		struct tensor *p0 = tensor_clone(ps[0].items[1].value);
+		struct tensor *p0 = tensor_clone(ag_detach(ps[0].items[1].value));
 		for (int s = 0; s < 3; s++)
 			for (int j = 0; j < 2; j++) {
 				set_grads(&ps[j], s, -1);
@@ -522,7 +522,7 @@ START_TEST(test_step_after_backward)
 		nn_init_normal(w, 0, 1, 77);
 		if (packed)
 			nn_params_pack(&ps);
-		struct tensor *w0 = tensor_clone(w);
+		struct tensor *w0 = tensor_clone(ag_detach(w));
 		struct nn_adamw o;
 		ck_assert_int_eq(nn_adamw_init(&o, &ps, 0.01, 0.9, 0.999, 1e-8, 0), TENSOR_OK);
 		struct tensor *x = tu_rand(TENSOR_F64, 2, (int64_t[]){ 5, 3 }, 4);

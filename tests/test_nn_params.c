@@ -110,6 +110,59 @@ START_TEST(test_pack_no_leak)
 }
 END_TEST
 
+/* A model written with nn modules is freed by nn_params_free alone, after a training
+ * step (gradients, a sinusoidal table kept by ps); nn_params_keep's errors. */
+struct tiny_model {
+	struct nn_params ps;
+	struct nn_embedding embed;
+	struct nn_position pos;
+	struct nn_layer_norm norm;
+	struct nn_linear out;
+};
+
+START_TEST(test_model_freed_in_one_call)
+{
+	ck_assert_int_eq(tensor_scope_end(), TENSOR_OK); /* leave the fixture scope */
+	size_t live0 = tensor_mem_stats(TENSOR_CPU).live_bytes;
+	int64_t heap0 = tensor_heap_tensors();
+	struct tiny_model m;
+	ck_assert_int_eq(nn_params_init(&m.ps, TENSOR_F32, TENSOR_CPU, 1), TENSOR_OK);
+	ck_assert_int_eq(nn_embedding_init(&m.embed, &m.ps, "embed", 10, 8, -1), TENSOR_OK);
+	ck_assert_int_eq(nn_position_init(&m.pos, &m.ps, "pos", 6, 8, false), TENSOR_OK);
+	ck_assert_int_eq(nn_layer_norm_init(&m.norm, &m.ps, "norm", 8, 1e-5), TENSOR_OK);
+	ck_assert_int_eq(nn_linear_init(&m.out, &m.ps, "out", 8, 3, true), TENSOR_OK);
+	ck_assert_int_eq(m.ps.nkept, 1); /* the sinusoidal table */
+	tensor_scope_begin();		 /* a training step */
+	struct tensor *ids = tensor_from_data(TENSOR_I64, TENSOR_CPU, 2, (int64_t[]){ 1, 4 },
+					      (int64_t[]){ 1, 2, 3, 4 });
+	struct tensor *h = nn_position_forward(&m.pos, nn_embedding_forward(&m.embed, ids));
+	struct tensor *y = nn_linear_forward(&m.out, nn_layer_norm_forward(&m.norm, h));
+	ck_assert_int_eq(ag_backward(ag_sum(y, 0, NULL, false), NULL), TENSOR_OK);
+	ck_assert_ptr_nonnull(m.out.weight->grad);
+	tensor_scope_end();
+	ck_assert(tensor_heap_tensors() > heap0);
+	nn_params_free(&m.ps);
+	ck_assert_int_eq(tensor_heap_tensors(), heap0);
+	ck_assert_uint_eq(tensor_mem_stats(TENSOR_CPU).live_bytes, live0);
+	tensor_scope_begin();
+	/* errors: the tensor stays the caller's */
+	struct nn_params ps;
+	ck_assert_int_eq(nn_params_init(&ps, TENSOR_F32, TENSOR_CPU, 1), TENSOR_OK);
+	struct tensor *scoped = tensor_zeros(TENSOR_F32, TENSOR_CPU, 1, (int64_t[]){ 2 });
+	tu_assert_error(nn_params_keep(&ps, scoped) < 0, TENSOR_ERR_ARG, "nn_params_keep",
+			"made in a scope");
+	tu_assert_error(nn_params_keep(&ps, NULL) < 0, TENSOR_ERR_ARG, "nn_params_keep", "NULL");
+	tu_assert_error(nn_params_keep(NULL, scoped) < 0, TENSOR_ERR_ARG, "nn_params_keep",
+			"ps is NULL");
+	tensor_heap_begin();
+	struct tensor *table = tensor_zeros(TENSOR_F32, TENSOR_CPU, 1, (int64_t[]){ 2 });
+	tensor_heap_end();
+	ck_assert_int_eq(nn_params_keep(&ps, table), TENSOR_OK);
+	nn_params_free(&ps);
+	ck_assert_int_eq(tensor_heap_tensors(), heap0);
+}
+END_TEST
+
 START_TEST(test_train_mode_and_seeds)
 {
 	struct nn_params ps;
@@ -222,6 +275,7 @@ int main(void)
 	tcase_add_test(tc, test_register_and_find);
 	tcase_add_test(tc, test_pack_keeps_values_and_links_grads);
 	tcase_add_test(tc, test_pack_no_leak);
+	tcase_add_test(tc, test_model_freed_in_one_call);
 	tcase_add_test(tc, test_train_mode_and_seeds);
 	tcase_add_test(tc, test_rebase_errors);
 	tcase_add_test(tc, test_initialisers);

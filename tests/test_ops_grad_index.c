@@ -412,7 +412,7 @@ START_TEST(test_split_views)
 	struct tensor *outs[3], *ref[3];
 	const int64_t sizes[3] = { 2, 0, 3 };
 	ck_assert_int_eq(ag_split(x, -1, 3, sizes, outs), TENSOR_OK);
-	ck_assert_int_eq(tensor_split(x, -1, 3, sizes, ref), TENSOR_OK);
+	ck_assert_int_eq(tensor_split(ag_detach(x), -1, 3, sizes, ref), TENSOR_OK);
 	for (int k = 0; k < 3; k++) {
 		ck_assert(outs[k]->storage == x->storage); /* views, no copy */
 		ck_assert(outs[k]->requires_grad && outs[k]->node != NULL);
@@ -729,7 +729,7 @@ static void check_f32(const char *name, gc_fn f, struct ctx *c, int n)
 	for (int k = 0; k < n; k++) {
 		in64[k] = c->args[k].leaf;
 		ck_assert(c->args[k].kind == K_CONTIG);
-		in32[k] = tensor_cast(in64[k], TENSOR_F32);
+		in32[k] = tensor_cast(ag_detach(in64[k]), TENSOR_F32);
 		ck_assert_int_eq(ag_requires_grad(in32[k], in64[k]->requires_grad), TENSOR_OK);
 	}
 	struct tensor *y64 = f(in64, c); /* backward empties the tape: one at a time */
@@ -807,6 +807,9 @@ static void forward_ops(bool expect_nodes)
 	if (!expect_nodes && ag_grad_enabled()) /* no input requires grad */
 		for (struct tensor **t = (struct tensor *[]){ x, x2, w, b, NULL }; *t; t++)
 			ag_requires_grad(*t, false);
+	/* the references: tensor_ ops on the values, off the graph */
+	struct tensor *xd = ag_detach(x), *x2d = ag_detach(x2), *wd = ag_detach(w),
+		      *bd = ag_detach(b);
 	struct tensor *idx = index_tensor(TENSOR_I64, 1, (int64_t[]){ 3 }, (int64_t[]){ 2, 0, 2 });
 	struct tensor *gidx =
 	    index_tensor(TENSOR_I32, 2, (int64_t[]){ 2, 4 }, (int64_t[]){ 0, 1, 2, 3, 3, 2, 1, 0 });
@@ -814,31 +817,31 @@ static void forward_ops(bool expect_nodes)
 	struct tensor *ys[16], *refs[16];
 	int k = 0, nodes = 0;
 	ys[k] = ag_index_select(x, 1, idx);
-	refs[k++] = tensor_index_select(x, 1, idx);
+	refs[k++] = tensor_index_select(xd, 1, idx);
 	ys[k] = ag_gather(x, 1, gidx);
-	refs[k++] = tensor_gather(x, 1, gidx);
+	refs[k++] = tensor_gather(xd, 1, gidx);
 	ys[k] = ag_concat(2, (struct tensor *[]){ x, x2 }, 0);
-	refs[k++] = tensor_concat(2, (struct tensor *[]){ x, x2 }, 0);
+	refs[k++] = tensor_concat(2, (struct tensor *[]){ xd, x2d }, 0);
 	ys[k] = ag_stack(2, (struct tensor *[]){ x, x2 }, 1);
-	refs[k++] = tensor_stack(2, (struct tensor *[]){ x, x2 }, 1);
+	refs[k++] = tensor_stack(2, (struct tensor *[]){ xd, x2d }, 1);
 	ys[k] = ag_layer_norm(x, w, b, 1e-5);
-	refs[k++] = tensor_layer_norm(x, w, b, 1e-5, NULL, NULL);
+	refs[k++] = tensor_layer_norm(xd, wd, bd, 1e-5, NULL, NULL);
 	ys[k] = ag_layer_norm(x, NULL, NULL, 1e-3);
-	refs[k++] = tensor_layer_norm(x, NULL, NULL, 1e-3, NULL, NULL);
+	refs[k++] = tensor_layer_norm(xd, NULL, NULL, 1e-3, NULL, NULL);
 	ys[k] = ag_rms_norm(x, w, 1e-5);
-	refs[k++] = tensor_rms_norm(x, w, 1e-5, NULL);
+	refs[k++] = tensor_rms_norm(xd, wd, 1e-5, NULL);
 	ys[k] = ag_rms_norm(x, NULL, 1e-5);
-	refs[k++] = tensor_rms_norm(x, NULL, 1e-5, NULL);
+	refs[k++] = tensor_rms_norm(xd, NULL, 1e-5, NULL);
 	ys[k] = ag_where(cond, x, x2);
-	refs[k++] = tensor_where(cond, x, x2);
+	refs[k++] = tensor_where(cond, xd, x2d);
 	ys[k] = ag_masked_fill(x, cond, -2);
-	refs[k++] = tensor_masked_fill(x, cond, -2);
+	refs[k++] = tensor_masked_fill(xd, cond, -2);
 	ys[k] = ag_cast(x, TENSOR_F32);
-	refs[k++] = tensor_cast(x, TENSOR_F32);
+	refs[k++] = tensor_cast(xd, TENSOR_F32);
 	nodes = ag_tape_size();
 	struct tensor *outs[2], *routs[2];
 	ck_assert_int_eq(ag_split(x, 0, 2, (int64_t[]){ 1, 2 }, outs), TENSOR_OK);
-	ck_assert_int_eq(tensor_split(x, 0, 2, (int64_t[]){ 1, 2 }, routs), TENSOR_OK);
+	ck_assert_int_eq(tensor_split(xd, 0, 2, (int64_t[]){ 1, 2 }, routs), TENSOR_OK);
 	ys[k] = outs[0];
 	refs[k++] = routs[0];
 	ys[k] = outs[1];

@@ -161,8 +161,6 @@ START_TEST(test_matmul_empty)
 	for (int i = 0; i < 6; i++)
 		ck_assert(g[i] == 0);
 	free(g);
-	tensor_free(a->grad);
-	tensor_free(b->grad);
 }
 END_TEST
 
@@ -181,7 +179,9 @@ START_TEST(test_matmul_errors)
 	ag_no_grad_end();
 	ck_assert(y && !y->requires_grad);
 	ck_assert_int_eq(ag_tape_size(), 0);
+	ag_no_grad_begin(); /* the reference, off the tape */
 	struct tensor *want = tensor_matmul(a, tensor_transpose(b, 0, 1));
+	ag_no_grad_end();
 	double *vw = tu_values(want);
 	tu_assert_close(y, vw, 9, 0, 0);
 	free(vw);
@@ -308,7 +308,7 @@ START_TEST(test_conv1d_errors)
 			"padding -1");
 	ck_assert(ag_conv1d(NULL, w, NULL, 1, 0) == NULL);
 	ck_assert_int_eq(ag_tape_size(), 0);
-	struct tensor *xf = tensor_cast(x, TENSOR_F32);
+	struct tensor *xf = tensor_cast(ag_detach(x), TENSOR_F32);
 	tu_assert_error(ag_conv1d(xf, w, NULL, 1, 0) == NULL, TENSOR_ERR_DTYPE, "conv1d", NULL);
 	ck_assert_int_eq(ag_tape_size(), 0);
 }
@@ -425,7 +425,6 @@ START_TEST(test_max_min_ties)
 	ag_zero_grad(x);
 	ck_assert_int_eq(ag_backward(ag_max(x, 0, NULL, false), NULL), TENSOR_OK);
 	tu_assert_close(x->grad, (double[]){ 0, 0.5, 0.5, 0, 0, 0 }, 6, 1e-15, 0);
-	tensor_free(x->grad);
 }
 END_TEST
 

@@ -77,6 +77,18 @@ def positions_of(c):
     return "learned" if c.get("learned_positions", True) else "sinusoidal"
 
 
+# The fields of cformer's model config (models/model_config_fields.h) that config_from_cformer
+# does not read, and why; every other field it reads (check_fields.py checks both lists
+# against the C list).
+NOT_READ = {
+    "k_schedule": "resolved per layer into k",
+    "k_first": "resolved per layer into k",
+    "k_last": "resolved per layer into k",
+    "tie_embeddings": "the MLM head's, which models.py does not have",
+    "seed": "the weights come from the checkpoint",
+}
+
+
 def config_from_cformer(c):
     """models.Config from cformer's model_config JSON; refuses what models.py
     does not implement."""
@@ -86,9 +98,11 @@ def config_from_cformer(c):
         "pre_norm": not c["pre_norm"],
         "rms_norm": c["rms_norm"],
         "positions": positions_of(c) != "learned",
+        "position_kernel": c.get("position_kernel", 0) != 0,
         "final_norm": not c["final_norm"],
         "pooling": c["pooling"] != "mean",
         "conv_dense": c["conv_dense"],
+        "mask_empty_slots": c.get("mask_empty_slots", False),
         "shared_kv_head": c["shared_kv_head"],
     }
     bad = [k for k, v in unsupported.items() if v]

@@ -39,11 +39,15 @@ NORM_EPS = 1e-5
 PROJ_INIT_NOISE = 0.1  # cformer's MODEL_PROJ_INIT_NOISE
 KINDS = ("standard", "linear", "conv")
 SHARINGS = ("none", "headwise", "kv", "layerwise")
+MAX_LAYERS = 64  # cformer's MODEL_MAX_LAYERS
 
 
 @dataclass
 class Config:
-    """The subset of cformer's struct model_config the benchmarks use."""
+    """The subset of cformer's struct model_config the benchmarks use: its fields
+    keep cformer's names and defaults (models/model_config_fields.h; check_fields.py
+    checks), but k (one k for every projected layer: cformer's k_first) and
+    attention_impl (this side's own)."""
 
     vocab_size: int
     max_len: int  # n
@@ -70,8 +74,8 @@ class Config:
         n, k = self.max_len, self.k
         if self.dim < 1 or self.heads < 1 or self.dim % self.heads:
             raise ValueError(f"heads {self.heads} must divide dim {self.dim}")
-        if not 1 <= self.layers <= 64:
-            raise ValueError(f"layers {self.layers} not in [1, 64]")
+        if not 1 <= self.layers <= MAX_LAYERS:
+            raise ValueError(f"layers {self.layers} not in [1, {MAX_LAYERS}]")
         if self.sharing not in SHARINGS:
             raise ValueError(f"sharing '{self.sharing}': expected one of {SHARINGS}")
         if self.attention_impl not in ("math", "sdpa"):

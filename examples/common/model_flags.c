@@ -15,7 +15,8 @@ const struct model_flags_field model_flags_by_hand[] = {
 	{ "pre_norm", "--post-norm", "the flag is the negation" },
 	{ "rms_norm", "--norm", "a choice layer|rms, not a bool" },
 	{ "positions", "--positions", "its choice conv also sets position_kernel" },
-	{ "position_kernel", "--pos-kernel", "0 means 3, and only with --positions conv" },
+	{ "position_kernel", "--positions --pos-kernel",
+	  "--positions conv sets it, --pos-kernel 0 means 3 and needs --positions conv" },
 	{ "final_norm", NULL, "always the preset's" },
 	{ "pad_id", NULL, "the tokenizer's" },
 	{ "attention", "--model --proj", "a preset name or pattern, then a kind for its L layers" },
@@ -26,6 +27,109 @@ const struct model_flags_field model_flags_by_hand[] = {
 	{ "seed", NULL, "the program's --seed, which seeds more than the weights" },
 	{ NULL, NULL, NULL },
 };
+
+/* The flag type of a generated flag of kind k, and its open ends. */
+static enum flag_type flag_type_of(enum model_field_kind k, int *open)
+{
+	*open = 0;
+	switch (k) {
+	case MODEL_FIELD_INT: return FLAG_INT;
+	case MODEL_FIELD_DOUBLE: *open = FLAG_MAX_OPEN; return FLAG_DOUBLE;
+	case MODEL_FIELD_BOOL: return FLAG_BOOL;
+	default: return FLAG_ENUM; /* the enums written by name */
+	}
+}
+
+int model_flags_select(struct flag *out, int max, struct model_config *cfg,
+		       const char *const *fields, const char *section, const char *prog)
+{
+	int n = 0;
+	for (; fields[n]; n++) {
+		const struct model_config_field *f = model_config_field_find(fields[n]);
+		if (!f || !f->flag || n == max) {
+			fprintf(stderr, "%s: model_flags_select: '%s' %s\n", prog, fields[n],
+				n == max ? "is one field too many" : "has no generated flag");
+			exit(1);
+		}
+		int open;
+		enum flag_type t = flag_type_of(f->kind, &open);
+		bool ranged = t == FLAG_INT || t == FLAG_DOUBLE;
+		out[n] = (struct flag){ .name = f->flag,
+					.type = t,
+					.value = (char *)cfg + f->offset,
+					.min = ranged ? f->min : 0,
+					.max = ranged ? f->max : 0,
+					.open = open,
+					.choices = t == FLAG_ENUM ? f->metavar : NULL,
+					.metavar = t == FLAG_ENUM ? NULL : f->metavar,
+					.help = f->help,
+					.section = n == 0 ? section : NULL };
+	}
+	return n;
+}
+
+void model_flags_copy(struct model_config *dst, const struct model_config *src,
+		      const char *const *fields)
+{
+	for (const char *const *n = fields; *n; n++) {
+		const struct model_config_field *f = model_config_field_find(*n);
+		if (f)
+			memcpy((char *)dst + f->offset, (const char *)src + f->offset, f->size);
+	}
+}
+
+/* Whether flag --name (without "--") was given. */
+static bool given(struct flag *flags, int nflags, const char *name, size_t len)
+{
+	char buf[64];
+	if (len >= sizeof buf)
+		return false;
+	memcpy(buf, name, len);
+	buf[len] = '\0';
+	return flags_given(flags, nflags, buf);
+}
+
+/* The first given flag of field f ("--a --b" of model_flags_by_hand, or its generated one),
+ * or NULL. */
+static const char *given_flag_of(const struct model_config_field *f, struct flag *flags, int nflags)
+{
+	if (f->flag)
+		return flags_given(flags, nflags, f->flag) ? f->flag : NULL;
+	for (const struct model_flags_field *h = model_flags_by_hand; h->field; h++) {
+		if (strcmp(h->field, f->name) || !h->flags)
+			continue;
+		for (const char *p = h->flags; (p = strstr(p, "--"));) {
+			p += 2;
+			size_t len = strcspn(p, " ");
+			if (given(flags, nflags, p, len)) {
+				struct flag *fl = flags;
+				while (strncmp(fl->name, p, len) || fl->name[len])
+					fl++;
+				return fl->name;
+			}
+			p += len;
+		}
+	}
+	return NULL;
+}
+
+const char *model_flags_conflict(const struct model_config *c, const struct model_config *p,
+				 const char *const *keep, struct flag *flags, int nflags)
+{
+	for (int i = 0; i < model_config_field_count(); i++) {
+		const struct model_config_field *f = model_config_field(i);
+		bool kept = false;
+		for (const char *const *k = keep; k && *k && !kept; k++)
+			kept = !strcmp(*k, f->name);
+		if (kept ||
+		    !memcmp((const char *)c + f->offset, (const char *)p + f->offset, f->size))
+			continue;
+		const char *flag = given_flag_of(f, flags, nflags);
+		if (flag)
+			return flag;
+	}
+	return NULL;
+}
 
 void model_flags_check(const struct model_flags *m, const char *prog)
 {

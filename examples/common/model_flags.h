@@ -119,6 +119,29 @@ extern const struct model_flags_field model_flags_by_hand[];
 			"WordPiece vocabulary (default: the bundled BERT uncased vocab.txt)")
 /* clang-format on */
 
+/* The flag-table entries of the config fields named in fields (NULL-terminated; each with a
+ * generated flag: group ENC, ENC_PROG or HEAD), bound to those fields of *cfg, as
+ * MODEL_FLAGS_ENCODER and MODEL_FLAGS_CLASSIFIER generate them (name, type, range, metavar,
+ * help; the default is what *cfg holds), written to out[0..); the first opens the --help
+ * section `section` (or none: NULL). For programs that take some of the model flags beside
+ * their own (the benchmarks). Returns the count; exits 1 on a field without a generated
+ * flag or more than max fields. */
+int model_flags_select(struct flag *out, int max, struct model_config *cfg,
+		       const char *const *fields, const char *section, const char *prog);
+
+/* The fields named in fields (NULL-terminated) from src into dst: what the flags of
+ * model_flags_select set. */
+void model_flags_copy(struct model_config *dst, const struct model_config *src,
+		      const char *const *fields);
+
+/* For a model whose config p comes from elsewhere (a checkpoint): the first flag of the
+ * program's table that was given and sets a field of c (the config the flags describe) to
+ * a value unlike p's, leaving out the fields named in keep (NULL-terminated: those the
+ * program takes from its flags whatever p holds); NULL when none. The flags of a field:
+ * its generated one, or those model_flags_by_hand lists. */
+const char *model_flags_conflict(const struct model_config *c, const struct model_config *p,
+				 const char *const *keep, struct flag *flags, int nflags);
+
 /* After flags_parse: --k-list needs --k-schedule list and --k-last needs --k-schedule linear;
  * exits 1 naming the flag otherwise. */
 void model_flags_check(const struct model_flags *m, const char *prog);

@@ -387,7 +387,9 @@ int train_init_embedding(struct nn_params *ps, const struct model_encoder *enc, 
 	int rc = nn_init_normal(w, 0, std, nn_param_seed(ps, "embed.weight"));
 	int64_t pad = enc->embed.padding_idx;
 	if (rc == TENSOR_OK && pad >= 0) {
+		ag_no_grad_begin(); /* a view of a parameter, off the graph */
 		struct tensor *row = tensor_narrow(w, 0, pad, 1);
+		ag_no_grad_end();
 		rc = row ? nn_init_zeros(row) : tensor_last_status();
 		tensor_free(row);
 	}
@@ -600,7 +602,9 @@ static int grow_one(const char *path, struct nn_param *d, const struct nn_param 
 		return tensor_copy_(dv, sv);
 	if (dv && !strcmp(s->name, "pos.weight") && dv->ndim == 2 && sv->shape[1] == dv->shape[1] &&
 	    sv->shape[0] < dv->shape[0]) {
+		ag_no_grad_begin(); /* a view of a parameter, off the graph */
 		struct tensor *rows = tensor_narrow(dv, 0, 0, sv->shape[0]);
+		ag_no_grad_end();
 		int rc = rows ? tensor_copy_(rows, sv) : tensor_last_status();
 		tensor_free(rows);
 		return rc;
