@@ -7,7 +7,14 @@
  * without races). Masked keys are left out of the row; keys past a causal row's
  * own are not computed at all. Dropout multiplies each row of probabilities by its
  * mask after the row's sum is taken (forward), and dL/dp and p by the same mask
- * (backward), drawn again from the seed. */
+ * (backward), drawn again from the seed.
+ *
+ * Where the products are bf16 ones (tensor_matmul_in_bf16: f32 operands under a bf16
+ * precision), each product rounds its operands to bf16 as the bf16 kernel in use packs
+ * them and accumulates in f32, as the composed path's products do: q, k and v; the
+ * probabilities (dropped, unnormalised: the row's sum is f32) in p v; dout, v, the
+ * probabilities and dL/ds in the backward's products. Scores, exponentials, their sums,
+ * the log-sum-exp and dL/ds stay f32. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -159,7 +166,29 @@ struct att_job {
 	size_t es;
 	int64_t h, t, s, d, dv, rows, blocks;
 	struct cpu_dropout_plan drop; /* the probabilities' dropout, where a->dropout > 0 */
+	bool bf16;		      /* bf16 products, on kernel plan with ws bytes of scratch */
+	struct cpu_bf16_plan plan;
+	size_t ws;
 };
+
+static size_t max_size(size_t a, size_t b)
+{
+	return a > b ? a : b;
+}
+
+/* The scratch of a thread's bf16 products: that of the largest of the forward's and the
+ * backward's products of a block (rows x cols x inner, cols <= S). */
+static size_t att_ws(const struct att_job *j)
+{
+	const int64_t r = j->rows, s = j->s, d = j->d, dv = j->dv;
+	const int64_t shapes[6][3] = { { r, s, d },  { r, dv, s }, { r, s, dv },
+				       { s, dv, r }, { r, d, s },  { s, d, r } };
+	size_t ws = 0;
+	for (int i = 0; i < 6; i++)
+		ws = max_size(ws,
+			      cpu_bf16_ws_bytes(j->plan, shapes[i][0], shapes[i][1], shapes[i][2]));
+	return ws;
+}
 
 static struct att_job att_job_of(const struct tensor_attention_args *a)
 {
@@ -168,18 +197,36 @@ static struct att_job att_job_of(const struct tensor_attention_args *a)
 	int64_t rows = block_scores / (s > 0 ? s : 1);
 	rows = rows < ATT_MIN_ROWS ? ATT_MIN_ROWS : rows;
 	rows = rows > t ? (t > 0 ? t : 1) : rows; /* no more than the queries */
-	return (struct att_job){ .a = a,
-				 .dt = q->dtype,
-				 .es = tensor_dtype_size(q->dtype),
-				 .h = q->shape[1],
-				 .t = t,
-				 .s = s,
-				 .d = q->shape[3],
-				 .dv = a->v->shape[3],
-				 .rows = rows,
-				 .blocks = (t + rows - 1) / rows,
-				 .drop = a->dropout > 0 ? cpu_dropout_plan(a->dropout, a->seed)
-							: (struct cpu_dropout_plan){ 0 } };
+	struct att_job j = { .a = a,
+			     .dt = q->dtype,
+			     .es = tensor_dtype_size(q->dtype),
+			     .h = q->shape[1],
+			     .t = t,
+			     .s = s,
+			     .d = q->shape[3],
+			     .dv = a->v->shape[3],
+			     .rows = rows,
+			     .blocks = (t + rows - 1) / rows,
+			     .drop = a->dropout > 0 ? cpu_dropout_plan(a->dropout, a->seed)
+						    : (struct cpu_dropout_plan){ 0 },
+			     .bf16 = tensor_matmul_in_bf16(q, a->k) }; /* this thread's rule */
+	if (j.bf16) {
+		j.plan = cpu_bf16_plan_now();
+		j.ws = att_ws(&j);
+	}
+	return j;
+}
+
+/* C = alpha A B + beta C on the calling thread, a bf16 product where the call's are (ws:
+ * the thread's scratch for it). */
+static void att_gemm(const struct att_job *j, char *ws, int64_t m, int64_t n, int64_t k,
+		     double alpha, struct cpu_mat a, struct cpu_mat b, double beta,
+		     struct cpu_mat c)
+{
+	if (j->bf16)
+		cpu_gemm_bf16_one_thread(j->plan, m, n, k, alpha, a, b, beta, c, ws);
+	else
+		cpu_gemm_one_thread(j->dt, m, n, k, alpha, a, b, beta, c);
 }
 
 /* Row t of (b, h)'s first cols probabilities, p (the row's own dtype), times the dropout
@@ -252,16 +299,16 @@ static void scale_rows(struct cpu_mat o, int64_t rows, int64_t cols, enum tensor
 }
 
 /* out and lse of the queries of block blk of (b, h); buf holds a block's scores and then
- * its rows' inverse sums. */
+ * its rows' inverse sums, ws the products' scratch. */
 static void forward_block(const struct att_job *j, struct tensor *out, struct tensor *lse,
-			  int64_t b, int64_t h, int64_t blk, char *buf)
+			  int64_t b, int64_t h, int64_t blk, char *buf, char *ws)
 {
 	const struct tensor_attention_args *a = j->a;
 	int64_t t0, rows, cols, es = (int64_t)j->es;
 	att_block(j, blk, &t0, &rows, &cols);
 	struct cpu_mat sc = { buf, cols, 1 };
-	cpu_gemm_one_thread(j->dt, rows, cols, j->d, a->scale, att_rows(a->q, b, h, t0),
-			    att_trans(att_rows(a->k, b, h, 0)), 0, sc);
+	att_gemm(j, ws, rows, cols, j->d, a->scale, att_rows(a->q, b, h, t0),
+		 att_trans(att_rows(a->k, b, h, 0)), 0, sc);
 	const char *hid = att_hidden(j, b);
 	char *l = cpu_ptr(lse) + ((b * j->h + h) * j->t + t0) * es;
 	char *inv = buf + j->rows * j->s * es;
@@ -277,15 +324,15 @@ static void forward_block(const struct att_job *j, struct tensor *out, struct te
 		drop_row(j, row, cols, b, h, t0 + r); /* the sum (inv) is the undropped row's */
 	}
 	struct cpu_mat o = att_rows(out, b, h, t0);
-	cpu_gemm_one_thread(j->dt, rows, j->dv, cols, 1, sc, att_rows(a->v, b, h, 0), 0, o);
+	att_gemm(j, ws, rows, j->dv, cols, 1, sc, att_rows(a->v, b, h, 0), 0, o);
 	scale_rows(o, rows, j->dv, j->dt, inv);
 }
 
 /* Gradients of (b, h): dq of every block, dk and dv summed over the blocks. pbuf and
- * gbuf hold a block's scores each, mbuf a row's dropout mask. */
+ * gbuf hold a block's scores each, mbuf a row's dropout mask, ws the products' scratch. */
 static void backward_head(const struct att_job *j, struct tensor *dq, struct tensor *dk,
 			  struct tensor *dv, const struct tensor *lse, const struct tensor *dout,
-			  int64_t b, int64_t h, char *pbuf, char *gbuf, char *mbuf)
+			  int64_t b, int64_t h, char *pbuf, char *gbuf, char *mbuf, char *ws)
 {
 	const struct tensor_attention_args *a = j->a;
 	struct cpu_mat dkm = att_rows(dk, b, h, 0), dvm = att_rows(dv, b, h, 0);
@@ -300,10 +347,10 @@ static void backward_head(const struct att_job *j, struct tensor *dq, struct ten
 		att_block(j, blk, &t0, &rows, &cols);
 		struct cpu_mat qm = att_rows(a->q, b, h, t0), gm = att_rows(dout, b, h, t0);
 		struct cpu_mat pm = { pbuf, cols, 1 }, sm = { gbuf, cols, 1 };
-		cpu_gemm_one_thread(j->dt, rows, cols, j->d, a->scale, qm,
-				    att_trans(att_rows(a->k, b, h, 0)), 0, pm);
-		cpu_gemm_one_thread(j->dt, rows, cols, j->dv, 1, gm,
-				    att_trans(att_rows(a->v, b, h, 0)), 0, sm);
+		att_gemm(j, ws, rows, cols, j->d, a->scale, qm, att_trans(att_rows(a->k, b, h, 0)),
+			 0, pm);
+		att_gemm(j, ws, rows, cols, j->dv, 1, gm, att_trans(att_rows(a->v, b, h, 0)), 0,
+			 sm);
 		for (int64_t r = 0; r < rows; r++) {
 			int64_t vis = a->causal ? t0 + r + 1 : cols;
 			char *pr = pbuf + r * cols * (int64_t)j->es;
@@ -321,26 +368,29 @@ static void backward_head(const struct att_job *j, struct tensor *dq, struct ten
 			if (a->dropout > 0) /* dv's product takes the kept p */
 				mul_row(j->dt, pr, mbuf, cols);
 		}
-		cpu_gemm_one_thread(j->dt, cols, j->dv, rows, 1, att_trans(pm), gm, 1, dvm);
-		cpu_gemm_one_thread(j->dt, rows, j->d, cols, a->scale, sm, att_rows(a->k, b, h, 0),
-				    0, att_rows(dq, b, h, t0));
-		cpu_gemm_one_thread(j->dt, cols, j->d, rows, a->scale, att_trans(sm), qm, 1, dkm);
+		att_gemm(j, ws, cols, j->dv, rows, 1, att_trans(pm), gm, 1, dvm);
+		att_gemm(j, ws, rows, j->d, cols, a->scale, sm, att_rows(a->k, b, h, 0), 0,
+			 att_rows(dq, b, h, t0));
+		att_gemm(j, ws, cols, j->d, rows, a->scale, att_trans(sm), qm, 1, dkm);
 	}
 }
 
 /* ---- the slots ---------------------------------------------------------------------- */
 
-/* Scratch of nbuf blocks of scores, a block's rows of values and extra elements for
- * each of *nt threads (as many as there are units of work, at most the thread count), *per bytes
- * each, from the thread's block cache (tensor memory, reused across steps); NULL with
- * an error naming op. */
+/* Scratch of nbuf blocks of scores, a block's rows of values and extra elements, then
+ * (at byte *ws of it) the bf16 products' scratch, for each of *nt threads (as many as
+ * there are units of work, at most the thread count), *per bytes each (64-byte aligned),
+ * from the thread's block cache (tensor memory, reused across steps); NULL with an error
+ * naming op. */
 static struct tensor_storage *att_scratch(const char *op, const struct att_job *j, int64_t units,
-					  int nbuf, int64_t extra, int *nt, size_t *per)
+					  int nbuf, int64_t extra, int *nt, size_t *per, size_t *ws)
 {
 	*nt = cpu_num_threads();
 	if (units < *nt)
 		*nt = units > 0 ? (int)units : 1;
-	*per = (size_t)(j->rows * ((j->s ? j->s : 1) * nbuf + 1) + extra) * j->es;
+	*ws =
+	    ((size_t)(j->rows * ((j->s ? j->s : 1) * nbuf + 1) + extra) * j->es + 63) & ~(size_t)63;
+	*per = *ws + j->ws;
 	tensor_heap_begin();
 	struct tensor_storage *st = tensor_storage_alloc(TENSOR_CPU, *per * (size_t)*nt);
 	tensor_heap_end();
@@ -356,8 +406,8 @@ int cpu_attention(struct tensor *out, struct tensor *lse, const struct tensor_at
 	struct att_job j = att_job_of(a);
 	int64_t units = a->q->shape[0] * j.h * j.blocks;
 	int nt;
-	size_t per;
-	struct tensor_storage *st = att_scratch("attention", &j, units, 1, 0, &nt, &per);
+	size_t per, ws;
+	struct tensor_storage *st = att_scratch("attention", &j, units, 1, 0, &nt, &per, &ws);
 	if (!st)
 		return tensor_last_status();
 #pragma omp parallel num_threads(nt)
@@ -366,7 +416,8 @@ int cpu_attention(struct tensor *out, struct tensor *lse, const struct tensor_at
 #pragma omp for schedule(dynamic, 1)
 		for (int64_t u = 0; u < units; u++) {
 			int64_t bh = u / j.blocks;
-			forward_block(&j, out, lse, bh / j.h, bh % j.h, u % j.blocks, buf);
+			forward_block(&j, out, lse, bh / j.h, bh % j.h, u % j.blocks, buf,
+				      buf + ws);
 		}
 	}
 	tensor_storage_release(st);
@@ -380,9 +431,9 @@ int cpu_attention_backward(struct tensor *dq, struct tensor *dk, struct tensor *
 	struct att_job j = att_job_of(a);
 	int64_t units = a->q->shape[0] * j.h;
 	int nt;
-	size_t per;
+	size_t per, ws;
 	struct tensor_storage *st =
-	    att_scratch("attention_backward", &j, units, 2, j.s, &nt, &per); /* a mask row */
+	    att_scratch("attention_backward", &j, units, 2, j.s, &nt, &per, &ws); /* a mask row */
 	if (!st)
 		return tensor_last_status();
 #pragma omp parallel num_threads(nt)
@@ -392,8 +443,8 @@ int cpu_attention_backward(struct tensor *dq, struct tensor *dk, struct tensor *
 		char *mbuf = gbuf + (size_t)(j.rows * j.s) * j.es;
 #pragma omp for schedule(static)
 		for (int64_t u = 0; u < units; u++)
-			backward_head(&j, dq, dk, dv, lse, dout, u / j.h, u % j.h, pbuf, gbuf,
-				      mbuf);
+			backward_head(&j, dq, dk, dv, lse, dout, u / j.h, u % j.h, pbuf, gbuf, mbuf,
+				      pbuf + ws);
 	}
 	tensor_storage_release(st);
 	return TENSOR_OK;
