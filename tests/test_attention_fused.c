@@ -270,7 +270,8 @@ START_TEST(test_attention_fused_bf16)
 END_TEST
 
 /* Under no-grad the fused kernel allocates the output, the rows' log-sum-exp and
- * one block of scores per thread: less than the scores' T x S. */
+ * one block of scores per thread: less than the scores' T x S; with bf16 products, on each
+ * bf16 kernel, exactly as much tensor memory (their scratch is the heap's). */
 START_TEST(test_attention_fused_memory)
 {
 	const int64_t B = 1, H = 2, T = 1024, S = 1024, d = 8;
@@ -286,7 +287,54 @@ START_TEST(test_attention_fused_memory)
 			      "%d thread(s): used %zu, output and lse %zu, a block %zu", threads,
 			      used, out, block);
 		ck_assert(used < sizeof(float) * (size_t)(B * H * T * S) / 4);
+		ck_assert_int_eq(tensor_set_matmul_precision(TENSOR_BF16), TENSOR_OK);
+		for (int kn = 0; kn < TU_BF16_KERNELS; kn++) {
+			if (tu_bf16_kernel_force(kn))
+				ck_assert_uint_eq(tu_attention_peak(q, k, v), used);
+			tensor_clear_error();
+		}
+		ck_assert_int_eq(tensor_set_matmul_precision(TENSOR_F32), TENSOR_OK);
+		tensor_bf16_gemm_force(NULL);
 	}
+}
+END_TEST
+
+/* Out of memory at each allocation of a bf16 forward and backward (on each bf16 kernel):
+ * TENSOR_ERR_NOMEM, until no allocation is left to fail and the step succeeds. */
+START_TEST(test_attention_bf16_nomem)
+{
+	const struct att_case *c = &cases[0];
+	for (int kn = 0; kn < TU_BF16_KERNELS; kn++) {
+		if (!tu_bf16_kernel_force(kn)) {
+			tensor_clear_error();
+			continue;
+		}
+		struct tensor *in[3];
+		struct tensor *mask = case_inputs(c, TENSOR_F32, in);
+		for (int64_t fail = 0;; fail++) {
+			tensor_scope_begin();
+			tensor_mem_inject_failure(fail);
+			ck_assert_int_eq(tensor_set_matmul_precision(TENSOR_BF16), TENSOR_OK);
+			struct tensor *out =
+			    nn_attention(in[0], in[1], in[2], mask, false, SCALE, NULL);
+			ck_assert_int_eq(tensor_set_matmul_precision(TENSOR_F32), TENSOR_OK);
+			struct tensor *loss = ag_sum(ag_mul(out, out), 0, NULL, false);
+			int rc = loss ? ag_backward(loss, NULL) : tensor_last_status();
+			bool fired = tensor_mem_inject_failure(-1) > fail;
+			ag_tape_reset();
+			tensor_scope_end();
+			for (int j = 0; j < 3; j++) {
+				tensor_free(in[j]->grad);
+				in[j]->grad = NULL;
+			}
+			if (!fired) {
+				ck_assert_msg(rc == TENSOR_OK, "%s", tensor_last_error());
+				break;
+			}
+			tu_assert_error(rc < 0, TENSOR_ERR_NOMEM, NULL, NULL);
+		}
+	}
+	tensor_bf16_gemm_force(NULL);
 }
 END_TEST
 
@@ -439,6 +487,7 @@ int main(void)
 	suite_add_tcase(s, tc);
 	tc = tu_tcase("bf16");
 	tcase_add_loop_test(tc, test_attention_fused_bf16, 0, TU_BF16_KERNELS);
+	tcase_add_test(tc, test_attention_bf16_nomem);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

@@ -17,8 +17,11 @@
  * the log-sum-exp and dL/ds stay f32. */
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "../mem.h"
 #include "cpu_iter.h"
 #include "cpu_kernels.h"
 #include "cpu_math.h"
@@ -377,50 +380,65 @@ static void backward_head(const struct att_job *j, struct tensor *dq, struct ten
 
 /* ---- the slots ---------------------------------------------------------------------- */
 
-/* Scratch of nbuf blocks of scores, a block's rows of values and extra elements, then
- * (at byte *ws of it) the bf16 products' scratch, for each of *nt threads (as many as
- * there are units of work, at most the thread count), *per bytes each (64-byte aligned),
- * from the thread's block cache (tensor memory, reused across steps); NULL with an error
- * naming op. */
-static struct tensor_storage *att_scratch(const char *op, const struct att_job *j, int64_t units,
-					  int nbuf, int64_t extra, int *nt, size_t *per, size_t *ws)
+/* A call's scratch for each of nt threads (as many as there are units of work, at most the
+ * thread count): nbuf blocks of scores, a block's rows of values and extra elements, per
+ * bytes a thread, from the thread's block cache (tensor memory, reused across steps); and
+ * the bf16 products' scratch, j->ws bytes a thread (64-byte aligned) on the heap, as the
+ * GEMMs' packing buffers are. */
+struct att_mem {
+	int nt;
+	size_t per;
+	struct tensor_storage *st;
+	char *heap, *ws;
+};
+
+static void att_mem_free(struct att_mem *m)
 {
-	*nt = cpu_num_threads();
-	if (units < *nt)
-		*nt = units > 0 ? (int)units : 1;
-	*ws =
-	    ((size_t)(j->rows * ((j->s ? j->s : 1) * nbuf + 1) + extra) * j->es + 63) & ~(size_t)63;
-	*per = *ws + j->ws;
+	tensor_storage_release(m->st);
+	free(m->heap);
+}
+
+/* The scratch of a call of op; TENSOR_ERR_NOMEM naming op where it fails. */
+static int att_mem_get(struct att_mem *m, const char *op, const struct att_job *j, int64_t units,
+		       int nbuf, int64_t extra)
+{
+	*m = (struct att_mem){ .nt = cpu_num_threads() };
+	if (units < m->nt)
+		m->nt = units > 0 ? (int)units : 1;
+	m->per = (size_t)(j->rows * ((j->s ? j->s : 1) * nbuf + 1) + extra) * j->es;
 	tensor_heap_begin();
-	struct tensor_storage *st = tensor_storage_alloc(TENSOR_CPU, *per * (size_t)*nt);
+	m->st = tensor_storage_alloc(TENSOR_CPU, m->per * (size_t)m->nt);
 	tensor_heap_end();
-	if (!st)
-		tensor_error(TENSOR_ERR_NOMEM,
-			     "%s: no memory for %d thread(s) x %d block(s) of [%lld,%lld] scores",
-			     op, *nt, nbuf, (long long)j->rows, (long long)j->s);
-	return st;
+	if (m->st && j->ws && (m->heap = tensor_host_malloc(j->ws * (size_t)m->nt + 64)))
+		m->ws = (char *)(((uintptr_t)m->heap + 63) & ~(uintptr_t)63);
+	if (m->st && (m->ws || !j->ws))
+		return TENSOR_OK;
+	att_mem_free(m);
+	return tensor_error(TENSOR_ERR_NOMEM,
+			    "%s: no memory for %d thread(s) x %d block(s) of [%lld,%lld] scores%s",
+			    op, m->nt, nbuf, (long long)j->rows, (long long)j->s,
+			    j->ws ? " and their bf16 products' scratch" : "");
 }
 
 int cpu_attention(struct tensor *out, struct tensor *lse, const struct tensor_attention_args *a)
 {
 	struct att_job j = att_job_of(a);
 	int64_t units = a->q->shape[0] * j.h * j.blocks;
-	int nt;
-	size_t per, ws;
-	struct tensor_storage *st = att_scratch("attention", &j, units, 1, 0, &nt, &per, &ws);
-	if (!st)
+	struct att_mem m;
+	if (att_mem_get(&m, "attention", &j, units, 1, 0) < 0)
 		return tensor_last_status();
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(m.nt)
 	{
-		char *buf = (char *)st->data + per * (size_t)omp_get_thread_num();
+		int t = omp_get_thread_num();
+		char *buf = (char *)m.st->data + m.per * (size_t)t;
+		char *ws = m.ws ? m.ws + j.ws * (size_t)t : NULL;
 #pragma omp for schedule(dynamic, 1)
 		for (int64_t u = 0; u < units; u++) {
 			int64_t bh = u / j.blocks;
-			forward_block(&j, out, lse, bh / j.h, bh % j.h, u % j.blocks, buf,
-				      buf + ws);
+			forward_block(&j, out, lse, bh / j.h, bh % j.h, u % j.blocks, buf, ws);
 		}
 	}
-	tensor_storage_release(st);
+	att_mem_free(&m);
 	return TENSOR_OK;
 }
 
@@ -430,22 +448,21 @@ int cpu_attention_backward(struct tensor *dq, struct tensor *dk, struct tensor *
 {
 	struct att_job j = att_job_of(a);
 	int64_t units = a->q->shape[0] * j.h;
-	int nt;
-	size_t per, ws;
-	struct tensor_storage *st =
-	    att_scratch("attention_backward", &j, units, 2, j.s, &nt, &per, &ws); /* a mask row */
-	if (!st)
+	struct att_mem m; /* two blocks and a mask row a thread */
+	if (att_mem_get(&m, "attention_backward", &j, units, 2, j.s) < 0)
 		return tensor_last_status();
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(m.nt)
 	{
-		char *pbuf = (char *)st->data + per * (size_t)omp_get_thread_num();
+		int t = omp_get_thread_num();
+		char *pbuf = (char *)m.st->data + m.per * (size_t)t;
 		char *gbuf = pbuf + (size_t)(j.rows * j.s) * j.es;
 		char *mbuf = gbuf + (size_t)(j.rows * j.s) * j.es;
+		char *ws = m.ws ? m.ws + j.ws * (size_t)t : NULL;
 #pragma omp for schedule(static)
 		for (int64_t u = 0; u < units; u++)
 			backward_head(&j, dq, dk, dv, lse, dout, u / j.h, u % j.h, pbuf, gbuf, mbuf,
-				      pbuf + ws);
+				      ws);
 	}
-	tensor_storage_release(st);
+	att_mem_free(&m);
 	return TENSOR_OK;
 }
