@@ -99,23 +99,9 @@ size_t cpu_gemm_bf16_serial_ws(enum cpu_bf16_kernel k, int64_t m, int64_t n, int
 void cpu_gemm_bf16_serial(enum cpu_bf16_kernel k, int64_t m, int64_t n, int64_t kk, double alpha,
 			  struct cpu_mat a, struct cpu_mat b, double beta, struct cpu_mat c,
 			  void *ws);
-/* cpu_matmul.c: bf16 products of one thread for kernels that run their own parallel
- * regions (the fused attention). A plan names the bf16 kernel in use
- * (tensor_bf16_gemm_kernel), taken once so that a whole call runs on one kernel. C [m,n]
- * (f32) = alpha A B + beta C with f32 A and B read as their bf16 roundings (nearest
- * even) and f32 accumulation, on the calling thread; the portable kernel rounds A and B
- * into f32 copies in ws for BLIS's sgemm. ws: cpu_bf16_ws_bytes(plan, m, n, k) bytes for
- * products of at most those sizes (a multiple of 64), 64-byte aligned. Empty products as
- * cpu_gemm_one_thread. */
-struct cpu_bf16_plan {
-	bool own; /* one of cformer's own kernels (else the portable one) */
-	enum cpu_bf16_kernel kernel;
-};
-struct cpu_bf16_plan cpu_bf16_plan_now(void);
-size_t cpu_bf16_ws_bytes(struct cpu_bf16_plan p, int64_t m, int64_t n, int64_t k);
-void cpu_gemm_bf16_one_thread(struct cpu_bf16_plan p, int64_t m, int64_t n, int64_t k, double alpha,
-			      struct cpu_mat a, struct cpu_mat b, double beta, struct cpu_mat c,
-			      void *ws);
+/* cpu_matmul.c: whether the bf16 kernel in use (tensor_bf16_gemm_kernel) is one of
+ * cformer's own, *k receiving which; false for the portable one. */
+bool cpu_bf16_kernel_own(enum cpu_bf16_kernel *k);
 /* cpu_nn.c */
 int cpu_softmax(struct tensor *out, const struct tensor *x, bool log);
 int cpu_softmax_backward(struct tensor *dx, const struct tensor *y, const struct tensor *g);

@@ -209,6 +209,14 @@ static int bf16_kernel_get(void)
 	return k;
 }
 
+bool cpu_bf16_kernel_own(enum cpu_bf16_kernel *k)
+{
+	int n = bf16_kernel_get();
+	if (n != BF16_PORTABLE)
+		*k = bf16_cpu_kernel(n);
+	return n != BF16_PORTABLE;
+}
+
 const char *tensor_bf16_gemm_kernel(void)
 {
 	return bf16_kernel_names[bf16_kernel_get()];
@@ -330,57 +338,6 @@ int cpu_gemm_f32_of(struct cpu_gemm_f32 *g, const struct tensor *x, bool fill, b
 				    (long long)x->shape[1], (long long)x->shape[2]);
 	f32_copy(&g->t, g->st, x, fill, round);
 	return TENSOR_OK;
-}
-
-/* ---- bf16 inputs: one thread's products (cpu_kernels.h) ---------------------------- */
-
-struct cpu_bf16_plan cpu_bf16_plan_now(void)
-{
-	int k = bf16_kernel_get();
-	return (struct cpu_bf16_plan){ k != BF16_PORTABLE,
-				       k != BF16_PORTABLE ? bf16_cpu_kernel(k) : CPU_BF16_AVX512 };
-}
-
-static size_t round64(size_t n)
-{
-	return (n + 63) & ~(size_t)63;
-}
-
-size_t cpu_bf16_ws_bytes(struct cpu_bf16_plan p, int64_t m, int64_t n, int64_t k)
-{
-	if (m <= 0 || n <= 0 || k <= 0)
-		return 0;
-	if (p.own)
-		return round64(cpu_gemm_bf16_serial_ws(p.kernel, m, n, k));
-	return round64((size_t)(m * k) * sizeof(float)) + round64((size_t)(k * n) * sizeof(float));
-}
-
-/* The r x c matrix x rounded to bf16 values into o (f32), its unit-stride dim kept. */
-static struct cpu_mat mat_rounded(float *o, struct cpu_mat x, int64_t r, int64_t c)
-{
-	bool colmajor = r > 1 && c > 1 && x.rs == 1;
-	int64_t lines = colmajor ? c : r, len = colmajor ? r : c;
-	int64_t ls = colmajor ? x.cs : x.rs, xs = colmajor ? x.rs : x.cs;
-	for (int64_t l = 0; l < lines; l++)
-		line_to_f32(o + l * len, x.p + l * ls * (int64_t)sizeof(float), xs, TENSOR_F32, len,
-			    true);
-	return colmajor ? (struct cpu_mat){ (char *)o, 1, r } : (struct cpu_mat){ (char *)o, c, 1 };
-}
-
-void cpu_gemm_bf16_one_thread(struct cpu_bf16_plan p, int64_t m, int64_t n, int64_t k, double alpha,
-			      struct cpu_mat a, struct cpu_mat b, double beta, struct cpu_mat c,
-			      void *ws)
-{
-	if (m <= 0 || n <= 0 || k <= 0) { /* nothing to round */
-		cpu_gemm_one_thread(TENSOR_F32, m, n, k, alpha, a, b, beta, c);
-	} else if (p.own) {
-		cpu_gemm_bf16_serial(p.kernel, m, n, k, alpha, a, b, beta, c, ws);
-	} else {
-		float *wa = ws,
-		      *wb = (float *)((char *)ws + round64((size_t)(m * k) * sizeof(float)));
-		cpu_gemm_one_thread(TENSOR_F32, m, n, k, alpha, mat_rounded(wa, a, m, k),
-				    mat_rounded(wb, b, k, n), beta, c);
-	}
 }
 
 /* The view of the [batch, r, c] x at batch entries [i, i + ni), rows [r0, r0 + nr) and
