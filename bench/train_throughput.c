@@ -112,17 +112,29 @@ static const char EPILOG[] =
     "prints, tokens/s count the whole batch. Quick check:\n"
     "  train_throughput --n 128 --reps 2 --warmup 1\n";
 
+/* Whether the attention keeps its probabilities for backward: composed (--attention
+ * composed, or a device without the fused kernel) rather than fused. */
+static bool scores_kept(void)
+{
+	if (strcmp(opt.attention, "fused"))
+		return true;
+	struct tensor *q = tensor_zeros(TENSOR_F32, dev, 1, (int64_t[]){ 1 });
+	bool fused = tensor_attention_supported(q);
+	tensor_free(q);
+	return !fused;
+}
+
 /* Rough bytes of one training step at batch b: parameters with gradients and AdamW moments
  * (4 copies), and per layer the saved activations: about 20 [n, dim] and 4 [n, ff] f32
- * tensors and, per head, 3 score-sized ones ([n, n] or [n, k]), live until backward
- * (calibrated on measured peaks at n 128). */
+ * tensors and, where the attention is composed, per head 3 score-sized ones ([n, n] or
+ * [n, k]), live until backward (calibrated on measured peaks at n 128). */
 static double estimate_bytes(const struct model_config *c, double params, int64_t b)
 {
 	double n = (double)c->max_len, d = (double)c->dim, f = (double)c->ff_hidden;
-	double per_layer = 0;
+	double per_layer = 0, kept = scores_kept() ? 3 : 0;
 	for (int64_t i = 0; i < c->layers; i++) {
 		double s = c->attention[i] == NN_ATTN_STANDARD ? n : (double)c->k[i];
-		per_layer += n * (20 * d + 4 * f) + 3 * (double)c->heads * n * s;
+		per_layer += n * (20 * d + 4 * f) + kept * (double)c->heads * n * s;
 	}
 	return 4 * (4 * params + (double)b * per_layer);
 }

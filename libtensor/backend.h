@@ -88,7 +88,8 @@ struct tensor_backend {
 	 * with a unit stride in its last dim; lse [B,H,T] contiguous. The backward
 	 * writes dq, dk, dv (each with a unit stride in its last dim, rows that do not
 	 * overlap, laid out as q, k, v are) from lse and dout ([B,H,T,dv], a unit
-	 * stride in its last dim). */
+	 * stride in its last dim). Products in bf16 where tensor_matmul_in_bf16(q, k),
+	 * read on the calling thread, as the gemm slot's. */
 	int (*attention)(struct tensor *out, struct tensor *lse,
 			 const struct tensor_attention_args *a);
 	/* The largest head dims (d and dv) the attention kernel takes; 0: any. */

@@ -171,7 +171,7 @@ static struct tensor *attention_probs(struct tensor *q, struct tensor *k, double
 
 /* The fused kernel's node (tensor_attention): saves q, k, v, the rows' log-sum-exp
  * and the hidden keys, not the [B,H,T,S] probabilities; its backward recomputes
- * them a block of queries at a time. */
+ * them a block of queries at a time, its products in the forward's precision. */
 static int fused_backward(struct ag_node *n, const struct tensor *g)
 {
 	struct tensor_attention_args a = {
@@ -186,9 +186,11 @@ static int fused_backward(struct ag_node *n, const struct tensor *g)
 		.first = (uint64_t)n->i[2],
 	};
 	struct tensor *d[3];
+	enum tensor_dtype prev = ag_node_precision_begin(n);
 	tensor_heap_begin();
 	int rc = tensor_attention_backward(&a, n->saved[3], g, &d[0], &d[1], &d[2]);
 	tensor_heap_end();
+	tensor_set_matmul_precision(prev);
 	for (int i = 0; i < 3; i++) {
 		if (rc == TENSOR_OK && n->inputs[i]->requires_grad)
 			rc = ag_accumulate_take(n->inputs[i], d[i]);
@@ -228,6 +230,7 @@ static struct tensor *attention_fused(struct tensor *q, struct tensor *k, struct
 		n->f[1] = a.dropout;
 		n->i[1] = (int64_t)a.seed;
 		n->i[2] = (int64_t)a.first;
+		ag_node_keep_precision(n);
 		struct tensor *keep[5] = { q, k, v, lse, hidden };
 		for (int i = 0; i < (hidden ? 5 : 4); i++)
 			ag_save(n, keep[i]);
@@ -268,11 +271,10 @@ struct tensor *nn_attention(struct tensor *q, struct tensor *k, struct tensor *v
 		return NULL;
 	if (check_qkv(q, k, v, mask, causal, scale) < 0)
 		return NULL;
-	/* the fused kernel (dropout included), unless the probabilities are wanted (an
-	 * observer) or the products run in bf16 */
+	/* the fused kernel (dropout included, products in the matmul precision), unless the
+	 * probabilities are wanted (an observer) */
 	bool drops = dropout && !(dropout->ps && (!dropout->ps->training || dropout->p == 0));
-	if (fused && !observer && (!drops || dropout->ps) &&
-	    tensor_matmul_precision() == TENSOR_F32 && tensor_attention_supported(q))
+	if (fused && !observer && (!drops || dropout->ps) && tensor_attention_supported(q))
 		return attention_fused(q, k, v, mask, causal, scale, drops ? dropout : NULL);
 	struct tensor *masked = NULL, *dead = NULL;
 	if ((mask || causal) && build_masks(q, mask, causal, &masked, &dead) < 0)

@@ -16,6 +16,18 @@ void tu_ref_attention(const double *q, const double *k, const double *v, const d
 		      bool causal, double scale, int64_t B, int64_t H, int64_t T, int64_t S,
 		      int64_t d, int64_t dv, double *out);
 
+/* tu_ref_attention with the probabilities' dropout and the gradients: drop [B,H,T,S]
+ * (each 0 or 1 / (1 - p), multiplying the probabilities after the softmax) or NULL, and
+ * for L = sum(out * g), g [B,H,T,dv]: dq, dk, dv of q's, k's and v's shapes (row-major). */
+struct tu_ref_att {
+	const double *q, *k, *v, *mask, *drop;
+	bool causal;
+	double scale;
+	int64_t B, H, T, S, d, dv;
+};
+void tu_ref_attention_grads(const struct tu_ref_att *a, const double *g, double *out, double *dq,
+			    double *dk, double *dv);
+
 /* A [B,S] i32 mask of vals (ck_assert that it was made). */
 struct tensor *tu_mask_i32(int64_t B, int64_t S, const int *vals);
 

@@ -690,6 +690,54 @@ END_TEST
 /* A C of batch stride 0 (matmul_sum: the batch's products added into one [m, n]) of
  * either dtype and layout, k in one block and in two, on one thread and two: each entry's
  * f32 sum adds into C in f32, and a bf16 C is rounded once, at the end. */
+/* Products whose f32 copies on the portable kernel pass its 2^20 elements an operand, so
+ * that it runs them in pieces: slices of the inner dim (with beta on the first only), of
+ * A's rows and of B's columns, groups of batch entries, and a summed C; on every kernel,
+ * as check_slot checks them. */
+START_TEST(test_kernels_pieces)
+{
+	static const int64_t sizes[][4] = {
+		{ 1, 2100, 600, 8 }, { 1, 8, 600, 2100 }, { 5, 600, 600, 8 }, { 3, 1100, 1000, 4 }
+	};
+	for (int j = 0; j < 4; j++) {
+		const int64_t *sz = sizes[j];
+		struct slot_call g = { .batch = sz[0], .m = sz[1], .k = sz[2], .n = sz[3] };
+		g.la = j % 2, g.lb = j / 2, g.lc = j % 3;
+		g.cdt = TENSOR_F32;
+		g.alpha = 0.5, g.beta = j == 1 ? 0 : -2;
+		g.sum = j == 3;
+		if (g.sum)
+			g.beta = 1;
+		check_slot("pieces", &g);
+	}
+}
+END_TEST
+
+/* A bf16 product of large f32 operands (as autocast makes them) takes no tensor memory
+ * beyond its result on any kernel: the portable kernel's f32 copies are bounded scratch. */
+START_TEST(test_kernels_memory)
+{
+	struct tensor *a = tu_rand(TENSOR_F32, 2, (int64_t[]){ 1100, 1000 }, 1);
+	struct tensor *b = tu_rand(TENSOR_F32, 2, (int64_t[]){ 1000, 8 }, 2);
+	ck_assert_int_eq(tensor_set_matmul_precision(TENSOR_BF16), TENSOR_OK);
+	for (int kn = 0; kn < NKERNELS; kn++) {
+		if (!kernel_runs(kn))
+			continue;
+		ck_assert_int_eq(tensor_bf16_gemm_force(kernels[kn]), TENSOR_OK);
+		size_t base = tu_peak_begin();
+		struct tensor *c = tensor_matmul(a, b);
+		size_t used = tu_peak_bytes(base);
+		ck_assert_msg(c != NULL, "%s", tensor_last_error());
+		tu_peak_end();
+		ck_assert_msg(used <= 1100 * 8 * sizeof(float) + 4096,
+			      "%s: a [1100,1000] x [1000,8] product took %zu bytes", kernels[kn],
+			      used);
+	}
+	tensor_set_matmul_precision(TENSOR_F32);
+	tensor_bf16_gemm_force(NULL);
+}
+END_TEST
+
 START_TEST(test_kernels_summed)
 {
 	static const int64_t sizes[][4] = { { 3, 45, 70, 50 },
@@ -1010,6 +1058,8 @@ int main(void)
 	tcase_add_test(tc, test_kernels_layouts);
 	tcase_add_test(tc, test_kernels_alpha_beta);
 	tcase_add_test(tc, test_kernels_summed);
+	tcase_add_test(tc, test_kernels_pieces);
+	tcase_add_test(tc, test_kernels_memory);
 	tcase_add_test(tc, test_kernels_nomem);
 	tcase_add_test(tc, test_kernel_choice);
 	tcase_add_test(tc, test_kernel_blocks);

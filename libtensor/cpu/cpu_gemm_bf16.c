@@ -285,20 +285,27 @@ static int64_t block_of(int64_t x, int64_t unit, int64_t def)
 	return x ? ceil_div(x, unit) * unit : def;
 }
 
-int cpu_gemm_bf16(enum cpu_bf16_kernel k, struct tensor *c, const struct tensor *a,
-		  const struct tensor *b, double alpha, double beta)
+/* Kernel set k with the blocks tensor_bf16_gemm_blocks overrides. */
+static struct bf16_impl impl_of(enum cpu_bf16_kernel k)
 {
 	static const struct bf16_impl *const sets[4] = { &bf16_avx512_impl, &bf16_amx_impl,
 							 &bf16_avx512_emulated_impl,
 							 &bf16_amx_emulated_impl };
-	if (!cpu_gemm_bf16_ok(k))
-		return tensor_error(TENSOR_ERR_UNSUPPORTED,
-				    "gemm: the %s bf16 kernel does not run on this CPU",
-				    k == CPU_BF16_AVX512 ? "AVX512-BF16" : "AMX");
 	struct bf16_impl s = *sets[k];
 	s.kc = block_of(block_override[0], s.kstep, s.kc);
 	s.mc = block_of(block_override[1], s.mr, s.mc);
 	s.nc = block_of(block_override[2], s.nr, s.nc);
+	return s;
+}
+
+int cpu_gemm_bf16(enum cpu_bf16_kernel k, struct tensor *c, const struct tensor *a,
+		  const struct tensor *b, double alpha, double beta)
+{
+	if (!cpu_gemm_bf16_ok(k))
+		return tensor_error(TENSOR_ERR_UNSUPPORTED,
+				    "gemm: the %s bf16 kernel does not run on this CPU",
+				    k == CPU_BF16_AVX512 ? "AVX512-BF16" : "AMX");
+	struct bf16_impl s = impl_of(k);
 	if (c->dtype == TENSOR_F32 || c->strides[0] != 0 || c->shape[0] == 1)
 		return bf16_gemm_run(&s, c, a, b, alpha, beta);
 	/* a bf16 C that sums the batch's products: in f32, rounded once at the end */
@@ -310,4 +317,37 @@ int cpu_gemm_bf16(enum cpu_bf16_kernel k, struct tensor *c, const struct tensor 
 		rc = cpu_copy(c, &fc.t);
 	tensor_storage_release(fc.st);
 	return rc;
+}
+
+/* ---- one product on the calling thread ---------------------------------------- */
+
+size_t cpu_gemm_bf16_serial_ws(enum cpu_bf16_kernel k, int64_t m, int64_t n, int64_t kk)
+{
+	struct bf16_impl s = impl_of(k);
+	size_t sz[3];
+	ws_layout(&s, m, n, kk, sz);
+	return sz[0] + sz[1] + sz[2];
+}
+
+static struct bmat bmat_f32(struct cpu_mat x)
+{
+	return (struct bmat){ x.p, TENSOR_F32, (int64_t)sizeof(float), x.rs, x.cs };
+}
+
+void cpu_gemm_bf16_serial(enum cpu_bf16_kernel k, int64_t m, int64_t n, int64_t kk, double alpha,
+			  struct cpu_mat a, struct cpu_mat b, double beta, struct cpu_mat c,
+			  void *ws)
+{
+	struct bf16_impl s = impl_of(k);
+	size_t sz[3];
+	ws_layout(&s, m, n, kk, sz);
+	char *q = ws;
+	struct bf16_ws w = { (uint32_t *)q, (uint32_t *)(q + sz[0]), (float *)(q + sz[0] + sz[1]) };
+	struct bf16_prod g = { bmat_f32(a), bmat_f32(b), bmat_f32(c),  m,
+			       n,	    kk,		 (float)alpha, (float)beta };
+	if (s.begin)
+		s.begin();
+	gemm_serial(&s, &g, &w);
+	if (s.end)
+		s.end();
 }

@@ -91,6 +91,17 @@ enum cpu_bf16_kernel {
 bool cpu_gemm_bf16_ok(enum cpu_bf16_kernel k);
 int cpu_gemm_bf16(enum cpu_bf16_kernel k, struct tensor *c, const struct tensor *a,
 		  const struct tensor *b, double alpha, double beta);
+/* One product C [m,n] = alpha A [m,k] B [k,n] + beta C on kernel k (one this CPU runs) and
+ * the calling thread, with f32 A and B (rounded to bf16 as packed) and f32 C, m, n, k > 0;
+ * ws: cpu_gemm_bf16_serial_ws(k, m, n, k) bytes (or those of a larger product), 64-byte
+ * aligned. */
+size_t cpu_gemm_bf16_serial_ws(enum cpu_bf16_kernel k, int64_t m, int64_t n, int64_t kk);
+void cpu_gemm_bf16_serial(enum cpu_bf16_kernel k, int64_t m, int64_t n, int64_t kk, double alpha,
+			  struct cpu_mat a, struct cpu_mat b, double beta, struct cpu_mat c,
+			  void *ws);
+/* cpu_matmul.c: whether the bf16 kernel in use (tensor_bf16_gemm_kernel) is one of
+ * cformer's own, *k receiving which; false for the portable one. */
+bool cpu_bf16_kernel_own(enum cpu_bf16_kernel *k);
 /* cpu_nn.c */
 int cpu_softmax(struct tensor *out, const struct tensor *x, bool log);
 int cpu_softmax_backward(struct tensor *dx, const struct tensor *y, const struct tensor *g);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../bf16.h"
+#include "../mem.h"
 #include "cpu_iter.h"
 #include "cpu_kernels.h"
 
@@ -208,6 +209,14 @@ static int bf16_kernel_get(void)
 	return k;
 }
 
+bool cpu_bf16_kernel_own(enum cpu_bf16_kernel *k)
+{
+	int n = bf16_kernel_get();
+	if (n != BF16_PORTABLE)
+		*k = bf16_cpu_kernel(n);
+	return n != BF16_PORTABLE;
+}
+
 const char *tensor_bf16_gemm_kernel(void)
 {
 	return bf16_kernel_names[bf16_kernel_get()];
@@ -239,10 +248,17 @@ int tensor_bf16_gemm_force(const char *name)
  * A and B are converted to f32 copies (bf16 ones exactly, f32 ones rounded to
  * bf16 values, in one pass) and BLIS's sgemm runs on the copies: f32
  * accumulation, as fast as the f32 product less the pass over the operands. The
- * copies are heap storage of the thread's block cache (tensor_storage_alloc),
- * so a training step reuses the same pages instead of faulting fresh ones in
- * for every product. A bf16 C is computed in an f32 buffer and rounded once,
- * to nearest even. */
+ * copies are host scratch, as BLIS's packing buffers and the own kernels' are,
+ * of at most BF16_PIECE elements an operand: a larger product runs in pieces
+ * (groups of batch entries, or slices of A's rows, B's columns and the inner
+ * dim), so that a bf16 product takes no more tensor memory than an f32 one and
+ * its scratch stays bounded. A bf16 C is computed in an f32 buffer (tensor
+ * memory, as C itself) and rounded once, to nearest even. */
+
+/* 4 MiB of f32 an operand; inner slices of BF16_PIECE_K (BLIS's packed kernels take
+ * k a few hundred at a time anyway). */
+#define BF16_PIECE ((int64_t)1 << 20)
+#define BF16_PIECE_K 512
 
 /* n elements of x at element stride xs (bf16, or f32 rounded to bf16 values
  * when round) as f32 at o. */
@@ -269,56 +285,125 @@ static void line_to_f32(float *o, const char *x, int64_t xs, enum tensor_dtype d
 	}
 }
 
-int cpu_gemm_f32_of(struct cpu_gemm_f32 *g, const struct tensor *x, bool fill, bool round)
+/* The elements of an f32 copy of the [batch, r, c] operand x (one matrix for a batch
+ * stride of 0). */
+static int64_t f32_copy_numel(const struct tensor *x)
+{
+	return (x->strides[0] == 0 ? 1 : x->shape[0]) * x->shape[1] * x->shape[2];
+}
+
+/* t = an f32 copy of x over storage st (st->data: f32_copy_numel(x) elements), laid out
+ * with x's unit-stride dim (so the conversion streams), filled from x when fill (f32
+ * values rounded to bf16 ones when round). */
+static void f32_copy(struct tensor *t, struct tensor_storage *st, const struct tensor *x, bool fill,
+		     bool round)
 {
 	int64_t nb = x->strides[0] == 0 ? 1 : x->shape[0], r = x->shape[1], c = x->shape[2];
 	bool colmajor = r > 1 && c > 1 && x->strides[1] == 1;
-	size_t bytes = (size_t)(nb * r * c) * sizeof(float);
-	memset(g, 0, sizeof *g);
-	tensor_heap_begin();
-	g->st = tensor_storage_alloc(TENSOR_CPU, bytes);
-	tensor_heap_end();
-	if (!g->st)
-		return tensor_error(
-		    TENSOR_ERR_NOMEM, "gemm: no memory for an f32 copy of a %s [%lld,%lld,%lld]",
-		    tensor_dtype_name(x->dtype), (long long)nb, (long long)r, (long long)c);
-	g->t.storage = g->st;
-	g->t.dtype = TENSOR_F32;
-	g->t.ndim = 3;
-	memcpy(g->t.shape, x->shape, sizeof g->t.shape);
-	g->t.strides[0] = x->strides[0] == 0 ? 0 : r * c;
-	g->t.strides[1] = colmajor ? 1 : c;
-	g->t.strides[2] = colmajor ? r : 1;
+	memset(t, 0, sizeof *t);
+	t->storage = st;
+	t->dtype = TENSOR_F32;
+	t->ndim = 3;
+	memcpy(t->shape, x->shape, sizeof t->shape);
+	t->strides[0] = x->strides[0] == 0 ? 0 : r * c;
+	t->strides[1] = colmajor ? 1 : c;
+	t->strides[2] = colmajor ? r : 1;
 	if (!fill)
-		return TENSOR_OK;
+		return;
 	/* lines of len elements along the unit-stride dim (or a size-1 dim's) */
 	int64_t lines = colmajor ? c : r, len = colmajor ? r : c;
 	int64_t ls = colmajor ? x->strides[2] : x->strides[1];
 	int64_t xs = colmajor ? x->strides[1] : x->strides[2];
 	size_t es = tensor_dtype_size(x->dtype);
 	const char *src = cpu_ptr(x);
-	float *dst = g->st->data;
+	float *dst = st->data;
 #pragma omp parallel for num_threads(cpu_num_threads()) if (nb * r * c > CPU_PAR_MIN)
 	for (int64_t t = 0; t < nb * lines; t++) {
 		int64_t i = t / lines, l = t % lines;
 		line_to_f32(dst + t * len, src + (i * x->strides[0] + l * ls) * (int64_t)es, xs,
 			    x->dtype, len, round);
 	}
+}
+
+int cpu_gemm_f32_of(struct cpu_gemm_f32 *g, const struct tensor *x, bool fill, bool round)
+{
+	memset(g, 0, sizeof *g);
+	tensor_heap_begin();
+	g->st = tensor_storage_alloc(TENSOR_CPU, (size_t)f32_copy_numel(x) * sizeof(float));
+	tensor_heap_end();
+	if (!g->st)
+		return tensor_error(TENSOR_ERR_NOMEM,
+				    "gemm: no memory for an f32 copy of a %s [%lld,%lld,%lld]",
+				    tensor_dtype_name(x->dtype), (long long)x->shape[0],
+				    (long long)x->shape[1], (long long)x->shape[2]);
+	f32_copy(&g->t, g->st, x, fill, round);
 	return TENSOR_OK;
 }
 
-/* f32 C: A and B converted, then BLIS. */
+/* The view of the [batch, r, c] x at batch entries [i, i + ni), rows [r0, r0 + nr) and
+ * columns [c0, c0 + nc). */
+static struct tensor sub3(const struct tensor *x, int64_t i, int64_t ni, int64_t r0, int64_t nr,
+			  int64_t c0, int64_t nc)
+{
+	struct tensor v = *x;
+	v.offset += (size_t)(i * x->strides[0] + r0 * x->strides[1] + c0 * x->strides[2]);
+	v.shape[0] = ni;
+	v.shape[1] = nr;
+	v.shape[2] = nc;
+	return v;
+}
+
+/* The pieces of a product: groups of nb batch entries, slices of mb rows, nc columns
+ * and kb of the inner dim, each operand's copy within BF16_PIECE elements. */
+struct bf16_pieces {
+	int64_t nb, mb, nc, kb;
+};
+
+static struct bf16_pieces bf16_pieces_of(int64_t batch, int64_t m, int64_t n, int64_t k)
+{
+	int64_t most = m * k > k * n ? m * k : k * n;
+	if (most <= BF16_PIECE) { /* whole products, as many a piece as fit */
+		int64_t nb = BF16_PIECE / (most > 0 ? most : 1);
+		return (struct bf16_pieces){ nb < batch ? nb : batch, m, n, k };
+	}
+	int64_t kb = k < BF16_PIECE_K ? k : BF16_PIECE_K, w = BF16_PIECE / kb;
+	return (struct bf16_pieces){ 1, m < w ? m : w, n < w ? n : w, kb };
+}
+
+/* f32 C: A and B converted a piece at a time into scratch, then BLIS. */
 static int gemm_bf16_portable(struct tensor *c, const struct tensor *a, const struct tensor *b,
 			      double alpha, double beta)
 {
-	struct cpu_gemm_f32 fa = { 0 }, fb = { 0 };
-	int rc = cpu_gemm_f32_of(&fa, a, true, true);
-	if (rc == TENSOR_OK)
-		rc = cpu_gemm_f32_of(&fb, b, true, true);
-	if (rc == TENSOR_OK)
-		rc = gemm_blas(c, &fa.t, &fb.t, alpha, beta);
-	tensor_storage_release(fa.st);
-	tensor_storage_release(fb.st);
+	int64_t batch = c->shape[0], m = c->shape[1], n = c->shape[2], k = a->shape[2];
+	struct bf16_pieces p = bf16_pieces_of(batch, m, n, k);
+	size_t na = (size_t)(p.nb * p.mb * p.kb), nbb = (size_t)(p.nb * p.kb * p.nc);
+	float *w = tensor_host_malloc((na + nbb) * sizeof(float));
+	if (!w)
+		return tensor_error(TENSOR_ERR_NOMEM,
+				    "gemm: no memory for f32 copies of bf16 operands (%zu bytes)",
+				    (na + nbb) * sizeof(float));
+	struct tensor_storage sa = { .data = w, .device = TENSOR_CPU };
+	struct tensor_storage sb = { .data = w + na, .device = TENSOR_CPU };
+	int rc = TENSOR_OK;
+	for (int64_t i = 0; i < batch && rc == TENSOR_OK; i += p.nb) {
+		int64_t ni = batch - i < p.nb ? batch - i : p.nb;
+		for (int64_t pc = 0; pc < k && rc == TENSOR_OK; pc += p.kb) {
+			int64_t kk = k - pc < p.kb ? k - pc : p.kb;
+			for (int64_t jc = 0; jc < n && rc == TENSOR_OK; jc += p.nc) {
+				int64_t nn = n - jc < p.nc ? n - jc : p.nc;
+				struct tensor fb, bv = sub3(b, i, ni, pc, kk, jc, nn);
+				f32_copy(&fb, &sb, &bv, true, true);
+				for (int64_t ic = 0; ic < m && rc == TENSOR_OK; ic += p.mb) {
+					int64_t mm = m - ic < p.mb ? m - ic : p.mb;
+					struct tensor fa, av = sub3(a, i, ni, ic, mm, pc, kk);
+					struct tensor cv = sub3(c, i, ni, ic, mm, jc, nn);
+					f32_copy(&fa, &sa, &av, true, true);
+					rc = gemm_blas(&cv, &fa, &fb, alpha, pc == 0 ? beta : 1);
+				}
+			}
+		}
+	}
+	free(w);
 	return rc;
 }
 
