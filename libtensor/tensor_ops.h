@@ -280,13 +280,15 @@ struct tensor_attention_args {
 };
 /* softmax(scale q k^T, hidden keys left out) v in one op, without the [T,S]
  * scores in memory: a block of queries at a time, the scores in a buffer per
- * thread. The products are bf16 ones where tensor_matmul would make them so (f32
- * operands under tensor_set_matmul_precision(TENSOR_BF16)): q, k, v and the
- * probabilities, and in the backward dout and dL/dscores too, rounded to bf16 on the
- * kernel tensor_bf16_gemm_kernel() names, with f32 accumulation; the softmax, its
- * running max and sum and the log-sum-exp stay f32. The backward takes the precision
- * in effect when it is called (autograd sets the forward's). Returns out [B,H,T,dv] (stored as [B,T,H,dv], so that merging the
- * heads is a view) and *lse [B,H,T], each row's log-sum-exp of its visible
+ * thread. On the CPU the products are bf16 ones where tensor_matmul would make
+ * them so (f32 operands under tensor_set_matmul_precision(TENSOR_BF16)): q, k, v
+ * and the probabilities, and in the backward dout and dL/dscores too, rounded to
+ * bf16 on the kernel tensor_bf16_gemm_kernel() names, with f32 accumulation; the
+ * softmax, its running max and sum and the log-sum-exp stay f32. CUDA's kernel
+ * (head dims up to 128) computes in the operands' dtype whatever the precision.
+ * The backward takes the precision in effect when it is called (autograd sets
+ * the forward's). Returns out [B,H,T,dv] (stored as [B,T,H,dv], so that merging
+ * the heads is a view) and *lse [B,H,T], each row's log-sum-exp of its visible
  * scaled scores, +inf for a row with no visible key (its out row is 0): what
  * tensor_attention_backward needs. NULL with an error for bad operands
  * (TENSOR_ERR_SHAPE, _DTYPE, _DEVICE, _ARG, naming "attention" and the shapes),
