@@ -82,6 +82,20 @@ __device__ static void att_load(T *dst, const char *base, const int64_t *st, int
 	}
 }
 
+// Keys and values [s0, s0 + n) of (b, h) into kt and vt, their hidden flags into ht (0 where
+// the call has no mask), by the whole block, between two barriers.
+template <typename T>
+__device__ static void att_load_keys(T *kt, T *vt, T *ht, const att_geo &g, const T *hid,
+				     int64_t b, int64_t h, int64_t s0, int64_t n)
+{
+	__syncthreads(); // the last tile is read
+	att_load<T>(kt, g.k, g.ks, b, h, s0, n, g.d);
+	att_load<T>(vt, g.v, g.vs, b, h, s0, n, g.dv);
+	for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+		ht[j] = hid ? hid[s0 + j] : (T)0;
+	__syncthreads();
+}
+
 // The block's (batch, head) and its first row, from the 1-d grid: blocks of ROWS rows,
 // rows / ROWS of them a (batch, head).
 __device__ static __forceinline__ void att_block(const att_geo &g, int64_t rows, int64_t *b,
@@ -118,12 +132,7 @@ template <typename T, int DV> __global__ static void att_forward(att_geo g)
 	int64_t s_end = g.causal ? min(g.S, t0 + (int64_t)ROWS) : g.S;
 	for (int64_t s0 = 0; s0 < s_end; s0 += TILE) {
 		int64_t n = min((int64_t)TILE, s_end - s0);
-		__syncthreads(); // the last tile is read
-		att_load<T>(kt, g.k, g.ks, b, h, s0, n, d);
-		att_load<T>(vt, g.v, g.vs, b, h, s0, n, g.dv);
-		for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-			ht[j] = hid ? hid[s0 + j] : (T)0;
-		__syncthreads();
+		att_load_keys<T>(kt, vt, ht, g, hid, b, h, s0, n);
 		for (int64_t j = 0; active && j < n; j++) {
 			int64_t s = s0 + j;
 			if ((g.causal && s > t) || ht[j] != 0)
@@ -190,12 +199,7 @@ template <typename T, int DQ> __global__ static void att_backward_q(att_geo g)
 	for (int pass = 0; pass < 2; pass++) {
 		for (int64_t s0 = 0; s0 < s_end; s0 += TILE) {
 			int64_t n = min((int64_t)TILE, s_end - s0);
-			__syncthreads();
-			att_load<T>(kt, g.k, g.ks, b, h, s0, n, d);
-			att_load<T>(vt, g.v, g.vs, b, h, s0, n, dv);
-			for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-				ht[j] = hid ? hid[s0 + j] : (T)0;
-			__syncthreads();
+			att_load_keys<T>(kt, vt, ht, g, hid, b, h, s0, n);
 			for (int64_t j = 0; active && j < n; j++) {
 				int64_t s = s0 + j;
 				if ((g.causal && s > t) || ht[j] != 0)
