@@ -85,8 +85,8 @@ __device__ static void att_load(T *dst, const char *base, const int64_t *st, int
 // Keys and values [s0, s0 + n) of (b, h) into kt and vt, their hidden flags into ht (0 where
 // the call has no mask), by the whole block, between two barriers.
 template <typename T>
-__device__ static void att_load_keys(T *kt, T *vt, T *ht, const att_geo &g, const T *hid,
-				     int64_t b, int64_t h, int64_t s0, int64_t n)
+__device__ static void att_load_keys(T *kt, T *vt, T *ht, const att_geo &g, const T *hid, int64_t b,
+				     int64_t h, int64_t s0, int64_t n)
 {
 	__syncthreads(); // the last tile is read
 	att_load<T>(kt, g.k, g.ks, b, h, s0, n, g.d);
