@@ -56,6 +56,7 @@ struct nn_params {
 	int64_t batch_first;       /* first row of this rank's share of the batch (nn_dist_share):
 				      dropout draws the whole batch's masks for it */
 	struct tensor *flat, *flat_grad; /* after nn_params_pack: one buffer each */
+	int *flat_order; /* after nn_params_pack: the items' indices in their order in flat */
 	struct tensor *flat_lowp;        /* flat rounded to bf16 (nn_params_autocast_begin) */
 	struct tensor **kept; /* modules' buffers that are no parameters (nn_params_keep) */
 	int nkept, kept_cap;
@@ -88,9 +89,13 @@ struct nn_param *nn_params_find(const struct nn_params *ps, const char *name);
 int64_t nn_params_count(const struct nn_params *ps);
 /* Move every parameter into one contiguous buffer (ps->flat) and give each a
  * gradient that is a view of one flat gradient buffer (ps->flat_grad), so
- * zeroing and optimizer steps are single passes. Values are preserved;
- * parameter pointers stay valid; the parameters' first storage goes back to
- * the device (tensor_mem_trim). Call once, after all parameters exist. */
+ * zeroing and optimizer steps are single passes. The buffer holds the
+ * parameters with weight decay first, then those without, lazy ones
+ * (nn_params_set_lazy) last, each group in list order (ps->flat_order), so
+ * that an optimizer step is a few fused calls, not one a parameter. Values are
+ * preserved; parameter pointers stay valid; the parameters' first storage
+ * goes back to the device (tensor_mem_trim). Call once, after all parameters
+ * exist. */
 int nn_params_pack(struct nn_params *ps);
 /* Mark every parameter whose name starts with prefix as lazy (or not): the
  * optimizers (and nn_params_l2_grad) then change only the rows (slices along

@@ -41,6 +41,13 @@ int optim_state_count(struct tensor *const *arr)
 	return k;
 }
 
+/* The index of the parameter at place k of the flat buffer (ps->flat_order), or
+ * of the list where ps is not packed. */
+static int nth(const struct nn_params *ps, int k)
+{
+	return ps->flat_order ? ps->flat_order[k] : k;
+}
+
 /* A heap view of flat[off, off + numel) shaped like t. */
 static struct tensor *flat_view(struct tensor *flat, int64_t off, const struct tensor *t)
 {
@@ -75,7 +82,8 @@ int optim_state_pack(const char *op, struct nn_params *ps, struct tensor **arr,
 	int rc = views ? TENSOR_OK
 		       : tensor_error(TENSOR_ERR_NOMEM, "%s: cannot allocate state views", op);
 	int64_t off = 0;
-	for (int i = 0; rc == TENSOR_OK && i < ps->n; i++) {
+	for (int k = 0; rc == TENSOR_OK && k < ps->n; k++) {
+		int i = nth(ps, k);
 		views[i] = flat_view(f, off, ps->items[i].value);
 		rc = views[i] ? tensor_copy_(views[i], arr[i]) : optim_failed();
 		off += tensor_numel(ps->items[i].value);
@@ -113,7 +121,8 @@ struct tensor **optim_state_alloc(const char *op, struct nn_params *ps, int extr
 		rc = *flat ? TENSOR_OK : optim_failed();
 	}
 	int64_t off = 0;
-	for (int i = 0; rc == TENSOR_OK && i < ps->n; i++) {
+	for (int k = 0; rc == TENSOR_OK && k < ps->n; k++) {
+		int i = nth(ps, k);
 		const struct tensor *p = ps->items[i].value;
 		arr[i] = *flat ? flat_view(*flat, off, p)
 			       : tensor_zeros(p->dtype, p->storage->device, p->ndim, p->shape);
@@ -286,21 +295,24 @@ static int check_packed(const char *op, const struct nn_params *ps, int i, int64
 }
 
 /* Run u over every segment: each active parameter (unpacked), or each run of
- * consecutive active parameters with the same decay setting (packed), with
- * state[k] the per-parameter state and flat_state[k] its flat buffer. */
+ * active parameters next to each other in the flat buffer with the same decay
+ * setting (packed), with state[k] the per-parameter state and flat_state[k]
+ * its flat buffer. */
 int optim_for_segments(const char *op, struct nn_params *ps, bool decay_all,
 		       struct tensor **const *state, struct tensor *const *flat_state,
 		       struct update *u)
 {
 	int64_t off = 0;
-	for (int i = 0; i < ps->n; off += tensor_numel(ps->items[i].value), i++) {
-		int rc = !active(&ps->items[i]) ? TENSOR_OK
-			 : ps->flat		? check_packed(op, ps, i, off)
-						: TENSOR_OK;
-		if (rc == TENSOR_OK && active(&ps->items[i]))
-			rc = check_param(op, &ps->items[i]);
-		if (rc < 0)
-			return rc; /* nothing has changed yet */
+	for (int k = 0; k < ps->n; k++) {
+		int i = nth(ps, k);
+		if (active(&ps->items[i])) {
+			int rc = ps->flat ? check_packed(op, ps, i, off) : TENSOR_OK;
+			if (rc == TENSOR_OK)
+				rc = check_param(op, &ps->items[i]);
+			if (rc < 0)
+				return rc; /* nothing has changed yet */
+		}
+		off += tensor_numel(ps->items[i].value);
 	}
 	/* Every segment's views first, those of a lazy parameter's runs of live
 	 * rows too, so that running out of memory for them changes nothing; the
@@ -318,37 +330,36 @@ int optim_for_segments(const char *op, struct nn_params *ps, bool decay_all,
 	int nt = 2 + u->nstate, nseg = 0, rc = TENSOR_OK;
 	tensor_scope_begin();
 	off = 0;
-	for (int i = 0; i < ps->n && rc == TENSOR_OK;) {
-		const struct nn_param *p = &ps->items[i];
+	for (int k = 0; k < ps->n && rc == TENSOR_OK;) {
+		const struct nn_param *p = &ps->items[nth(ps, k)], *q;
 		int64_t start = off;
 		bool decay = decay_all || !p->no_decay;
 		if (!active(p)) {
 			off += tensor_numel(p->value);
-			i++;
+			k++;
 			continue;
 		}
 		struct tensor **t = seg[nseg].t;
 		if (ps->flat) { /* a lazy parameter, or the longest run of active,
 				 * not lazy parameters sharing decay */
 			do
-				off += tensor_numel(ps->items[i++].value);
-			while (!p->lazy_rows && i < ps->n && active(&ps->items[i]) &&
-			       !ps->items[i].lazy_rows &&
-			       (decay_all || !ps->items[i].no_decay) == decay);
+				off += tensor_numel(ps->items[nth(ps, k++)].value);
+			while (!p->lazy_rows && k < ps->n && (q = &ps->items[nth(ps, k)]) &&
+			       active(q) && !q->lazy_rows && (decay_all || !q->no_decay) == decay);
 			t[SEG_P] = tensor_narrow(ps->flat, 0, start, off - start);
 			t[SEG_G] = tensor_narrow(ps->flat_grad, 0, start, off - start);
-			for (int k = 0; k < u->nstate; k++)
-				t[SEG_S1 + k] = tensor_narrow(flat_state[k], 0, start, off - start);
+			for (int j = 0; j < u->nstate; j++)
+				t[SEG_S1 + j] = tensor_narrow(flat_state[j], 0, start, off - start);
 		} else {
 			t[SEG_P] = optim_flat1(op, p->value);
 			t[SEG_G] = optim_flat1(op, p->value->grad);
-			for (int k = 0; k < u->nstate; k++)
-				t[SEG_S1 + k] = optim_flat1(op, state[k][i]);
+			for (int j = 0; j < u->nstate; j++)
+				t[SEG_S1 + j] = optim_flat1(op, state[j][k]);
 			off += tensor_numel(p->value);
-			i++;
+			k++;
 		}
-		for (int k = 0; k < nt && rc == TENSOR_OK; k++)
-			if (!t[k])
+		for (int j = 0; j < nt && rc == TENSOR_OK; j++)
+			if (!t[j])
 				rc = optim_failed();
 		if (rc == TENSOR_OK && p->lazy_rows) {
 			seg[nseg].runs = live_views(op, p->value->grad, t, nt, &seg[nseg].nruns);

@@ -54,6 +54,7 @@ void nn_params_free(struct nn_params *ps)
 	tensor_free(ps->flat);
 	tensor_free(ps->flat_grad);
 	tensor_free(ps->flat_lowp);
+	free(ps->flat_order);
 	*ps = (struct nn_params){ 0 };
 }
 
@@ -186,20 +187,35 @@ int64_t nn_params_count(const struct nn_params *ps)
 	return n;
 }
 
+/* A parameter's group in the flat buffer: with weight decay, without, lazy. */
+static int flat_group(const struct nn_param *p)
+{
+	return p->lazy_rows ? 2 : p->no_decay ? 1 : 0;
+}
+
 int nn_params_pack(struct nn_params *ps)
 {
 	if (!ps)
 		return tensor_error(TENSOR_ERR_ARG, "nn_params_pack: ps is NULL");
 	if (ps->flat)
 		return TENSOR_OK;
+	int *order = tensor_host_malloc(sizeof *order * (size_t)(ps->n ? ps->n : 1));
+	if (!order)
+		return tensor_error(TENSOR_ERR_NOMEM, "nn_params_pack: the order of %d parameters",
+				    ps->n);
+	int nord = 0;
+	for (int g = 0; g < 3; g++)
+		for (int i = 0; i < ps->n; i++)
+			if (flat_group(&ps->items[i]) == g)
+				order[nord++] = i;
 	int64_t total = nn_params_count(ps);
 	tensor_heap_begin(); /* the buffers and views outlive every scope */
 	struct tensor *flat = tensor_empty(ps->dtype, ps->device, 1, &total);
 	struct tensor *grad = tensor_zeros(ps->dtype, ps->device, 1, &total);
 	int rc = flat && grad ? TENSOR_OK : tensor_last_status();
 	int64_t off = 0;
-	for (int i = 0; rc == TENSOR_OK && i < ps->n; i++) {
-		struct tensor *t = ps->items[i].value;
+	for (int k = 0; rc == TENSOR_OK && k < ps->n; k++) {
+		struct tensor *t = ps->items[order[k]].value;
 		rc = tensor_rebase_(t, flat, off);
 		struct tensor *slice =
 		    rc == TENSOR_OK ? tensor_narrow(grad, 0, off, tensor_numel(t)) : NULL;
@@ -219,10 +235,12 @@ int nn_params_pack(struct nn_params *ps)
 	if (rc < 0) { /* parameters already moved stay valid views of flat */
 		tensor_free(flat);
 		tensor_free(grad);
+		free(order);
 		return rc;
 	}
 	ps->flat = flat;
 	ps->flat_grad = grad;
+	ps->flat_order = order;
 	tensor_mem_trim(); /* the blocks of the parameters' first storage */
 	return TENSOR_OK;
 }

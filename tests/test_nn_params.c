@@ -93,6 +93,63 @@ START_TEST(test_pack_keeps_values_and_links_grads)
 }
 END_TEST
 
+/* The flat buffer holds the parameters with weight decay first, then those
+ * without, lazy ones last, each group in list order, values kept; an AdamW step
+ * on it equals the step on the list unpacked (the segments follow the buffer). */
+START_TEST(test_pack_groups_by_decay)
+{
+	static const char *const names[] = { "w1", "b1", "e", "w2", "n" };
+	static const bool no_decay[] = { false, true, true, false, true };
+	static const int64_t numel[] = { 6, 2, 6, 4, 1 };
+	static const int want_order[] = { 0, 3, 1, 4, 2 };
+	static const int64_t want_off[] = { 0, 10, 13, 6, 12 };
+	struct nn_params ps[2];
+	struct nn_adamw o[2];
+	for (int j = 0; j < 2; j++) {
+		nn_params_init(&ps[j], TENSOR_F64, TENSOR_CPU, 3);
+		for (int i = 0; i < 5; i++)
+			nn_init_normal(nn_param_new(&ps[j], names[i], 1, &numel[i], no_decay[i]), 0,
+				       1, (uint64_t)i + 1);
+		ck_assert_int_eq(nn_params_set_lazy(&ps[j], "e", true), 1); /* parameters marked */
+	}
+	double *before = tu_values(ps[1].items[2].value);
+	ck_assert_int_eq(nn_params_pack(&ps[1]), TENSOR_OK);
+	for (int k = 0; k < 5; k++) {
+		ck_assert_int_eq(ps[1].flat_order[k], want_order[k]);
+		ck_assert_uint_eq(ps[1].items[k].value->offset, ps[1].flat->offset + want_off[k]);
+		ck_assert_uint_eq(ps[1].items[k].value->grad->offset,
+				  ps[1].flat_grad->offset + want_off[k]);
+	}
+	tu_assert_close(ps[1].items[2].value, before, 6, 0, 0);
+	free(before);
+	for (int j = 0; j < 2; j++)
+		ck_assert_int_eq(nn_adamw_init(&o[j], &ps[j], 0.1, 0.9, 0.99, 1e-8, 0.5), TENSOR_OK);
+	for (int step = 0; step < 2; step++)
+		for (int j = 0; j < 2; j++) {
+			tensor_scope_begin();
+			struct tensor *loss = NULL;
+			for (int i = 0; i < 5; i++) {
+				struct tensor *v = ps[j].items[i].value;
+				struct tensor *t = ag_sum(ag_mul(v, v), 0, NULL, false);
+				loss = loss ? ag_add(loss, ag_mul_scalar(t, i + 1)) : t;
+			}
+			ck_assert_int_eq(nn_params_zero_grad(&ps[j]), TENSOR_OK);
+			ck_assert_int_eq(ag_backward(loss, NULL), TENSOR_OK);
+			tensor_scope_end();
+			ck_assert_int_eq(nn_adamw_step(&o[j]), TENSOR_OK);
+		}
+	for (int i = 0; i < 5; i++) {
+		double *want = tu_values(ps[0].items[i].value);
+		tu_assert_close(ps[1].items[i].value, want, numel[i], 0, 0);
+		free(want);
+	}
+	for (int j = 0; j < 2; j++) {
+		nn_adamw_free(&o[j]);
+		nn_params_free(&ps[j]);
+	}
+}
+END_TEST
+
 START_TEST(test_pack_no_leak)
 {
 	ck_assert_int_eq(tensor_scope_end(), TENSOR_OK); /* leave the fixture scope */
@@ -274,6 +331,7 @@ int main(void)
 	TCase *tc = tu_tcase("params");
 	tcase_add_test(tc, test_register_and_find);
 	tcase_add_test(tc, test_pack_keeps_values_and_links_grads);
+	tcase_add_test(tc, test_pack_groups_by_decay);
 	tcase_add_test(tc, test_pack_no_leak);
 	tcase_add_test(tc, test_model_freed_in_one_call);
 	tcase_add_test(tc, test_train_mode_and_seeds);
