@@ -123,7 +123,8 @@ START_TEST(test_pack_groups_by_decay)
 	tu_assert_close(ps[1].items[2].value, before, 6, 0, 0);
 	free(before);
 	for (int j = 0; j < 2; j++)
-		ck_assert_int_eq(nn_adamw_init(&o[j], &ps[j], 0.1, 0.9, 0.99, 1e-8, 0.5), TENSOR_OK);
+		ck_assert_int_eq(nn_adamw_init(&o[j], &ps[j], 0.1, 0.9, 0.99, 1e-8, 0.5),
+				 TENSOR_OK);
 	for (int step = 0; step < 2; step++)
 		for (int j = 0; j < 2; j++) {
 			tensor_scope_begin();
