@@ -156,7 +156,7 @@ static const char EPILOG[] =
     "      --ff 1024 --epochs 3 --lr 5e-4\n"
     "At n 512 this small model stays near word-frequency perplexity where BERT's recipe does\n"
     "not: most steps at --n 128, then the rest at 512 with --init-from LOG_DIR/last.safetensors\n"
-    "(the same model flags besides --n and --k; docs/research-log.md).\n"
+    "(the same model flags besides --n and --k; docs/log/research.md).\n"
     "Then fine-tune the classifier from the pretrained encoder (the model flags come from the\n"
     "checkpoint): examples/linformer_imdb --init-from LOG_DIR/best.safetensors (BERT's\n"
     "vocabulary), or study/imdb_study --init-from ... with the same --tokenizer/--vocab\n"

@@ -1,4 +1,4 @@
-/* imdb_study: the research harness behind docs/results.md and docs/research-log.md. It
+/* imdb_study: the research harness behind docs/results.md and docs/log/research.md. It
  * trains and evaluates the IMDB sentiment classifier as examples/linformer_imdb does, with
  * every knob the studies turned (penalties, pooling, schedules, EMA, adversarial training,
  * splits, ...) as a flag; `imdb_study --help` lists them. Newcomers: read the showcase. */

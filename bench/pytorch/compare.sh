@@ -24,7 +24,7 @@
 # core away, the busy-machine measurement of docs/benchmarks.md; default 0).
 # Both sides inherit the caller's environment, OpenMP's wait policy included: by default
 # idle threads spin a while before they sleep; OMP_WAIT_POLICY=passive makes them sleep at
-# once, which costs every parallel region a wake-up (docs/benchmarks.md measures both).
+# once, which costs every parallel region a wake-up (docs/log/benchmarks.md measures both).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${BUILD:-.}

@@ -70,7 +70,7 @@ static bool read_stat(char *buf, size_t len)
  * less those of them that other processes keep busy (at least half of a 50 ms look at
  * /proc/stat),
  * at least 1: threads that must wait for each other lose many times over on a core that
- * something else holds (docs/benchmarks.md, "A busy machine"). */
+ * something else holds (docs/log/benchmarks.md, "A busy machine"). */
 static int default_threads(void)
 {
 	const char *env = getenv("CFORMER_NUM_THREADS");
