@@ -67,6 +67,16 @@ void optim_state_free(struct tensor **arr, struct tensor *flat)
 	tensor_free(flat);
 }
 
+/* optim_state_free for an array of n entries made in the flat buffer's order, so
+ * any of them may still be NULL. */
+static void state_free_partial(struct tensor **arr, int n, struct tensor *flat)
+{
+	for (int i = 0; arr && i < n; i++)
+		tensor_free(arr[i]);
+	free(arr);
+	tensor_free(flat);
+}
+
 /* Move per-parameter state into one flat zero buffer laid out like ps->flat,
  * keeping its values: arr[i] become views of *flat. */
 int optim_state_pack(const char *op, struct nn_params *ps, struct tensor **arr,
@@ -89,7 +99,7 @@ int optim_state_pack(const char *op, struct nn_params *ps, struct tensor **arr,
 		off += tensor_numel(ps->items[i].value);
 	}
 	if (rc < 0) {
-		optim_state_free(views, f);
+		state_free_partial(views, ps->n, f);
 		return rc;
 	}
 	for (int i = 0; i < ps->n; i++) {
@@ -131,7 +141,7 @@ struct tensor **optim_state_alloc(const char *op, struct nn_params *ps, int extr
 	}
 	tensor_heap_end();
 	if (rc < 0) {
-		optim_state_free(arr, *flat);
+		state_free_partial(arr, ps->n, *flat);
 		*flat = NULL;
 		return NULL;
 	}
