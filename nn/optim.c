@@ -341,7 +341,8 @@ int optim_for_segments(const char *op, struct nn_params *ps, bool decay_all,
 	tensor_scope_begin();
 	off = 0;
 	for (int k = 0; k < ps->n && rc == TENSOR_OK;) {
-		const struct nn_param *p = &ps->items[nth(ps, k)], *q;
+		int i = nth(ps, k);
+		const struct nn_param *p = &ps->items[i], *q;
 		int64_t start = off;
 		bool decay = decay_all || !p->no_decay;
 		if (!active(p)) {
@@ -364,7 +365,7 @@ int optim_for_segments(const char *op, struct nn_params *ps, bool decay_all,
 			t[SEG_P] = optim_flat1(op, p->value);
 			t[SEG_G] = optim_flat1(op, p->value->grad);
 			for (int j = 0; j < u->nstate; j++)
-				t[SEG_S1 + j] = optim_flat1(op, state[j][k]);
+				t[SEG_S1 + j] = optim_flat1(op, state[j][i]);
 			off += tensor_numel(p->value);
 			k++;
 		}
