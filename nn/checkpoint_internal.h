@@ -1,9 +1,10 @@
-/* Checkpoint internals shared by nn/checkpoint.c (header parsing, loading)
- * and nn/checkpoint_save.c, and the loading from memory exposed (not
+/* Checkpoint internals shared by nn/checkpoint.c (loading),
+ * nn/checkpoint_header.c (header parsing) and nn/checkpoint_save.c, and the loading from memory exposed (not
  * installed) for the fuzz target. */
 #ifndef CFORMER_CHECKPOINT_INTERNAL_H
 #define CFORMER_CHECKPOINT_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,6 +26,51 @@ extern const char *const nn_ckpt_dtype_name[TENSOR_NDTYPES];
 /* Record "op: file: message" (first error wins, as everywhere); returns status. */
 int nn_ckpt_fail(int status, const char *op, const char *file, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* 2^53: larger JSON numbers are not exact in cJSON. */
+#define CKPT_MAX_EXACT 9007199254740992.0
+
+/* "[2,3]" of a shape into buf[128]. */
+const char *nn_ckpt_shape_str(int ndim, const int64_t *shape, char *buf);
+
+/* ---- the header (checkpoint_header.c) ---- */
+
+struct cJSON;
+
+/* A tensor of the header. */
+struct ckpt_entry {
+	const char *name; /* owned by the cJSON tree */
+	enum tensor_dtype dtype;
+	int ndim;
+	int64_t shape[TENSOR_MAX_DIMS];
+	uint64_t begin, end; /* byte offsets in the data region */
+	bool used;
+};
+
+/* A parsed header: its entries sorted by name; data and data_len the data region where
+ * the whole file was read. */
+struct ckpt_header {
+	struct cJSON *root;
+	const struct cJSON *meta; /* __metadata__ or NULL */
+	struct ckpt_entry *e;	  /* sorted by name */
+	int n;
+	const uint8_t *data; /* the data region (NULL when only the header was read) */
+	uint64_t data_len;
+};
+
+/* Parse and validate the header of a file of file_len bytes whose first avail bytes are at
+ * buf (avail == file_len, or at least the whole header); errors name op and file, and
+ * leave *h empty. */
+int ckpt_header_parse(const char *op, const char *file, const uint8_t *buf, size_t avail,
+		      uint64_t file_len, struct ckpt_header *h);
+void ckpt_header_free(struct ckpt_header *h);
+/* The entry called name, or NULL. */
+struct ckpt_entry *ckpt_find(const struct ckpt_header *h, const char *name);
+/* A metadata value as a decimal integer in [0, max]; *found false if absent. */
+int ckpt_meta_uint(const char *op, const char *file, const struct ckpt_header *h, const char *key,
+		   uint64_t max, uint64_t *out, bool *found);
+/* The little-endian 64-bit integer at p (the header's length). */
+uint64_t ckpt_le64(const uint8_t *p);
 
 /* The values a checkpoint may hold, for the tensor `name` of the shape (nbytes of dtype dt
  * at data; integer dtypes pass): finite, and AdamW's second moment ("optimizer.v.*") not
